@@ -1,0 +1,248 @@
+// SPDX-License-Identifier: MIT
+pragma solidity ^0.8.24;
+
+import {ISynclineMarket} from "./ISynclineMarket.sol";
+import {TrainerStaking} from "./TrainerStaking.sol";
+import {
+    TaskSpec, TaskState, TaskStatus, TrainerRecord, WitnessRecord, RoundRecord, RoundStatus, Submission
+} from "./SynclineTypes.sol";
+import {ShardAssignment} from "./libraries/ShardAssignment.sol";
+
+/// @title RoundLedger
+/// @notice Sync rounds: trainer commitments before the deadline, the k-of-N witness quorum with
+/// idempotent finalize and fork detection, carry-forward after the grace window, missed-round
+/// accounting and eviction.
+abstract contract RoundLedger is TrainerStaking {
+    mapping(uint256 taskId => mapping(uint32 round => RoundRecord)) internal _rounds;
+    mapping(uint256 taskId => mapping(uint32 round => mapping(uint16 fragment => Submission))) internal _submissions;
+    mapping(uint256 taskId => mapping(uint32 round => mapping(bytes32 result => uint16))) internal _tally;
+    mapping(uint256 taskId => mapping(uint32 round => mapping(address witness => bytes32))) internal _votes;
+
+    /// @inheritdoc ISynclineMarket
+    function commitSubmission(
+        uint256 taskId,
+        uint32 round,
+        uint16 fragment,
+        bytes32 payloadHash,
+        bytes32 chunkRoot,
+        string calldata uri
+    ) external {
+        TaskState storage t = _requireStatus(taskId, TaskStatus.Running);
+        TrainerRecord storage r = _trainerRecords[taskId][msg.sender];
+        if (!r.enrolled || r.evicted) revert SynclineNotActiveTrainer(taskId, msg.sender);
+        if (fragment != r.fragment) revert SynclineUnassignedFragment(taskId, fragment, msg.sender);
+        if (round != t.currentRound) revert SynclineWrongRound(taskId, round, t.currentRound);
+        uint64 deadline = t.roundOpenedAt + _specs[taskId].roundDuration;
+        if (block.timestamp > deadline) revert SynclineSubmissionLate(taskId, round, deadline);
+        RoundRecord storage rr = _rounds[taskId][round];
+        uint256 bit = uint256(1) << fragment;
+        if (rr.committedMask & bit != 0) revert SynclineDuplicateSubmission(taskId, round, fragment);
+        if (payloadHash == bytes32(0) || chunkRoot == bytes32(0)) revert SynclineEmptyCommitment();
+
+        uint16 weight = ShardAssignment.count(r.shardMask);
+        rr.committedMask |= bit;
+        r.submitted += 1;
+        _submissions[taskId][round][fragment] = Submission({
+            trainer: msg.sender,
+            weight: weight,
+            committedAt: uint64(block.timestamp),
+            payloadHash: payloadHash,
+            chunkRoot: chunkRoot,
+            uri: uri
+        });
+        emit SubmissionCommitted(taskId, round, fragment, msg.sender, payloadHash, chunkRoot, uri, weight);
+    }
+
+    /// @inheritdoc ISynclineMarket
+    function finalizeRound(
+        uint256 taskId,
+        uint32 round,
+        bytes32 stateRoot,
+        bytes32 aggregateRoot,
+        uint256 acceptedMask,
+        uint256 metric
+    ) external {
+        TaskState storage t = _requireTask(taskId);
+        if (!_isWitness[taskId][msg.sender]) revert SynclineNotWitness(taskId, msg.sender);
+        if (stateRoot == bytes32(0)) revert SynclineEmptyStateRoot();
+        bytes32 result = keccak256(abi.encode(stateRoot, aggregateRoot, acceptedMask));
+        RoundRecord storage rr = _rounds[taskId][round];
+
+        // Idempotence and fork detection come first: they hold in any later task status.
+        if (rr.status == RoundStatus.Finalized) {
+            if (rr.result == result) return;
+            revert ConflictingFinalize(round, rr.result, result);
+        }
+        if (rr.status == RoundStatus.CarriedForward) revert SynclineRoundCarriedForward(taskId, round);
+        if (t.status != TaskStatus.Running) revert SynclineWrongTaskStatus(taskId, t.status, TaskStatus.Running);
+        if (round != t.currentRound) revert SynclineWrongRound(taskId, round, t.currentRound);
+        uint64 deadline = t.roundOpenedAt + _specs[taskId].roundDuration;
+        if (block.timestamp <= deadline) revert SynclineRoundStillOpen(taskId, round, deadline);
+        uint256 stray = acceptedMask & ~rr.committedMask;
+        if (stray != 0) revert SynclineAcceptedNotCommitted(taskId, round, stray);
+
+        bytes32 previous = _votes[taskId][round][msg.sender];
+        if (previous == result) return;
+        if (previous != bytes32(0)) revert SynclineAlreadyVoted(taskId, round, msg.sender, previous);
+
+        _votes[taskId][round][msg.sender] = result;
+        uint16 tally = ++_tally[taskId][round][result];
+        rr.voteCount += 1;
+        WitnessRecord storage w = _witnessRecords[taskId][msg.sender];
+        w.votes += 1;
+        emit VoteCast(taskId, round, msg.sender, result, stateRoot, metric);
+        if (rr.firstVote == bytes32(0)) {
+            rr.firstVote = result;
+        } else if (rr.firstVote != result) {
+            w.dissents += 1;
+            emit DissentRecorded(taskId, round, msg.sender, result, rr.firstVote);
+        }
+
+        if (tally >= _specs[taskId].threshold) {
+            _finalize(taskId, t, rr, round, result, stateRoot, aggregateRoot, acceptedMask);
+        }
+    }
+
+    /// @inheritdoc ISynclineMarket
+    function carryForward(uint256 taskId, uint32 round) external {
+        TaskState storage t = _requireStatus(taskId, TaskStatus.Running);
+        if (round != t.currentRound) revert SynclineWrongRound(taskId, round, t.currentRound);
+        TaskSpec storage spec = _specs[taskId];
+        uint64 earliest = t.roundOpenedAt + spec.roundDuration + spec.graceWindow;
+        if (block.timestamp <= earliest) revert SynclineGraceWindowOpen(taskId, round, earliest);
+
+        RoundRecord storage rr = _rounds[taskId][round];
+        rr.status = RoundStatus.CarriedForward;
+        rr.openedAt = t.roundOpenedAt;
+        rr.closedAt = uint64(block.timestamp);
+        rr.stateRoot = t.stateRoot;
+        t.roundsCarried += 1;
+        emit RoundCarriedForward(taskId, round, t.stateRoot, msg.sender);
+        _closeRound(taskId, t, spec, rr, round);
+    }
+
+    /// @inheritdoc ISynclineMarket
+    function getRound(uint256 taskId, uint32 round) external view returns (RoundRecord memory rr) {
+        TaskState storage t = _requireTask(taskId);
+        rr = _rounds[taskId][round];
+        if (rr.status == RoundStatus.Pending && round == t.currentRound && t.status == TaskStatus.Running) {
+            rr.openedAt = t.roundOpenedAt;
+        }
+    }
+
+    /// @inheritdoc ISynclineMarket
+    function getSubmission(uint256 taskId, uint32 round, uint16 fragment) external view returns (Submission memory) {
+        _requireTask(taskId);
+        return _submissions[taskId][round][fragment];
+    }
+
+    /// @inheritdoc ISynclineMarket
+    function voteOf(uint256 taskId, uint32 round, address witness) external view returns (bytes32) {
+        _requireTask(taskId);
+        return _votes[taskId][round][witness];
+    }
+
+    // ------------------------------------------------------------------ internal
+
+    function _finalize(
+        uint256 taskId,
+        TaskState storage t,
+        RoundRecord storage rr,
+        uint32 round,
+        bytes32 result,
+        bytes32 stateRoot,
+        bytes32 aggregateRoot,
+        uint256 acceptedMask
+    ) private {
+        TaskSpec storage spec = _specs[taskId];
+        rr.status = RoundStatus.Finalized;
+        rr.openedAt = t.roundOpenedAt;
+        rr.closedAt = uint64(block.timestamp);
+        rr.result = result;
+        rr.stateRoot = stateRoot;
+        rr.aggregateRoot = aggregateRoot;
+        rr.acceptedMask = acceptedMask;
+        t.stateRoot = stateRoot;
+        t.roundsFinalized += 1;
+        emit RoundFinalized(taskId, round, result, stateRoot, aggregateRoot, acceptedMask);
+
+        _creditAcceptedWork(taskId, t, round, acceptedMask);
+        _earnWitnessFees(taskId, t, spec, round, result);
+        _closeRound(taskId, t, spec, rr, round);
+    }
+
+    /// @dev Adds each accepted submission's weight to its trainer (paid pro rata at seal).
+    function _creditAcceptedWork(uint256 taskId, TaskState storage t, uint32 round, uint256 mask) private {
+        uint256 total = 0;
+        while (mask != 0) {
+            uint16 fragment = _lowestBit(mask);
+            mask &= mask - 1;
+            Submission storage s = _submissions[taskId][round][fragment];
+            TrainerRecord storage r = _trainerRecords[taskId][s.trainer];
+            r.accepted += 1;
+            r.acceptedWeight += s.weight;
+            total += s.weight;
+        }
+        t.totalWeight += total;
+    }
+
+    /// @dev The witnesses whose vote matched the finalized result earn one fee each.
+    function _earnWitnessFees(uint256 taskId, TaskState storage t, TaskSpec storage spec, uint32 round, bytes32 result)
+        private
+    {
+        address[] storage witnesses = spec.witnesses;
+        uint256 fee = spec.witnessFee;
+        for (uint256 i = 0; i < witnesses.length; ++i) {
+            if (_votes[taskId][round][witnesses[i]] != result) continue;
+            WitnessRecord storage w = _witnessRecords[taskId][witnesses[i]];
+            w.matched += 1;
+            w.fees += fee;
+            t.feeBudget -= fee;
+            t.feesEarned += fee;
+        }
+    }
+
+    /// @dev Missed-round accounting and eviction for the closed round, then opens the next one.
+    function _closeRound(uint256 taskId, TaskState storage t, TaskSpec storage spec, RoundRecord storage rr, uint32 round)
+        private
+    {
+        address[] storage trainers = _trainersByFragment[taskId];
+        bool evicted = false;
+        for (uint256 i = 0; i < trainers.length; ++i) {
+            TrainerRecord storage r = _trainerRecords[taskId][trainers[i]];
+            if (r.evicted) continue;
+            if (rr.committedMask & (uint256(1) << r.fragment) != 0) {
+                r.consecutiveMissed = 0;
+                continue;
+            }
+            r.missed += 1;
+            r.consecutiveMissed += 1;
+            emit RoundMissed(taskId, round, trainers[i], r.consecutiveMissed);
+            if (r.consecutiveMissed > spec.maxMissedRounds) {
+                _evict(taskId, trainers[i], round);
+                evicted = true;
+            }
+        }
+        if (evicted && t.active > 0) _assignShards(taskId, spec.shardCount);
+
+        t.lastClosedAt = uint64(block.timestamp);
+        if (round + 1 >= spec.rounds) {
+            t.status = TaskStatus.AwaitingSeal;
+            emit RunCompleted(taskId, t.stateRoot, uint64(block.timestamp) + spec.challengeWindow);
+        } else {
+            t.currentRound = round + 1;
+            t.roundOpenedAt = uint64(block.timestamp);
+            emit RoundOpened(taskId, round + 1, uint64(block.timestamp), uint64(block.timestamp) + spec.roundDuration);
+        }
+    }
+
+    function _lowestBit(uint256 mask) private pure returns (uint16 index) {
+        // unchecked: mask != 0, so index stays below 256.
+        unchecked {
+            while (mask & 1 == 0) {
+                mask >>= 1;
+                ++index;
+            }
+        }
+    }
+}

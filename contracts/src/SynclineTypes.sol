@@ -1,0 +1,195 @@
+// SPDX-License-Identifier: MIT
+pragma solidity ^0.8.24;
+
+/// @notice Trust tier of a run. It gates which aggregation rules the run may use.
+enum Tier {
+    Open,
+    Verified,
+    Confidential
+}
+
+/// @notice Aggregation rule the witness committee applies to the trainers' outer gradients.
+/// @dev The numeric values are part of the protocol: the Python library uses the same ones.
+enum AggregationRule {
+    Mean,
+    TrimmedMean,
+    CoordinateMedian,
+    Krum,
+    MultiKrum,
+    CenteredClip
+}
+
+/// @notice What kind of data the run trains on.
+enum Modality {
+    Language,
+    TimeSeries,
+    Vision
+}
+
+/// @notice Life cycle of a task.
+/// @dev Enrolling -> Running -> AwaitingSeal -> Sealed, or Enrolling -> Cancelled.
+enum TaskStatus {
+    None,
+    Enrolling,
+    Running,
+    AwaitingSeal,
+    Sealed,
+    Cancelled
+}
+
+/// @notice Life cycle of one sync round.
+enum RoundStatus {
+    Pending,
+    Finalized,
+    CarriedForward
+}
+
+/// @notice The on-chain part of a `TrainingTaskSpec`. The whole spec is a content-addressed
+/// artifact whose keccak256 is `specHash`; these are the fields the contract enforces.
+struct TaskSpec {
+    bytes32 specHash;
+    string specURI;
+    bytes32 modelHash;
+    bytes32 datasetRoot;
+    bytes32 initialStateRoot;
+    Modality modality;
+    Tier tier;
+    AggregationRule rule;
+    /// TrimmedMean: fraction trimmed from each side in basis points; Krum/MultiKrum: f;
+    /// CenteredClip: clipping radius (fixed point, protocol scale). Unused for Mean/CoordinateMedian.
+    uint32 ruleParam;
+    uint16 shardCount;
+    uint32 innerSteps;
+    uint32 rounds;
+    uint64 roundDuration;
+    uint64 graceWindow;
+    uint64 challengeWindow;
+    uint64 enrollmentDeadline;
+    uint128 trainerStake;
+    uint16 minTrainers;
+    uint16 maxTrainers;
+    uint16 maxMissedRounds;
+    uint16 evictionSlashBps;
+    uint8 threshold;
+    uint128 witnessFee;
+    /// Outer Nesterov optimizer, parts per million (0.7 -> 700000).
+    uint32 outerLrPpm;
+    uint32 outerMomentumPpm;
+    /// Bits per quantized outer-gradient coordinate (8 or 16).
+    uint8 gradientBits;
+    address[] witnesses;
+}
+
+/// @notice Mutable state of a task.
+struct TaskState {
+    address sponsor;
+    TaskStatus status;
+    uint16 enrolled;
+    uint16 active;
+    uint32 currentRound;
+    uint32 roundsFinalized;
+    uint32 roundsCarried;
+    uint64 roundOpenedAt;
+    uint64 lastClosedAt;
+    bytes32 stateRoot;
+    /// Reward escrow plus stake slashed into the pool.
+    uint256 rewardPool;
+    /// Witness fees escrowed and not yet earned.
+    uint256 feeBudget;
+    /// Witness fees earned and not yet credited (credited at seal).
+    uint256 feesEarned;
+    /// Trainer stakes held by the contract for this task.
+    uint256 stakeHeld;
+    /// Sum over trainers of accepted submissions weighted by fragment size.
+    uint256 totalWeight;
+    /// What the sponsor got back when the task was sealed or cancelled.
+    uint256 sponsorRefund;
+    /// The reward pool (escrow plus slashes) that sealing distributed.
+    uint256 sealedPool;
+}
+
+/// @notice One trainer's standing in one task.
+struct TrainerRecord {
+    bool enrolled;
+    bool evicted;
+    uint16 fragment;
+    uint32 submitted;
+    uint32 accepted;
+    uint32 missed;
+    uint32 consecutiveMissed;
+    uint128 stake;
+    uint128 slashed;
+    uint256 shardMask;
+    uint256 acceptedWeight;
+    uint256 reward;
+}
+
+/// @notice One witness's standing in one task.
+struct WitnessRecord {
+    uint32 votes;
+    uint32 matched;
+    uint32 dissents;
+    uint256 fees;
+}
+
+/// @notice A trainer's commitment of its outer gradient for one round.
+struct Submission {
+    address trainer;
+    uint16 weight;
+    uint64 committedAt;
+    bytes32 payloadHash;
+    bytes32 chunkRoot;
+    string uri;
+}
+
+/// @notice One sync round.
+struct RoundRecord {
+    RoundStatus status;
+    uint16 voteCount;
+    uint64 openedAt;
+    uint64 closedAt;
+    bytes32 firstVote;
+    bytes32 result;
+    bytes32 stateRoot;
+    bytes32 aggregateRoot;
+    uint256 acceptedMask;
+    uint256 committedMask;
+}
+
+/// @notice Per-trainer line of a `TrainingReceipt`.
+struct TrainerReceipt {
+    address trainer;
+    uint16 fragment;
+    bool evicted;
+    uint32 submitted;
+    uint32 accepted;
+    uint32 missed;
+    uint256 acceptedWeight;
+    uint256 reward;
+    uint256 stakeRefund;
+    uint256 slashed;
+}
+
+/// @notice Per-witness line of a `TrainingReceipt`.
+struct WitnessReceipt {
+    address witness;
+    uint32 votes;
+    uint32 matched;
+    uint32 dissents;
+    uint256 fees;
+}
+
+/// @notice What a run produced and paid: readable for every task in any status.
+struct TrainingReceipt {
+    uint256 taskId;
+    bytes32 specHash;
+    TaskStatus status;
+    bytes32 finalStateRoot;
+    uint32 roundsTotal;
+    uint32 roundsFinalized;
+    uint32 roundsCarried;
+    uint256 rewardPool;
+    uint256 sponsorRefund;
+    TrainerReceipt[] trainers;
+    WitnessReceipt[] witnesses;
+}

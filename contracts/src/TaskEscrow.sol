@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: MIT
+pragma solidity ^0.8.24;
+
+import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
+import {ISynclineMarket} from "./ISynclineMarket.sol";
+import {TaskSpec, TaskState, TaskStatus, TrainerRecord, WitnessRecord} from "./SynclineTypes.sol";
+import {TierPolicy} from "./libraries/TierPolicy.sol";
+import {ShardAssignment} from "./libraries/ShardAssignment.sol";
+
+/// @title TaskEscrow
+/// @notice Task registry, spec validation, the escrow and the pull-payment credit ledger.
+/// @dev Money invariant: address(this).balance == sum over tasks of escrowOf(task) + sum of credits.
+abstract contract TaskEscrow is ISynclineMarket, ReentrancyGuard {
+    /// @notice Most trainers a task may have (fragment masks are uint256, eviction loops are bounded).
+    uint16 public constant MAX_TRAINERS = 64;
+    /// @notice Most witnesses a task may have.
+    uint256 public constant MAX_WITNESSES = 32;
+
+    bytes32 internal constant REASON_REWARD = "reward";
+    bytes32 internal constant REASON_STAKE = "stake-refund";
+    bytes32 internal constant REASON_FEE = "witness-fee";
+    bytes32 internal constant REASON_SPONSOR = "sponsor-refund";
+
+    uint256 internal _taskCount;
+    mapping(uint256 taskId => TaskSpec) internal _specs;
+    mapping(uint256 taskId => TaskState) internal _tasks;
+    mapping(uint256 taskId => mapping(address witness => bool)) internal _isWitness;
+    mapping(uint256 taskId => mapping(address witness => WitnessRecord)) internal _witnessRecords;
+    mapping(uint256 taskId => mapping(address trainer => TrainerRecord)) internal _trainerRecords;
+    mapping(uint256 taskId => address[]) internal _trainersByFragment;
+    mapping(address account => uint256) internal _credits;
+
+    /// @inheritdoc ISynclineMarket
+    function postTask(TaskSpec calldata spec) external payable returns (uint256 taskId) {
+        uint256 feeBudget = _validateSpec(spec);
+        if (msg.value <= feeBudget) revert SynclineInsufficientEscrow(msg.value, feeBudget);
+
+        taskId = ++_taskCount;
+        _specs[taskId] = spec;
+        for (uint256 i = 0; i < spec.witnesses.length; ++i) {
+            _isWitness[taskId][spec.witnesses[i]] = true;
+        }
+        TaskState storage t = _tasks[taskId];
+        t.sponsor = msg.sender;
+        t.status = TaskStatus.Enrolling;
+        t.stateRoot = spec.initialStateRoot;
+        t.rewardPool = msg.value - feeBudget;
+        t.feeBudget = feeBudget;
+        emit TaskPosted(taskId, msg.sender, spec.specHash, spec.specURI, msg.value - feeBudget, feeBudget);
+    }
+
+    /// @inheritdoc ISynclineMarket
+    function cancelUnderfilled(uint256 taskId) external {
+        TaskState storage t = _requireStatus(taskId, TaskStatus.Enrolling);
+        TaskSpec storage spec = _specs[taskId];
+        if (block.timestamp <= spec.enrollmentDeadline) {
+            revert SynclineEnrollmentStillOpen(taskId, spec.enrollmentDeadline);
+        }
+        if (t.enrolled >= spec.minTrainers) revert SynclineNotUnderfilled(taskId, t.enrolled, spec.minTrainers);
+
+        uint256 sponsorRefund = t.rewardPool + t.feeBudget;
+        t.status = TaskStatus.Cancelled;
+        t.rewardPool = 0;
+        t.feeBudget = 0;
+        t.stakeHeld = 0;
+        t.sponsorRefund = sponsorRefund;
+        address[] storage trainers = _trainersByFragment[taskId];
+        for (uint256 i = 0; i < trainers.length; ++i) {
+            TrainerRecord storage r = _trainerRecords[taskId][trainers[i]];
+            uint256 stake = r.stake;
+            r.stake = 0;
+            _credit(taskId, trainers[i], stake, REASON_STAKE);
+        }
+        _credit(taskId, t.sponsor, sponsorRefund, REASON_SPONSOR);
+        emit TaskCancelled(taskId, t.enrolled, sponsorRefund);
+    }
+
+    /// @inheritdoc ISynclineMarket
+    function withdraw() external nonReentrant {
+        uint256 amount = _credits[msg.sender];
+        if (amount == 0) revert SynclineNothingToWithdraw(msg.sender);
+        _credits[msg.sender] = 0;
+        emit Withdrawn(msg.sender, amount);
+        (bool ok,) = payable(msg.sender).call{value: amount}("");
+        if (!ok) revert SynclineWithdrawFailed(msg.sender, amount);
+    }
+
+    // ------------------------------------------------------------------ views
+
+    /// @inheritdoc ISynclineMarket
+    function taskCount() external view returns (uint256) {
+        return _taskCount;
+    }
+
+    /// @inheritdoc ISynclineMarket
+    function getSpec(uint256 taskId) external view returns (TaskSpec memory) {
+        _requireTask(taskId);
+        return _specs[taskId];
+    }
+
+    /// @inheritdoc ISynclineMarket
+    function getTaskState(uint256 taskId) external view returns (TaskState memory) {
+        return _requireTask(taskId);
+    }
+
+    /// @inheritdoc ISynclineMarket
+    function getWitness(uint256 taskId, address witness) external view returns (WitnessRecord memory) {
+        _requireTask(taskId);
+        return _witnessRecords[taskId][witness];
+    }
+
+    /// @inheritdoc ISynclineMarket
+    function escrowOf(uint256 taskId) public view returns (uint256) {
+        TaskState storage t = _requireTask(taskId);
+        return t.rewardPool + t.feeBudget + t.feesEarned + t.stakeHeld;
+    }
+
+    /// @inheritdoc ISynclineMarket
+    function creditOf(address account) external view returns (uint256) {
+        return _credits[account];
+    }
+
+    // ------------------------------------------------------------------ internal
+
+    /// @dev Checks every spec rule the contract enforces; returns the witness fee budget.
+    function _validateSpec(TaskSpec calldata spec) internal view returns (uint256 feeBudget) {
+        uint256 n = spec.witnesses.length;
+        if (spec.threshold == 0 || spec.threshold > n || n > MAX_WITNESSES) {
+            revert SynclineInvalidThreshold(spec.threshold, n);
+        }
+        for (uint256 i = 0; i < n; ++i) {
+            address w = spec.witnesses[i];
+            if (w == address(0)) revert SynclineZeroWitness(i);
+            for (uint256 j = 0; j < i; ++j) {
+                if (spec.witnesses[j] == w) revert SynclineDuplicateWitness(w);
+            }
+        }
+        if (spec.rounds == 0) revert SynclineZeroSpecField("rounds");
+        if (spec.innerSteps == 0) revert SynclineZeroSpecField("innerSteps");
+        if (spec.roundDuration == 0) revert SynclineZeroSpecField("roundDuration");
+        if (spec.trainerStake == 0) revert SynclineZeroSpecField("trainerStake");
+        if (spec.specHash == bytes32(0)) revert SynclineZeroSpecField("specHash");
+        if (spec.initialStateRoot == bytes32(0)) revert SynclineZeroSpecField("initialStateRoot");
+        if (spec.outerLrPpm == 0) revert SynclineZeroSpecField("outerLrPpm");
+        if (
+            spec.minTrainers == 0 || spec.maxTrainers < spec.minTrainers || spec.maxTrainers > MAX_TRAINERS
+                || spec.shardCount < spec.maxTrainers || spec.shardCount > ShardAssignment.MAX_SHARDS
+        ) revert SynclineTrainerBoundsInvalid(spec.minTrainers, spec.maxTrainers, spec.shardCount);
+        if (spec.enrollmentDeadline <= block.timestamp) {
+            revert SynclineDeadlineInPast(spec.enrollmentDeadline, block.timestamp);
+        }
+        if (spec.evictionSlashBps > TierPolicy.BPS) revert SynclineSlashBpsTooHigh(spec.evictionSlashBps);
+        if (spec.gradientBits != 8 && spec.gradientBits != 16) revert SynclineUnsupportedGradientBits(spec.gradientBits);
+        if (!TierPolicy.admits(spec.tier, spec.rule)) revert SynclineRuleNotAdmitted(spec.tier, spec.rule);
+        if (!TierPolicy.paramConsistent(spec.rule, spec.ruleParam, spec.minTrainers)) {
+            revert SynclineRuleParamInconsistent(spec.rule, spec.ruleParam, spec.minTrainers);
+        }
+        feeBudget = uint256(spec.witnessFee) * spec.threshold * spec.rounds;
+    }
+
+    function _requireTask(uint256 taskId) internal view returns (TaskState storage t) {
+        t = _tasks[taskId];
+        if (t.status == TaskStatus.None) revert SynclineUnknownTask(taskId);
+    }
+
+    function _requireStatus(uint256 taskId, TaskStatus required) internal view returns (TaskState storage t) {
+        t = _requireTask(taskId);
+        if (t.status != required) revert SynclineWrongTaskStatus(taskId, t.status, required);
+    }
+
+    /// @dev Moves `amount` from a task's obligations (already decremented by the caller) into `account`'s credit.
+    function _credit(uint256 taskId, address account, uint256 amount, bytes32 reason) internal {
+        if (amount == 0) return;
+        _credits[account] += amount;
+        emit Credited(taskId, account, amount, reason);
+    }
+}
