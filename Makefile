@@ -1,0 +1,67 @@
+# Syncline: two commands for a fresh machine.
+#   make demo   local devnet (anvil) + contracts + the main job, ends with the TrainingReceipt
+#   make test   every test: forge (contracts) + pytest (agents, protocol, devnet)
+# Both install what is missing first, idempotently.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+FORGE := node_modules/@foundry-rs/forge-linux-amd64/bin/forge
+VENV_STAMP := $(VENV)/.syncline-installed
+NPM_STAMP := node_modules/.syncline-installed
+
+.PHONY: install demo test test-contracts test-python lint gas lock clean devnet-up devnet-down
+
+install: $(VENV_STAMP) $(NPM_STAMP)
+
+$(VENV_STAMP): pyproject.toml constraints.txt
+	@echo "==> python: creating $(VENV) and installing torch==2.13.0 (CPU) first, then syncline[dev] from constraints.txt"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PIP) install --quiet --disable-pip-version-check torch==2.13.0
+	@$(PIP) install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	@touch $@
+
+$(NPM_STAMP): package.json package-lock.json
+	@echo "==> npm: installing pinned anvil, forge, solc and OpenZeppelin (package-lock.json)"
+	@npm install --no-audit --no-fund --loglevel=error
+	@touch $@
+
+demo: install
+	@echo "==> demo: devnet + contracts + scripted market lifecycle"
+	@$(VENV)/bin/syncline demo
+
+test: install
+	@echo "==> forge test (contracts: unit, fuzz, invariants)"
+	@$(FORGE) test
+	@echo "==> pytest (agents, protocol, devnet)"
+	@$(VENV)/bin/pytest
+
+test-contracts: $(NPM_STAMP)
+	@$(FORGE) test
+
+test-python: install
+	@$(VENV)/bin/pytest
+
+lint: install
+	@$(VENV)/bin/ruff check agents tests scripts
+	@$(VENV)/bin/ruff format --check agents tests scripts
+	@$(VENV)/bin/mypy
+
+gas: $(NPM_STAMP)
+	@$(FORGE) test --gas-report
+
+devnet-up: install
+	@$(VENV)/bin/syncline devnet up
+
+devnet-down: install
+	@$(VENV)/bin/syncline devnet down
+
+lock: install
+	@(echo "# Python lock: exact versions resolved for the dependency ranges in pyproject.toml (pip install -c)."; \
+	  echo "# Regenerate with: make lock"; \
+	  $(PIP) freeze --exclude-editable | sed 's/^torch==2.13.0+cpu/torch==2.13.0/') > constraints.txt
+
+clean:
+	rm -rf .syncline $(VENV) node_modules

@@ -1,0 +1,81 @@
+"""Deploying the market and the deployment file agents read (addresses, chain id, ABI path)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from web3 import Web3
+
+from syncline.chain.keys import Signer
+from syncline.chain.toolchain import Artifact, compile_contracts
+from syncline.errors import ChainError, SynclineError
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Where the Syncline contracts live on one chain."""
+
+    chain_id: int
+    rpc_url: str
+    market: str
+    deployed_at_block: int
+    abi_path: str
+    deployer: str
+
+    def abi(self) -> list[dict[str, Any]]:
+        data: list[dict[str, Any]] = json.loads(Path(self.abi_path).read_text())
+        return data
+
+    def write(self, path: Path) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        return path
+
+    @classmethod
+    def read(cls, path: Path) -> Deployment:
+        try:
+            data = json.loads(Path(path).read_text())
+            return cls(**data)
+        except FileNotFoundError:
+            raise SynclineError(f"no deployment file at {path}: run `syncline devnet up` or `syncline deploy`") from None
+        except (ValueError, TypeError) as exc:
+            raise SynclineError(f"deployment file {path} is malformed: {exc}") from None
+
+
+def deploy_market(w3: Web3, deployer: Signer, rpc_url: str, out_dir: Path) -> Deployment:
+    """Compile (cached), deploy ``SynclineMarket`` and write ``deployment.json`` + the ABI to ``out_dir``."""
+    artifacts = compile_contracts()
+    market = artifacts["SynclineMarket"]
+    address, block = _deploy(w3, deployer, market)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    abi_path = out_dir / "SynclineMarket.abi.json"
+    abi_path.write_text(json.dumps(market.abi, indent=1))
+    deployment = Deployment(
+        chain_id=int(w3.eth.chain_id),
+        rpc_url=rpc_url,
+        market=address,
+        deployed_at_block=block,
+        abi_path=str(abi_path.resolve()),
+        deployer=deployer.address,
+    )
+    deployment.write(out_dir / "deployment.json")
+    return deployment
+
+
+def _deploy(w3: Web3, deployer: Signer, artifact: Artifact) -> tuple[str, int]:
+    contract = w3.eth.contract(abi=artifact.abi, bytecode=artifact.bytecode)
+    tx = contract.constructor().build_transaction(
+        {
+            "from": deployer.address,
+            "nonce": w3.eth.get_transaction_count(deployer.address, "pending"),
+            "chainId": int(w3.eth.chain_id),
+        }
+    )
+    signed = deployer.account.sign_transaction(tx)
+    receipt = w3.eth.wait_for_transaction_receipt(w3.eth.send_raw_transaction(signed.raw_transaction), timeout=120)
+    if receipt["status"] != 1 or receipt["contractAddress"] is None:
+        raise ChainError(f"deploying {artifact.name} failed (receipt status {receipt['status']})")
+    return str(receipt["contractAddress"]), int(receipt["blockNumber"])

@@ -1,0 +1,144 @@
+"""Offline Solidity toolchain: compile the contracts with the npm ``solc`` behind ``tools/solc``.
+
+Artifacts are cached under ``.syncline/artifacts/<input-hash>/`` keyed by the sha256 of the
+standard-JSON input (every source's content and the settings) and the compiler version, so an
+unchanged tree never recompiles and a changed one never reuses stale bytecode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from syncline.errors import ToolchainError
+from syncline.paths import repo_root, state_dir
+
+COMPILER_SETTINGS: dict[str, Any] = {
+    "optimizer": {"enabled": True, "runs": 200},
+    "viaIR": True,
+    "evmVersion": "cancun",
+    "remappings": ["@openzeppelin/contracts/=node_modules/@openzeppelin/contracts/"],
+    "outputSelection": {"*": {"*": ["abi", "evm.bytecode.object", "evm.deployedBytecode.object"]}},
+}
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A compiled contract."""
+
+    name: str
+    abi: list[dict[str, Any]]
+    bytecode: str
+    deployed_bytecode: str
+    path: Path
+
+
+def _platform_suffix() -> str:
+    machine = platform.machine().lower()
+    arch = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(machine, machine)
+    system = platform.system().lower()
+    return f"{system}-{arch}"
+
+
+def foundry_binary(tool: str) -> Path:
+    """Path of the real ``anvil``/``forge`` binary installed by npm (not the node shim)."""
+    path = repo_root() / "node_modules" / "@foundry-rs" / f"{tool}-{_platform_suffix()}" / "bin" / tool
+    if not path.is_file():
+        raise ToolchainError(f"{tool} not found at {path}; run `make install` (npm ci) first")
+    return path
+
+
+def solc_wrapper() -> Path:
+    """The offline solc command (``tools/solc``)."""
+    path = repo_root() / "tools" / "solc"
+    if shutil.which("node") is None:
+        raise ToolchainError("node is not on PATH; install Node.js 20+ to compile contracts")
+    if not (repo_root() / "node_modules" / "solc").is_dir():
+        raise ToolchainError("npm package solc missing; run `make install` (npm ci) first")
+    return path
+
+
+def solc_version() -> str:
+    out = subprocess.run([str(solc_wrapper()), "--version"], capture_output=True, text=True, check=True).stdout
+    return out.strip().splitlines()[-1].removeprefix("Version: ")
+
+
+def standard_input(sources_dir: Path | None = None) -> dict[str, Any]:
+    """The standard-JSON input for every ``.sol`` file under ``contracts/src``."""
+    root = repo_root()
+    src = sources_dir or root / "contracts" / "src"
+    sources = {
+        str(p.relative_to(root)): {"content": p.read_text()} for p in sorted(src.rglob("*.sol"))
+    }
+    if not sources:
+        raise ToolchainError(f"no Solidity sources under {src}")
+    return {"language": "Solidity", "sources": sources, "settings": COMPILER_SETTINGS}
+
+
+def compile_contracts(*, force: bool = False) -> dict[str, Artifact]:
+    """Compile (or load from cache) every contract; returns artifacts by contract name."""
+    root = repo_root()
+    payload = standard_input()
+    version = solc_version()
+    digest = hashlib.sha256((version + json.dumps(payload, sort_keys=True)).encode()).hexdigest()[:24]
+    cache = state_dir() / "artifacts" / digest
+    if force or not (cache / "_complete").exists():
+        output = _run_solc(payload, root)
+        cache.mkdir(parents=True, exist_ok=True)
+        for source, contracts in output["contracts"].items():
+            if not source.startswith("contracts/"):
+                continue
+            for name, data in contracts.items():
+                bytecode = data["evm"]["bytecode"]["object"]
+                if not bytecode:
+                    continue  # interfaces and abstract contracts
+                record = {
+                    "contractName": name,
+                    "sourceName": source,
+                    "compiler": version,
+                    "abi": data["abi"],
+                    "bytecode": "0x" + bytecode,
+                    "deployedBytecode": "0x" + data["evm"]["deployedBytecode"]["object"],
+                }
+                (cache / f"{name}.json").write_text(json.dumps(record, indent=1))
+        (cache / "_complete").write_text(version)
+    return load_artifacts(cache)
+
+
+def load_artifacts(directory: Path) -> dict[str, Artifact]:
+    out: dict[str, Artifact] = {}
+    for path in sorted(directory.glob("*.json")):
+        data = json.loads(path.read_text())
+        out[data["contractName"]] = Artifact(
+            name=data["contractName"],
+            abi=data["abi"],
+            bytecode=data["bytecode"],
+            deployed_bytecode=data["deployedBytecode"],
+            path=path,
+        )
+    return out
+
+
+def _run_solc(payload: dict[str, Any], root: Path) -> dict[str, Any]:
+    import solcx  # py-solc-x drives the wrapper like a native solc
+
+    try:
+        output: dict[str, Any] = solcx.compile_standard(
+            payload,
+            solc_binary=solc_wrapper(),
+            base_path=str(root),
+            allow_paths=[str(root)],
+        )
+    except solcx.exceptions.SolcError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unknown error"
+        raise ToolchainError(f"solc failed: {first}") from exc
+    errors = [e for e in output.get("errors", []) if e.get("severity") == "error"]
+    if errors:
+        raise ToolchainError("solc failed: " + errors[0].get("formattedMessage", str(errors[0])).splitlines()[0])
+    return output

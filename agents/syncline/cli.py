@@ -1,0 +1,316 @@
+"""``syncline`` command line.
+
+    syncline devnet up|down|status        local anvil with the contracts deployed
+    syncline deploy --rpc-url URL ...     deploy to any EVM chain
+    syncline demo                         the main job (what `make demo` runs)
+    syncline train post-task|list-runs|get-run|get-receipt|enroll-trainer|seal|claim
+
+Bad input and failed calls print one line (``error: ...``) and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from web3 import Web3
+
+from syncline.chain import keys
+from syncline.chain.deployment import Deployment, deploy_market
+from syncline.chain.devnet import Devnet, start_anvil
+from syncline.chain.market import MarketClient
+from syncline.errors import SpecError, SynclineError
+from syncline.observability import configure_logging, get_logger
+from syncline.paths import state_dir
+from syncline.protocol.spec import TrainingTaskSpec
+
+log = get_logger("syncline.cli")
+
+
+def devnet_dir() -> Path:
+    return state_dir() / "devnet"
+
+
+def default_deployment_path() -> Path:
+    return devnet_dir() / "deployment.json"
+
+
+# ---------------------------------------------------------------------- signer selection
+
+
+def add_key_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("signing key (never logged)")
+    g.add_argument("--keystore", type=Path, help="encrypted eth-account keystore (password in $SYNCLINE_KEYSTORE_PASSWORD)")
+    g.add_argument("--key-env", default=keys.DEFAULT_KEY_ENV, help="environment variable holding a hex private key")
+    g.add_argument("--dev-account", type=int, help="index of an anvil development account (local devnet only)")
+
+
+def signer_from_args(args: argparse.Namespace) -> keys.Signer:
+    if args.dev_account is not None:
+        config = devnet_dir() / "anvil-config.json"
+        if not config.exists():
+            raise SynclineError("--dev-account needs a running `syncline devnet up`")
+        dev_keys = json.loads(config.read_text())["private_keys"]
+        if not 0 <= args.dev_account < len(dev_keys):
+            raise SynclineError(f"--dev-account must be within 0..{len(dev_keys) - 1}")
+        return keys.from_private_key(dev_keys[args.dev_account])
+    return keys.resolve(args.keystore, args.key_env)
+
+
+def market_from_args(args: argparse.Namespace) -> MarketClient:
+    deployment = Deployment.read(args.deployment)
+    w3 = Web3(Web3.HTTPProvider(args.rpc_url or deployment.rpc_url, request_kwargs={"timeout": 60}))
+    if not w3.is_connected():
+        raise SynclineError(f"cannot reach {args.rpc_url or deployment.rpc_url}: is the node running?")
+    return MarketClient(w3, deployment.market, deployment.abi())
+
+
+# ---------------------------------------------------------------------- devnet / deploy
+
+
+def cmd_devnet_up(args: argparse.Namespace) -> int:
+    pid_file = devnet_dir() / "anvil.pid"
+    if pid_file.exists() and _alive(int(pid_file.read_text())):
+        print(json.dumps(json.loads(default_deployment_path().read_text()), indent=2))
+        log.info("devnet.already_running", pid=int(pid_file.read_text()))
+        return 0
+    devnet = start_anvil(devnet_dir(), port=args.port, detach=True)
+    pid_file.write_text(str(devnet.pid))
+    deployer = keys.from_private_key(devnet.private_keys()[0])
+    deployment = deploy_market(devnet.web3(), deployer, devnet.rpc_url, devnet_dir())
+    log.info("devnet.up", rpc_url=devnet.rpc_url, market=deployment.market, pid=devnet.pid)
+    print(json.dumps(deployment.__dict__, indent=2))
+    return 0
+
+
+def cmd_devnet_down(args: argparse.Namespace) -> int:
+    pid_file = devnet_dir() / "anvil.pid"
+    if not pid_file.exists():
+        log.info("devnet.not_running")
+        return 0
+    pid = int(pid_file.read_text())
+    Devnet(rpc_url="", pid=pid, config_path=Path(), log_path=Path()).stop()
+    pid_file.unlink()
+    log.info("devnet.down", pid=pid)
+    return 0
+
+
+def cmd_devnet_status(args: argparse.Namespace) -> int:
+    pid_file = devnet_dir() / "anvil.pid"
+    running = pid_file.exists() and _alive(int(pid_file.read_text()))
+    out: dict[str, Any] = {"running": running}
+    if running:
+        out["deployment"] = json.loads(default_deployment_path().read_text())
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    w3 = Web3(Web3.HTTPProvider(args.rpc_url, request_kwargs={"timeout": 60}))
+    if not w3.is_connected():
+        raise SynclineError(f"cannot reach {args.rpc_url}")
+    deployment = deploy_market(w3, signer_from_args(args), args.rpc_url, args.out)
+    log.info("deployed", market=deployment.market, chain_id=deployment.chain_id, file=str(args.out / "deployment.json"))
+    print(json.dumps(deployment.__dict__, indent=2))
+    return 0
+
+
+# ---------------------------------------------------------------------- demo
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from syncline.demo.lifecycle import Cast, Lifecycle, write_receipt
+
+    out = state_dir() / "demo"
+    started = time.monotonic()
+    log.info("demo.start", what="local devnet + contracts + scripted market lifecycle")
+    with start_anvil(out / "anvil") as devnet:
+        signers = [keys.from_private_key(k) for k in devnet.private_keys()]
+        log.info("devnet.up", rpc_url=devnet.rpc_url)
+        deployment = deploy_market(devnet.web3(), signers[0], devnet.rpc_url, out)
+        log.info("contracts.deployed", market=deployment.market, block=deployment.deployed_at_block)
+        market = MarketClient.from_deployment(deployment, devnet.web3())
+        cast = Cast(sponsor=signers[0], trainers=signers[1:4], witnesses=signers[4:7], anyone=signers[7])
+        receipt = Lifecycle(market, cast).run()
+    path = write_receipt(receipt, out / "receipt.json")
+    print(json.dumps(receipt.to_mapping(), indent=2))
+    log.info("demo.done", receipt=str(path), seconds=round(time.monotonic() - started, 1))
+    return 0
+
+
+# ---------------------------------------------------------------------- train (sponsor and trainer)
+
+
+def cmd_post_task(args: argparse.Namespace) -> int:
+    try:
+        raw = yaml.safe_load(Path(args.spec).read_text())
+    except OSError as exc:
+        raise SpecError(f"cannot read spec {args.spec}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"spec {args.spec} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    market = market_from_args(args)
+    if isinstance(raw, dict) and isinstance(raw.get("enrollment_deadline"), str) and raw["enrollment_deadline"].startswith("+"):
+        now = int(market.w3.eth.get_block("latest")["timestamp"])
+        raw["enrollment_deadline"] = now + int(raw["enrollment_deadline"][1:])
+    spec = TrainingTaskSpec.from_mapping(raw)
+    spec_path = state_dir() / "specs" / f"{spec.spec_hash[2:]}.json"
+    spec_path.parent.mkdir(parents=True, exist_ok=True)
+    spec_path.write_bytes(spec.canonical_bytes())
+    task_id, receipt = market.post_task(signer_from_args(args), spec, args.spec_uri or spec_path.resolve().as_uri())
+    print(json.dumps({"task_id": task_id, "spec_hash": spec.spec_hash, "tx": receipt["transactionHash"].hex()}))
+    return 0
+
+
+def cmd_list_runs(args: argparse.Namespace) -> int:
+    market = market_from_args(args)
+    rows = []
+    for task_id in range(1, market.task_count() + 1):
+        t = market.task(task_id)
+        rows.append(
+            {
+                "task_id": task_id,
+                "status": t.status.name.lower(),
+                "enrolled": t.enrolled,
+                "round": t.current_round,
+                "finalized": t.rounds_finalized,
+                "carried_forward": t.rounds_carried,
+                "reward_pool_wei": t.reward_pool_wei,
+            }
+        )
+    print(json.dumps(rows, indent=2))
+    return 0
+
+
+def cmd_get_run(args: argparse.Namespace) -> int:
+    market = market_from_args(args)
+    t = market.task(args.task_id)
+    trainers = {}
+    for address in market.trainers(args.task_id):
+        r = market.trainer(args.task_id, address)
+        trainers[address] = {
+            "fragment": r.fragment,
+            "shards": r.shards,
+            "submitted": r.submitted,
+            "accepted": r.accepted,
+            "missed_rounds": r.missed,
+            "evicted": r.evicted,
+            "stake_wei": r.stake_wei,
+            "slashed_wei": r.slashed_wei,
+            "current_reward": r.reward_wei,
+        }
+    out = {"task_id": args.task_id, "state": {k: (v.name.lower() if hasattr(v, "name") else v) for k, v in t.__dict__.items()},
+           "trainer_metrics": trainers}
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+def cmd_get_receipt(args: argparse.Namespace) -> int:
+    print(market_from_args(args).receipt(args.task_id).to_json())
+    return 0
+
+
+def cmd_enroll(args: argparse.Namespace) -> int:
+    market = market_from_args(args)
+    fragment, receipt = market.enroll(signer_from_args(args), args.task_id)
+    print(json.dumps({"task_id": args.task_id, "fragment": fragment, "status": "enrolled"}))
+    return 0
+
+
+def cmd_seal(args: argparse.Namespace) -> int:
+    market = market_from_args(args)
+    market.seal(signer_from_args(args), args.task_id)
+    print(market.receipt(args.task_id).to_json())
+    return 0
+
+
+def cmd_claim(args: argparse.Namespace) -> int:
+    market = market_from_args(args)
+    amount, _ = market.withdraw(signer_from_args(args))
+    print(json.dumps({"withdrawn_wei": amount}))
+    return 0
+
+
+# ---------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="syncline", description="Syncline: verifiable decentralized training market")
+    parser.add_argument("--log-level", default=None, help="debug, info, warning")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    devnet = sub.add_parser("devnet", help="local anvil devnet with the contracts deployed")
+    dsub = devnet.add_subparsers(dest="action", required=True)
+    up = dsub.add_parser("up", help="start anvil on 127.0.0.1, deploy, write .syncline/devnet/deployment.json")
+    up.add_argument("--port", type=int, default=None)
+    up.set_defaults(func=cmd_devnet_up)
+    dsub.add_parser("down", help="stop the devnet").set_defaults(func=cmd_devnet_down)
+    dsub.add_parser("status", help="is it running, and where").set_defaults(func=cmd_devnet_status)
+
+    deploy = sub.add_parser("deploy", help="deploy the contracts to any EVM RPC")
+    deploy.add_argument("--rpc-url", required=True)
+    deploy.add_argument("--out", type=Path, default=Path(".syncline/deployments/custom"))
+    add_key_options(deploy)
+    deploy.set_defaults(func=cmd_deploy)
+
+    sub.add_parser("demo", help="the main job: devnet, contracts, a whole run, the receipt").set_defaults(func=cmd_demo)
+
+    train = sub.add_parser("train", help="sponsor and trainer commands against a deployment")
+    tsub = train.add_subparsers(dest="action", required=True)
+
+    def chain_cmd(name: str, func: Any, help_: str, *, task: bool = True, signer: bool = False) -> argparse.ArgumentParser:
+        p = tsub.add_parser(name, help=help_)
+        p.add_argument("--deployment", type=Path, default=default_deployment_path())
+        p.add_argument("--rpc-url", default=None, help="override the deployment's RPC URL")
+        if task:
+            p.add_argument("--task-id", type=int, required=True)
+        if signer:
+            add_key_options(p)
+        p.set_defaults(func=func)
+        return p
+
+    post = chain_cmd("post-task", cmd_post_task, "post a task from a YAML spec and escrow its pool", task=False, signer=True)
+    post.add_argument("--spec", required=True, help="task spec YAML")
+    post.add_argument("--spec-uri", default=None, help="where the spec artifact lives (default: local file URI)")
+    chain_cmd("list-runs", cmd_list_runs, "list every task", task=False)
+    get_run = chain_cmd("get-run", cmd_get_run, "status, rounds and trainer metrics of a task")
+    get_run.add_argument("--format", choices=["json"], default="json")
+    chain_cmd("get-receipt", cmd_get_receipt, "the TrainingReceipt of a task")
+    chain_cmd("enroll-trainer", cmd_enroll, "bond the stake and enroll", signer=True)
+    chain_cmd("seal", cmd_seal, "seal a completed run after its challenge window", signer=True)
+    chain_cmd("claim", cmd_claim, "withdraw this account's credit", task=False, signer=True)
+    return parser
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.log_level)
+    try:
+        code: int = args.func(args)
+        return code
+    except SynclineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

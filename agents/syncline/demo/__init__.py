@@ -1,0 +1,1 @@
+"""The main job run by ``make demo``."""

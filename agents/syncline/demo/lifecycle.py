@@ -1,0 +1,286 @@
+"""Scripted market lifecycle on the real contracts (the main job until the training agents land).
+
+A sponsor posts a task, three trainers enroll and commit each round, three witnesses (k=2)
+finalize rounds, one round is carried forward, a trainer is evicted, the run seals and every
+party withdraws. Payloads are deterministic stand-ins (hashes of labelled bytes); state roots are
+a hash chain over the accepted payloads, so two witnesses computing from the chain agree.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eth_utils import keccak
+from web3 import Web3
+
+from syncline.chain.devnet import chain_time, increase_time
+from syncline.chain.keys import Signer
+from syncline.chain.market import MarketClient
+from syncline.errors import ChainError
+from syncline.observability import get_logger
+from syncline.protocol import merkle
+from syncline.protocol.enums import AggregationRule, Modality, Tier
+from syncline.protocol.receipt import TrainingReceipt
+from syncline.protocol.spec import (
+    AggregationSpec,
+    DatasetManifest,
+    ModelArchitecture,
+    OuterOptimizerSpec,
+    TrainingTaskSpec,
+)
+
+ETH = 10**18
+log = get_logger("syncline.demo")
+
+
+def _h(label: str) -> bytes:
+    return keccak(text=label)
+
+
+def _hexs(b: bytes) -> str:
+    return "0x" + b.hex()
+
+
+@dataclass(frozen=True)
+class Cast:
+    """Who plays which role in the demo."""
+
+    sponsor: Signer
+    trainers: Sequence[Signer]
+    witnesses: Sequence[Signer]
+    anyone: Signer
+
+
+def demo_spec(cast: Cast, now: int) -> TrainingTaskSpec:
+    shard_hashes = tuple(_hexs(_h(f"shakespeare-shard-{i}")) for i in range(6))
+    return TrainingTaskSpec(
+        name="demo-lifecycle",
+        modality=Modality.LANGUAGE,
+        model=ModelArchitecture(
+            family="llama", config={"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
+        ),
+        dataset=DatasetManifest(shard_hashes=shard_hashes, shard_uris=tuple(f"blob://shard-{i}" for i in range(6))),
+        tier=Tier.VERIFIED,
+        aggregation=AggregationSpec(rule=AggregationRule.COORDINATE_MEDIAN),
+        inner_steps=50,
+        rounds=4,
+        round_duration_s=120,
+        grace_window_s=60,
+        challenge_window_s=300,
+        trainer_stake_wei=1 * ETH,
+        min_trainers=2,
+        max_trainers=3,
+        enrollment_deadline=now + 600,
+        witnesses=tuple(w.address for w in cast.witnesses),
+        threshold=2,
+        witness_fee_wei=ETH // 100,
+        reward_pool_wei=3 * ETH,
+        initial_state_root=_hexs(_h("initial-state")),
+        outer_optimizer=OuterOptimizerSpec(lr=0.7, momentum=0.9),
+        gradient_bits=8,
+        max_missed_rounds=1,
+        eviction_slash_bps=2_500,
+    )
+
+
+class Lifecycle:
+    """Drives one scripted run; ``advance`` moves chain time (anvil) or waits (any other chain)."""
+
+    def __init__(self, market: MarketClient, cast: Cast, *, time_travel: bool = True):
+        self.market = market
+        self.cast = cast
+        self.w3: Web3 = market.w3
+        self.time_travel = time_travel
+        self.task_id = 0
+        self.rounds: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------------ chain clock
+
+    def advance_past(self, timestamp: int, why: str) -> None:
+        now = chain_time(self.w3)
+        if now > timestamp:
+            return
+        if self.time_travel:
+            increase_time(self.w3, timestamp - now + 1)
+            log.info("time.travel", seconds=timestamp - now + 1, why=why)
+        else:
+            log.info("time.wait", seconds=timestamp - now + 1, why=why)
+            while chain_time(self.w3) <= timestamp:
+                time.sleep(1)
+
+    # ------------------------------------------------------------------ roles
+
+    def commit(self, round_: int, trainer: Signer) -> None:
+        fragment = self.market.trainer(self.task_id, trainer.address).fragment
+        chunks = [_h(f"task{self.task_id}/round{round_}/fragment{fragment}/chunk{c}") for c in range(4)]
+        chunk_root = merkle.root(chunks)
+        payload = keccak(b"".join(chunks))
+        self.market.commit_submission(
+            trainer, self.task_id, round_, fragment, payload, chunk_root, f"blob://{payload.hex()[:16]}"
+        )
+        log.info("trainer.committed", round=round_, trainer=trainer.address[:10], fragment=fragment)
+
+    def honest_result(self, round_: int, exclude: int = 0) -> tuple[bytes, bytes, int]:
+        """Result a witness derives from the chain: accept every committed fragment (minus ``exclude``)."""
+        r = self.market.round(self.task_id, round_)
+        mask = r.committed_mask & ~exclude
+        payloads = [
+            bytes.fromhex(self.market.submission(self.task_id, round_, f).payload_hash[2:])
+            for f in range(256)
+            if mask >> f & 1
+        ]
+        aggregate = merkle.root(payloads) if payloads else _h("empty-aggregate")
+        previous = bytes.fromhex(self.market.task(self.task_id).state_root[2:])
+        return keccak(previous + aggregate), aggregate, mask
+
+    def vote(self, round_: int, witness: Signer, result: tuple[bytes, bytes, int], loss: float) -> None:
+        state_root, aggregate, mask = result
+        receipt = self.market.finalize_round(
+            witness, self.task_id, round_, state_root, aggregate, mask, metric=int(loss * 1e6)
+        )
+        names = [e["event"] for e in self.market.all_events(receipt)]
+        log.info("witness.voted", round=round_, witness=witness.address[:10], events=",".join(names) or "none")
+
+    # ------------------------------------------------------------------ script
+
+    def run(self, on_step: Callable[[str], None] | None = None) -> TrainingReceipt:
+        step = on_step or (lambda s: log.info("step", what=s))
+        cast, market = self.cast, self.market
+        t0, t1, t2 = cast.trainers
+        w0, w1, w2 = cast.witnesses
+
+        step("1/7 sponsor posts a task and escrows the reward pool")
+        spec = demo_spec(cast, chain_time(self.w3))
+        self.task_id, _ = market.post_task(cast.sponsor, spec, spec_uri=f"blob://{spec.spec_hash[2:18]}")
+        log.info(
+            "task.posted",
+            task_id=self.task_id,
+            spec_hash=spec.spec_hash[:18],
+            escrow_eth=spec.escrow_wei / ETH,
+            rule=spec.aggregation.rule.name.lower(),
+            tier=spec.tier.name.lower(),
+        )
+
+        step("2/7 three trainers enroll with their stake (the run starts at max trainers)")
+        for trainer in cast.trainers:
+            fragment, receipt = market.enroll(trainer, self.task_id)
+            log.info("trainer.enrolled", trainer=trainer.address[:10], fragment=fragment)
+        for ev in market.events(receipt, "ShardsAssigned"):
+            log.info("shards.assigned", trainer=ev["args"]["trainer"][:10], shards=_shards(ev["args"]["shardMask"]))
+
+        step("3/7 round 0: all commit; two witnesses reach quorum; the third re-finalizes idempotently")
+        for trainer in cast.trainers:
+            self.commit(0, trainer)
+        self.advance_past(market.round_deadline(self.task_id), "round 0 deadline")
+        result = self.honest_result(0)
+        self.vote(0, w0, result, 5.20)
+        self.vote(0, w1, result, 5.21)
+        before = market.task(self.task_id)
+        self.vote(0, w2, result, 5.20)
+        if market.task(self.task_id) != before:
+            raise RuntimeError("an idempotent finalize changed the task state")
+        log.info("round.finalized", round=0, state_root=_hexs(result[0])[:18], idempotent_third_vote="no change")
+        self.rounds.append(self._round_summary(0))
+
+        step("4/7 round 1: trainer 3 misses; witness 2 dissents; a late conflicting finalize is refused")
+        self.commit(1, t0)
+        self.commit(1, t1)
+        self.advance_past(market.round_deadline(self.task_id), "round 1 deadline")
+        honest = self.honest_result(1)
+        dissent = self.honest_result(1, exclude=1 << market.trainer(self.task_id, t1.address).fragment)
+        self.vote(1, w0, honest, 4.61)
+        self.vote(1, w1, dissent, 4.70)
+        self.vote(1, w2, honest, 4.60)
+        try:
+            market.finalize_round(w1, self.task_id, 1, dissent[0], dissent[1], dissent[2])
+            raise RuntimeError("a conflicting finalize after quorum was accepted")
+        except ChainError as err:
+            log.info("fork.detected", error=err.error_name, detail=str(err).split(": ", 1)[-1][:90])
+        self.rounds.append(self._round_summary(1))
+
+        step("5/7 round 2: only one witness is online; after the grace window anyone carries the round forward")
+        self.commit(2, t0)
+        self.commit(2, t1)
+        self.advance_past(market.round_deadline(self.task_id), "round 2 deadline")
+        self.vote(2, w0, self.honest_result(2), 4.20)
+        try:
+            market.carry_forward(cast.anyone, self.task_id, 2)
+            raise RuntimeError("carry-forward inside the grace window was accepted")
+        except ChainError as err:
+            log.info("carry_forward.too_early", error=err.error_name)
+        self.advance_past(market.round_deadline(self.task_id) + spec.grace_window_s, "round 2 grace window")
+        receipt = market.carry_forward(cast.anyone, self.task_id, 2)
+        for ev in market.all_events(receipt):
+            args = ev["args"]
+            if ev["event"] == "TrainerEvicted":
+                log.info("trainer.evicted", trainer=args["trainer"][:10], after_round=args["round"])
+            elif ev["event"] == "StakeSlashed":
+                log.info("stake.slashed", offender=args["offender"][:10], eth=args["amount"] / ETH)
+            elif ev["event"] == "ShardsAssigned":
+                log.info("shards.rebalanced", trainer=args["trainer"][:10], shards=_shards(args["shardMask"]))
+            elif ev["event"] == "RoundCarriedForward":
+                log.info("round.carried_forward", round=args["round"], state_root=_hexs(args["stateRoot"])[:18])
+        self.rounds.append(self._round_summary(2))
+
+        step("6/7 round 3: the two remaining trainers commit; quorum finalizes the last round")
+        self.commit(3, t0)
+        self.commit(3, t1)
+        self.advance_past(market.round_deadline(self.task_id), "round 3 deadline")
+        result = self.honest_result(3)
+        self.vote(3, w2, result, 3.95)
+        self.vote(3, w0, result, 3.94)
+        self.rounds.append(self._round_summary(3))
+
+        step("7/7 after the challenge window the run seals; every party withdraws its credit")
+        try:
+            market.seal(cast.anyone, self.task_id)
+            raise RuntimeError("sealing inside the challenge window was accepted")
+        except ChainError as err:
+            log.info("seal.too_early", error=err.error_name)
+        self.advance_past(market.task(self.task_id).last_closed_at + spec.challenge_window_s, "challenge window")
+        market.seal(cast.anyone, self.task_id)
+        payouts: dict[str, int] = {}
+        for signer in [cast.sponsor, *cast.trainers, *cast.witnesses]:
+            if market.credit_of(signer.address) > 0:
+                amount, _ = market.withdraw(signer)
+                payouts[signer.address] = amount
+                log.info("withdrawn", account=signer.address[:10], eth=round(amount / ETH, 6))
+        escrow_left = market.escrow_of(self.task_id)
+        if escrow_left != 0:
+            raise RuntimeError(f"task still holds {escrow_left} wei after sealing")
+
+        receipt_view = market.receipt(self.task_id)
+        extras = {
+            "rounds": self.rounds,
+            "withdrawn_wei": payouts,
+            "market": market.address,
+            "chain_id": int(self.w3.eth.chain_id),
+        }
+        return TrainingReceipt(**{**receipt_view.__dict__, "extras": extras})
+
+    def _round_summary(self, round_: int) -> dict[str, Any]:
+        r = self.market.round(self.task_id, round_)
+        return {
+            "round": round_,
+            "status": r.status.name.lower(),
+            "state_root": r.state_root,
+            "aggregate_root": r.aggregate_root,
+            "accepted_mask": r.accepted_mask,
+            "committed_mask": r.committed_mask,
+            "votes": r.vote_count,
+        }
+
+
+def _shards(mask: int) -> str:
+    return ",".join(str(i) for i in range(256) if mask >> i & 1)
+
+
+def write_receipt(receipt: TrainingReceipt, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(receipt.to_mapping(), indent=2) + "\n")
+    return path

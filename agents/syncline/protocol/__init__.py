@@ -1,0 +1,1 @@
+"""Pure protocol logic shared by agents, tests and benchmarks. Nothing here does I/O."""

@@ -1,0 +1,77 @@
+"""``TrainingReceipt``: what a run produced and paid, as read from the chain."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from syncline.protocol.enums import TaskStatus
+
+
+@dataclass(frozen=True)
+class TrainerLine:
+    trainer: str
+    fragment: int
+    evicted: bool
+    submitted: int
+    accepted: int
+    missed: int
+    accepted_weight: int
+    reward_wei: int
+    stake_refund_wei: int
+    slashed_wei: int
+
+
+@dataclass(frozen=True)
+class WitnessLine:
+    witness: str
+    votes: int
+    matched: int
+    dissents: int
+    fees_wei: int
+
+
+@dataclass(frozen=True)
+class TrainingReceipt:
+    task_id: int
+    spec_hash: str
+    status: TaskStatus
+    final_state_root: str
+    rounds_total: int
+    rounds_finalized: int
+    rounds_carried_forward: int
+    reward_pool_wei: int
+    sponsor_refund_wei: int
+    trainers: tuple[TrainerLine, ...]
+    witnesses: tuple[WitnessLine, ...]
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_chain(cls, raw: Any) -> TrainingReceipt:
+        """From the ``getReceipt`` return value (a tuple in ABI order)."""
+        (task_id, spec_hash, status, root, total, finalized, carried, pool, refund, trainers, witnesses) = raw
+        return cls(
+            task_id=int(task_id),
+            spec_hash="0x" + bytes(spec_hash).hex(),
+            status=TaskStatus(int(status)),
+            final_state_root="0x" + bytes(root).hex(),
+            rounds_total=int(total),
+            rounds_finalized=int(finalized),
+            rounds_carried_forward=int(carried),
+            reward_pool_wei=int(pool),
+            sponsor_refund_wei=int(refund),
+            trainers=tuple(TrainerLine(str(t[0]), *(int(x) if not isinstance(x, bool) else x for x in t[1:]))
+                           for t in trainers),
+            witnesses=tuple(WitnessLine(str(w[0]), *(int(x) for x in w[1:])) for w in witnesses),
+        )
+
+    def to_mapping(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["status"] = self.status.name.lower()
+        extras = data.pop("extras")
+        data.update(extras)
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_mapping(), indent=2)

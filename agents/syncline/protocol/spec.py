@@ -1,0 +1,336 @@
+"""``TrainingTaskSpec``: what a sponsor posts.
+
+The whole spec is a content-addressed artifact: its canonical JSON (sorted keys, no spaces,
+integers only where the chain reads them) hashed with keccak256 is the ``specHash`` stored on
+chain. ``validate`` applies every rule the contract enforces at ``postTask``, so bad specs fail
+here with a one-line reason before any transaction is sent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+from eth_utils import keccak, to_checksum_address
+
+from syncline.errors import SpecError
+from syncline.protocol import merkle, tier_policy
+from syncline.protocol.enums import AggregationRule, Modality, Tier, parse_enum
+
+MAX_TRAINERS = 64
+MAX_WITNESSES = 32
+MAX_SHARDS = 256
+PPM = 1_000_000
+
+
+def _hex32(value: str, field_name: str) -> str:
+    text = value.lower()
+    if not (text.startswith("0x") and len(text) == 66 and all(c in "0123456789abcdef" for c in text[2:])):
+        raise SpecError(f"{field_name}: expected a 0x-prefixed 32-byte hex string, got {value!r}")
+    return text
+
+
+def canonical_json(data: Any) -> bytes:
+    """Deterministic JSON: sorted keys, no whitespace, UTF-8."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+@dataclass(frozen=True)
+class ModelArchitecture:
+    """Model family and its config (e.g. a ``transformers`` config dict); the hash pins both."""
+
+    family: str
+    config: Mapping[str, Any]
+
+    @property
+    def config_hash(self) -> str:
+        return "0x" + keccak(canonical_json({"family": self.family, "config": dict(self.config)})).hex()
+
+
+@dataclass(frozen=True)
+class DatasetManifest:
+    """Shards of the training data: content hashes and where to fetch them (locators only)."""
+
+    shard_hashes: tuple[str, ...]
+    shard_uris: tuple[str, ...] = ()
+    validation_hash: str | None = None
+    validation_uri: str | None = None
+
+    @property
+    def shard_count(self) -> int:
+        return len(self.shard_hashes)
+
+    @property
+    def root(self) -> str:
+        """Merkle root over the shard hashes (leaf binds the shard index)."""
+        return "0x" + merkle.root([bytes.fromhex(h[2:]) for h in self.shard_hashes]).hex()
+
+
+@dataclass(frozen=True)
+class AggregationSpec:
+    """The robust aggregation rule and its parameter (see ``rule_param``)."""
+
+    rule: AggregationRule = AggregationRule.MEAN
+    trim_fraction: float = 0.0
+    krum_f: int = 0
+    clip_radius: float = 0.0
+
+    @property
+    def rule_param(self) -> int:
+        """The single integer the contract stores: trim bps, Krum f, or clip radius in ppm."""
+        if self.rule == AggregationRule.TRIMMED_MEAN:
+            return round(self.trim_fraction * tier_policy.BPS)
+        if self.rule in (AggregationRule.KRUM, AggregationRule.MULTI_KRUM):
+            return self.krum_f
+        if self.rule == AggregationRule.CENTERED_CLIP:
+            return round(self.clip_radius * PPM)
+        return 0
+
+
+@dataclass(frozen=True)
+class OuterOptimizerSpec:
+    """Nesterov momentum SGD applied by the witnesses (DiLoCo defaults)."""
+
+    lr: float = 0.7
+    momentum: float = 0.9
+
+
+@dataclass(frozen=True)
+class TrainingTaskSpec:
+    """Everything that defines a training run. Amounts are in wei, durations in seconds."""
+
+    name: str
+    modality: Modality
+    model: ModelArchitecture
+    dataset: DatasetManifest
+    tier: Tier
+    aggregation: AggregationSpec
+    inner_steps: int
+    rounds: int
+    round_duration_s: int
+    grace_window_s: int
+    challenge_window_s: int
+    trainer_stake_wei: int
+    min_trainers: int
+    max_trainers: int
+    enrollment_deadline: int
+    witnesses: tuple[str, ...]
+    threshold: int
+    witness_fee_wei: int
+    reward_pool_wei: int
+    initial_state_root: str
+    outer_optimizer: OuterOptimizerSpec = field(default_factory=OuterOptimizerSpec)
+    gradient_bits: int = 8
+    max_missed_rounds: int = 2
+    eviction_slash_bps: int = 1_000
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ derived values
+
+    @property
+    def witness_fee_budget_wei(self) -> int:
+        return self.witness_fee_wei * self.threshold * self.rounds
+
+    @property
+    def escrow_wei(self) -> int:
+        """What ``postTask`` must be sent: reward pool plus witness fee budget."""
+        return self.reward_pool_wei + self.witness_fee_budget_wei
+
+    def to_mapping(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["modality"] = self.modality.name.lower()
+        data["tier"] = self.tier.name.lower()
+        data["aggregation"]["rule"] = self.aggregation.rule.name.lower()
+        data["model"]["config"] = dict(self.model.config)
+        data["metadata"] = dict(self.metadata)
+        data["witnesses"] = list(self.witnesses)
+        data["dataset"]["shard_hashes"] = list(self.dataset.shard_hashes)
+        data["dataset"]["shard_uris"] = list(self.dataset.shard_uris)
+        return data
+
+    def canonical_bytes(self) -> bytes:
+        return canonical_json(self.to_mapping())
+
+    @property
+    def spec_hash(self) -> str:
+        return "0x" + keccak(self.canonical_bytes()).hex()
+
+    # ------------------------------------------------------------------ validation
+
+    def validate(self, *, now: int | None = None) -> TrainingTaskSpec:
+        """Raise ``SpecError`` (one line) for any rule ``postTask`` would reject; return self."""
+        n = len(self.witnesses)
+        if not (0 < self.threshold <= n) or n > MAX_WITNESSES:
+            raise SpecError(f"threshold k={self.threshold} must satisfy 0 < k <= witnesses ({n}, at most 32)")
+        if len(set(self.witnesses)) != n:
+            raise SpecError("witnesses: duplicate address")
+        if any(int(w, 16) == 0 for w in self.witnesses):
+            raise SpecError("witnesses: the zero address cannot be a witness")
+        for name in ("rounds", "inner_steps", "round_duration_s", "trainer_stake_wei", "reward_pool_wei"):
+            if getattr(self, name) <= 0:
+                raise SpecError(f"{name} must be positive")
+        for name in ("grace_window_s", "challenge_window_s", "witness_fee_wei", "max_missed_rounds"):
+            if getattr(self, name) < 0:
+                raise SpecError(f"{name} must not be negative")
+        if not (1 <= self.min_trainers <= self.max_trainers <= MAX_TRAINERS):
+            raise SpecError(
+                f"trainers: need 1 <= min ({self.min_trainers}) <= max ({self.max_trainers}) <= {MAX_TRAINERS}"
+            )
+        if not (self.max_trainers <= self.dataset.shard_count <= MAX_SHARDS):
+            raise SpecError(
+                f"dataset: {self.dataset.shard_count} shards; need max_trainers ({self.max_trainers}) <= shards <= 256"
+            )
+        if self.dataset.shard_uris and len(self.dataset.shard_uris) != self.dataset.shard_count:
+            raise SpecError("dataset: shard_uris must list one URI per shard")
+        if not 0 <= self.eviction_slash_bps <= tier_policy.BPS:
+            raise SpecError(f"eviction_slash_bps {self.eviction_slash_bps} must be within 0..10000")
+        if self.gradient_bits not in (8, 16):
+            raise SpecError(f"gradient_bits {self.gradient_bits}: only 8 or 16 are defined")
+        if not 0 < self.outer_optimizer.lr * PPM < 2**32 or not 0 <= self.outer_optimizer.momentum < 1:
+            raise SpecError("outer_optimizer: need 0 < lr and 0 <= momentum < 1")
+        if not tier_policy.admits(self.tier, self.aggregation.rule):
+            raise SpecError(
+                f"tier {self.tier.name.lower()} does not admit rule {self.aggregation.rule.name.lower()} "
+                "(open admits mean only; use tier verified for robust rules)"
+            )
+        if not tier_policy.param_consistent(self.aggregation.rule, self.aggregation.rule_param, self.min_trainers):
+            raise SpecError(
+                f"aggregation {self.aggregation.rule.name.lower()} with parameter {self.aggregation.rule_param} "
+                f"cannot work with min_trainers={self.min_trainers}"
+            )
+        if now is not None and self.enrollment_deadline <= now:
+            raise SpecError(f"enrollment_deadline {self.enrollment_deadline} is not after now ({now})")
+        return self
+
+    # ------------------------------------------------------------------ chain encoding
+
+    def onchain(self, spec_uri: str) -> tuple[Any, ...]:
+        """The ``TaskSpec`` struct tuple for ``postTask`` (field order of SynclineTypes.sol)."""
+        return (
+            bytes.fromhex(self.spec_hash[2:]),
+            spec_uri,
+            bytes.fromhex(self.model.config_hash[2:]),
+            bytes.fromhex(self.dataset.root[2:]),
+            bytes.fromhex(self.initial_state_root[2:]),
+            int(self.modality),
+            int(self.tier),
+            int(self.aggregation.rule),
+            self.aggregation.rule_param,
+            self.dataset.shard_count,
+            self.inner_steps,
+            self.rounds,
+            self.round_duration_s,
+            self.grace_window_s,
+            self.challenge_window_s,
+            self.enrollment_deadline,
+            self.trainer_stake_wei,
+            self.min_trainers,
+            self.max_trainers,
+            self.max_missed_rounds,
+            self.eviction_slash_bps,
+            self.threshold,
+            self.witness_fee_wei,
+            round(self.outer_optimizer.lr * PPM),
+            round(self.outer_optimizer.momentum * PPM),
+            self.gradient_bits,
+            [to_checksum_address(w) for w in self.witnesses],
+        )
+
+    # ------------------------------------------------------------------ parsing
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> TrainingTaskSpec:
+        """Build from a YAML/JSON mapping; every problem is one ``SpecError`` line naming the field."""
+        if not isinstance(data, Mapping):
+            raise SpecError("spec must be a mapping of fields")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SpecError(f"unknown spec field(s): {', '.join(unknown)}")
+        try:
+            model = data["model"]
+            dataset = data["dataset"]
+            aggregation = dict(data.get("aggregation", {}))
+            outer = dict(data.get("outer_optimizer", {}))
+            spec = cls(
+                name=str(data["name"]),
+                modality=parse_enum(Modality, data.get("modality", "language"), "modality"),
+                model=ModelArchitecture(family=str(model["family"]), config=dict(model.get("config", {}))),
+                dataset=DatasetManifest(
+                    shard_hashes=tuple(_hex32(h, "dataset.shard_hashes") for h in _seq(dataset["shard_hashes"])),
+                    shard_uris=tuple(str(u) for u in _seq(dataset.get("shard_uris", ()))),
+                    validation_hash=(
+                        _hex32(dataset["validation_hash"], "dataset.validation_hash")
+                        if dataset.get("validation_hash")
+                        else None
+                    ),
+                    validation_uri=dataset.get("validation_uri"),
+                ),
+                tier=parse_enum(Tier, data.get("tier", "open"), "tier"),
+                aggregation=AggregationSpec(
+                    rule=parse_enum(AggregationRule, aggregation.pop("rule", "mean"), "aggregation.rule"),
+                    trim_fraction=float(aggregation.pop("trim_fraction", 0.0)),
+                    krum_f=_int(aggregation.pop("krum_f", 0), "aggregation.krum_f"),
+                    clip_radius=float(aggregation.pop("clip_radius", 0.0)),
+                ),
+                inner_steps=_int(data["inner_steps"], "inner_steps"),
+                rounds=_int(data["rounds"], "rounds"),
+                round_duration_s=_int(data["round_duration_s"], "round_duration_s"),
+                grace_window_s=_int(data.get("grace_window_s", 0), "grace_window_s"),
+                challenge_window_s=_int(data.get("challenge_window_s", 0), "challenge_window_s"),
+                trainer_stake_wei=_int(data["trainer_stake_wei"], "trainer_stake_wei"),
+                min_trainers=_int(data["min_trainers"], "min_trainers"),
+                max_trainers=_int(data["max_trainers"], "max_trainers"),
+                enrollment_deadline=_int(data["enrollment_deadline"], "enrollment_deadline"),
+                witnesses=tuple(_address(w) for w in _seq(data["witnesses"])),
+                threshold=_int(data["threshold"], "threshold"),
+                witness_fee_wei=_int(data.get("witness_fee_wei", 0), "witness_fee_wei"),
+                reward_pool_wei=_int(data["reward_pool_wei"], "reward_pool_wei"),
+                initial_state_root=_hex32(str(data["initial_state_root"]), "initial_state_root"),
+                outer_optimizer=OuterOptimizerSpec(
+                    lr=float(outer.pop("lr", 0.7)), momentum=float(outer.pop("momentum", 0.9))
+                ),
+                gradient_bits=_int(data.get("gradient_bits", 8), "gradient_bits"),
+                max_missed_rounds=_int(data.get("max_missed_rounds", 2), "max_missed_rounds"),
+                eviction_slash_bps=_int(data.get("eviction_slash_bps", 1000), "eviction_slash_bps"),
+                metadata=dict(data.get("metadata", {})),
+            )
+            if aggregation:
+                raise SpecError(f"aggregation: unknown field(s) {', '.join(sorted(aggregation))}")
+            if outer:
+                raise SpecError(f"outer_optimizer: unknown field(s) {', '.join(sorted(outer))}")
+        except KeyError as exc:
+            raise SpecError(f"missing spec field {exc.args[0]!r}") from None
+        except (TypeError, ValueError) as exc:
+            raise SpecError(str(exc)) from None
+        return spec
+
+    def with_updates(self, **changes: Any) -> TrainingTaskSpec:
+        return replace(self, **changes)
+
+
+def _int(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise SpecError(f"{name}: expected an integer, got {value!r}")
+    try:
+        return int(value)
+    except ValueError:
+        raise SpecError(f"{name}: expected an integer, got {value!r}") from None
+
+
+def _seq(value: object) -> Sequence[Any]:
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise SpecError(f"expected a list, got {value!r}")
+    return value
+
+
+def _address(value: object) -> str:
+    text = str(value)
+    if not (text.startswith("0x") and len(text) == 42):
+        raise SpecError(f"witnesses: {text!r} is not a 0x-prefixed 20-byte address")
+    try:
+        return to_checksum_address(text)
+    except ValueError:
+        raise SpecError(f"witnesses: {text!r} is not a valid address") from None

@@ -1,0 +1,810 @@
+// SPDX-License-Identifier: MIT
+pragma solidity ^0.8.24;
+
+import {SynclineTest} from "./base/SynclineTest.sol";
+import {ISynclineMarket} from "../src/ISynclineMarket.sol";
+import {SynclineMarket} from "../src/SynclineMarket.sol";
+import {
+    TaskSpec, TaskState, TaskStatus, Tier, AggregationRule, TrainerRecord, TrainingReceipt
+} from "../src/SynclineTypes.sol";
+
+/// @dev A trainer contract whose `receive` reverts until `accept` is switched on.
+contract RevertingReceiver {
+    SynclineMarket internal immutable market;
+    bool public accept;
+
+    constructor(SynclineMarket m) {
+        market = m;
+    }
+
+    function setAccept(bool a) external {
+        accept = a;
+    }
+
+    function enroll(uint256 taskId) external payable {
+        market.enroll{value: msg.value}(taskId);
+    }
+
+    function withdraw() external {
+        market.withdraw();
+    }
+
+    receive() external payable {
+        require(accept, "RevertingReceiver: no thanks");
+    }
+}
+
+/// @dev A trainer contract that tries to withdraw again from inside `receive`.
+contract ReentrantReceiver {
+    SynclineMarket internal immutable market;
+    bool public reentered;
+    bytes public reentryError;
+    uint256 public received;
+
+    constructor(SynclineMarket m) {
+        market = m;
+    }
+
+    function enroll(uint256 taskId) external payable {
+        market.enroll{value: msg.value}(taskId);
+    }
+
+    function withdraw() external {
+        market.withdraw();
+    }
+
+    receive() external payable {
+        received += msg.value;
+        if (reentered) return;
+        reentered = true;
+        try market.withdraw() {}
+        catch (bytes memory err) {
+            reentryError = err;
+        }
+    }
+}
+
+/// @notice Task registry, spec validation, escrow, cancellation, pull payments and views.
+contract TaskEscrowTest is SynclineTest {
+    bytes4 internal constant REENTRANT_CALL = bytes4(keccak256("ReentrancyGuardReentrantCall()"));
+
+    function _expectPostRevert(TaskSpec memory s, uint256 value, bytes memory err) internal {
+        vm.prank(sponsor);
+        vm.expectRevert(err);
+        market.postTask{value: value}(s);
+    }
+
+    function _expectSpecRevert(TaskSpec memory s, bytes memory err) internal {
+        _expectPostRevert(s, POOL + _feeBudget(s), err);
+    }
+
+    function _zeroField(string memory field) internal pure returns (bytes memory) {
+        return abi.encodeWithSelector(ISynclineMarket.SynclineZeroSpecField.selector, field);
+    }
+
+    function _bounds(TaskSpec memory s) internal pure returns (bytes memory) {
+        return abi.encodeWithSelector(
+            ISynclineMarket.SynclineTrainerBoundsInvalid.selector, s.minTrainers, s.maxTrainers, s.shardCount
+        );
+    }
+
+    function _inconsistent(TaskSpec memory s) internal pure returns (bytes memory) {
+        return abi.encodeWithSelector(
+            ISynclineMarket.SynclineRuleParamInconsistent.selector, s.rule, s.ruleParam, s.minTrainers
+        );
+    }
+
+    // ================================================================== postTask: success
+
+    function test_postTask_validSpec_succeeds() public {
+        TaskSpec memory s = _defaultSpec();
+        uint256 budget = uint256(FEE) * THRESHOLD * ROUNDS;
+        vm.assertEq(budget, 0.06 ether, "fixture fee budget");
+
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineMarket.TaskPosted(1, sponsor, s.specHash, s.specURI, POOL, budget);
+        vm.prank(sponsor);
+        uint256 id = market.postTask{value: POOL + budget}(s);
+
+        vm.assertEq(id, 1, "ids start at 1");
+        vm.assertEq(market.taskCount(), 1, "taskCount");
+        vm.assertEq(address(market).balance, POOL + budget, "market balance");
+        vm.assertEq(market.escrowOf(id), POOL + budget, "escrowOf");
+
+        TaskState memory t = market.getTaskState(id);
+        vm.assertEq(t.sponsor, sponsor, "sponsor");
+        vm.assertEq(uint256(t.status), uint256(TaskStatus.Enrolling), "status");
+        vm.assertEq(t.stateRoot, s.initialStateRoot, "state root = initial");
+        vm.assertEq(t.rewardPool, POOL, "reward pool");
+        vm.assertEq(t.feeBudget, budget, "fee budget");
+        vm.assertEq(uint256(t.enrolled), 0, "enrolled");
+        vm.assertEq(t.stakeHeld, 0, "stakeHeld");
+        vm.assertEq(uint256(t.currentRound), 0, "currentRound");
+
+        TaskSpec memory stored = market.getSpec(id);
+        vm.assertEq(stored.specHash, s.specHash, "specHash");
+        vm.assertEq(stored.specURI, s.specURI, "specURI");
+        vm.assertEq(stored.modelHash, s.modelHash, "modelHash");
+        vm.assertEq(stored.datasetRoot, s.datasetRoot, "datasetRoot");
+        vm.assertEq(uint256(stored.shardCount), SHARDS, "shardCount");
+        vm.assertEq(uint256(stored.rounds), ROUNDS, "rounds");
+        vm.assertEq(uint256(stored.enrollmentDeadline), uint256(s.enrollmentDeadline), "deadline");
+        vm.assertEq(uint256(stored.trainerStake), STAKE, "stake");
+        vm.assertEq(uint256(stored.witnessFee), FEE, "fee");
+        vm.assertEq(uint256(stored.outerLrPpm), 700_000, "outerLrPpm");
+        vm.assertEq(uint256(stored.gradientBits), 8, "gradientBits");
+        vm.assertEq(stored.witnesses.length, N_WITNESSES, "witness count");
+        for (uint256 i = 0; i < N_WITNESSES; ++i) {
+            vm.assertEq(stored.witnesses[i], witnesses[i], "witness order");
+        }
+    }
+
+    function test_postTask_idsIncrement_succeeds() public {
+        uint256 a = _postDefault();
+        uint256 b = _postDefault();
+        uint256 c = _post(_defaultSpec(), 1);
+        vm.assertEq(a, 1, "first id");
+        vm.assertEq(b, 2, "second id");
+        vm.assertEq(c, 3, "third id");
+        vm.assertEq(market.taskCount(), 3, "taskCount");
+        vm.assertEq(market.escrowOf(c), 1 + 0.06 ether, "1-wei pool escrow");
+        vm.assertEq(address(market).balance, 2 * (POOL + 0.06 ether) + 1 + 0.06 ether, "balance");
+    }
+
+    function test_postTask_zeroWitnessFee_succeeds() public {
+        TaskSpec memory s = _defaultSpec();
+        s.witnessFee = 0;
+        vm.prank(sponsor);
+        uint256 id = market.postTask{value: 5 ether}(s);
+        vm.assertEq(market.getTaskState(id).rewardPool, 5 ether, "whole value is the pool");
+        vm.assertEq(market.getTaskState(id).feeBudget, 0, "no fee budget");
+    }
+
+    function test_postTask_boundaryValues_succeeds() public {
+        TaskSpec memory s = _defaultSpec();
+        s.maxTrainers = 64;
+        s.shardCount = 256;
+        s.evictionSlashBps = 10_000;
+        s.gradientBits = 16;
+        s.enrollmentDeadline = uint64(block.timestamp + 1);
+        s.threshold = uint8(N_WITNESSES);
+        uint256 id = _post(s, 1);
+        TaskSpec memory stored = market.getSpec(id);
+        vm.assertEq(uint256(stored.maxTrainers), 64, "maxTrainers 64");
+        vm.assertEq(uint256(stored.shardCount), 256, "shardCount 256");
+        vm.assertEq(uint256(stored.evictionSlashBps), 10_000, "slash 100%");
+        vm.assertEq(uint256(stored.gradientBits), 16, "16-bit gradients");
+    }
+
+    function test_postTask_maxWitnesses_succeeds() public {
+        TaskSpec memory s = _defaultSpec();
+        s.witnesses = new address[](32);
+        for (uint256 i = 0; i < 32; ++i) {
+            s.witnesses[i] = address(uint160(0x1000 + i));
+        }
+        s.threshold = 32;
+        uint256 id = _post(s, POOL);
+        vm.assertEq(market.getSpec(id).witnesses.length, 32, "32 witnesses stored");
+        vm.assertEq(market.getTaskState(id).feeBudget, uint256(FEE) * 32 * ROUNDS, "fee budget uses k");
+    }
+
+    function testFuzz_postTask_escrowSplit_succeeds(uint256 pool, uint128 fee, uint8 k, uint32 rounds) public {
+        k = uint8(bound(k, 1, N_WITNESSES));
+        rounds = uint32(bound(rounds, 1, 10_000));
+        fee = uint128(bound(fee, 0, 1_000 ether));
+        pool = bound(pool, 1, 1_000_000 ether);
+        TaskSpec memory s = _defaultSpec();
+        s.threshold = k;
+        s.rounds = rounds;
+        s.witnessFee = fee;
+        uint256 budget = uint256(fee) * k * rounds;
+        vm.deal(sponsor, pool + budget);
+
+        vm.prank(sponsor);
+        uint256 id = market.postTask{value: pool + budget}(s);
+
+        TaskState memory t = market.getTaskState(id);
+        vm.assertEq(t.feeBudget, budget, "fee budget = fee * k * rounds");
+        vm.assertEq(t.rewardPool, pool, "pool = value - budget");
+        vm.assertEq(market.escrowOf(id), pool + budget, "escrow = value");
+        vm.assertEq(address(market).balance, pool + budget, "balance");
+        vm.assertEq(sponsor.balance, 0, "sponsor paid everything");
+    }
+
+    // ================================================================== postTask: escrow
+
+    function test_postTask_escrowEqualsFeeBudget_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        uint256 budget = _feeBudget(s);
+        _expectPostRevert(
+            s, budget, abi.encodeWithSelector(ISynclineMarket.SynclineInsufficientEscrow.selector, budget, budget)
+        );
+    }
+
+    function test_postTask_escrowBelowFeeBudget_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        uint256 budget = _feeBudget(s);
+        _expectPostRevert(
+            s,
+            budget - 1,
+            abi.encodeWithSelector(ISynclineMarket.SynclineInsufficientEscrow.selector, budget - 1, budget)
+        );
+    }
+
+    function test_postTask_zeroValueZeroFee_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.witnessFee = 0;
+        _expectPostRevert(s, 0, abi.encodeWithSelector(ISynclineMarket.SynclineInsufficientEscrow.selector, 0, 0));
+    }
+
+    function testFuzz_postTask_insufficientEscrow_reverts(uint256 value, uint128 fee) public {
+        fee = uint128(bound(fee, 0, 1_000 ether));
+        TaskSpec memory s = _defaultSpec();
+        s.witnessFee = fee;
+        uint256 budget = _feeBudget(s);
+        value = bound(value, 0, budget);
+        _expectPostRevert(
+            s, value, abi.encodeWithSelector(ISynclineMarket.SynclineInsufficientEscrow.selector, value, budget)
+        );
+    }
+
+    // ================================================================== postTask: witnesses
+
+    function test_postTask_zeroThreshold_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.threshold = 0;
+        _expectSpecRevert(
+            s, abi.encodeWithSelector(ISynclineMarket.SynclineInvalidThreshold.selector, uint8(0), N_WITNESSES)
+        );
+    }
+
+    function test_postTask_thresholdAboveWitnessCount_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.threshold = uint8(N_WITNESSES + 1);
+        _expectSpecRevert(
+            s,
+            abi.encodeWithSelector(ISynclineMarket.SynclineInvalidThreshold.selector, uint8(N_WITNESSES + 1), N_WITNESSES)
+        );
+    }
+
+    function test_postTask_noWitnesses_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.witnesses = new address[](0);
+        s.threshold = 1;
+        _expectSpecRevert(s, abi.encodeWithSelector(ISynclineMarket.SynclineInvalidThreshold.selector, uint8(1), 0));
+    }
+
+    function test_postTask_tooManyWitnesses_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.witnesses = new address[](33);
+        for (uint256 i = 0; i < 33; ++i) {
+            s.witnesses[i] = address(uint160(0x1000 + i));
+        }
+        s.threshold = 1;
+        _expectSpecRevert(s, abi.encodeWithSelector(ISynclineMarket.SynclineInvalidThreshold.selector, uint8(1), 33));
+    }
+
+    function test_postTask_zeroWitness_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.witnesses[2] = address(0);
+        _expectSpecRevert(s, abi.encodeWithSelector(ISynclineMarket.SynclineZeroWitness.selector, 2));
+    }
+
+    function test_postTask_duplicateWitness_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.witnesses[2] = s.witnesses[0];
+        _expectSpecRevert(s, abi.encodeWithSelector(ISynclineMarket.SynclineDuplicateWitness.selector, witnesses[0]));
+    }
+
+    // ================================================================== postTask: zero fields
+
+    function test_postTask_zeroRounds_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.rounds = 0;
+        _expectPostRevert(s, POOL, _zeroField("rounds"));
+    }
+
+    function test_postTask_zeroInnerSteps_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.innerSteps = 0;
+        _expectSpecRevert(s, _zeroField("innerSteps"));
+    }
+
+    function test_postTask_zeroRoundDuration_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.roundDuration = 0;
+        _expectSpecRevert(s, _zeroField("roundDuration"));
+    }
+
+    function test_postTask_zeroTrainerStake_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.trainerStake = 0;
+        _expectSpecRevert(s, _zeroField("trainerStake"));
+    }
+
+    function test_postTask_zeroSpecHash_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.specHash = bytes32(0);
+        _expectSpecRevert(s, _zeroField("specHash"));
+    }
+
+    function test_postTask_zeroInitialStateRoot_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.initialStateRoot = bytes32(0);
+        _expectSpecRevert(s, _zeroField("initialStateRoot"));
+    }
+
+    function test_postTask_zeroOuterLr_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.outerLrPpm = 0;
+        _expectSpecRevert(s, _zeroField("outerLrPpm"));
+    }
+
+    // ================================================================== postTask: trainer bounds
+
+    function test_postTask_zeroMinTrainers_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.minTrainers = 0;
+        _expectSpecRevert(s, _bounds(s));
+    }
+
+    function test_postTask_maxBelowMin_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.minTrainers = 3;
+        s.maxTrainers = 2;
+        _expectSpecRevert(s, _bounds(s));
+    }
+
+    function test_postTask_maxAbove64_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.maxTrainers = 65;
+        s.shardCount = 65;
+        _expectSpecRevert(s, _bounds(s));
+    }
+
+    function test_postTask_shardsBelowMax_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.shardCount = MAX_TRAINERS - 1;
+        _expectSpecRevert(s, _bounds(s));
+    }
+
+    function test_postTask_shardsAbove256_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.shardCount = 257;
+        _expectSpecRevert(s, _bounds(s));
+    }
+
+    function testFuzz_postTask_trainerBounds(uint16 minT, uint16 maxT, uint16 shards) public {
+        minT = uint16(bound(minT, 0, 80));
+        maxT = uint16(bound(maxT, 0, 80));
+        shards = uint16(bound(shards, 0, 300));
+        TaskSpec memory s = _defaultSpec();
+        s.minTrainers = minT;
+        s.maxTrainers = maxT;
+        s.shardCount = shards;
+        bool valid = minT >= 1 && maxT >= minT && maxT <= 64 && shards >= maxT && shards <= 256;
+        if (valid) {
+            uint256 id = _post(s, POOL);
+            vm.assertEq(uint256(market.getSpec(id).maxTrainers), maxT, "stored maxTrainers");
+        } else {
+            _expectSpecRevert(s, _bounds(s));
+        }
+    }
+
+    // ================================================================== postTask: other fields
+
+    function test_postTask_deadlineNow_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.enrollmentDeadline = uint64(block.timestamp);
+        _expectSpecRevert(
+            s,
+            abi.encodeWithSelector(ISynclineMarket.SynclineDeadlineInPast.selector, s.enrollmentDeadline, block.timestamp)
+        );
+    }
+
+    function test_postTask_deadlineInPast_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.enrollmentDeadline = uint64(block.timestamp - 1 hours);
+        _expectSpecRevert(
+            s,
+            abi.encodeWithSelector(ISynclineMarket.SynclineDeadlineInPast.selector, s.enrollmentDeadline, block.timestamp)
+        );
+    }
+
+    function test_postTask_slashBpsAbove10000_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.evictionSlashBps = 10_001;
+        _expectSpecRevert(s, abi.encodeWithSelector(ISynclineMarket.SynclineSlashBpsTooHigh.selector, uint16(10_001)));
+    }
+
+    function testFuzz_postTask_slashBps(uint16 bps) public {
+        TaskSpec memory s = _defaultSpec();
+        s.evictionSlashBps = bps;
+        if (bps <= 10_000) {
+            uint256 id = _post(s, POOL);
+            vm.assertEq(uint256(market.getSpec(id).evictionSlashBps), bps, "stored bps");
+        } else {
+            _expectSpecRevert(s, abi.encodeWithSelector(ISynclineMarket.SynclineSlashBpsTooHigh.selector, bps));
+        }
+    }
+
+    function test_postTask_gradientBitsNot8Or16_reverts() public {
+        uint8[4] memory bad = [uint8(0), 4, 12, 32];
+        for (uint256 i = 0; i < bad.length; ++i) {
+            TaskSpec memory s = _defaultSpec();
+            s.gradientBits = bad[i];
+            _expectSpecRevert(
+                s, abi.encodeWithSelector(ISynclineMarket.SynclineUnsupportedGradientBits.selector, bad[i])
+            );
+        }
+    }
+
+    function testFuzz_postTask_gradientBits(uint8 bits) public {
+        TaskSpec memory s = _defaultSpec();
+        s.gradientBits = bits;
+        if (bits == 8 || bits == 16) {
+            uint256 id = _post(s, POOL);
+            vm.assertEq(uint256(market.getSpec(id).gradientBits), bits, "stored bits");
+        } else {
+            _expectSpecRevert(s, abi.encodeWithSelector(ISynclineMarket.SynclineUnsupportedGradientBits.selector, bits));
+        }
+    }
+
+    // ================================================================== postTask: tier policy
+
+    function test_postTask_openTierRobustRule_reverts() public {
+        for (uint8 rule = 1; rule <= uint8(AggregationRule.CenteredClip); ++rule) {
+            TaskSpec memory s = _validRuleSpec(Tier.Open, AggregationRule(rule));
+            _expectSpecRevert(
+                s,
+                abi.encodeWithSelector(ISynclineMarket.SynclineRuleNotAdmitted.selector, Tier.Open, AggregationRule(rule))
+            );
+        }
+    }
+
+    function test_postTask_verifiedAndConfidentialAdmitEveryRule_succeeds() public {
+        for (uint8 tier = 1; tier <= 2; ++tier) {
+            for (uint8 rule = 0; rule <= uint8(AggregationRule.CenteredClip); ++rule) {
+                TaskSpec memory s = _validRuleSpec(Tier(tier), AggregationRule(rule));
+                uint256 id = _post(s, POOL);
+                vm.assertEq(uint256(market.getSpec(id).rule), rule, "stored rule");
+                vm.assertEq(uint256(market.getSpec(id).tier), tier, "stored tier");
+            }
+        }
+        vm.assertEq(market.taskCount(), 12, "2 tiers x 6 rules posted");
+    }
+
+    function testFuzz_postTask_tierAdmission(uint8 tier, uint8 rule) public {
+        tier = uint8(bound(tier, 0, 2));
+        rule = uint8(bound(rule, 0, 5));
+        TaskSpec memory s = _validRuleSpec(Tier(tier), AggregationRule(rule));
+        if (tier == uint8(Tier.Open) && rule != uint8(AggregationRule.Mean)) {
+            _expectSpecRevert(
+                s, abi.encodeWithSelector(ISynclineMarket.SynclineRuleNotAdmitted.selector, tier, rule)
+            );
+        } else {
+            uint256 id = _post(s, POOL);
+            vm.assertEq(uint256(market.getSpec(id).rule), rule, "admitted");
+        }
+    }
+
+    /// @dev A spec whose rule parameter is consistent with minTrainers = 5.
+    function _validRuleSpec(Tier tier, AggregationRule rule) internal view returns (TaskSpec memory s) {
+        s = _defaultSpec();
+        s.tier = tier;
+        s.rule = rule;
+        s.minTrainers = 5;
+        s.maxTrainers = 6;
+        if (rule == AggregationRule.TrimmedMean) s.ruleParam = 2000; // trims 1 of 5 on each side
+        else if (rule == AggregationRule.Krum || rule == AggregationRule.MultiKrum) s.ruleParam = 1; // 5 >= 2*1+3
+        else if (rule == AggregationRule.CenteredClip) s.ruleParam = 1_000_000;
+        else s.ruleParam = 0;
+    }
+
+    function test_postTask_trimmedMeanZeroBeta_reverts() public {
+        TaskSpec memory s = _validRuleSpec(Tier.Verified, AggregationRule.TrimmedMean);
+        s.ruleParam = 0;
+        _expectSpecRevert(s, _inconsistent(s));
+    }
+
+    function test_postTask_trimmedMeanHalfBeta_reverts() public {
+        TaskSpec memory s = _validRuleSpec(Tier.Verified, AggregationRule.TrimmedMean);
+        s.ruleParam = 5000;
+        _expectSpecRevert(s, _inconsistent(s));
+    }
+
+    function test_postTask_trimmedMeanTrimsNothingAtMin_reverts() public {
+        TaskSpec memory s = _validRuleSpec(Tier.Verified, AggregationRule.TrimmedMean);
+        s.ruleParam = 1999; // floor(1999 * 5 / 1e4) = 0
+        _expectSpecRevert(s, _inconsistent(s));
+    }
+
+    function test_postTask_krumTooFewTrainers_reverts() public {
+        TaskSpec memory s = _validRuleSpec(Tier.Verified, AggregationRule.Krum);
+        s.ruleParam = 2; // needs 7 >= 2*2+3, has 5
+        _expectSpecRevert(s, _inconsistent(s));
+    }
+
+    function test_postTask_multiKrumTooFewTrainers_reverts() public {
+        TaskSpec memory s = _validRuleSpec(Tier.Confidential, AggregationRule.MultiKrum);
+        s.ruleParam = 2;
+        _expectSpecRevert(s, _inconsistent(s));
+    }
+
+    function test_postTask_centeredClipZeroRadius_reverts() public {
+        TaskSpec memory s = _validRuleSpec(Tier.Verified, AggregationRule.CenteredClip);
+        s.ruleParam = 0;
+        _expectSpecRevert(s, _inconsistent(s));
+    }
+
+    function test_postTask_meanWithParam_reverts() public {
+        TaskSpec memory s = _validRuleSpec(Tier.Open, AggregationRule.Mean);
+        s.ruleParam = 1;
+        _expectSpecRevert(s, _inconsistent(s));
+    }
+
+    function test_postTask_coordinateMedianWithParam_reverts() public {
+        TaskSpec memory s = _validRuleSpec(Tier.Verified, AggregationRule.CoordinateMedian);
+        s.ruleParam = 7;
+        _expectSpecRevert(s, _inconsistent(s));
+    }
+
+    // ================================================================== cancelUnderfilled
+
+    function test_cancelUnderfilled_atDeadline_reverts() public {
+        uint256 id = _postDefault();
+        uint64 deadline = market.getSpec(id).enrollmentDeadline;
+        vm.warp(deadline);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineEnrollmentStillOpen.selector, id, deadline));
+        market.cancelUnderfilled(id);
+    }
+
+    function test_cancelUnderfilled_enoughTrainers_reverts() public {
+        uint256 id = _postDefault();
+        _enrollMany(id, MIN_TRAINERS);
+        vm.warp(market.getSpec(id).enrollmentDeadline + 1);
+        vm.expectRevert(
+            abi.encodeWithSelector(ISynclineMarket.SynclineNotUnderfilled.selector, id, MIN_TRAINERS, MIN_TRAINERS)
+        );
+        market.cancelUnderfilled(id);
+    }
+
+    function test_cancelUnderfilled_unknownTask_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineUnknownTask.selector, 7));
+        market.cancelUnderfilled(7);
+    }
+
+    function test_cancelUnderfilled_running_reverts() public {
+        uint256 id = _postAndStart();
+        vm.warp(market.getSpec(id).enrollmentDeadline + 1);
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                ISynclineMarket.SynclineWrongTaskStatus.selector, id, TaskStatus.Running, TaskStatus.Enrolling
+            )
+        );
+        market.cancelUnderfilled(id);
+    }
+
+    function test_cancelUnderfilled_refundsEveryone_succeeds() public {
+        uint256 id = _postDefault();
+        uint256 budget = _feeBudget(_defaultSpec());
+        _enroll(id, trainers[0]);
+        vm.assertEq(market.escrowOf(id), POOL + budget + STAKE, "escrow before");
+        vm.warp(market.getSpec(id).enrollmentDeadline + 1);
+
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineMarket.Credited(id, trainers[0], STAKE, "stake-refund");
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineMarket.Credited(id, sponsor, POOL + budget, "sponsor-refund");
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineMarket.TaskCancelled(id, 1, POOL + budget);
+        vm.prank(stranger); // anyone may call
+        market.cancelUnderfilled(id);
+
+        TaskState memory t = market.getTaskState(id);
+        vm.assertEq(uint256(t.status), uint256(TaskStatus.Cancelled), "status");
+        vm.assertEq(t.sponsorRefund, POOL + budget, "sponsorRefund");
+        vm.assertEq(t.rewardPool + t.feeBudget + t.stakeHeld, 0, "nothing left in the task");
+        vm.assertEq(market.escrowOf(id), 0, "escrowOf");
+        vm.assertEq(market.creditOf(sponsor), POOL + budget, "sponsor credit");
+        vm.assertEq(market.creditOf(trainers[0]), STAKE, "trainer credit");
+        vm.assertEq(uint256(market.getTrainer(id, trainers[0]).stake), 0, "stake cleared");
+        _assertMoneyInvariant(_one(id), _allActors());
+
+        uint256 sponsorBefore = sponsor.balance;
+        uint256 trainerBefore = trainers[0].balance;
+        vm.prank(sponsor);
+        market.withdraw();
+        vm.prank(trainers[0]);
+        market.withdraw();
+        vm.assertEq(sponsor.balance, sponsorBefore + POOL + budget, "sponsor refunded to the wei");
+        vm.assertEq(trainers[0].balance, trainerBefore + STAKE, "trainer refunded to the wei");
+        vm.assertEq(address(market).balance, 0, "market empty");
+
+        TrainingReceipt memory rc = market.getReceipt(id);
+        vm.assertEq(uint256(rc.status), uint256(TaskStatus.Cancelled), "receipt status");
+        vm.assertEq(rc.sponsorRefund, POOL + budget, "receipt sponsorRefund");
+        vm.assertEq(rc.trainers.length, 1, "receipt trainers");
+        vm.assertEq(rc.trainers[0].stakeRefund, STAKE, "receipt stake refund");
+        vm.assertEq(rc.trainers[0].reward, 0, "no reward");
+    }
+
+    function test_cancelUnderfilled_noTrainers_succeeds() public {
+        uint256 id = _postDefault();
+        vm.warp(market.getSpec(id).enrollmentDeadline + 1);
+        market.cancelUnderfilled(id);
+        vm.assertEq(market.creditOf(sponsor), POOL + _feeBudget(_defaultSpec()), "sponsor credit");
+        vm.assertEq(market.escrowOf(id), 0, "escrow");
+    }
+
+    function test_cancelUnderfilled_twice_reverts() public {
+        uint256 id = _postDefault();
+        vm.warp(market.getSpec(id).enrollmentDeadline + 1);
+        market.cancelUnderfilled(id);
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                ISynclineMarket.SynclineWrongTaskStatus.selector, id, TaskStatus.Cancelled, TaskStatus.Enrolling
+            )
+        );
+        market.cancelUnderfilled(id);
+        vm.assertEq(market.creditOf(sponsor), POOL + _feeBudget(_defaultSpec()), "refunded once");
+    }
+
+    function test_cancelUnderfilled_thenEnrollAndStart_reverts() public {
+        uint256 id = _postDefault();
+        vm.warp(market.getSpec(id).enrollmentDeadline + 1);
+        market.cancelUnderfilled(id);
+        bytes memory err = abi.encodeWithSelector(
+            ISynclineMarket.SynclineWrongTaskStatus.selector, id, TaskStatus.Cancelled, TaskStatus.Enrolling
+        );
+        vm.prank(trainers[0]);
+        vm.expectRevert(err);
+        market.enroll{value: STAKE}(id);
+        vm.expectRevert(err);
+        market.startRun(id);
+    }
+
+    // ================================================================== withdraw
+
+    function test_withdraw_nothing_reverts() public {
+        vm.prank(stranger);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineNothingToWithdraw.selector, stranger));
+        market.withdraw();
+    }
+
+    function _cancelledWith(address trainerAccount) internal returns (uint256 id) {
+        id = _postDefault();
+        if (trainerAccount != address(0)) _enroll(id, trainerAccount);
+        vm.warp(market.getSpec(id).enrollmentDeadline + 1);
+        market.cancelUnderfilled(id);
+    }
+
+    function test_withdraw_success_succeeds() public {
+        _cancelledWith(trainers[0]);
+        uint256 before = trainers[0].balance;
+        uint256 marketBefore = address(market).balance;
+
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineMarket.Withdrawn(trainers[0], STAKE);
+        vm.prank(trainers[0]);
+        market.withdraw();
+
+        vm.assertEq(trainers[0].balance, before + STAKE, "trainer got its stake");
+        vm.assertEq(address(market).balance, marketBefore - STAKE, "market paid");
+        vm.assertEq(market.creditOf(trainers[0]), 0, "credit cleared");
+    }
+
+    function test_withdraw_twice_reverts() public {
+        _cancelledWith(trainers[0]);
+        vm.prank(trainers[0]);
+        market.withdraw();
+        uint256 before = trainers[0].balance;
+        vm.prank(trainers[0]);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineNothingToWithdraw.selector, trainers[0]));
+        market.withdraw();
+        vm.assertEq(trainers[0].balance, before, "no second payment");
+    }
+
+    function test_withdraw_revertingRecipient_reverts() public {
+        RevertingReceiver recv = new RevertingReceiver(market);
+        uint256 id = _postDefault();
+        recv.enroll{value: STAKE}(id);
+        vm.warp(market.getSpec(id).enrollmentDeadline + 1);
+        market.cancelUnderfilled(id);
+        vm.assertEq(market.creditOf(address(recv)), STAKE, "credited");
+        uint256 marketBefore = address(market).balance;
+
+        vm.expectRevert(
+            abi.encodeWithSelector(ISynclineMarket.SynclineWithdrawFailed.selector, address(recv), uint256(STAKE))
+        );
+        recv.withdraw();
+
+        vm.assertEq(market.creditOf(address(recv)), STAKE, "credit preserved");
+        vm.assertEq(address(market).balance, marketBefore, "nothing left the market");
+        vm.assertEq(address(recv).balance, 0, "receiver got nothing");
+
+        recv.setAccept(true);
+        recv.withdraw();
+        vm.assertEq(address(recv).balance, STAKE, "later withdrawal pays the preserved credit");
+        vm.assertEq(market.creditOf(address(recv)), 0, "credit cleared");
+    }
+
+    function test_withdraw_reentrantRecipient_paysOnce_succeeds() public {
+        ReentrantReceiver recv = new ReentrantReceiver(market);
+        uint256 id = _postDefault();
+        recv.enroll{value: STAKE}(id);
+        vm.warp(market.getSpec(id).enrollmentDeadline + 1);
+        market.cancelUnderfilled(id);
+        uint256 marketBefore = address(market).balance;
+
+        recv.withdraw();
+
+        vm.assertTrue(recv.reentered(), "receiver tried to re-enter");
+        vm.assertEq(
+            keccak256(recv.reentryError()),
+            keccak256(abi.encodeWithSelector(REENTRANT_CALL)),
+            "re-entry blocked by the guard"
+        );
+        vm.assertEq(recv.received(), STAKE, "paid exactly once");
+        vm.assertEq(address(market).balance, marketBefore - STAKE, "market paid once");
+    }
+
+    function testFuzz_withdraw_cancelledStakes(uint128 stake, uint256 pool) public {
+        stake = uint128(bound(stake, 1, 10_000 ether));
+        pool = bound(pool, 1, 100_000 ether);
+        TaskSpec memory s = _defaultSpec();
+        s.trainerStake = stake;
+        uint256 id = _post(s, pool);
+        _enroll(id, trainers[0]);
+        vm.warp(s.enrollmentDeadline + 1);
+        market.cancelUnderfilled(id);
+        _assertMoneyInvariant(_one(id), _allActors());
+
+        uint256 tBefore = trainers[0].balance;
+        uint256 sBefore = sponsor.balance;
+        vm.prank(trainers[0]);
+        market.withdraw();
+        vm.prank(sponsor);
+        market.withdraw();
+        vm.assertEq(trainers[0].balance - tBefore, stake, "stake back to the wei");
+        vm.assertEq(sponsor.balance - sBefore, pool + _feeBudget(s), "escrow back to the wei");
+        vm.assertEq(address(market).balance, 0, "market empty");
+    }
+
+    // ================================================================== views
+
+    function test_views_unknownTask_reverts() public {
+        _postDefault();
+        uint256[2] memory ids = [uint256(0), 2];
+        for (uint256 i = 0; i < ids.length; ++i) {
+            bytes memory err = abi.encodeWithSelector(ISynclineMarket.SynclineUnknownTask.selector, ids[i]);
+            vm.expectRevert(err);
+            market.getSpec(ids[i]);
+            vm.expectRevert(err);
+            market.getTaskState(ids[i]);
+            vm.expectRevert(err);
+            market.getWitness(ids[i], witnesses[0]);
+            vm.expectRevert(err);
+            market.escrowOf(ids[i]);
+            vm.expectRevert(err);
+            market.getTrainers(ids[i]);
+            vm.expectRevert(err);
+            market.getTrainer(ids[i], trainers[0]);
+            vm.expectRevert(err);
+            market.getRound(ids[i], 0);
+            vm.expectRevert(err);
+            market.getSubmission(ids[i], 0, 0);
+            vm.expectRevert(err);
+            market.voteOf(ids[i], 0, witnesses[0]);
+            vm.expectRevert(err);
+            market.getReceipt(ids[i]);
+        }
+    }
+
+    function test_views_freshMarket_succeeds() public view {
+        vm.assertEq(market.taskCount(), 0, "no tasks");
+        vm.assertEq(market.creditOf(sponsor), 0, "no credit");
+        vm.assertEq(uint256(market.MAX_TRAINERS()), 64, "MAX_TRAINERS");
+        vm.assertEq(market.MAX_WITNESSES(), 32, "MAX_WITNESSES");
+    }
+}

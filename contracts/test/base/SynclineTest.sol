@@ -1,0 +1,352 @@
+// SPDX-License-Identifier: MIT
+pragma solidity ^0.8.24;
+
+import {Vm} from "./Vm.sol";
+import {SynclineMarket} from "../../src/SynclineMarket.sol";
+import {ISynclineMarket} from "../../src/ISynclineMarket.sol";
+import {
+    TaskSpec,
+    TaskState,
+    TaskStatus,
+    Tier,
+    AggregationRule,
+    Modality,
+    RoundRecord,
+    RoundStatus,
+    TrainerRecord
+} from "../../src/SynclineTypes.sol";
+
+/// @title SynclineTest
+/// @notice Minimal test base (no forge-std): the cheatcode handle, `bound`, funded actors, a
+/// default valid `TaskSpec` and helpers that drive a task through its life cycle.
+abstract contract SynclineTest {
+    bool public IS_TEST = true;
+
+    Vm internal constant vm = Vm(address(uint160(uint256(keccak256("hevm cheat code")))));
+
+    /// @dev A realistic start time (forge starts at timestamp 1).
+    uint256 internal constant T0 = 1_700_000_000;
+    uint256 internal constant ACTOR_FUNDS = 1_000_000 ether;
+
+    // Default spec values.
+    uint256 internal constant POOL = 10 ether;
+    uint128 internal constant STAKE = 1 ether;
+    uint128 internal constant FEE = 0.01 ether;
+    uint16 internal constant SHARDS = 10;
+    uint32 internal constant ROUNDS = 3;
+    uint64 internal constant ROUND_DURATION = 1 hours;
+    uint64 internal constant GRACE = 30 minutes;
+    uint64 internal constant CHALLENGE = 1 days;
+    uint64 internal constant ENROLL_PERIOD = 1 days;
+    uint16 internal constant MIN_TRAINERS = 2;
+    uint16 internal constant MAX_TRAINERS = 4;
+    uint16 internal constant MAX_MISSED = 1;
+    uint16 internal constant SLASH_BPS = 2500;
+    uint8 internal constant THRESHOLD = 2;
+    uint256 internal constant N_WITNESSES = 3;
+    string internal constant URI = "ipfs://bafy-outer-gradient";
+
+    SynclineMarket internal market;
+    address internal sponsor;
+    address internal stranger;
+    address[] internal witnesses;
+    address[] internal trainers;
+
+    function setUp() public virtual {
+        vm.warp(T0);
+        market = new SynclineMarket();
+        vm.label(address(market), "SynclineMarket");
+        sponsor = _actor("sponsor");
+        stranger = _actor("stranger");
+        for (uint256 i = 0; i < N_WITNESSES; ++i) {
+            witnesses.push(_actor(string.concat("witness", _itoa(i))));
+        }
+        for (uint256 i = 0; i < 8; ++i) {
+            trainers.push(_actor(string.concat("trainer", _itoa(i))));
+        }
+    }
+
+    // ------------------------------------------------------------------ generic helpers
+
+    /// @dev Maps `x` into [min, max]; values already inside are kept so fuzz edge cases survive.
+    function bound(uint256 x, uint256 min, uint256 max) internal pure returns (uint256) {
+        require(min <= max, "bound: min > max");
+        if (x >= min && x <= max) return x;
+        unchecked {
+            uint256 size = max - min + 1;
+            if (size == 0) return x; // the whole uint256 range
+            return min + (x % size);
+        }
+    }
+
+    /// @dev A fresh funded EOA with a label.
+    function _actor(string memory name) internal returns (address a) {
+        a = address(uint160(uint256(keccak256(abi.encodePacked("syncline-actor", name)))));
+        vm.deal(a, ACTOR_FUNDS);
+        vm.label(a, name);
+    }
+
+    /// @dev The i-th extra trainer beyond the default ones (for large runs).
+    function _extraTrainer(uint256 i) internal returns (address) {
+        return _actor(string.concat("xtrainer", _itoa(i)));
+    }
+
+    function _itoa(uint256 v) internal pure returns (string memory) {
+        if (v == 0) return "0";
+        bytes memory b;
+        while (v != 0) {
+            b = abi.encodePacked(bytes1(uint8(48 + (v % 10))), b);
+            v /= 10;
+        }
+        return string(b);
+    }
+
+    function _countLogs(Vm.Log[] memory logs, bytes32 topic0) internal view returns (uint256 n) {
+        for (uint256 i = 0; i < logs.length; ++i) {
+            if (logs[i].emitter == address(market) && logs[i].topics.length > 0 && logs[i].topics[0] == topic0) ++n;
+        }
+    }
+
+    // ------------------------------------------------------------------ spec fixtures
+
+    function _witnessArray() internal view returns (address[] memory ws) {
+        ws = new address[](witnesses.length);
+        for (uint256 i = 0; i < witnesses.length; ++i) {
+            ws[i] = witnesses[i];
+        }
+    }
+
+    /// @dev A valid Open/Mean spec: 3 rounds, 2..4 trainers over 10 shards, 2-of-3 witnesses.
+    function _defaultSpec() internal view returns (TaskSpec memory s) {
+        s.specHash = keccak256("syncline-spec-v1");
+        s.specURI = "ipfs://bafy-spec";
+        s.modelHash = keccak256("model");
+        s.datasetRoot = keccak256("dataset");
+        s.initialStateRoot = keccak256("initial-state");
+        s.modality = Modality.Language;
+        s.tier = Tier.Open;
+        s.rule = AggregationRule.Mean;
+        s.ruleParam = 0;
+        s.shardCount = SHARDS;
+        s.innerSteps = 500;
+        s.rounds = ROUNDS;
+        s.roundDuration = ROUND_DURATION;
+        s.graceWindow = GRACE;
+        s.challengeWindow = CHALLENGE;
+        s.enrollmentDeadline = uint64(block.timestamp) + ENROLL_PERIOD;
+        s.trainerStake = STAKE;
+        s.minTrainers = MIN_TRAINERS;
+        s.maxTrainers = MAX_TRAINERS;
+        s.maxMissedRounds = MAX_MISSED;
+        s.evictionSlashBps = SLASH_BPS;
+        s.threshold = THRESHOLD;
+        s.witnessFee = FEE;
+        s.outerLrPpm = 700_000;
+        s.outerMomentumPpm = 900_000;
+        s.gradientBits = 8;
+        s.witnesses = _witnessArray();
+    }
+
+    function _feeBudget(TaskSpec memory s) internal pure returns (uint256) {
+        return uint256(s.witnessFee) * s.threshold * s.rounds;
+    }
+
+    // ------------------------------------------------------------------ life-cycle helpers
+
+    function _post(TaskSpec memory s, uint256 pool) internal returns (uint256 taskId) {
+        vm.prank(sponsor);
+        taskId = market.postTask{value: pool + _feeBudget(s)}(s);
+    }
+
+    function _postDefault() internal returns (uint256) {
+        return _post(_defaultSpec(), POOL);
+    }
+
+    function _enroll(uint256 taskId, address trainer) internal returns (uint16 fragment) {
+        uint256 stake = market.getSpec(taskId).trainerStake;
+        vm.prank(trainer);
+        fragment = market.enroll{value: stake}(taskId);
+    }
+
+    /// @dev Enrolls the first `n` default trainers (extra ones beyond 8).
+    function _enrollMany(uint256 taskId, uint256 n) internal {
+        for (uint256 i = 0; i < n; ++i) {
+            _enroll(taskId, _trainerAt(i));
+        }
+    }
+
+    function _trainerAt(uint256 i) internal returns (address) {
+        return i < trainers.length ? trainers[i] : _extraTrainer(i);
+    }
+
+    /// @dev Posts the default task and fills it to maxTrainers, which starts the run.
+    function _postAndStart() internal returns (uint256 taskId) {
+        taskId = _postDefault();
+        _enrollMany(taskId, MAX_TRAINERS);
+    }
+
+    function _payload(uint256 taskId, uint32 round, uint16 fragment) internal pure returns (bytes32) {
+        return keccak256(abi.encode("payload", taskId, round, fragment));
+    }
+
+    function _chunk(uint256 taskId, uint32 round, uint16 fragment) internal pure returns (bytes32) {
+        return keccak256(abi.encode("chunks", taskId, round, fragment));
+    }
+
+    function _commit(uint256 taskId, uint32 round, address trainer) internal {
+        uint16 fragment = market.getTrainer(taskId, trainer).fragment;
+        vm.prank(trainer);
+        market.commitSubmission(
+            taskId, round, fragment, _payload(taskId, round, fragment), _chunk(taskId, round, fragment), URI
+        );
+    }
+
+    /// @dev Every non-evicted trainer commits; returns the committed fragment mask.
+    function _commitAll(uint256 taskId, uint32 round) internal returns (uint256 mask) {
+        address[] memory ts = market.getTrainers(taskId);
+        for (uint256 i = 0; i < ts.length; ++i) {
+            TrainerRecord memory r = market.getTrainer(taskId, ts[i]);
+            if (r.evicted) continue;
+            _commit(taskId, round, ts[i]);
+            mask |= uint256(1) << r.fragment;
+        }
+    }
+
+    function _deadline(uint256 taskId) internal view returns (uint256) {
+        return uint256(market.getTaskState(taskId).roundOpenedAt) + market.getSpec(taskId).roundDuration;
+    }
+
+    function _warpPastDeadline(uint256 taskId) internal {
+        vm.warp(_deadline(taskId) + 1);
+    }
+
+    function _warpPastGrace(uint256 taskId) internal {
+        vm.warp(_deadline(taskId) + market.getSpec(taskId).graceWindow + 1);
+    }
+
+    function _stateRoot(uint256 taskId, uint32 round) internal pure returns (bytes32) {
+        return keccak256(abi.encode("state", taskId, round));
+    }
+
+    function _aggRoot(uint256 taskId, uint32 round) internal pure returns (bytes32) {
+        return keccak256(abi.encode("aggregate", taskId, round));
+    }
+
+    function _result(bytes32 stateRoot, bytes32 aggregateRoot, uint256 acceptedMask) internal pure returns (bytes32) {
+        return keccak256(abi.encode(stateRoot, aggregateRoot, acceptedMask));
+    }
+
+    function _vote(uint256 taskId, uint32 round, address witness, bytes32 stateRoot, bytes32 agg, uint256 mask)
+        internal
+    {
+        vm.prank(witness);
+        market.finalizeRound(taskId, round, stateRoot, agg, mask, 1_234_567);
+    }
+
+    /// @dev The first `threshold` witnesses vote the honest result with `mask` accepted.
+    function _finalize(uint256 taskId, uint32 round, uint256 mask) internal {
+        uint8 k = market.getSpec(taskId).threshold;
+        for (uint256 i = 0; i < k; ++i) {
+            _vote(taskId, round, witnesses[i], _stateRoot(taskId, round), _aggRoot(taskId, round), mask);
+        }
+    }
+
+    /// @dev All active trainers commit, the deadline passes, the round finalizes accepting everything.
+    function _runRound(uint256 taskId, uint32 round) internal returns (uint256 mask) {
+        mask = _commitAll(taskId, round);
+        _warpPastDeadline(taskId);
+        _finalize(taskId, round, mask);
+    }
+
+    function _runAllRounds(uint256 taskId) internal {
+        uint32 rounds = market.getSpec(taskId).rounds;
+        for (uint32 r = 0; r < rounds; ++r) {
+            _runRound(taskId, r);
+        }
+    }
+
+    function _sealTime(uint256 taskId) internal view returns (uint256) {
+        return uint256(market.getTaskState(taskId).lastClosedAt) + market.getSpec(taskId).challengeWindow;
+    }
+
+    function _warpAndSeal(uint256 taskId) internal {
+        vm.warp(_sealTime(taskId));
+        market.seal(taskId);
+    }
+
+    function _status(uint256 taskId) internal view returns (TaskStatus) {
+        return market.getTaskState(taskId).status;
+    }
+
+    function _assertStatus(uint256 taskId, TaskStatus expected, string memory what) internal view {
+        vm.assertEq(uint256(_status(taskId)), uint256(expected), what);
+    }
+
+    function _assertRoundStatus(uint256 taskId, uint32 round, RoundStatus expected, string memory what) internal view {
+        vm.assertEq(uint256(market.getRound(taskId, round).status), uint256(expected), what);
+    }
+
+    /// @dev Shard masks of the non-evicted trainers are pairwise disjoint, non-empty, cover exactly
+    /// [0, shardCount) and differ in size by at most one; evicted trainers hold none.
+    function _assertShardPartition(uint256 taskId) internal view {
+        uint256 shardCount = market.getSpec(taskId).shardCount;
+        address[] memory ts = market.getTrainers(taskId);
+        uint256 union;
+        uint256 minSize = type(uint256).max;
+        uint256 maxSize;
+        for (uint256 i = 0; i < ts.length; ++i) {
+            TrainerRecord memory r = market.getTrainer(taskId, ts[i]);
+            if (r.evicted) {
+                vm.assertEq(r.shardMask, 0, "evicted trainer holds shards");
+                continue;
+            }
+            vm.assertEq(union & r.shardMask, 0, "shard masks overlap");
+            union |= r.shardMask;
+            uint256 size = _popcount(r.shardMask);
+            vm.assertGt(size, 0, "active trainer without shards");
+            if (size < minSize) minSize = size;
+            if (size > maxSize) maxSize = size;
+        }
+        vm.assertEq(union, _fullMask(shardCount), "shard masks do not cover exactly shardCount shards");
+        vm.assertLe(maxSize - minSize, 1, "shard sizes differ by more than one");
+    }
+
+    function _fullMask(uint256 shardCount) internal pure returns (uint256) {
+        return shardCount == 256 ? type(uint256).max : (uint256(1) << shardCount) - 1;
+    }
+
+    function _popcount(uint256 x) internal pure returns (uint256 n) {
+        for (uint256 i = 0; i < 256; ++i) {
+            if ((x >> i) & 1 == 1) ++n;
+        }
+    }
+
+    /// @dev Fails unless the market holds exactly the task escrows plus the credits of `accounts`.
+    function _assertMoneyInvariant(uint256[] memory taskIds, address[] memory accounts) internal view {
+        uint256 sum;
+        for (uint256 i = 0; i < taskIds.length; ++i) {
+            sum += market.escrowOf(taskIds[i]);
+        }
+        for (uint256 i = 0; i < accounts.length; ++i) {
+            sum += market.creditOf(accounts[i]);
+        }
+        vm.assertEq(address(market).balance, sum, "market balance != escrows + credits");
+    }
+
+    function _allActors() internal view returns (address[] memory a) {
+        a = new address[](2 + witnesses.length + trainers.length);
+        a[0] = sponsor;
+        a[1] = stranger;
+        for (uint256 i = 0; i < witnesses.length; ++i) {
+            a[2 + i] = witnesses[i];
+        }
+        for (uint256 i = 0; i < trainers.length; ++i) {
+            a[2 + witnesses.length + i] = trainers[i];
+        }
+    }
+
+    function _one(uint256 x) internal pure returns (uint256[] memory a) {
+        a = new uint256[](1);
+        a[0] = x;
+    }
+}

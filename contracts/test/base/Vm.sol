@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: MIT
+pragma solidity ^0.8.24;
+
+/// @title Vm
+/// @notice The subset of forge's cheatcodes the Syncline test suite uses. Forge serves them at
+/// `address(uint160(uint256(keccak256("hevm cheat code"))))`; the assertion cheatcodes revert
+/// with the given message when they fail.
+interface Vm {
+    /// @notice One log captured by `recordLogs`.
+    struct Log {
+        bytes32[] topics;
+        bytes data;
+        address emitter;
+    }
+
+    // ------------------------------------------------------------------ environment
+    function warp(uint256 newTimestamp) external;
+    function deal(address account, uint256 newBalance) external;
+    function label(address account, string calldata newLabel) external;
+    function addr(uint256 privateKey) external pure returns (address);
+    function assume(bool condition) external pure;
+
+    // ------------------------------------------------------------------ callers
+    function prank(address msgSender) external;
+    function startPrank(address msgSender) external;
+    function stopPrank() external;
+
+    // ------------------------------------------------------------------ expectations
+    function expectRevert() external;
+    function expectRevert(bytes4 revertData) external;
+    function expectRevert(bytes calldata revertData) external;
+    function expectEmit(bool checkTopic1, bool checkTopic2, bool checkTopic3, bool checkData) external;
+    function expectEmit(bool checkTopic1, bool checkTopic2, bool checkTopic3, bool checkData, address emitter)
+        external;
+    function recordLogs() external;
+    function getRecordedLogs() external returns (Log[] memory logs);
+
+    // ------------------------------------------------------------------ assertions
+    function assertTrue(bool condition, string calldata error) external pure;
+    function assertFalse(bool condition, string calldata error) external pure;
+    function assertEq(bool left, bool right, string calldata error) external pure;
+    function assertEq(uint256 left, uint256 right, string calldata error) external pure;
+    function assertEq(bytes32 left, bytes32 right, string calldata error) external pure;
+    function assertEq(address left, address right, string calldata error) external pure;
+    function assertEq(string calldata left, string calldata right, string calldata error) external pure;
+    function assertNotEq(uint256 left, uint256 right, string calldata error) external pure;
+    function assertNotEq(bytes32 left, bytes32 right, string calldata error) external pure;
+    function assertLt(uint256 left, uint256 right, string calldata error) external pure;
+    function assertLe(uint256 left, uint256 right, string calldata error) external pure;
+    function assertGt(uint256 left, uint256 right, string calldata error) external pure;
+    function assertGe(uint256 left, uint256 right, string calldata error) external pure;
+}
