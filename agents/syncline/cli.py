@@ -46,7 +46,11 @@ def default_deployment_path() -> Path:
 
 def add_key_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("signing key (never logged)")
-    g.add_argument("--keystore", type=Path, help="encrypted eth-account keystore (password in $SYNCLINE_KEYSTORE_PASSWORD)")
+    g.add_argument(
+        "--keystore",
+        type=Path,
+        help="encrypted eth-account keystore (password in $SYNCLINE_KEYSTORE_PASSWORD)",
+    )
     g.add_argument("--key-env", default=keys.DEFAULT_KEY_ENV, help="environment variable holding a hex private key")
     g.add_argument("--dev-account", type=int, help="index of an anvil development account (local devnet only)")
 
@@ -116,7 +120,12 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     if not w3.is_connected():
         raise SynclineError(f"cannot reach {args.rpc_url}")
     deployment = deploy_market(w3, signer_from_args(args), args.rpc_url, args.out)
-    log.info("deployed", market=deployment.market, chain_id=deployment.chain_id, file=str(args.out / "deployment.json"))
+    log.info(
+        "deployed",
+        market=deployment.market,
+        chain_id=deployment.chain_id,
+        file=str(args.out / "deployment.json"),
+    )
     print(json.dumps(deployment.__dict__, indent=2))
     return 0
 
@@ -155,7 +164,11 @@ def cmd_post_task(args: argparse.Namespace) -> int:
     except yaml.YAMLError as exc:
         raise SpecError(f"spec {args.spec} is not valid YAML: {str(exc).splitlines()[0]}") from None
     market = market_from_args(args)
-    if isinstance(raw, dict) and isinstance(raw.get("enrollment_deadline"), str) and raw["enrollment_deadline"].startswith("+"):
+    if (
+        isinstance(raw, dict)
+        and isinstance(raw.get("enrollment_deadline"), str)
+        and raw["enrollment_deadline"].startswith("+")
+    ):
         now = int(market.w3.eth.get_block("latest")["timestamp"])
         raw["enrollment_deadline"] = now + int(raw["enrollment_deadline"][1:])
     spec = TrainingTaskSpec.from_mapping(raw)
@@ -204,8 +217,11 @@ def cmd_get_run(args: argparse.Namespace) -> int:
             "slashed_wei": r.slashed_wei,
             "current_reward": r.reward_wei,
         }
-    out = {"task_id": args.task_id, "state": {k: (v.name.lower() if hasattr(v, "name") else v) for k, v in t.__dict__.items()},
-           "trainer_metrics": trainers}
+    out = {
+        "task_id": args.task_id,
+        "state": {k: (v.name.lower() if hasattr(v, "name") else v) for k, v in t.__dict__.items()},
+        "trainer_metrics": trainers,
+    }
     print(json.dumps(out, indent=2))
     return 0
 
@@ -217,7 +233,7 @@ def cmd_get_receipt(args: argparse.Namespace) -> int:
 
 def cmd_enroll(args: argparse.Namespace) -> int:
     market = market_from_args(args)
-    fragment, receipt = market.enroll(signer_from_args(args), args.task_id)
+    fragment, _ = market.enroll(signer_from_args(args), args.task_id)
     print(json.dumps({"task_id": args.task_id, "fragment": fragment, "status": "enrolled"}))
     return 0
 
@@ -263,7 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="sponsor and trainer commands against a deployment")
     tsub = train.add_subparsers(dest="action", required=True)
 
-    def chain_cmd(name: str, func: Any, help_: str, *, task: bool = True, signer: bool = False) -> argparse.ArgumentParser:
+    def chain_cmd(
+        name: str, func: Any, help_: str, *, task: bool = True, signer: bool = False
+    ) -> argparse.ArgumentParser:
         p = tsub.add_parser(name, help=help_)
         p.add_argument("--deployment", type=Path, default=default_deployment_path())
         p.add_argument("--rpc-url", default=None, help="override the deployment's RPC URL")
@@ -274,7 +292,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    post = chain_cmd("post-task", cmd_post_task, "post a task from a YAML spec and escrow its pool", task=False, signer=True)
+    post = chain_cmd(
+        "post-task",
+        cmd_post_task,
+        "post a task from a YAML spec and escrow its pool",
+        task=False,
+        signer=True,
+    )
     post.add_argument("--spec", required=True, help="task spec YAML")
     post.add_argument("--spec-uri", default=None, help="where the spec artifact lives (default: local file URI)")
     chain_cmd("list-runs", cmd_list_runs, "list every task", task=False)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from web3 import Web3
+from web3.types import TxParams
 
 from syncline.chain.keys import Signer
 from syncline.chain.toolchain import Artifact, compile_contracts
@@ -40,7 +41,9 @@ class Deployment:
             data = json.loads(Path(path).read_text())
             return cls(**data)
         except FileNotFoundError:
-            raise SynclineError(f"no deployment file at {path}: run `syncline devnet up` or `syncline deploy`") from None
+            raise SynclineError(
+                f"no deployment file at {path}: run `syncline devnet up` or `syncline deploy`"
+            ) from None
         except (ValueError, TypeError) as exc:
             raise SynclineError(f"deployment file {path} is malformed: {exc}") from None
 
@@ -67,14 +70,14 @@ def deploy_market(w3: Web3, deployer: Signer, rpc_url: str, out_dir: Path) -> De
 
 def _deploy(w3: Web3, deployer: Signer, artifact: Artifact) -> tuple[str, int]:
     contract = w3.eth.contract(abi=artifact.abi, bytecode=artifact.bytecode)
-    tx = contract.constructor().build_transaction(
-        {
-            "from": deployer.address,
-            "nonce": w3.eth.get_transaction_count(deployer.address, "pending"),
-            "chainId": int(w3.eth.chain_id),
-        }
-    )
-    signed = deployer.account.sign_transaction(tx)
+    sender = Web3.to_checksum_address(deployer.address)
+    params: TxParams = {
+        "from": sender,
+        "nonce": w3.eth.get_transaction_count(sender, "pending"),
+        "chainId": int(w3.eth.chain_id),
+    }
+    tx = contract.constructor().build_transaction(params)
+    signed = deployer.account.sign_transaction(cast(Any, tx))
     receipt = w3.eth.wait_for_transaction_receipt(w3.eth.send_raw_transaction(signed.raw_transaction), timeout=120)
     if receipt["status"] != 1 or receipt["contractAddress"] is None:
         raise ChainError(f"deploying {artifact.name} failed (receipt status {receipt['status']})")

@@ -7,6 +7,7 @@ is written in the source tree.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -99,13 +100,20 @@ def start_anvil(
     config_path.unlink(missing_ok=True)
     cmd = [
         str(foundry_binary("anvil")),
-        "--host", "127.0.0.1",
-        "--port", str(port),
-        "--chain-id", str(DEVNET_CHAIN_ID),
-        "--accounts", str(accounts),
-        "--balance", str(balance_eth),
-        "--config-out", str(config_path),
-        "--code-size-limit", "24576",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--chain-id",
+        str(DEVNET_CHAIN_ID),
+        "--accounts",
+        str(accounts),
+        "--balance",
+        str(balance_eth),
+        "--config-out",
+        str(config_path),
+        "--code-size-limit",
+        "24576",
     ]
     if block_time is not None:
         cmd += ["--block-time", str(block_time)]
@@ -142,10 +150,8 @@ def _kill_pid(pid: int) -> None:
         except ProcessLookupError:
             return
         time.sleep(0.05)
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 # ---------------------------------------------------------------------- time travel and snapshots

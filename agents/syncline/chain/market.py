@@ -116,7 +116,9 @@ def result_digest(state_root: str | bytes, aggregate_root: str | bytes, accepted
     """keccak256(abi.encode(stateRoot, aggregateRoot, acceptedMask)): what k witnesses must match."""
     from eth_abi import encode
 
-    return _hex(Web3.keccak(encode(["bytes32", "bytes32", "uint256"], [_b32(state_root), _b32(aggregate_root), accepted_mask])))
+    return _hex(
+        Web3.keccak(encode(["bytes32", "bytes32", "uint256"], [_b32(state_root), _b32(aggregate_root), accepted_mask]))
+    )
 
 
 class MarketClient:
@@ -160,8 +162,9 @@ class MarketClient:
         """Every event of this contract in ``receipt``, in log order."""
         out: list[EventData] = []
         for item in self.contract.abi:
-            if item.get("type") == "event":
-                out.extend(self.events(receipt, item["name"]))
+            name = item.get("name")
+            if item.get("type") == "event" and isinstance(name, str):
+                out.extend(self.events(receipt, name))
         return sorted(out, key=lambda e: e["logIndex"])
 
     def get_logs(self, name: str, from_block: int = 0, **filters: Any) -> list[EventData]:
@@ -219,7 +222,14 @@ class MarketClient:
         metric: int = 0,
     ) -> TxReceipt:
         return self._send(
-            witness, "finalizeRound", task_id, round_, _b32(state_root), _b32(aggregate_root), accepted_mask, metric
+            witness,
+            "finalizeRound",
+            task_id,
+            round_,
+            _b32(state_root),
+            _b32(aggregate_root),
+            accepted_mask,
+            metric,
         )
 
     def carry_forward(self, caller: Signer, task_id: int, round_: int) -> TxReceipt:
@@ -246,18 +256,39 @@ class MarketClient:
     def task(self, task_id: int) -> TaskView:
         t = self._call("getTaskState", task_id)
         return TaskView(
-            task_id,
-            str(t[0]),
-            TaskStatus(t[1]),
-            *(int(x) for x in t[2:9]),
-            _hex(t[9]),
-            *(int(x) for x in t[10:]),
+            task_id=task_id,
+            sponsor=str(t[0]),
+            status=TaskStatus(t[1]),
+            enrolled=int(t[2]),
+            active=int(t[3]),
+            current_round=int(t[4]),
+            rounds_finalized=int(t[5]),
+            rounds_carried=int(t[6]),
+            round_opened_at=int(t[7]),
+            last_closed_at=int(t[8]),
+            state_root=_hex(t[9]),
+            reward_pool_wei=int(t[10]),
+            fee_budget_wei=int(t[11]),
+            fees_earned_wei=int(t[12]),
+            stake_held_wei=int(t[13]),
+            total_weight=int(t[14]),
+            sponsor_refund_wei=int(t[15]),
+            sealed_pool_wei=int(t[16]),
         )
 
     def round(self, task_id: int, round_: int) -> RoundView:
         r = self._call("getRound", task_id, round_)
         return RoundView(
-            RoundStatus(r[0]), int(r[1]), int(r[2]), int(r[3]), *(_hex(x) for x in r[4:8]), int(r[8]), int(r[9])
+            status=RoundStatus(r[0]),
+            vote_count=int(r[1]),
+            opened_at=int(r[2]),
+            closed_at=int(r[3]),
+            first_vote=_hex(r[4]),
+            result=_hex(r[5]),
+            state_root=_hex(r[6]),
+            aggregate_root=_hex(r[7]),
+            accepted_mask=int(r[8]),
+            committed_mask=int(r[9]),
         )
 
     def round_deadline(self, task_id: int) -> int:

@@ -73,9 +73,7 @@ def standard_input(sources_dir: Path | None = None) -> dict[str, Any]:
     """The standard-JSON input for every ``.sol`` file under ``contracts/src``."""
     root = repo_root()
     src = sources_dir or root / "contracts" / "src"
-    sources = {
-        str(p.relative_to(root)): {"content": p.read_text()} for p in sorted(src.rglob("*.sol"))
-    }
+    sources = {str(p.relative_to(root)): {"content": p.read_text()} for p in sorted(src.rglob("*.sol"))}
     if not sources:
         raise ToolchainError(f"no Solidity sources under {src}")
     return {"language": "Solidity", "sources": sources, "settings": COMPILER_SETTINGS}

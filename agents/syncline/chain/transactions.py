@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, cast
 
 from eth_abi import decode as abi_decode
 from web3 import Web3
 from web3.contract.contract import ContractFunction
 from web3.exceptions import ContractCustomError, ContractLogicError, TimeExhausted
-from web3.types import TxReceipt
+from web3.types import TxParams, TxReceipt, Wei
 
 from syncline.chain.keys import Signer
 from syncline.errors import ChainError
@@ -109,22 +109,24 @@ class TransactionSender:
         """Estimate, sign, send and wait. A revert raises ``ChainError`` naming the custom error."""
         with self._lock:
             try:
-                tx = fn.build_transaction(
-                    {
-                        "from": signer.address,
-                        "value": value,
-                        "nonce": self.w3.eth.get_transaction_count(signer.address, "pending"),
-                        "chainId": self.chain_id,
-                    }
-                )
+                sender = Web3.to_checksum_address(signer.address)
+                params: TxParams = {
+                    "from": sender,
+                    "value": Wei(value),
+                    "nonce": self.w3.eth.get_transaction_count(sender, "pending"),
+                    "chainId": self.chain_id,
+                }
+                tx = fn.build_transaction(params)
             except (ContractCustomError, ContractLogicError) as exc:
                 raise self._decode(exc, fn) from None
-            signed = signer.account.sign_transaction(tx)
+            signed = signer.account.sign_transaction(cast(Any, tx))
             tx_hash = self.w3.eth.send_raw_transaction(signed.raw_transaction)
         try:
             receipt = self.w3.eth.wait_for_transaction_receipt(tx_hash, timeout=self.receipt_timeout_s)
         except TimeExhausted as exc:
-            raise ChainError(f"{fn.fn_name}: no receipt for {tx_hash.hex()} after {self.receipt_timeout_s:.0f}s") from exc
+            raise ChainError(
+                f"{fn.fn_name}: no receipt for {tx_hash.hex()} after {self.receipt_timeout_s:.0f}s"
+            ) from exc
         if receipt["status"] != 1:
             raise ChainError(f"{fn.fn_name}: transaction {tx_hash.hex()} reverted on chain")
         return receipt

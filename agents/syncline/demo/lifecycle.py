@@ -151,7 +151,7 @@ class Lifecycle:
     def run(self, on_step: Callable[[str], None] | None = None) -> TrainingReceipt:
         step = on_step or (lambda s: log.info("step", what=s))
         cast, market = self.cast, self.market
-        t0, t1, t2 = cast.trainers
+        t0, t1, _t2 = cast.trainers
         w0, w1, w2 = cast.witnesses
 
         step("1/7 sponsor posts a task and escrows the reward pool")

@@ -61,8 +61,21 @@ class TrainingReceipt:
             rounds_carried_forward=int(carried),
             reward_pool_wei=int(pool),
             sponsor_refund_wei=int(refund),
-            trainers=tuple(TrainerLine(str(t[0]), *(int(x) if not isinstance(x, bool) else x for x in t[1:]))
-                           for t in trainers),
+            trainers=tuple(
+                TrainerLine(
+                    trainer=str(t[0]),
+                    fragment=int(t[1]),
+                    evicted=bool(t[2]),
+                    submitted=int(t[3]),
+                    accepted=int(t[4]),
+                    missed=int(t[5]),
+                    accepted_weight=int(t[6]),
+                    reward_wei=int(t[7]),
+                    stake_refund_wei=int(t[8]),
+                    slashed_wei=int(t[9]),
+                )
+                for t in trainers
+            ),
             witnesses=tuple(WitnessLine(str(w[0]), *(int(x) for x in w[1:])) for w in witnesses),
         )
 

@@ -251,6 +251,20 @@ abstract contract SynclineTest {
         }
     }
 
+    /// @dev The first `threshold - 1` witnesses vote the honest result (no quorum yet).
+    function _prepareQuorum(uint256 taskId, uint32 round, uint256 mask) internal {
+        uint8 k = market.getSpec(taskId).threshold;
+        for (uint256 i = 0; i + 1 < k; ++i) {
+            _vote(taskId, round, witnesses[i], _stateRoot(taskId, round), _aggRoot(taskId, round), mask);
+        }
+    }
+
+    /// @dev The `threshold`-th witness casts the vote that completes the quorum (use after `_prepareQuorum`).
+    function _closeQuorum(uint256 taskId, uint32 round, uint256 mask) internal {
+        uint8 k = market.getSpec(taskId).threshold;
+        _vote(taskId, round, witnesses[k - 1], _stateRoot(taskId, round), _aggRoot(taskId, round), mask);
+    }
+
     /// @dev All active trainers commit, the deadline passes, the round finalizes accepting everything.
     function _runRound(uint256 taskId, uint32 round) internal returns (uint256 mask) {
         mask = _commitAll(taskId, round);

@@ -1,0 +1,229 @@
+"""Shared fixtures: one real anvil devnet per session, the market deployed once, and an
+``evm_snapshot``/``evm_revert`` pair around every chain test so tests stay isolated and fast.
+
+Accounts (anvil development keys, read from anvil's ``--config-out`` file):
+    0 sponsor (also the deployer), 1..3 trainers, 4..6 witnesses, 7 outsider.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import settings
+
+try:  # the repo venv installs syncline editable; a bare venv needs agents/ on the path
+    import syncline  # noqa: F401
+except ImportError:  # pragma: no cover - depends on the environment
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agents"))
+
+from eth_utils import keccak, to_checksum_address
+from web3 import Web3
+
+from syncline.chain import devnet as devnet_mod
+from syncline.chain.deployment import Deployment, deploy_market
+from syncline.chain.devnet import Devnet, start_anvil
+from syncline.chain.keys import Signer, from_private_key
+from syncline.chain.market import MarketClient
+from syncline.protocol.enums import AggregationRule, Modality, Tier
+from syncline.protocol.spec import (
+    AggregationSpec,
+    DatasetManifest,
+    ModelArchitecture,
+    OuterOptimizerSpec,
+    TrainingTaskSpec,
+)
+
+# No example database on disk (keeps the working tree clean); no per-example deadline because
+# chain round trips vary with machine load.
+settings.register_profile("syncline", database=None, deadline=None)
+settings.load_profile("syncline")
+
+ETH = 10**18
+SPEC_URI = "ipfs://bafy-syncline-test-spec"
+
+
+# ---------------------------------------------------------------------- pure helpers
+
+
+def h32(text: str) -> str:
+    """A deterministic non-zero bytes32 as 0x-hex."""
+    return "0x" + keccak(text=text).hex()
+
+
+def shard_mask(shard_count: int, active: int, position: int) -> int:
+    """Python mirror of ShardAssignment.maskFor (contiguous range [p*S/n, (p+1)*S/n))."""
+    start = position * shard_count // active
+    end = (position + 1) * shard_count // active
+    return (1 << end) - (1 << start)
+
+
+def build_spec(
+    *,
+    witnesses: tuple[str, ...],
+    enrollment_deadline: int,
+    shards: int = 6,
+    **overrides: Any,
+) -> TrainingTaskSpec:
+    """The default valid spec of the suite; keyword overrides replace fields."""
+    spec = TrainingTaskSpec(
+        name="syncline-test-tiny-lm",
+        modality=Modality.LANGUAGE,
+        model=ModelArchitecture(family="gpt2", config={"n_layer": 2, "n_embd": 64, "vocab_size": 256}),
+        dataset=DatasetManifest(shard_hashes=tuple(h32(f"shard-{i}") for i in range(shards))),
+        tier=Tier.VERIFIED,
+        aggregation=AggregationSpec(rule=AggregationRule.COORDINATE_MEDIAN),
+        inner_steps=50,
+        rounds=4,
+        round_duration_s=300,
+        grace_window_s=120,
+        challenge_window_s=600,
+        trainer_stake_wei=1 * ETH,
+        min_trainers=2,
+        max_trainers=3,
+        enrollment_deadline=enrollment_deadline,
+        witnesses=tuple(witnesses),
+        threshold=2,
+        witness_fee_wei=ETH // 100,
+        reward_pool_wei=3 * ETH,
+        initial_state_root=h32("initial-state"),
+        outer_optimizer=OuterOptimizerSpec(lr=0.7, momentum=0.9),
+        gradient_bits=8,
+        max_missed_rounds=1,
+        eviction_slash_bps=2500,
+    )
+    return spec.with_updates(**overrides) if overrides else spec
+
+
+OFFLINE_WITNESSES = tuple(
+    to_checksum_address("0x" + keccak(text=f"offline-witness-{i}").hex()[-40:]) for i in range(3)
+)
+OFFLINE_DEADLINE = 2_000_000_000
+
+
+class GasMeter:
+    """Wei each account spent on gas, summed from the receipts of its transactions."""
+
+    def __init__(self) -> None:
+        self.spent: dict[str, int] = defaultdict(int)
+        self.count: dict[str, int] = defaultdict(int)
+
+    def add(self, receipt: Any) -> Any:
+        assert receipt["status"] == 1
+        sender = Web3.to_checksum_address(receipt["from"])
+        self.spent[sender] += int(receipt["gasUsed"]) * int(receipt["effectiveGasPrice"])
+        self.count[sender] += 1
+        return receipt
+
+    def of(self, signer: Signer) -> int:
+        return self.spent[signer.address]
+
+
+# ---------------------------------------------------------------------- session: one devnet
+
+
+@pytest.fixture(scope="session")
+def devnet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Devnet]:
+    net = start_anvil(tmp_path_factory.mktemp("anvil"))
+    try:
+        yield net
+    finally:
+        net.stop()
+
+
+@pytest.fixture(scope="session")
+def w3(devnet: Devnet) -> Web3:
+    return devnet.web3()
+
+
+@pytest.fixture(scope="session")
+def accounts(devnet: Devnet) -> list[Signer]:
+    return [from_private_key(k) for k in devnet.private_keys()]
+
+
+@pytest.fixture(scope="session")
+def sponsor(accounts: list[Signer]) -> Signer:
+    return accounts[0]
+
+
+@pytest.fixture(scope="session")
+def trainers(accounts: list[Signer]) -> list[Signer]:
+    return accounts[1:4]
+
+
+@pytest.fixture(scope="session")
+def witnesses(accounts: list[Signer]) -> list[Signer]:
+    return accounts[4:7]
+
+
+@pytest.fixture(scope="session")
+def outsider(accounts: list[Signer]) -> Signer:
+    return accounts[7]
+
+
+@pytest.fixture(scope="session")
+def deployment(
+    devnet: Devnet, w3: Web3, sponsor: Signer, tmp_path_factory: pytest.TempPathFactory
+) -> Deployment:
+    return deploy_market(w3, sponsor, devnet.rpc_url, tmp_path_factory.mktemp("deployment"))
+
+
+@pytest.fixture(scope="session")
+def session_market(deployment: Deployment, w3: Web3) -> MarketClient:
+    return MarketClient.from_deployment(deployment, w3)
+
+
+@contextmanager
+def chain_snapshot_ctx(w3: Web3) -> Iterator[str]:
+    """Everything done inside is undone on exit (state, balances, nonces and the clock)."""
+    snap = devnet_mod.snapshot(w3)
+    try:
+        yield snap
+    finally:
+        devnet_mod.revert(w3, snap)
+
+
+@pytest.fixture
+def chain_snapshot(w3: Web3) -> Iterator[str]:
+    with chain_snapshot_ctx(w3) as snap:
+        yield snap
+
+
+@pytest.fixture
+def market(session_market: MarketClient, chain_snapshot: str) -> MarketClient:
+    """The session's market client, with the chain reverted after the test."""
+    return session_market
+
+
+@pytest.fixture(scope="session")
+def spec_factory(w3: Web3, witnesses: list[Signer]) -> Callable[..., TrainingTaskSpec]:
+    """Valid spec with the session's witnesses and enrollment_deadline = chain time + 600."""
+
+    def make(**overrides: Any) -> TrainingTaskSpec:
+        overrides.setdefault("enrollment_deadline", devnet_mod.chain_time(w3) + 600)
+        overrides.setdefault("witnesses", tuple(w.address for w in witnesses))
+        return build_spec(**overrides)
+
+    return make
+
+
+@pytest.fixture
+def offline_spec_factory() -> Callable[..., TrainingTaskSpec]:
+    """Valid spec that needs no chain (fixed witnesses and deadline)."""
+
+    def make(**overrides: Any) -> TrainingTaskSpec:
+        overrides.setdefault("enrollment_deadline", OFFLINE_DEADLINE)
+        overrides.setdefault("witnesses", OFFLINE_WITNESSES)
+        return build_spec(**overrides)
+
+    return make
+
+
+@pytest.fixture
+def gas() -> GasMeter:
+    return GasMeter()
