@@ -100,9 +100,7 @@ def build_spec(
     return spec.with_updates(**overrides) if overrides else spec
 
 
-OFFLINE_WITNESSES = tuple(
-    to_checksum_address("0x" + keccak(text=f"offline-witness-{i}").hex()[-40:]) for i in range(3)
-)
+OFFLINE_WITNESSES = tuple(to_checksum_address("0x" + keccak(text=f"offline-witness-{i}").hex()[-40:]) for i in range(3))
 OFFLINE_DEADLINE = 2_000_000_000
 
 
@@ -167,9 +165,7 @@ def outsider(accounts: list[Signer]) -> Signer:
 
 
 @pytest.fixture(scope="session")
-def deployment(
-    devnet: Devnet, w3: Web3, sponsor: Signer, tmp_path_factory: pytest.TempPathFactory
-) -> Deployment:
+def deployment(devnet: Devnet, w3: Web3, sponsor: Signer, tmp_path_factory: pytest.TempPathFactory) -> Deployment:
     return deploy_market(w3, sponsor, devnet.rpc_url, tmp_path_factory.mktemp("deployment"))
 
 

@@ -321,7 +321,7 @@ contract TrainerStakingTest is SynclineTest {
         vm.assertEq(_countLogs(logs, topic), 3, "ShardsAssigned for the 3 remaining trainers only");
         uint256 union;
         for (uint256 i = 0; i < logs.length; ++i) {
-            if (logs[i].topics[0] != topic) continue;
+            if (logs[i].emitter != address(market) || logs[i].topics[0] != topic) continue;
             address who = address(uint160(uint256(logs[i].topics[2])));
             vm.assertTrue(who != trainers[1], "evicted trainer gets no shards");
             (, uint256 m) = abi.decode(logs[i].data, (uint16, uint256));

@@ -14,12 +14,13 @@ Seal     refused inside the challenge window, then sealed; every account withdra
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
-from conftest import ETH, SPEC_URI, GasMeter, h32, shard_mask
 from web3 import Web3
 
+from conftest import ETH, SPEC_URI, GasMeter, h32, shard_mask
 from syncline.chain.devnet import chain_time, set_next_timestamp
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient, result_digest
@@ -70,6 +71,12 @@ def test_full_lifecycle_every_wei_accounted(
     everyone = [sponsor, *trainers, *witnesses, outsider]
     start = balances(w3, everyone)
     contract_start = int(w3.eth.get_balance(market.address))
+
+    def assert_money_invariant(task_id: int) -> None:
+        """TaskEscrow: the contract holds exactly the task's escrow plus everyone's credit."""
+        held = int(w3.eth.get_balance(market.address)) - contract_start
+        credits = sum(market.credit_of(s.address) for s in everyone)
+        assert held == market.escrow_of(task_id) + credits
 
     spec = spec_factory()
     fee, stake, pool0 = spec.witness_fee_wei, spec.trainer_stake_wei, spec.reward_pool_wei
@@ -126,21 +133,33 @@ def test_full_lifecycle_every_wei_accounted(
     assert fin["args"]["acceptedMask"] == m0
     rnd = market.round(task_id, 0)
     assert (rnd.status, rnd.vote_count, rnd.result, rnd.state_root, rnd.accepted_mask) == (
-        RoundStatus.FINALIZED, 2, r0, s0, m0,
+        RoundStatus.FINALIZED,
+        2,
+        r0,
+        s0,
+        m0,
     )
     assert market.task(task_id).state_root == s0
     assert market.task(task_id).current_round == 1
 
     # Idempotent re-finalize by the third witness: succeeds, changes nothing, earns nothing.
     before = (
-        market.task(task_id), market.round(task_id, 0), market.witness(task_id, w2.address),
-        market.vote_of(task_id, 0, w2.address), market.credit_of(w2.address), market.escrow_of(task_id),
+        market.task(task_id),
+        market.round(task_id, 0),
+        market.witness(task_id, w2.address),
+        market.vote_of(task_id, 0, w2.address),
+        market.credit_of(w2.address),
+        market.escrow_of(task_id),
     )
     receipt = gas.add(market.finalize_round(w2, task_id, 0, s0, a0, m0, metric=123))
     assert market.all_events(receipt) == []
     after = (
-        market.task(task_id), market.round(task_id, 0), market.witness(task_id, w2.address),
-        market.vote_of(task_id, 0, w2.address), market.credit_of(w2.address), market.escrow_of(task_id),
+        market.task(task_id),
+        market.round(task_id, 0),
+        market.witness(task_id, w2.address),
+        market.vote_of(task_id, 0, w2.address),
+        market.credit_of(w2.address),
+        market.escrow_of(task_id),
     )
     assert after == before
     assert market.vote_of(task_id, 0, w2.address) == ZERO32
@@ -155,6 +174,8 @@ def test_full_lifecycle_every_wei_accounted(
     assert err.value.error_args == {"round": 0, "finalized": r0, "offered": result_digest(forked, a0, m0)}
     assert str(err.value).count("\n") == 0 and "ConflictingFinalize(round=0" in str(err.value)
     assert w3.eth.get_transaction_count(w2.address) == nonce  # nothing was sent
+
+    assert_money_invariant(task_id)
 
     # ------------------------------------------------------------------ round 1: T2 misses, dissent
     commit(market, gas, t0, task_id, 1, 0)
@@ -183,6 +204,8 @@ def test_full_lifecycle_every_wei_accounted(
     assert market.events(receipt, "TrainerEvicted") == []
     assert market.round(task_id, 1).result == r1
     assert market.trainer(task_id, t2.address).consecutive_missed == 1
+
+    assert_money_invariant(task_id)
 
     # ------------------------------------------------------------------ round 2: no quorum -> carry forward
     commit(market, gas, t0, task_id, 2, 0)
@@ -236,6 +259,8 @@ def test_full_lifecycle_every_wei_accounted(
     assert err.value.error_name == "SynclineRoundCarriedForward"
     assert err.value.error_args == {"taskId": task_id, "round": 2}
 
+    assert_money_invariant(task_id)
+
     # ------------------------------------------------------------------ round 3: the evicted trainer is out
     with pytest.raises(ChainError) as err:
         commit(market, gas, t2, task_id, 3, 2)
@@ -256,6 +281,8 @@ def test_full_lifecycle_every_wei_accounted(
     assert completed["args"]["challengeWindowEnds"] == until
     task = market.task(task_id)
     assert (task.status, task.rounds_finalized, task.rounds_carried) == (TaskStatus.AWAITING_SEAL, 3, 1)
+
+    assert_money_invariant(task_id)
 
     # ------------------------------------------------------------------ seal
     with pytest.raises(ChainError) as err:
@@ -297,6 +324,7 @@ def test_full_lifecycle_every_wei_accounted(
     assert (task.status, task.sealed_pool_wei, task.sponsor_refund_wei) == (TaskStatus.SEALED, pool, sponsor_refund)
 
     # ------------------------------------------------------------------ receipt
+    assert_money_invariant(task_id)
     rc = market.receipt(task_id)
     assert rc.task_id == task_id and rc.spec_hash == spec.spec_hash and rc.status == TaskStatus.SEALED
     assert (rc.final_state_root, rc.rounds_total, rc.rounds_finalized, rc.rounds_carried_forward) == (s3, 4, 3, 1)
@@ -312,7 +340,11 @@ def test_full_lifecycle_every_wei_accounted(
     for addr, (fragment, was_evicted, submitted, accepted, missed_n) in expected_lines.items():
         line = lines[addr]
         assert (line.fragment, line.evicted, line.submitted, line.accepted, line.missed) == (
-            fragment, was_evicted, submitted, accepted, missed_n,
+            fragment,
+            was_evicted,
+            submitted,
+            accepted,
+            missed_n,
         )
         assert line.accepted_weight == weights[addr]
         assert line.reward_wei == rewards[addr]
@@ -326,6 +358,11 @@ def test_full_lifecycle_every_wei_accounted(
         line = wlines[addr]
         assert (line.votes, line.matched, line.dissents, line.fees_wei) == (votes, matched, dissents, fees[addr])
         assert market.witness(task_id, addr).fees_wei == fees[addr]
+    as_json = json.loads(rc.to_json())
+    assert as_json["status"] == "sealed"
+    assert as_json["spec_hash"] == spec.spec_hash
+    assert [t["reward_wei"] for t in as_json["trainers"]] == [rewards[t.address] for t in trainers]
+    assert [w["fees_wei"] for w in as_json["witnesses"]] == [fees[w.address] for w in witnesses]
 
     # Idempotence and fork detection still hold after sealing.
     gas.add(market.finalize_round(w2, task_id, 0, s0, a0, m0))
@@ -414,7 +451,10 @@ def test_underfilled_task_is_cancelled_and_refunded_to_the_wei(
     assert rc.sponsor_refund_wei == spec.escrow_wei
     (line,) = rc.trainers
     assert (line.trainer, line.stake_refund_wei, line.slashed_wei, line.reward_wei) == (
-        t0.address, spec.trainer_stake_wei, 0, 0,
+        t0.address,
+        spec.trainer_stake_wei,
+        0,
+        0,
     )
 
     with pytest.raises(ChainError) as err:  # cancelled is final

@@ -2,6 +2,7 @@
 pragma solidity ^0.8.24;
 
 import {Vm} from "./Vm.sol";
+import {TestBase} from "./TestBase.sol";
 import {SynclineMarket} from "../../src/SynclineMarket.sol";
 import {ISynclineMarket} from "../../src/ISynclineMarket.sol";
 import {
@@ -17,13 +18,9 @@ import {
 } from "../../src/SynclineTypes.sol";
 
 /// @title SynclineTest
-/// @notice Minimal test base (no forge-std): the cheatcode handle, `bound`, funded actors, a
-/// default valid `TaskSpec` and helpers that drive a task through its life cycle.
-abstract contract SynclineTest {
-    bool public IS_TEST = true;
-
-    Vm internal constant vm = Vm(address(uint160(uint256(keccak256("hevm cheat code")))));
-
+/// @notice Market test base (no forge-std): a deployed market, funded actors, a default valid
+/// `TaskSpec` and helpers that drive a task through its life cycle.
+abstract contract SynclineTest is TestBase {
     /// @dev A realistic start time (forge starts at timestamp 1).
     uint256 internal constant T0 = 1_700_000_000;
     uint256 internal constant ACTOR_FUNDS = 1_000_000 ether;
@@ -54,7 +51,7 @@ abstract contract SynclineTest {
 
     function setUp() public virtual {
         vm.warp(T0);
-        market = new SynclineMarket();
+        market = SynclineMarket(vm.deployCode("SynclineMarket.sol:SynclineMarket"));
         vm.label(address(market), "SynclineMarket");
         sponsor = _actor("sponsor");
         stranger = _actor("stranger");
@@ -67,17 +64,6 @@ abstract contract SynclineTest {
     }
 
     // ------------------------------------------------------------------ generic helpers
-
-    /// @dev Maps `x` into [min, max]; values already inside are kept so fuzz edge cases survive.
-    function bound(uint256 x, uint256 min, uint256 max) internal pure returns (uint256) {
-        require(min <= max, "bound: min > max");
-        if (x >= min && x <= max) return x;
-        unchecked {
-            uint256 size = max - min + 1;
-            if (size == 0) return x; // the whole uint256 range
-            return min + (x % size);
-        }
-    }
 
     /// @dev A fresh funded EOA with a label.
     function _actor(string memory name) internal returns (address a) {
@@ -323,16 +309,6 @@ abstract contract SynclineTest {
         }
         vm.assertEq(union, _fullMask(shardCount), "shard masks do not cover exactly shardCount shards");
         vm.assertLe(maxSize - minSize, 1, "shard sizes differ by more than one");
-    }
-
-    function _fullMask(uint256 shardCount) internal pure returns (uint256) {
-        return shardCount == 256 ? type(uint256).max : (uint256(1) << shardCount) - 1;
-    }
-
-    function _popcount(uint256 x) internal pure returns (uint256 n) {
-        for (uint256 i = 0; i < 256; ++i) {
-            if ((x >> i) & 1 == 1) ++n;
-        }
     }
 
     /// @dev Fails unless the market holds exactly the task escrows plus the credits of `accounts`.

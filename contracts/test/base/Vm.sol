@@ -19,6 +19,9 @@ interface Vm {
     function label(address account, string calldata newLabel) external;
     function addr(uint256 privateKey) external pure returns (address);
     function assume(bool condition) external pure;
+    /// @notice Deploys the artifact at `artifactPath` ("File.sol:Contract"); keeps the test
+    /// contracts from embedding (and re-optimizing) the market's creation code.
+    function deployCode(string calldata artifactPath) external returns (address deployed);
 
     // ------------------------------------------------------------------ callers
     function prank(address msgSender) external;
