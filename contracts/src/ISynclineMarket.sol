@@ -90,7 +90,8 @@ interface ISynclineMarket {
     error SynclineAlreadyVoted(uint256 taskId, uint32 round, address witness, bytes32 previous);
     /// @notice The round was carried forward; it takes no more votes.
     error SynclineRoundCarriedForward(uint256 taskId, uint32 round);
-    /// @notice Carry-forward is possible only after the grace window, at `earliest`.
+    /// @notice Carry-forward is possible only once the grace window has ended, strictly after `earliest`
+    /// (= round deadline + grace window), like finalize is only possible strictly after the deadline.
     error SynclineGraceWindowOpen(uint256 taskId, uint32 round, uint64 earliest);
 
     // ------------------------------------------------------------------ errors: settlement

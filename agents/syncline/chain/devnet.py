@@ -117,10 +117,10 @@ def start_anvil(
     ]
     if block_time is not None:
         cmd += ["--block-time", str(block_time)]
-    log = log_path.open("wb")
-    proc = subprocess.Popen(
-        cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=detach
-    )
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=detach
+        )
     rpc_url = f"http://127.0.0.1:{port}"
     devnet = Devnet(rpc_url=rpc_url, pid=proc.pid, config_path=config_path, log_path=log_path, process=proc)
     deadline = time.monotonic() + timeout_s

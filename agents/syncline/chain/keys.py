@@ -59,6 +59,8 @@ def from_keystore(path: Path, *, password: str | None = None, password_env: str 
         raise KeyConfigError(f"cannot read keystore {path}: {exc}") from exc
     try:
         key = Account.decrypt(encrypted, password)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise KeyConfigError(f"{path} is not an eth-account keystore file") from exc
     except ValueError as exc:
         raise KeyConfigError(f"cannot decrypt keystore {path}: wrong password or corrupt file") from exc
     return Signer(Account.from_key(key))
@@ -68,7 +70,9 @@ def write_keystore(signer: Signer, path: Path, password: str) -> Path:
     """Encrypt ``signer``'s key into a keystore file (mode 0600)."""
     data = Account.encrypt(signer.account.key, password)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(json.dumps(data))
     path.chmod(0o600)
     return path
 

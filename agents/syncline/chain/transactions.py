@@ -79,6 +79,8 @@ def _plain(value: object, internal_type: str = "") -> object:
     """Hex for bytes, enum member names (lower case) for Solidity enums, the value otherwise."""
     if isinstance(value, bytes):
         return "0x" + value.hex()
+    if internal_type == "address" and isinstance(value, str):
+        return Web3.to_checksum_address(value)
     if internal_type.startswith("enum ") and isinstance(value, int):
         enum_cls = getattr(protocol_enums, internal_type.split(".")[-1].split()[-1], None)
         if enum_cls is not None:
@@ -116,6 +118,10 @@ class TransactionSender:
                     "nonce": self.w3.eth.get_transaction_count(sender, "pending"),
                     "chainId": self.chain_id,
                 }
+                # Estimate against the block the transaction will land in, not the latest mined one:
+                # a deadline may have passed since the last block (devnets mine on demand).
+                estimate = fn.estimate_gas(params, block_identifier="pending")
+                params["gas"] = estimate + estimate // 5 + 20_000
                 tx = fn.build_transaction(params)
             except (ContractCustomError, ContractLogicError) as exc:
                 raise self._decode(exc, fn) from None
@@ -125,11 +131,21 @@ class TransactionSender:
             receipt = self.w3.eth.wait_for_transaction_receipt(tx_hash, timeout=self.receipt_timeout_s)
         except TimeExhausted as exc:
             raise ChainError(
-                f"{fn.fn_name}: no receipt for {tx_hash.hex()} after {self.receipt_timeout_s:.0f}s"
+                f"{fn.fn_name}: no receipt for 0x{bytes(tx_hash).hex()} after {self.receipt_timeout_s:.0f}s"
             ) from exc
         if receipt["status"] != 1:
-            raise ChainError(f"{fn.fn_name}: transaction {tx_hash.hex()} reverted on chain")
+            raise self._replay_failure(signer, fn, value, receipt)
         return receipt
+
+    def _replay_failure(self, signer: Signer, fn: ContractFunction, value: int, receipt: TxReceipt) -> ChainError:
+        """Re-run a transaction that reverted on chain at its block to name the custom error."""
+        tx_hash = "0x" + bytes(receipt["transactionHash"]).hex()
+        try:
+            fn.call({"from": signer.address, "value": Wei(value)}, block_identifier=receipt["blockNumber"])
+        except (ContractCustomError, ContractLogicError) as exc:
+            err = self._decode(exc, fn)
+            return ChainError(f"{err} (transaction {tx_hash})", error_name=err.error_name, args=err.error_args)
+        return ChainError(f"{fn.fn_name}: transaction {tx_hash} reverted on chain")
 
     def _decode(self, exc: ContractLogicError, fn: ContractFunction) -> ChainError:
         data = getattr(exc, "data", None)

@@ -19,13 +19,35 @@ from syncline.errors import SpecError
 from syncline.protocol import merkle, tier_policy
 from syncline.protocol.enums import AggregationRule, Modality, Tier, parse_enum
 
+# Solidity integer width of each numeric field of the on-chain TaskSpec (SynclineTypes.sol).
+ONCHAIN_BITS: dict[str, int] = {
+    "inner_steps": 32,
+    "rounds": 32,
+    "round_duration_s": 64,
+    "grace_window_s": 64,
+    "challenge_window_s": 64,
+    "enrollment_deadline": 64,
+    "trainer_stake_wei": 128,
+    "min_trainers": 16,
+    "max_trainers": 16,
+    "max_missed_rounds": 16,
+    "eviction_slash_bps": 16,
+    "threshold": 8,
+    "witness_fee_wei": 128,
+    "gradient_bits": 8,
+}
 MAX_TRAINERS = 64
 MAX_WITNESSES = 32
 MAX_SHARDS = 256
 PPM = 1_000_000
 
 
-def _hex32(value: str, field_name: str) -> str:
+def _hex32(value: object, field_name: str) -> str:
+    if not isinstance(value, str):
+        raise SpecError(
+            f"{field_name}: expected a 0x-prefixed 32-byte hex string, got {type(value).__name__} "
+            "(quote hex values in YAML)"
+        )
     text = value.lower()
     if not (text.startswith("0x") and len(text) == 66 and all(c in "0123456789abcdef" for c in text[2:])):
         raise SpecError(f"{field_name}: expected a 0x-prefixed 32-byte hex string, got {value!r}")
@@ -161,16 +183,24 @@ class TrainingTaskSpec:
 
     def validate(self, *, now: int | None = None) -> TrainingTaskSpec:
         """Raise ``SpecError`` (one line) for any rule ``postTask`` would reject; return self."""
+        for name, bits in ONCHAIN_BITS.items():
+            value = getattr(self, name)
+            if not 0 <= value < 2**bits:
+                raise SpecError(f"{name}={value} does not fit the contract's uint{bits} field")
+        if not 0 <= self.aggregation.rule_param < 2**32:
+            raise SpecError(f"aggregation parameter {self.aggregation.rule_param} does not fit uint32")
         n = len(self.witnesses)
         if not (0 < self.threshold <= n) or n > MAX_WITNESSES:
             raise SpecError(f"threshold k={self.threshold} must satisfy 0 < k <= witnesses ({n}, at most 32)")
-        if len(set(self.witnesses)) != n:
+        if len({w.lower() for w in self.witnesses}) != n:
             raise SpecError("witnesses: duplicate address")
         if any(int(w, 16) == 0 for w in self.witnesses):
             raise SpecError("witnesses: the zero address cannot be a witness")
         for name in ("rounds", "inner_steps", "round_duration_s", "trainer_stake_wei", "reward_pool_wei"):
             if getattr(self, name) <= 0:
                 raise SpecError(f"{name} must be positive")
+        if int(self.initial_state_root, 16) == 0:
+            raise SpecError("initial_state_root must not be zero (use the state root of the initial model)")
         for name in ("grace_window_s", "challenge_window_s", "witness_fee_wei", "max_missed_rounds"):
             if getattr(self, name) < 0:
                 raise SpecError(f"{name} must not be negative")
@@ -188,8 +218,9 @@ class TrainingTaskSpec:
             raise SpecError(f"eviction_slash_bps {self.eviction_slash_bps} must be within 0..10000")
         if self.gradient_bits not in (8, 16):
             raise SpecError(f"gradient_bits {self.gradient_bits}: only 8 or 16 are defined")
-        if not 0 < self.outer_optimizer.lr * PPM < 2**32 or not 0 <= self.outer_optimizer.momentum < 1:
-            raise SpecError("outer_optimizer: need 0 < lr and 0 <= momentum < 1")
+        lr_ppm = round(self.outer_optimizer.lr * PPM)
+        if not 0 < lr_ppm < 2**32 or not 0 <= self.outer_optimizer.momentum < 1:
+            raise SpecError("outer_optimizer: need 1e-6 <= lr < 4294 and 0 <= momentum < 1")
         if not tier_policy.admits(self.tier, self.aggregation.rule):
             raise SpecError(
                 f"tier {self.tier.name.lower()} does not admit rule {self.aggregation.rule.name.lower()} "
@@ -250,17 +281,21 @@ class TrainingTaskSpec:
         if unknown:
             raise SpecError(f"unknown spec field(s): {', '.join(unknown)}")
         try:
-            model = data["model"]
-            dataset = data["dataset"]
-            aggregation = dict(data.get("aggregation", {}))
-            outer = dict(data.get("outer_optimizer", {}))
+            model = _mapping(data["model"], "model")
+            dataset = _mapping(data["dataset"], "dataset")
+            aggregation = dict(_mapping(data.get("aggregation", {}), "aggregation"))
+            outer = dict(_mapping(data.get("outer_optimizer", {}), "outer_optimizer"))
             spec = cls(
                 name=str(data["name"]),
                 modality=parse_enum(Modality, data.get("modality", "language"), "modality"),
-                model=ModelArchitecture(family=str(model["family"]), config=dict(model.get("config", {}))),
+                model=ModelArchitecture(
+                    family=str(model["family"]), config=dict(_mapping(model.get("config", {}), "model.config"))
+                ),
                 dataset=DatasetManifest(
-                    shard_hashes=tuple(_hex32(h, "dataset.shard_hashes") for h in _seq(dataset["shard_hashes"])),
-                    shard_uris=tuple(str(u) for u in _seq(dataset.get("shard_uris", ()))),
+                    shard_hashes=tuple(
+                        _hex32(h, "dataset.shard_hashes") for h in _seq(dataset["shard_hashes"], "dataset.shard_hashes")
+                    ),
+                    shard_uris=tuple(str(u) for u in _seq(dataset.get("shard_uris", ()), "dataset.shard_uris")),
                     validation_hash=(
                         _hex32(dataset["validation_hash"], "dataset.validation_hash")
                         if dataset.get("validation_hash")
@@ -271,9 +306,9 @@ class TrainingTaskSpec:
                 tier=parse_enum(Tier, data.get("tier", "open"), "tier"),
                 aggregation=AggregationSpec(
                     rule=parse_enum(AggregationRule, aggregation.pop("rule", "mean"), "aggregation.rule"),
-                    trim_fraction=float(aggregation.pop("trim_fraction", 0.0)),
+                    trim_fraction=_float(aggregation.pop("trim_fraction", 0.0), "aggregation.trim_fraction"),
                     krum_f=_int(aggregation.pop("krum_f", 0), "aggregation.krum_f"),
-                    clip_radius=float(aggregation.pop("clip_radius", 0.0)),
+                    clip_radius=_float(aggregation.pop("clip_radius", 0.0), "aggregation.clip_radius"),
                 ),
                 inner_steps=_int(data["inner_steps"], "inner_steps"),
                 rounds=_int(data["rounds"], "rounds"),
@@ -284,18 +319,19 @@ class TrainingTaskSpec:
                 min_trainers=_int(data["min_trainers"], "min_trainers"),
                 max_trainers=_int(data["max_trainers"], "max_trainers"),
                 enrollment_deadline=_int(data["enrollment_deadline"], "enrollment_deadline"),
-                witnesses=tuple(_address(w) for w in _seq(data["witnesses"])),
+                witnesses=tuple(_address(w) for w in _seq(data["witnesses"], "witnesses")),
                 threshold=_int(data["threshold"], "threshold"),
                 witness_fee_wei=_int(data.get("witness_fee_wei", 0), "witness_fee_wei"),
                 reward_pool_wei=_int(data["reward_pool_wei"], "reward_pool_wei"),
                 initial_state_root=_hex32(str(data["initial_state_root"]), "initial_state_root"),
                 outer_optimizer=OuterOptimizerSpec(
-                    lr=float(outer.pop("lr", 0.7)), momentum=float(outer.pop("momentum", 0.9))
+                    lr=_float(outer.pop("lr", 0.7), "outer_optimizer.lr"),
+                    momentum=_float(outer.pop("momentum", 0.9), "outer_optimizer.momentum"),
                 ),
                 gradient_bits=_int(data.get("gradient_bits", 8), "gradient_bits"),
                 max_missed_rounds=_int(data.get("max_missed_rounds", 2), "max_missed_rounds"),
                 eviction_slash_bps=_int(data.get("eviction_slash_bps", 1000), "eviction_slash_bps"),
-                metadata=dict(data.get("metadata", {})),
+                metadata=dict(_mapping(data.get("metadata", {}), "metadata")),
             )
             if aggregation:
                 raise SpecError(f"aggregation: unknown field(s) {', '.join(sorted(aggregation))}")
@@ -320,10 +356,25 @@ def _int(value: object, name: str) -> int:
         raise SpecError(f"{name}: expected an integer, got {value!r}") from None
 
 
-def _seq(value: object) -> Sequence[Any]:
+def _seq(value: object, name: str) -> Sequence[Any]:
     if isinstance(value, str | bytes) or not isinstance(value, Sequence):
-        raise SpecError(f"expected a list, got {value!r}")
+        raise SpecError(f"{name}: expected a list, got {type(value).__name__}")
     return value
+
+
+def _mapping(value: object, name: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise SpecError(f"{name}: expected a mapping of fields, got {type(value).__name__}")
+    return value
+
+
+def _float(value: object, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise SpecError(f"{name}: expected a number, got {value!r}")
+    try:
+        return float(value)
+    except ValueError:
+        raise SpecError(f"{name}: expected a number, got {value!r}") from None
 
 
 def _address(value: object) -> str:

