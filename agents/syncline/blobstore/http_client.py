@@ -1,0 +1,186 @@
+"""A :class:`~syncline.blobstore.store.BlobStore` that talks to a remote :class:`BlobService`.
+
+Only the stdlib (``urllib``) is used, every request has an explicit timeout, and nothing the
+server says is trusted: uploaded digests are recomputed locally and downloads are verified.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from syncline.blobstore.fetch import http_error_message
+from syncline.blobstore.http_service import ALIAS_HEADER
+from syncline.blobstore.store import (
+    DEFAULT_MAX_BLOB_BYTES,
+    BlobIntegrityError,
+    BlobRef,
+    BlobStoreBase,
+    BlobTooLarge,
+    BlobUnavailable,
+    InvalidBlobName,
+    digest_of,
+    is_digest,
+    normalize_digest,
+    validate_alias,
+)
+
+_MAX_JSON_BYTES = 64 * 1024
+
+
+class HttpBlobStore(BlobStoreBase):
+    """Client of a blob service at ``base_url``.
+
+    Parameters
+    ----------
+    base_url : str
+        ``http(s)://host:port`` of the service (a trailing slash is ignored).
+    timeout_s : float, optional
+        Timeout of each socket operation (connect, each read / write).
+    max_bytes : int, optional
+        Largest blob :meth:`put` uploads and :meth:`get` downloads.
+    """
+
+    def __init__(self, base_url: str, *, timeout_s: float = 30.0, max_bytes: int = DEFAULT_MAX_BLOB_BYTES) -> None:
+        super().__init__(fetch_timeout_s=timeout_s)
+        parts = urllib.parse.urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"blob service URL must be http(s)://host[:port], got {base_url!r}")
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.max_bytes = max_bytes
+
+    def __repr__(self) -> str:
+        return f"HttpBlobStore({self.base_url!r})"
+
+    def uri_for(self, digest: str) -> str:
+        """``<base_url>/blobs/<digest>``."""
+        return f"{self.base_url}/blobs/{normalize_digest(digest)}"
+
+    # ------------------------------------------------------------------ BlobBackend
+
+    def put(self, data: bytes, *, alias: str | None = None) -> BlobRef:
+        """Upload ``data`` and optionally point ``alias`` at it.
+
+        Returns
+        -------
+        BlobRef
+            Digest (computed locally and checked against the server's), size and
+            ``<base_url>/blobs/<digest>``.
+
+        Raises
+        ------
+        BlobTooLarge
+            ``data`` exceeds this client's ``max_bytes`` or the server's limit (HTTP 413).
+        BlobIntegrityError
+            The server reports a different digest or size than the bytes sent.
+        BlobUnavailable
+            The service cannot be reached or answered with an error.
+        """
+        data = bytes(data)
+        if len(data) > self.max_bytes:
+            raise BlobTooLarge(f"blob of {len(data)} bytes exceeds max_bytes={self.max_bytes} of {self!r}")
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(len(data))}
+        if alias is not None:
+            headers[ALIAS_HEADER] = validate_alias(alias)
+        digest = digest_of(data)
+        answer = self._json("PUT", "/blobs", data=data, headers=headers)
+        try:
+            ref = BlobRef.from_json(answer)
+        except InvalidBlobName as exc:
+            raise BlobUnavailable(f"{self.base_url} answered PUT /blobs with an invalid reference: {exc}") from None
+        if ref.digest != digest or ref.size != len(data):
+            raise BlobIntegrityError(
+                f"{self.base_url} stored {ref.digest} ({ref.size} bytes) for a blob of {digest} ({len(data)} bytes)"
+            )
+        return BlobRef(digest=digest, size=len(data), uri=self.uri_for(digest))
+
+    def get(self, digest: str) -> bytes:
+        """Download and verify ``digest`` (at most ``max_bytes``).
+
+        Raises
+        ------
+        BlobNotFound
+            The service does not hold ``digest``.
+        BlobIntegrityError
+            The bytes received do not hash to ``digest``.
+        BlobTooLarge
+            The blob exceeds ``max_bytes``.
+        BlobUnavailable
+            The service cannot be reached or answered with an error.
+        """
+        return self.fetch(self.uri_for(digest), expected_digest=digest, max_bytes=self.max_bytes)
+
+    def has(self, digest: str) -> bool:
+        """Whether the service holds ``digest`` (``HEAD /blobs/<digest>``)."""
+        status, _ = self._request("HEAD", f"/blobs/{normalize_digest(digest)}", ok=(200, 404))
+        return status == 200
+
+    def resolve(self, alias: str) -> str | None:
+        """The digest ``alias`` points at on the service, or None (untrusted: verify what you fetch)."""
+        path = f"/aliases/{urllib.parse.quote(validate_alias(alias), safe='')}"
+        status, body = self._request("GET", path, ok=(200, 404))
+        if status == 404:
+            return None
+        answer = _parse_json(body, f"GET {path}", self.base_url)
+        digest = answer.get("digest") if isinstance(answer, dict) else None
+        if not isinstance(digest, str) or not is_digest(digest):
+            raise BlobUnavailable(f"{self.base_url} answered GET {path} without a valid digest")
+        return normalize_digest(digest)
+
+    def healthy(self) -> bool:
+        """Whether ``GET /healthz`` answers 200."""
+        try:
+            status, _ = self._request("GET", "/healthz", ok=(200,))
+        except BlobUnavailable:
+            return False
+        return status == 200
+
+    # ------------------------------------------------------------------ transport
+
+    def _json(self, method: str, path: str, *, data: bytes | None = None, headers: dict[str, str]) -> Any:
+        _, body = self._request(method, path, data=data, headers=headers, ok=(200, 201))
+        return _parse_json(body, f"{method} {path}", self.base_url)
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        ok: tuple[int, ...],
+        data: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, bytes]:
+        url = self.base_url + path
+        request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                status = int(response.status)
+                body = response.read(_MAX_JSON_BYTES) if method != "HEAD" else b""
+        except urllib.error.HTTPError as exc:
+            with exc:
+                status = exc.code
+                if status not in ok:
+                    message = http_error_message(exc)
+                    if status == 413:
+                        raise BlobTooLarge(f"{method} {url} refused: {message}") from None
+                    raise BlobUnavailable(f"{method} {url} failed with HTTP {status}: {message}") from None
+                body = b""
+        except urllib.error.URLError as exc:
+            raise BlobUnavailable(f"cannot reach {url}: {exc.reason}") from None
+        except (OSError, http.client.HTTPException) as exc:
+            raise BlobUnavailable(f"{method} {url} failed: {exc!r}") from None
+        if status not in ok:
+            raise BlobUnavailable(f"{method} {url} answered unexpected HTTP {status}")
+        return status, body
+
+
+def _parse_json(body: bytes, what: str, base_url: str) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        raise BlobUnavailable(f"{base_url} answered {what} with invalid JSON") from None

@@ -1,0 +1,492 @@
+"""An HTTP service over a :class:`~syncline.blobstore.local.LocalBlobStore` (stdlib only).
+
+Endpoints
+---------
+``PUT /blobs``
+    Body = the blob; ``Content-Length`` required (411 otherwise), at most ``max_bytes`` (413);
+    optional header ``X-Syncline-Alias``. The server hashes the body itself and answers 200 with
+    the JSON :class:`~syncline.blobstore.store.BlobRef` (``uri`` = ``<public url>/blobs/<digest>``).
+``GET /blobs/<digest>``
+    200 with the verified bytes, 404 if absent, 400 for a malformed digest, 500 if the stored
+    file is corrupt (it is quarantined, so the next request answers 404).
+``HEAD /blobs/<digest>``
+    200 with ``Content-Length`` = the blob's size, or 404 / 400.
+``GET /aliases/<alias>``
+    200 ``{"digest": ...}`` or 404; 400 for an alias outside ``[0-9a-zA-Z_.:-]{1,128}``.
+``GET /healthz``
+    200 ``{"status": "ok"}``.
+
+Every error is a one-line JSON object ``{"error": ..., "status": ...}``. Each request is logged
+as one structured line on the ``syncline.blobstore`` logger.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import socketserver
+import threading
+import time
+import urllib.parse
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import structlog
+
+from syncline.blobstore.local import LocalBlobStore
+from syncline.blobstore.store import (
+    DEFAULT_MAX_BLOB_BYTES,
+    BlobIntegrityError,
+    BlobNotFound,
+    BlobRef,
+    InvalidBlobName,
+    normalize_digest,
+    validate_alias,
+)
+
+log = structlog.get_logger("syncline.blobstore")
+
+ALIAS_HEADER = "X-Syncline-Alias"
+DIGEST_HEADER = "X-Syncline-Digest"
+_READ_CHUNK = 1024 * 1024
+_DRAIN_LIMIT = 64 * 1024 * 1024
+"""An unread request body up to this size is read and dropped after an error answer, so the client
+(which sends its whole body before reading) sees the answer rather than a connection reset."""
+_MAX_LOGGED_PATH = 200
+
+
+class _HttpError(Exception):
+    """Ends a request with a JSON error response."""
+
+    def __init__(self, status: HTTPStatus, message: str, *, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = 128  # socketserver's default of 5 makes bursts of connects wait for SYN retries
+
+    def __init__(self, address: tuple[str, int], service: BlobService) -> None:
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        self.service = service
+        self.upload_slots = threading.BoundedSemaphore(service.max_concurrent_uploads)
+        super().__init__(address, _Handler)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind resolves the FQDN of the host, which can block on DNS.
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name = str(host)
+        self.server_port = int(port)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.exception("http.unhandled_error", client=str(client_address))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    server_version = "syncline-blobstore/0.1"
+    protocol_version = "HTTP/1.1"
+    default_request_version = "HTTP/1.0"  # answer even malformed (HTTP/0.9-like) requests with a status line
+
+    # ------------------------------------------------------------------ plumbing
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(self.server.service.request_timeout_s)  # a stalled client is dropped
+
+    def handle_one_request(self) -> None:
+        self._started = time.perf_counter()
+        self._status: int | None = None
+        self._bytes_in = 0
+        self._bytes_out = 0
+        self._note: dict[str, Any] = {}
+        self._unread = 0
+        self.command = ""
+        self.path = ""
+        super().handle_one_request()
+        if self._status is not None:
+            # Successful requests at debug level (a training run makes thousands); failures at info.
+            emit = log.debug if self._status < 400 else log.info
+            emit(
+                "http.request",
+                method=self.command or None,
+                path=(self.path or self.requestline or "")[:_MAX_LOGGED_PATH],
+                status=self._status,
+                bytes_in=self._bytes_in,
+                bytes_out=self._bytes_out,
+                duration_ms=round((time.perf_counter() - self._started) * 1000, 2),
+                client=self.client_address[0] if self.client_address else None,
+                **self._note,
+            )
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        with contextlib.suppress(ValueError, TypeError):
+            self._status = int(code)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("http.server_message", message=format % args)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """JSON errors for the request-parsing failures handled by the base class."""
+        try:
+            phrase = HTTPStatus(code).phrase
+        except ValueError:
+            phrase = "error"
+        self.close_connection = True
+        self._send_json(code, {"error": message or phrase, "status": code})
+
+    def _send_json(self, status: int, obj: dict[str, Any], *, headers: dict[str, str] | None = None) -> None:
+        body = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+        self._send_bytes(status, body, content_type="application/json", headers=headers)
+
+    def _send_bytes(
+        self,
+        status: int,
+        body: bytes,
+        *,
+        content_type: str,
+        headers: dict[str, str] | None = None,
+        length: int | None = None,
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body) if length is None else length))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        if self.command != "HEAD" and body:
+            self.wfile.write(body)
+            self._bytes_out += len(body)
+
+    def _run(self, route: Any) -> None:
+        """Call ``route`` and turn every failure into an answer; never let one escape."""
+        self._unread = self._declared_body_length()
+        try:
+            route()
+        except _HttpError as exc:
+            self._note.setdefault("error", exc.message)
+            if not 0 <= self._unread <= _DRAIN_LIMIT:
+                self.close_connection = True
+            self._send_json(exc.status, {"error": exc.message, "status": int(exc.status)}, headers=exc.headers)
+        except (BrokenPipeError, ConnectionResetError, TimeoutError) as exc:
+            self._unread = -1
+            self.close_connection = True
+            self._note["error"] = f"connection: {exc.__class__.__name__}"
+            if self._status is None:
+                self._status = 499  # the client went away before an answer
+        except Exception as exc:
+            log.exception("http.handler_error", path=self.path[:_MAX_LOGGED_PATH])
+            self._unread = -1
+            self.close_connection = True
+            self._note["error"] = exc.__class__.__name__
+            if self._status is None:
+                with contextlib.suppress(OSError):
+                    self._send_json(500, {"error": "internal server error", "status": 500})
+        self._drain_body()
+
+    def _declared_body_length(self) -> int:
+        """Bytes of request body announced by the headers: 0 for none, -1 when unknown."""
+        if self.headers.get("Transfer-Encoding") is not None:
+            return -1
+        raw = self.headers.get("Content-Length")
+        if raw is None:
+            return 0
+        raw = raw.strip()
+        return int(raw) if raw.isascii() and raw.isdigit() else -1
+
+    def _drain_body(self) -> None:
+        """Drop a request body the route did not read, or close the connection if that is not sensible."""
+        if self._unread == 0:
+            return
+        if not 0 < self._unread <= _DRAIN_LIMIT:
+            self.close_connection = True
+            return
+        try:
+            while self._unread > 0:
+                chunk = self.rfile.read(min(_READ_CHUNK, self._unread))
+                if not chunk:
+                    break
+                self._unread -= len(chunk)
+        except OSError:
+            pass
+        if self._unread:
+            self.close_connection = True
+
+    def _route_path(self) -> list[str]:
+        path = urllib.parse.urlsplit(self.path).path
+        return [urllib.parse.unquote(p) for p in path.split("/")[1:]]
+
+    # ------------------------------------------------------------------ methods
+
+    def do_GET(self) -> None:
+        self._run(self._get)
+
+    def do_HEAD(self) -> None:
+        self._run(self._get)
+
+    def do_PUT(self) -> None:
+        self._run(self._put)
+
+    def do_POST(self) -> None:
+        self._run(self._not_allowed)
+
+    def do_DELETE(self) -> None:
+        self._run(self._not_allowed)
+
+    def do_PATCH(self) -> None:
+        self._run(self._not_allowed)
+
+    def handle_expect_100(self) -> bool:
+        """Refuse an oversized or length-less upload before the client sends its body."""
+        if self.command == "PUT":
+            try:
+                self._check_upload_headers()
+            except _HttpError as exc:
+                self._note["error"] = exc.message
+                self.close_connection = True
+                self._send_json(exc.status, {"error": exc.message, "status": int(exc.status)}, headers=exc.headers)
+                return False
+        return super().handle_expect_100()
+
+    # ------------------------------------------------------------------ routes
+
+    def _not_allowed(self) -> None:
+        parts = self._route_path()
+        if parts and parts[0] in ("blobs", "aliases", "healthz"):
+            allow = "PUT" if parts == ["blobs"] else "GET, HEAD"
+            raise _HttpError(
+                HTTPStatus.METHOD_NOT_ALLOWED, f"method {self.command} not allowed here", headers={"Allow": allow}
+            )
+        raise _HttpError(HTTPStatus.NOT_FOUND, "no such endpoint")
+
+    def _get(self) -> None:
+        parts = self._route_path()
+        store = self.server.service.store
+        if parts == ["healthz"]:
+            self._send_json(200, {"status": "ok"})
+        elif len(parts) == 2 and parts[0] == "blobs":
+            digest = self._digest(parts[1])
+            self._note["digest"] = digest
+            if self.command == "HEAD":
+                size = store.size(digest)
+                if size is None:
+                    raise _HttpError(HTTPStatus.NOT_FOUND, f"blob {digest} not found")
+                self._send_bytes(
+                    200, b"", content_type="application/octet-stream", length=size, headers=self._blob_headers(digest)
+                )
+                return
+            try:
+                data = store.get(digest)
+            except BlobNotFound:
+                raise _HttpError(HTTPStatus.NOT_FOUND, f"blob {digest} not found") from None
+            except BlobIntegrityError:
+                raise _HttpError(
+                    HTTPStatus.INTERNAL_SERVER_ERROR, f"stored blob {digest} failed its integrity check"
+                ) from None
+            self._send_bytes(200, data, content_type="application/octet-stream", headers=self._blob_headers(digest))
+        elif len(parts) == 2 and parts[0] == "aliases":
+            alias = self._alias(parts[1])
+            self._note["alias"] = alias
+            resolved = store.resolve(alias)
+            if resolved is None:
+                raise _HttpError(HTTPStatus.NOT_FOUND, f"alias {alias!r} not found")
+            self._send_json(200, {"digest": resolved})
+        elif parts == ["blobs"]:
+            raise _HttpError(HTTPStatus.METHOD_NOT_ALLOWED, "use PUT /blobs to upload", headers={"Allow": "PUT"})
+        else:
+            raise _HttpError(HTTPStatus.NOT_FOUND, "no such endpoint")
+
+    def _put(self) -> None:
+        parts = self._route_path()
+        if parts != ["blobs"]:
+            if parts and parts[0] in ("blobs", "aliases", "healthz"):
+                raise _HttpError(
+                    HTTPStatus.METHOD_NOT_ALLOWED, "use PUT /blobs to upload", headers={"Allow": "GET, HEAD"}
+                )
+            raise _HttpError(HTTPStatus.NOT_FOUND, "no such endpoint")
+        length, alias = self._check_upload_headers()
+        service = self.server.service
+        if not self.server.upload_slots.acquire(timeout=service.request_timeout_s):
+            raise _HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "too many concurrent uploads; retry later")
+        try:
+            data = self._read_body(length)
+            ref = service.store.put(data, alias=alias)
+        finally:
+            self.server.upload_slots.release()
+        self._note["digest"] = ref.digest
+        if alias is not None:
+            self._note["alias"] = alias
+        public = BlobRef(digest=ref.digest, size=ref.size, uri=f"{service.public_url}/blobs/{ref.digest}")
+        self._send_json(200, public.to_json(), headers=self._blob_headers(ref.digest))
+
+    # ------------------------------------------------------------------ helpers
+
+    def _check_upload_headers(self) -> tuple[int, str | None]:
+        max_bytes = self.server.service.max_bytes
+        if self.headers.get("Transfer-Encoding") is not None:
+            raise _HttpError(HTTPStatus.LENGTH_REQUIRED, "chunked uploads are not supported; send Content-Length")
+        raw = self.headers.get("Content-Length")
+        if raw is None:
+            raise _HttpError(HTTPStatus.LENGTH_REQUIRED, "Content-Length is required")
+        raw = raw.strip()
+        if not raw.isdigit() or not raw.isascii():
+            raise _HttpError(HTTPStatus.BAD_REQUEST, f"invalid Content-Length {raw[:40]!r}")
+        length = int(raw)
+        if length > max_bytes:
+            raise _HttpError(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"blob of {length} bytes exceeds the limit of {max_bytes} bytes"
+            )
+        alias = self.headers.get(ALIAS_HEADER)
+        if alias is not None:
+            alias = self._alias(alias.strip())
+        return length, alias
+
+    def _read_body(self, length: int) -> bytes:
+        chunks: list[bytes] = []
+        remaining = length
+        while remaining > 0:
+            chunk = self.rfile.read(min(_READ_CHUNK, remaining))
+            if not chunk:
+                self._unread = -1
+                raise _HttpError(
+                    HTTPStatus.BAD_REQUEST, f"body ended after {length - remaining} of {length} bytes (Content-Length)"
+                )
+            chunks.append(chunk)
+            remaining -= len(chunk)
+            self._unread = remaining
+            self._bytes_in += len(chunk)
+        return b"".join(chunks)
+
+    @staticmethod
+    def _digest(text: str) -> str:
+        try:
+            return normalize_digest(text)
+        except InvalidBlobName as exc:
+            raise _HttpError(HTTPStatus.BAD_REQUEST, str(exc)) from None
+
+    @staticmethod
+    def _alias(text: str) -> str:
+        try:
+            return validate_alias(text)
+        except InvalidBlobName as exc:
+            raise _HttpError(HTTPStatus.BAD_REQUEST, str(exc)) from None
+
+    @staticmethod
+    def _blob_headers(digest: str) -> dict[str, str]:
+        return {DIGEST_HEADER: digest, "ETag": f'"{digest}"', "Cache-Control": "public, max-age=31536000, immutable"}
+
+
+class BlobService:
+    """An HTTP server over a local store, in a background thread or in the foreground.
+
+    Parameters
+    ----------
+    store : LocalBlobStore
+        Where blobs and aliases are kept.
+    host : str, optional
+        Interface to bind (default ``127.0.0.1``; ``0.0.0.0`` to serve other machines).
+    port : int, optional
+        TCP port; 0 (default) picks a free one.
+    max_bytes : int, optional
+        Largest accepted upload; larger ones get 413.
+    public_url : str, optional
+        Base URL other agents reach this service at, used in returned URIs (default :attr:`url`).
+    request_timeout_s : float, optional
+        Socket timeout per connection (a stalled client is dropped after it).
+    max_concurrent_uploads : int, optional
+        Uploads buffered at once (bounds memory to about this times ``max_bytes``).
+
+    Examples
+    --------
+    >>> with BlobService(LocalBlobStore(root)) as service:  # doctest: +SKIP
+    ...     HttpBlobStore(service.url).put(b"bytes")
+    """
+
+    def __init__(
+        self,
+        store: LocalBlobStore,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_bytes: int = DEFAULT_MAX_BLOB_BYTES,
+        public_url: str | None = None,
+        request_timeout_s: float = 30.0,
+        max_concurrent_uploads: int = 8,
+    ) -> None:
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
+        if max_concurrent_uploads < 1:
+            raise ValueError(f"max_concurrent_uploads must be >= 1, got {max_concurrent_uploads}")
+        self.store = store
+        self.host = host
+        self.port = port
+        self.max_bytes = max_bytes
+        self.request_timeout_s = request_timeout_s
+        self.max_concurrent_uploads = max_concurrent_uploads
+        self._public_url = public_url.rstrip("/") if public_url else None
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def bind(self) -> None:
+        """Open the listening socket (idempotent); :attr:`url` is known from then on."""
+        with self._lock:
+            if self._server is None:
+                self._server = _Server((self.host, self.port), self)
+                self.port = int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` of the bound socket (a wildcard host is reported as loopback)."""
+        if self._server is None:
+            raise RuntimeError("BlobService is not bound yet; call start() or bind() first")
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(self.host, self.host)
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+    @property
+    def public_url(self) -> str:
+        """Base of the URIs handed out for stored blobs."""
+        return self._public_url or self.url
+
+    def start(self) -> BlobService:
+        """Bind and serve in a daemon thread; returns ``self``."""
+        self.bind()
+        assert self._server is not None
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, name="syncline-blobstore", daemon=True
+            )
+            self._thread.start()
+            log.info("service.started", url=self.url, root=str(self.store.root), max_bytes=self.max_bytes)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket (idempotent)."""
+        with self._lock:
+            server, thread = self._server, self._thread
+            self._server, self._thread = None, None
+        if server is None:
+            return
+        if thread is not None:
+            server.shutdown()
+            thread.join(timeout=10)
+        server.server_close()
+        log.info("service.stopped", port=self.port)
+
+    def __enter__(self) -> BlobService:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

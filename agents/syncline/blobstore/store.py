@@ -1,0 +1,295 @@
+"""The blob store's vocabulary: a blob's identity, its reference, the errors and the store protocol.
+
+A blob is an immutable byte string. Its identity is ``digest_of(data)``, the keccak256 of its
+bytes as ``"0x"`` + 64 lowercase hex characters; that is what goes on chain. A URI is only a
+locator: whoever reads a blob from anywhere checks the bytes against the digest it expected.
+
+Backends (the local directory, the HTTP client, later IPFS or an object store) need only
+:class:`BlobBackend`'s four methods; subclassing :class:`BlobStoreBase` adds the verified
+:meth:`~BlobStoreBase.fetch` by URI from :mod:`syncline.blobstore.fetch`.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from eth_utils import keccak
+
+from syncline.errors import SynclineError
+
+DIGEST_HEX_CHARS = 64
+"""Hex characters of a keccak256 digest (without the ``0x`` prefix)."""
+
+DEFAULT_MAX_BLOB_BYTES = 256 * 1024 * 1024
+"""Default cap on one blob (256 MiB): outer gradients and states are tens of MB."""
+
+_DIGEST_RE = re.compile(r"0x[0-9a-fA-F]{64}")
+_ALIAS_RE = re.compile(r"[0-9A-Za-z_.:-]{1,128}")
+
+
+# ---------------------------------------------------------------------- errors
+
+
+class BlobStoreError(SynclineError):
+    """Base class of the blob store's errors; ``str(err)`` is a one-line explanation."""
+
+
+class BlobNotFound(BlobStoreError):
+    """No blob with the requested digest (or at the requested URI) exists."""
+
+
+class BlobIntegrityError(BlobStoreError):
+    """Bytes read for a digest do not hash to that digest."""
+
+
+class BlobTooLarge(BlobStoreError):
+    """A blob is larger than the size cap of the operation."""
+
+
+class BlobUnavailable(BlobStoreError):
+    """A remote store could not be reached or answered outside the protocol."""
+
+
+class InvalidBlobName(BlobStoreError, ValueError):
+    """A digest or an alias is malformed."""
+
+
+# ---------------------------------------------------------------------- names
+
+
+def _clip(value: object, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for error messages about untrusted input."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def digest_of(data: bytes) -> str:
+    """The identity of a blob.
+
+    Parameters
+    ----------
+    data : bytes
+        The blob's bytes.
+
+    Returns
+    -------
+    str
+        ``"0x"`` + 64 lowercase hex characters of ``keccak256(data)``.
+    """
+    return "0x" + keccak(data).hex()
+
+
+def normalize_digest(digest: str) -> str:
+    """Validate a digest and return its canonical (lowercase) form.
+
+    Parameters
+    ----------
+    digest : str
+        ``"0x"`` + 64 hex characters, in any case.
+
+    Returns
+    -------
+    str
+        The same digest in lowercase.
+
+    Raises
+    ------
+    InvalidBlobName
+        If ``digest`` is not ``"0x"`` + 64 hex characters.
+    """
+    if not isinstance(digest, str) or _DIGEST_RE.fullmatch(digest) is None:
+        raise InvalidBlobName(f"malformed blob digest {_clip(digest)}: expected '0x' followed by 64 hex characters")
+    return "0x" + digest[2:].lower()
+
+
+def is_digest(value: str) -> bool:
+    """Whether ``value`` is a well-formed digest (``"0x"`` + 64 hex characters)."""
+    return isinstance(value, str) and _DIGEST_RE.fullmatch(value) is not None
+
+
+def validate_alias(alias: str) -> str:
+    """Check that an alias is a safe locator name and return it unchanged.
+
+    Parameters
+    ----------
+    alias : str
+        1 to 128 characters from ``[0-9a-zA-Z_.:-]``, and neither ``"."`` nor ``".."``
+        (aliases are file names in :class:`~syncline.blobstore.local.LocalBlobStore`).
+
+    Returns
+    -------
+    str
+        ``alias``.
+
+    Raises
+    ------
+    InvalidBlobName
+        If the alias does not match the rule.
+    """
+    if not isinstance(alias, str) or _ALIAS_RE.fullmatch(alias) is None or alias in (".", ".."):
+        raise InvalidBlobName(f"malformed alias {_clip(alias)}: expected 1-128 characters from [0-9a-zA-Z_.:-]")
+    return alias
+
+
+def verify(data: bytes, expected_digest: str, *, source: str = "blob") -> bytes:
+    """Return ``data`` if it hashes to ``expected_digest``.
+
+    Parameters
+    ----------
+    data : bytes
+        Bytes read from an untrusted place.
+    expected_digest : str
+        The digest the caller trusts (e.g. read from chain).
+    source : str, optional
+        Where the bytes came from, for the error message.
+
+    Returns
+    -------
+    bytes
+        ``data``, unchanged.
+
+    Raises
+    ------
+    BlobIntegrityError
+        If ``digest_of(data) != expected_digest``.
+    InvalidBlobName
+        If ``expected_digest`` is malformed.
+    """
+    expected = normalize_digest(expected_digest)
+    actual = digest_of(data)
+    if actual != expected:
+        raise BlobIntegrityError(
+            f"integrity check failed for {source}: expected keccak256 {expected}, got {actual} ({len(data)} bytes)"
+        )
+    return data
+
+
+# ---------------------------------------------------------------------- reference
+
+
+@dataclass(frozen=True)
+class BlobRef:
+    """Where a blob is and what it is.
+
+    Attributes
+    ----------
+    digest : str
+        ``"0x"`` + 64 lowercase hex of keccak256 of the bytes: the blob's identity.
+    size : int
+        Length of the blob in bytes.
+    uri : str
+        A locator (``http://…/blobs/<digest>``, ``file://…``); untrusted, check the digest.
+    """
+
+    digest: str
+    size: int
+    uri: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The reference as a JSON-ready dict with keys ``digest``, ``size`` and ``uri``."""
+        return {"digest": self.digest, "size": self.size, "uri": self.uri}
+
+    @classmethod
+    def from_json(cls, obj: object) -> BlobRef:
+        """Parse a reference from its JSON dict.
+
+        Raises
+        ------
+        InvalidBlobName
+            If ``obj`` is not a dict with a valid digest, a non-negative int size and a str uri.
+        """
+        if not isinstance(obj, dict):
+            raise InvalidBlobName(f"blob reference must be a JSON object, got {type(obj).__name__}")
+        digest, size, uri = obj.get("digest"), obj.get("size"), obj.get("uri")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise InvalidBlobName(f"blob reference has an invalid size {size!r}")
+        if not isinstance(uri, str):
+            raise InvalidBlobName(f"blob reference has an invalid uri {uri!r}")
+        return cls(digest=normalize_digest(str(digest)), size=size, uri=uri)
+
+
+# ---------------------------------------------------------------------- protocols
+
+
+@runtime_checkable
+class BlobBackend(Protocol):
+    """What a storage backend must provide: content-addressed put/get plus untrusted aliases."""
+
+    def put(self, data: bytes, *, alias: str | None = None) -> BlobRef:
+        """Store ``data`` (idempotent) and optionally point ``alias`` at it."""
+        ...
+
+    def get(self, digest: str) -> bytes:
+        """The verified bytes of ``digest``; raises BlobNotFound or BlobIntegrityError."""
+        ...
+
+    def has(self, digest: str) -> bool:
+        """Whether the backend holds ``digest`` (not verified)."""
+        ...
+
+    def resolve(self, alias: str) -> str | None:
+        """The digest an alias points at, or None; the caller verifies what it then fetches."""
+        ...
+
+
+@runtime_checkable
+class BlobStore(BlobBackend, Protocol):
+    """A backend plus verified, size-capped fetches from any supported URI."""
+
+    def fetch(self, uri: str, *, expected_digest: str, max_bytes: int) -> bytes:
+        """Read at most ``max_bytes`` from ``uri`` and return them if they hash to ``expected_digest``."""
+        ...
+
+
+class BlobStoreBase(ABC):
+    """Convenience base for backends: implement the four :class:`BlobBackend` methods, get ``fetch``.
+
+    Parameters
+    ----------
+    fetch_timeout_s : float, optional
+        Timeout of network operations in :meth:`fetch`.
+    """
+
+    def __init__(self, *, fetch_timeout_s: float = 30.0) -> None:
+        self.fetch_timeout_s = fetch_timeout_s
+
+    @abstractmethod
+    def put(self, data: bytes, *, alias: str | None = None) -> BlobRef:
+        """Store ``data`` (idempotent) and optionally point ``alias`` at it."""
+
+    @abstractmethod
+    def get(self, digest: str) -> bytes:
+        """The verified bytes of ``digest``; raises BlobNotFound or BlobIntegrityError."""
+
+    @abstractmethod
+    def has(self, digest: str) -> bool:
+        """Whether the backend holds ``digest`` (not verified)."""
+
+    @abstractmethod
+    def resolve(self, alias: str) -> str | None:
+        """The digest an alias points at, or None."""
+
+    def fetch(self, uri: str, *, expected_digest: str, max_bytes: int) -> bytes:
+        """Read a blob by URI with a size cap and verify it.
+
+        Parameters
+        ----------
+        uri : str
+            ``http://``, ``https://`` or ``file://`` locator (more via
+            :func:`syncline.blobstore.fetch.register_fetcher`).
+        expected_digest : str
+            The digest the bytes must hash to.
+        max_bytes : int
+            Largest acceptable blob; larger ones raise :class:`BlobTooLarge` without being read in full.
+
+        Returns
+        -------
+        bytes
+            The verified bytes.
+        """
+        from syncline.blobstore.fetch import fetch_uri
+
+        return fetch_uri(uri, expected_digest=expected_digest, max_bytes=max_bytes, timeout_s=self.fetch_timeout_s)

@@ -1,0 +1,344 @@
+"""The main job: a real DiLoCo training run on a local devnet.
+
+A sponsor publishes a Shakespeare language-modelling task (tokenizer, shards, initial Llama state)
+and posts it; three trainer agents and three witness agents (k=2) run as separate processes,
+train and finalize every round on chain; the orchestrator prints each round's validation loss,
+then the run seals, everyone is paid, and the final model is exported as a Hugging Face
+directory that loads offline and generates text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tqdm import tqdm
+
+from syncline.blobstore import BlobService, HttpBlobStore, LocalBlobStore
+from syncline.chain.deployment import Deployment, deploy_market
+from syncline.chain.devnet import Devnet, chain_time, start_anvil
+from syncline.chain.keys import Signer, from_private_key
+from syncline.chain.market import MarketClient
+from syncline.errors import SynclineError
+from syncline.observability import get_logger
+from syncline.protocol.enums import RoundStatus, TaskStatus
+from syncline.protocol.receipt import TrainingReceipt
+from syncline.run.context import TaskContext
+from syncline.sponsor.task_builder import export_model, publish_language_task
+
+ETH = 10**18
+log = get_logger("syncline.demo")
+
+
+@dataclass(frozen=True)
+class DemoPlan:
+    """Sizes of the demo run; the defaults finish in a few minutes on 2 CPU cores."""
+
+    rounds: int = 8
+    inner_steps: int = 30
+    round_duration_s: int = 20
+    grace_window_s: int = 20
+    challenge_window_s: int = 5
+    trainers: int = 3
+    witnesses: int = 3
+    threshold: int = 2
+    shard_count: int = 6
+    vocab_size: int = 1024
+    seq_len: int = 64
+    batch_size: int = 8
+    inner_lr: float = 1e-3
+    rule: str = "coordinate_median"
+    tier: str = "verified"
+    model: dict[str, Any] = field(
+        default_factory=lambda: {
+            "family": "llama",
+            "hidden_size": 128,
+            "intermediate_size": 384,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 4,
+            "max_position_embeddings": 64,
+            "tie_word_embeddings": True,
+        }
+    )
+    timeout_s: float = 540.0
+    misbehave: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class AgentProcess:
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def _template(plan: DemoPlan, witnesses: list[Signer], now: int) -> dict[str, Any]:
+    return {
+        "name": "shakespeare-llama-diloco",
+        "tier": plan.tier,
+        "aggregation": {"rule": plan.rule},
+        "inner_steps": plan.inner_steps,
+        "rounds": plan.rounds,
+        "round_duration_s": plan.round_duration_s,
+        "grace_window_s": plan.grace_window_s,
+        "challenge_window_s": plan.challenge_window_s,
+        "trainer_stake_wei": 1 * ETH,
+        "min_trainers": plan.trainers,
+        "max_trainers": plan.trainers,
+        "enrollment_deadline": now + 600,
+        "witnesses": [w.address for w in witnesses],
+        "threshold": plan.threshold,
+        "witness_fee_wei": ETH // 100,
+        "reward_pool_wei": 3 * ETH,
+        "outer_optimizer": {"lr": 0.7, "momentum": 0.9},
+        "gradient_bits": 8,
+        "max_missed_rounds": 2,
+        "eviction_slash_bps": 1000,
+    }
+
+
+class TrainingDemo:
+    """Runs the whole main job in ``workdir``."""
+
+    def __init__(self, workdir: Path, plan: DemoPlan | None = None):
+        self.workdir = workdir
+        self.plan = plan or DemoPlan()
+        self.agents: list[AgentProcess] = []
+
+    def run(self) -> TrainingReceipt:
+        started = time.monotonic()
+        for sub in ("agents", "blobs", "logs", "model"):
+            shutil.rmtree(self.workdir / sub, ignore_errors=True)
+        with start_anvil(self.workdir / "anvil", accounts=12) as devnet:
+            service = BlobService(LocalBlobStore(self.workdir / "blobs"), host="127.0.0.1", port=0)
+            service.start()
+            try:
+                return self._run(devnet, service.url, started)
+            finally:
+                self._stop_agents()
+                service.stop()
+
+    # ------------------------------------------------------------------ phases
+
+    def _run(self, devnet: Devnet, blob_url: str, started: float) -> TrainingReceipt:
+        keys = devnet.private_keys()
+        signers = [from_private_key(k) for k in keys]
+        sponsor = signers[0]
+        trainer_keys = keys[1 : 1 + self.plan.trainers]
+        witness_keys = keys[4 : 4 + self.plan.witnesses]
+        w3 = devnet.web3()
+        deployment = deploy_market(w3, sponsor, devnet.rpc_url, self.workdir)
+        market = MarketClient.from_deployment(deployment, w3)
+        log.info("demo.devnet", rpc_url=devnet.rpc_url, market=deployment.market, blob_store=blob_url)
+
+        blobs = HttpBlobStore(blob_url)
+        log.info(
+            "sponsor.preparing", what="tokenizer + Shakespeare shards + initial Llama state (cached after first run)"
+        )
+        published = publish_language_task(
+            blobs,
+            template=_template(self.plan, [from_private_key(k) for k in witness_keys], chain_time(w3)),
+            shard_count=self.plan.shard_count,
+            vocab_size=self.plan.vocab_size,
+            seq_len=self.plan.seq_len,
+            model=self.plan.model,
+        )
+        task_id, _ = market.post_task(sponsor, published.spec, published.spec_uri)
+        log.info(
+            "sponsor.posted",
+            task_id=task_id,
+            params=published.initial_state.layout.numel,
+            rule=published.spec.aggregation.rule.name.lower(),
+            rounds=published.spec.rounds,
+            H=published.spec.inner_steps,
+            escrow_eth=published.spec.escrow_wei / ETH,
+        )
+
+        for i, key in enumerate(trainer_keys):
+            self._spawn("trainer", i, key, task_id, deployment, blob_url)
+        for i, key in enumerate(witness_keys):
+            self._spawn("witness", i, key, task_id, deployment, blob_url)
+
+        losses = self._watch(market, task_id, started)
+        self._wait_agents_exit(timeout_s=120)
+        if market.credit_of(sponsor.address) > 0:
+            amount, _ = market.withdraw(sponsor)
+            log.info("sponsor.claimed", eth=amount / ETH)
+
+        ctx = TaskContext.load(market, blobs, task_id)
+        model_dir = export_model(ctx, market.task(task_id).state_root, self.workdir / "model")
+        sample = generate_sample(model_dir)
+        log.info("model.generated", text=sample)
+
+        receipt = market.receipt(task_id)
+        extras = {
+            "validation_loss_per_round": losses,
+            "validation_loss_first": losses[0] if losses else None,
+            "validation_loss_last": losses[-1] if losses else None,
+            "model_dir": str(model_dir),
+            "model_parameters": ctx.layout.numel,
+            "sample_text": sample,
+            "trainer_throughput": self._trainer_throughput(),
+            "wall_seconds": round(time.monotonic() - started, 1),
+            "market": market.address,
+        }
+        return TrainingReceipt(**{**receipt.__dict__, "extras": extras})
+
+    def _spawn(self, role: str, index: int, key: str, task_id: int, deployment: Deployment, blob_url: str) -> None:
+        name = f"{role}-{index + 1}"
+        agent_dir = self.workdir / "agents" / name
+        agent_dir.mkdir(parents=True, exist_ok=True)
+        config: dict[str, Any] = {
+            "node_rpc": deployment.rpc_url,
+            "task_id": task_id,
+            "deployment": str(self.workdir / "deployment.json"),
+            "blob_store": blob_url,
+            "state_dir": str(agent_dir),
+            "key_env": "SYNCLINE_PRIVATE_KEY",
+            "poll_interval_s": 0.5,
+            "threads": 1,
+        }
+        if role == "trainer":
+            config["inner"] = {
+                "optimizer": "adamw",
+                "lr": self.plan.inner_lr,
+                "weight_decay": 0.01,
+                "beta1": 0.9,
+                "beta2": 0.95,
+                "inner_steps": self.plan.inner_steps,
+                "batch_size": self.plan.batch_size,
+            }
+            config.update(device="cpu", dtype="fp32", gradient_checkpointing=False)
+        config_path = agent_dir / f"{role}.yaml"
+        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        cmd = [sys.executable, "-m", "syncline.cli", role, "run", "--config", str(config_path)]
+        if name in self.plan.misbehave:
+            cmd += ["--misbehave", self.plan.misbehave[name]]
+        log_path = self.workdir / "logs" / f"{name}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "SYNCLINE_PRIVATE_KEY": key, "SYNCLINE_LOG_FORMAT": "console", "PYTHONUNBUFFERED": "1"}
+        with log_path.open("wb") as fh:
+            proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        self.agents.append(AgentProcess(name, proc, log_path))
+        log.info("agent.started", name=name, pid=proc.pid, log=str(log_path))
+
+    def _watch(self, market: MarketClient, task_id: int, started: float) -> list[float]:
+        """Follow the run on chain until it is sealed; print each round as it closes."""
+        losses: list[float] = []
+        reported = 0
+        bar = tqdm(
+            total=self.plan.rounds,
+            desc="rounds",
+            unit="round",
+            file=sys.stderr,
+            leave=False,
+            disable=not sys.stderr.isatty(),
+        )
+        try:
+            while True:
+                if time.monotonic() - started > self.plan.timeout_s:
+                    raise SynclineError(f"the demo did not finish within {self.plan.timeout_s:.0f}s")
+                self._check_agents()
+                t = market.task(task_id)
+                closed = t.current_round if t.status == TaskStatus.RUNNING else self.plan.rounds
+                if t.status == TaskStatus.ENROLLING:
+                    closed = 0
+                while reported < closed:
+                    loss = self._report_round(market, task_id, reported)
+                    if loss is not None:
+                        losses.append(loss)
+                    reported += 1
+                    bar.update(1)
+                if t.status == TaskStatus.SEALED:
+                    return losses
+                time.sleep(0.5)
+        finally:
+            bar.close()
+
+    def _report_round(self, market: MarketClient, task_id: int, round_: int) -> float | None:
+        r = market.round(task_id, round_)
+        if r.status != RoundStatus.FINALIZED:
+            tqdm.write(f"round {round_}: carried forward (no quorum); state root unchanged", file=sys.stderr)
+            return None
+        votes = market.get_logs("VoteCast", from_block=0, taskId=task_id, round=round_)
+        metrics = [v["args"]["metric"] / 1e6 for v in votes if "0x" + bytes(v["args"]["result"]).hex() == r.result]
+        loss = statistics.median(metrics) if metrics else float("nan")
+        tqdm.write(
+            f"round {round_}: finalized by {r.vote_count} votes; accepted {bin(r.accepted_mask).count('1')}"
+            f"/{bin(r.committed_mask).count('1')} submissions; validation loss {loss:.4f}; "
+            f"state root {r.state_root[:18]}",
+            file=sys.stderr,
+        )
+        return loss
+
+    def _check_agents(self) -> None:
+        for agent in self.agents:
+            code = agent.process.poll()
+            if code not in (None, 0):
+                raise SynclineError(f"{agent.name} exited with code {code}; last log lines:\n{agent.tail()}")
+
+    def _wait_agents_exit(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        for agent in self.agents:
+            remaining = max(0.1, deadline - time.monotonic())
+            try:
+                agent.process.wait(timeout=remaining)
+            except subprocess.TimeoutExpired:
+                log.warning("agent.still_running", name=agent.name)
+
+    def _stop_agents(self) -> None:
+        for agent in self.agents:
+            if agent.process.poll() is None:
+                agent.process.terminate()
+        for agent in self.agents:
+            try:
+                agent.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                agent.process.kill()
+
+    def _trainer_throughput(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for agent in self.agents:
+            if not agent.name.startswith("trainer"):
+                continue
+            path = self.workdir / "agents" / agent.name / "throughput.json"
+            if path.exists():
+                out[agent.name] = json.loads(path.read_text())
+        return out
+
+
+def generate_sample(model_dir: Path, prompt: str = "ROMEO:", max_new_tokens: int = 30) -> str:
+    """Load the exported directory with ``transformers`` (offline) and generate a line."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    torch.manual_seed(0)
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    out = model.generate(
+        ids,
+        max_new_tokens=max_new_tokens,
+        do_sample=True,
+        top_k=40,
+        temperature=0.8,
+        pad_token_id=tokenizer.eos_token_id,
+    )
+    text: str = tokenizer.decode(out[0], skip_special_tokens=True)
+    return text.replace("\n", " / ")

@@ -1,0 +1,265 @@
+"""The exact integer grid every witness computes on, and its byte encodings.
+
+Weights, momentum and outer-gradient values live on the Q32 grid: the real value ``x`` is the
+int64 ``round_half_even(x * 2**FRAC_BITS)``. Optimizer coefficients (learning rate, momentum)
+are Q16 integers derived from the chain's ppm values with a floor, so a Solidity contract can
+recompute them bit for bit. Every operation after :func:`to_fixed` is integer arithmetic with
+floor rounding (arithmetic right shifts and :func:`floor_div`), so results do not depend on the
+machine, the BLAS library or the number of threads.
+
+Constants
+---------
+FRAC_BITS = 32
+    Fractional bits of the grid: one grid unit is 2**-32.
+CHUNK_SIZE = 256
+    Coordinates per Merkle chunk (re-exported by :mod:`syncline.protocol.chunking`). Small so
+    that a contract can recompute a rule over one chunk with 16-32 inputs under 3M gas.
+Q16_BITS = 16
+    Fractional bits of optimizer coefficients.
+
+The module also holds the byte encodings shared by the wire formats: big-endian two's
+complement serialization and a strict safetensors reader that validates the header (names,
+dtypes, shapes, offsets, size) before any tensor is materialized.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+from safetensors.torch import load as _safetensors_load
+
+FRAC_BITS = 32
+ONE = 1 << FRAC_BITS
+CHUNK_SIZE = 256
+Q16_BITS = 16
+PPM = 1_000_000
+MAX_REAL_ABS = 2.0**30  # to_fixed rejects |x| >= 2**30 so the grid value fits int64 with headroom
+MAX_SAFETENSORS_HEADER = 1 << 20  # 1 MiB: room for the layout JSON of large models
+
+
+def to_fixed(x: torch.Tensor) -> torch.Tensor:
+    """Map a float tensor onto the Q32 grid.
+
+    Parameters
+    ----------
+    x
+        Any floating tensor. It is widened to float64 (exact for float16/bfloat16/float32), scaled
+        by 2**32 (exact: a power of two) and rounded half to even (``numpy.rint``).
+
+    Returns
+    -------
+    torch.Tensor
+        int64 tensor of the same shape.
+
+    Raises
+    ------
+    ValueError
+        If ``x`` is not floating, holds NaN/Inf, or has ``|x| >= 2**30``.
+    """
+    wide = float64_numpy(x, "to_fixed")
+    if wide.size:
+        if not np.isfinite(wide).all():
+            raise ValueError("to_fixed: tensor holds NaN or Inf")
+        peak = float(np.abs(wide).max())
+        if peak >= MAX_REAL_ABS:
+            raise ValueError(f"to_fixed: |x| must be < 2**30, got {peak}")
+    return torch.from_numpy(np.rint(wide * float(ONE)).astype(np.int64)).reshape(x.shape)
+
+
+def from_fixed(q: torch.Tensor) -> torch.Tensor:
+    """Map Q32 grid integers back to float32 (via float64; exact for ``|q| < 2**53``)."""
+    if q.dtype != torch.int64:
+        raise ValueError(f"from_fixed needs an int64 tensor, got {q.dtype}")
+    wide = as_numpy(q).astype(np.float64) / float(ONE)
+    return torch.from_numpy(wide.astype(np.float32)).reshape(q.shape)
+
+
+def as_numpy(t: torch.Tensor) -> np.ndarray:
+    """A numpy view of ``t`` (zero-copy for contiguous CPU tensors).
+
+    The exact integer kernels run on numpy: its int64 element-wise operations and reductions
+    avoid torch's allocation and thread-pool overheads and give identical results.
+    """
+    return t.detach().cpu().contiguous().numpy()
+
+
+def float64_numpy(x: torch.Tensor, what: str) -> np.ndarray:
+    """A float64 numpy copy of a floating tensor (bfloat16/float16 widen exactly via float32)."""
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        kind = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"{what} needs a floating tensor, got {kind}")
+    t = x.detach()
+    if t.dtype not in (torch.float32, torch.float64):
+        t = t.to(torch.float32)
+    return as_numpy(t).astype(np.float64)
+
+
+def q16(ppm: int) -> int:
+    """Q16 coefficient of a ppm value: ``(ppm << 16) // 1_000_000`` (floor).
+
+    Examples
+    --------
+    >>> q16(700_000), q16(900_000), q16(1_000_000)
+    (45875, 58982, 65536)
+    """
+    if isinstance(ppm, bool) or not isinstance(ppm, int) or ppm < 0:
+        raise ValueError(f"ppm must be a non-negative int, got {ppm!r}")
+    return (ppm << Q16_BITS) // PPM
+
+
+def floor_div(a: torch.Tensor, b: int | torch.Tensor) -> torch.Tensor:
+    """Exact floor division of int64 tensors (rounds toward minus infinity, like ``>>``)."""
+    return torch.div(a, b, rounding_mode="floor")
+
+
+def check_int64(t: torch.Tensor, name: str, *, ndim: int | None = None) -> None:
+    """Raise ValueError unless ``t`` is an int64 tensor (with ``ndim`` dimensions if given)."""
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.int64:
+        kind = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+        raise ValueError(f"{name}: expected an int64 tensor, got {kind}")
+    if ndim is not None and t.dim() != ndim:
+        raise ValueError(f"{name}: expected {ndim} dimension(s), got shape {tuple(t.shape)}")
+
+
+def check_abs_bound(t: torch.Tensor, bound: int, name: str) -> None:
+    """Raise ValueError if any ``|t| >= bound`` (``bound`` a power of two up to 2**62)."""
+    if not t.numel():
+        return
+    a = as_numpy(t)
+    if int(a.min()) <= -bound or int(a.max()) >= bound:
+        raise ValueError(f"{name}: values must satisfy |x| < 2**{bound.bit_length() - 1}")
+
+
+def exact_sum(partials: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Exact sums of non-negative int64 partials along ``axis``, as an object array of Python ints.
+
+    Every entry must lie in ``[0, 2**62)``. Entries are split into 31-bit halves whose int64 sums
+    cannot overflow for fewer than 2**32 terms, then recombined as Python ints, so the result is
+    exact however large it gets.
+    """
+    if partials.dtype != np.int64:
+        raise ValueError(f"exact_sum needs int64 partials, got {partials.dtype}")
+    if partials.shape[axis] >= 1 << 32:
+        raise ValueError("exact_sum: too many terms")
+    low = np.sum(partials & ((1 << 31) - 1), axis=axis)
+    high = np.sum(partials >> 31, axis=axis)
+    return (high.astype(object) << 31) + low.astype(object)  # type: ignore[no-any-return]
+
+
+def num_chunks(numel: int) -> int:
+    """Number of CHUNK_SIZE chunks covering ``numel`` coordinates (the last may be short)."""
+    return -(-numel // CHUNK_SIZE)
+
+
+def pad_chunks(a: np.ndarray) -> np.ndarray:
+    """Split the last axis into CHUNK_SIZE chunks, zero-padding the last one.
+
+    ``[..., d] -> [..., num_chunks(d), CHUNK_SIZE]`` (a view when ``d`` is a multiple of
+    CHUNK_SIZE, otherwise a padded copy).
+    """
+    d = a.shape[-1]
+    c = num_chunks(d)
+    if c * CHUNK_SIZE != d:
+        padded = np.zeros((*a.shape[:-1], c * CHUNK_SIZE), dtype=a.dtype)
+        padded[..., :d] = a
+        a = padded
+    return a.reshape(*a.shape[:-1], c, CHUNK_SIZE)
+
+
+def int64_be_bytes(t: torch.Tensor) -> bytes:
+    """Big-endian two's complement bytes of an int64 tensor (8 bytes per value, row-major)."""
+    check_int64(t, "int64_be_bytes")
+    return bytes(as_numpy(t).astype(">i8").tobytes())
+
+
+_ST_DTYPES: dict[torch.dtype, tuple[str, int]] = {
+    torch.int8: ("I8", 1),
+    torch.uint8: ("U8", 1),
+    torch.int16: ("I16", 2),
+    torch.int64: ("I64", 8),
+}
+
+
+def _parse_header(data: bytes, max_bytes: int | None) -> tuple[dict[str, object], dict[str, str], int]:
+    if max_bytes is not None and len(data) > max_bytes:
+        raise ValueError(f"payload is {len(data)} bytes, more than the limit {max_bytes}")
+    if len(data) < 8:
+        raise ValueError("payload too short for a safetensors header")
+    (header_len,) = struct.unpack("<Q", data[:8])
+    if header_len > MAX_SAFETENSORS_HEADER or 8 + header_len > len(data):
+        raise ValueError(f"safetensors header length {header_len} is invalid")
+    try:
+        header = json.loads(data[8 : 8 + header_len])
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"safetensors header is not JSON: {exc}") from None
+    if not isinstance(header, dict):
+        raise ValueError("safetensors header is not an object")
+    metadata = header.pop("__metadata__", {})
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise ValueError("safetensors metadata must map strings to strings")
+    return header, {str(k): v for k, v in metadata.items()}, header_len
+
+
+def safetensors_metadata(data: bytes, *, max_bytes: int | None = None) -> dict[str, str]:
+    """The ``__metadata__`` of a safetensors payload, read without decoding any tensor."""
+    return _parse_header(data, max_bytes)[1]
+
+
+def read_safetensors(
+    data: bytes, expected: Mapping[str, tuple[torch.dtype, tuple[int, ...]]], *, max_bytes: int | None = None
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Strictly decode a safetensors payload with exactly the expected tensors.
+
+    Parameters
+    ----------
+    data
+        The payload.
+    expected
+        ``name -> (dtype, shape)`` for every tensor the payload must hold, and nothing else.
+    max_bytes
+        Reject payloads longer than this before parsing anything.
+
+    Returns
+    -------
+    tuple
+        ``(tensors, metadata)``.
+
+    Raises
+    ------
+    ValueError
+        With a one-line reason: oversized, malformed header, unexpected or missing names, wrong
+        dtype or shape, overlapping or trailing data.
+    """
+    header, metadata, header_len = _parse_header(data, max_bytes)
+    if set(header) != set(expected):
+        raise ValueError(f"payload tensors {sorted(header)} != expected {sorted(expected)}")
+    spans = []
+    for name, (dtype, shape) in expected.items():
+        entry = header[name]
+        code, width = _ST_DTYPES[dtype]
+        if not isinstance(entry, dict) or entry.get("dtype") != code:
+            got = entry.get("dtype") if isinstance(entry, dict) else entry
+            raise ValueError(f"tensor {name!r}: dtype {got} != expected {code}")
+        if entry.get("shape") != list(shape):
+            raise ValueError(f"tensor {name!r}: shape {entry.get('shape')} != expected {list(shape)}")
+        begin, end = entry.get("data_offsets", (None, None))
+        if not isinstance(begin, int) or not isinstance(end, int) or end - begin != width * math.prod(shape):
+            raise ValueError(f"tensor {name!r}: data offsets {entry.get('data_offsets')} do not match its shape")
+        spans.append((begin, end))
+    cursor = 0
+    for begin, end in sorted(spans):
+        if begin != cursor:
+            raise ValueError("safetensors data section has gaps or overlaps")
+        cursor = end
+    if 8 + header_len + cursor != len(data):
+        raise ValueError(f"payload has {len(data) - 8 - header_len - cursor} unexpected trailing bytes")
+    try:
+        tensors = _safetensors_load(data)
+    except Exception as exc:  # the Rust decoder raises its own error type
+        raise ValueError(f"safetensors decode failed: {exc}") from None
+    return tensors, metadata

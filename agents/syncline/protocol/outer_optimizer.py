@@ -1,0 +1,68 @@
+"""DiLoCo's outer optimizer (Nesterov momentum SGD) in exact fixed point.
+
+The chain stores ``outerLrPpm`` and ``outerMomentumPpm`` (DiLoCo defaults 0.7 and 0.9). Witnesses
+derive Q16 coefficients ``L = q16(lr_ppm)`` and ``M = q16(mom_ppm)`` and, with the outer
+gradient ``delta = theta_prev - theta_local`` (aggregated, Q32, so descent subtracts), compute
+per coordinate::
+
+    m_new     = ((M * m) >> 16) + delta
+    step      = (L * (delta + ((M * m_new) >> 16))) >> 16
+    theta_new = theta - step
+
+``>>`` is the arithmetic shift (floor). Bounds: ``|theta|, |m| < 2**46`` before and after
+(ValueError otherwise) and ``|delta| < 2**41`` (the aggregation output bound). Then
+``|M * m| < 2**62`` and ``|v| = |delta + ((M * m_new) >> 16)| < 2**47``. Since ``L`` can reach
+``2**28`` (``lr_ppm < 2**32``), ``L * v`` could overflow int64, so the step is computed as
+``Lh * v + ((Ll * v) >> 16)`` with ``L = Lh * 2**16 + Ll``: ``floor(L * v / 2**16)`` equals
+that exactly because ``Lh * v * 2**16`` is a multiple of ``2**16``, and ``|Ll * v| < 2**63``.
+
+The arithmetic runs on zero-copy numpy views (its int64 kernels are faster than torch's here).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from syncline.protocol.fixed_point import PPM, Q16_BITS, as_numpy, check_abs_bound, check_int64, q16
+
+STATE_BOUND_BITS = 46
+DELTA_BOUND_BITS = 41
+MAX_LR_PPM = (1 << 32) - 1  # the chain's uint32
+
+
+def coefficients(lr_ppm: int, mom_ppm: int) -> tuple[int, int]:
+    """``(L, M)`` in Q16 from the chain's ppm values; requires ``0 < lr_ppm < 2**32``, ``0 <= mom_ppm < 10**6``."""
+    if isinstance(lr_ppm, bool) or not isinstance(lr_ppm, int) or not 0 < lr_ppm <= MAX_LR_PPM:
+        raise ValueError(f"outer lr must be an int with 0 < lr_ppm < 2**32, got {lr_ppm!r}")
+    if isinstance(mom_ppm, bool) or not isinstance(mom_ppm, int) or not 0 <= mom_ppm < PPM:
+        raise ValueError(f"outer momentum must be an int with 0 <= mom_ppm < {PPM}, got {mom_ppm!r}")
+    return q16(lr_ppm), q16(mom_ppm)
+
+
+def nesterov_step(
+    theta: torch.Tensor, momentum: torch.Tensor, delta: torch.Tensor, lr_ppm: int, mom_ppm: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One outer step; returns ``(theta_new, momentum_new)`` (int64, Q32).
+
+    Raises
+    ------
+    ValueError
+        On dtype/shape mismatch, invalid coefficients or any bound violation.
+    """
+    lr_q, mom_q = coefficients(lr_ppm, mom_ppm)
+    for name, t in (("theta", theta), ("momentum", momentum), ("delta", delta)):
+        check_int64(t, name, ndim=1)
+        if t.shape != theta.shape:
+            raise ValueError(f"{name} has shape {tuple(t.shape)}, theta has {tuple(theta.shape)}")
+    check_abs_bound(theta, 1 << STATE_BOUND_BITS, "theta")
+    check_abs_bound(momentum, 1 << STATE_BOUND_BITS, "momentum")
+    check_abs_bound(delta, 1 << DELTA_BOUND_BITS, "delta")
+    th, mo, de = (as_numpy(t) for t in (theta, momentum, delta))
+    m_new = ((mom_q * mo) >> Q16_BITS) + de
+    check_abs_bound(torch.from_numpy(m_new), 1 << STATE_BOUND_BITS, "momentum after the step")
+    v = de + ((mom_q * m_new) >> Q16_BITS)
+    lr_hi, lr_lo = lr_q >> Q16_BITS, lr_q & ((1 << Q16_BITS) - 1)
+    step = lr_hi * v + ((lr_lo * v) >> Q16_BITS)
+    theta_new = torch.from_numpy(th - step)
+    check_abs_bound(theta_new, 1 << STATE_BOUND_BITS, "theta after the step")
+    return theta_new, torch.from_numpy(m_new)

@@ -1,0 +1,221 @@
+"""The trainer agent: ``syncline trainer run --config trainer.yaml``.
+
+Each tick it reads the chain and does at most one thing: enroll, train-and-commit the open round,
+seal, or claim. It rebuilds everything from the chain plus its local store (the inner optimizer
+state), so it can be killed at any time and restarted.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+import torch
+from eth_utils import keccak
+
+from syncline.blobstore import BlobStore
+from syncline.chain.keys import Signer
+from syncline.chain.market import MarketClient
+from syncline.errors import ChainError
+from syncline.observability import get_logger
+from syncline.protocol.chunking import gradient_chunk_root
+from syncline.protocol.enums import TaskStatus
+from syncline.protocol.quantization import quantize
+from syncline.run.agent_config import AgentConfig, ConfigError
+from syncline.run.context import StateUnavailable, TaskContext
+from syncline.run.loop import pending_time, run_forever
+from syncline.run.metrics import AgentMetrics
+from syncline.trainer.inner_loop import InnerLoop
+
+log = get_logger("syncline.trainer")
+ZERO_ADDRESS = "0x0000000000000000000000000000000000000000"
+
+
+def round_seed(task_id: int, round_: int, fragment: int) -> int:
+    """Seed of a round's batch order: anyone can recompute it from public data (re-execution)."""
+    data = task_id.to_bytes(32, "big") + round_.to_bytes(32, "big") + fragment.to_bytes(32, "big")
+    return int.from_bytes(keccak(data)[:8], "big") & ((1 << 63) - 1)
+
+
+@dataclass
+class TrainerAgent:
+    cfg: AgentConfig
+    signer: Signer
+    market: MarketClient
+    blobs: BlobStore
+    metrics: AgentMetrics = field(default_factory=lambda: AgentMetrics("trainer"))
+    ctx: TaskContext | None = None
+    inner: InnerLoop | None = None
+    _checked_rounds: set[int] = field(default_factory=set)
+    _wall_started: float = field(default_factory=time.perf_counter)
+    _train_seconds: float = 0.0
+    _tokens: int = 0
+    _steps: int = 0
+
+    def run(self, *, max_iterations: int | None = None) -> None:
+        if self.cfg.threads:
+            torch.set_num_threads(self.cfg.threads)
+        if self.cfg.metrics_port:
+            self.metrics.serve(self.cfg.metrics_port)
+        run_forever(self.step, poll_interval_s=self.cfg.poll_interval_s, role="trainer", max_iterations=max_iterations)
+
+    # ------------------------------------------------------------------ one tick
+
+    def step(self) -> bool:
+        task_id = self.cfg.task_id
+        t = self.market.task(task_id)
+        if self.ctx is None:
+            self.ctx = TaskContext.load(self.market, self.blobs, task_id)
+            if self.ctx.spec.inner_steps != self.cfg.inner.inner_steps:
+                raise ConfigError(
+                    f"inner.inner_steps={self.cfg.inner.inner_steps} but task {task_id} requires H="
+                    f"{self.ctx.spec.inner_steps}; gradients with another H are rejected"
+                )
+        me = self.market.trainer(task_id, self.signer.address)
+        if t.status == TaskStatus.ENROLLING:
+            if not me.enrolled:
+                fragment, _ = self.market.enroll(self.signer, task_id)
+                log.info("trainer.enrolled", task_id=task_id, fragment=fragment, trainer=self.signer.address)
+            return False
+        if t.status in (TaskStatus.SEALED, TaskStatus.CANCELLED):
+            return self._claim()
+        self._record_outcomes(t.current_round if t.status == TaskStatus.RUNNING else t.current_round + 1)
+        if not me.enrolled:
+            log.info("trainer.not_enrolled", task_id=task_id, status=t.status.name.lower())
+            return True
+        if t.status == TaskStatus.AWAITING_SEAL:
+            return self._try_seal(t.last_closed_at)
+        if me.evicted:
+            return False  # wait for the seal to claim the rest of the stake
+        round_ = t.current_round
+        if self.market.submission(task_id, round_, me.fragment).trainer != ZERO_ADDRESS:
+            return False
+        deadline = t.round_opened_at + self.ctx.spec.round_duration_s
+        if pending_time(self.market.w3) > deadline:
+            return False
+        self._train_and_commit(round_, me.fragment, me.shards, t.state_root, deadline)
+        return False
+
+    # ------------------------------------------------------------------ work
+
+    def _ensure_inner(self) -> InnerLoop:
+        assert self.ctx is not None
+        if self.inner is None:
+            self.inner = InnerLoop(
+                self.ctx.adapter,
+                self.ctx.build_model(),
+                self.ctx.layout,
+                self.cfg.inner,
+                device=self.cfg.device,
+                dtype=self.cfg.dtype,
+                gradient_checkpointing=self.cfg.gradient_checkpointing,
+            )
+            if self.inner.load(self.cfg.state_dir / "inner_optimizer.pt"):
+                log.info("trainer.resumed", optimizer_state="restored from local store")
+        return self.inner
+
+    def _train_and_commit(self, round_: int, fragment: int, shards: list[int], state_root: str, deadline: int) -> None:
+        ctx = self.ctx
+        assert ctx is not None
+        try:
+            state = ctx.fetch_state(state_root)
+        except StateUnavailable as exc:
+            log.info("trainer.waiting_for_state", round=round_, reason=str(exc))
+            return
+        inner = self._ensure_inner()
+        self.metrics.round.set(round_)
+        work = inner.run(state, [ctx.shard(i) for i in shards], seed=round_seed(ctx.task_id, round_, fragment))
+        if self.cfg.misbehave == "fake-gradient":
+            work = type(work)(
+                torch.randn_like(work.pseudo_gradient) * 0.05, work.losses, work.train_seconds, work.tokens
+            )
+        qg = quantize(work.pseudo_gradient, ctx.spec.gradient_bits)
+        payload = qg.to_safetensors_bytes()
+        ref = self.blobs.put(payload)
+        try:
+            self.market.commit_submission(
+                self.signer, ctx.task_id, round_, fragment, keccak(payload), gradient_chunk_root(qg), ref.uri
+            )
+            outcome = "committed"
+        except ChainError as exc:
+            outcome = "late" if exc.error_name == "SynclineSubmissionLate" else "refused"
+            self.metrics.submissions.labels(outcome=outcome).inc()
+            log.warning("trainer.commit_refused", round=round_, error=str(exc))
+            return
+        finally:
+            inner.save(self.cfg.state_dir / "inner_optimizer.pt")
+        self._train_seconds += work.train_seconds
+        wall = time.perf_counter() - self._wall_started
+        steps = len(work.losses)
+        self.metrics.submissions.labels(outcome=outcome).inc()
+        self.metrics.steps_per_s.set(steps / work.train_seconds)
+        self.metrics.tokens_per_s.set(work.tokens / work.train_seconds)
+        self.metrics.train_loss.set(work.mean_loss)
+        self.metrics.utilization.set(self._train_seconds / wall)
+        log.info(
+            "trainer.round",
+            round=round_,
+            fragment=fragment,
+            loss=round(work.mean_loss, 4),
+            steps_per_s=round(steps / work.train_seconds, 2),
+            tokens_per_s=round(work.tokens / work.train_seconds),
+            payload_kib=round(len(payload) / 1024, 1),
+            seconds_left=deadline - pending_time(self.market.w3),
+        )
+        self._append_local("rounds.jsonl", {"round": round_, "loss": work.mean_loss, "payload": ref.digest})
+        self._tokens += work.tokens
+        self._steps += steps
+        (self.cfg.state_dir / "throughput.json").write_text(
+            json.dumps(
+                {
+                    "rounds": len(self._checked_rounds) + 1,
+                    "steps_per_s": round(self._steps / self._train_seconds, 3),
+                    "tokens_per_s": round(self._tokens / self._train_seconds, 1),
+                    "train_seconds": round(self._train_seconds, 2),
+                    "wall_seconds": round(wall, 2),
+                    "utilization": round(self._train_seconds / wall, 4),
+                    "device": self.cfg.device,
+                    "dtype": self.cfg.dtype,
+                }
+            )
+        )
+
+    def _record_outcomes(self, open_round: int) -> None:
+        """Once a round closed, count whether this trainer's submission was accepted."""
+        assert self.ctx is not None
+        me = self.market.trainer(self.ctx.task_id, self.signer.address)
+        for r in range(max(0, open_round - 2), open_round):
+            if r in self._checked_rounds:
+                continue
+            sub = self.market.submission(self.ctx.task_id, r, me.fragment)
+            if sub.trainer == ZERO_ADDRESS:
+                self._checked_rounds.add(r)
+                continue
+            rr = self.market.round(self.ctx.task_id, r)
+            if rr.closed_at == 0:
+                continue
+            accepted = bool(rr.accepted_mask >> me.fragment & 1)
+            self.metrics.submissions.labels(outcome="accepted" if accepted else "rejected").inc()
+            self._checked_rounds.add(r)
+
+    def _try_seal(self, last_closed_at: int) -> bool:
+        assert self.ctx is not None
+        if pending_time(self.market.w3) >= last_closed_at + self.ctx.spec.challenge_window_s:
+            try:
+                self.market.seal(self.signer, self.ctx.task_id)
+                log.info("trainer.sealed", task_id=self.ctx.task_id)
+            except ChainError as exc:
+                log.info("trainer.seal_skipped", reason=exc.error_name)
+        return False
+
+    def _claim(self) -> bool:
+        if self.market.credit_of(self.signer.address) > 0:
+            amount, _ = self.market.withdraw(self.signer)
+            log.info("trainer.claimed", wei=amount)
+        return True
+
+    def _append_local(self, name: str, record: dict[str, object]) -> None:
+        self.cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        with (self.cfg.state_dir / name).open("a") as fh:
+            fh.write(json.dumps(record) + "\n")
