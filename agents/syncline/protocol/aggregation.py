@@ -37,7 +37,15 @@ With ``|x| < 2**41``: ``|y| <= 2**25``, ``|y_i - y_j| <= 2**26``, a squared diff
 ``v`` inside the inputs' coordinate hull (each ``clipped_i`` lies between 0 and ``z_i``), so
 ``|z| < 2**42``, ``|z >> 16| <= 2**26`` (same per-chunk bound) and ``|z * factor| < 2**62``.
 Totals across chunks can exceed int64, so they are exact Python ints (see
-:func:`syncline.protocol.fixed_point.exact_row_sums`). Sums of at most 64 rows stay below 2**47.
+:func:`syncline.protocol.fixed_point.exact_sum`). Sums of at most 64 rows stay below 2**47.
+
+Implementation: element-wise work and sorts run on zero-copy numpy views (faster than torch's
+int64 kernels on CPU); Krum's per-chunk distances use an int64 ``torch.bmm`` Gram matrix,
+``D_ij = G_ii + G_jj - 2 G_ij``, exact because every term is below 2**60. Integer results do not
+depend on the order of summation, hence not on threads or libraries.
+
+The per-chunk partials (:func:`chunk_sq_distances`, :func:`chunk_sq_norms`) are public and pure
+so that fraud proofs can commit to them later.
 """
 
 from __future__ import annotations

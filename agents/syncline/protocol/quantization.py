@@ -211,7 +211,7 @@ def quantize(grad: torch.Tensor, bits: int) -> QuantizedGradient:
     mant, ex = np.frexp(m)
     top = limit.bit_length()  # 2**(top-1) <= qmax < 2**top
     k = ex.astype(np.int64) - top + (mant > limit / 2.0**top)
-    e = np.where(m > 0, np.clip(k + FRAC_BITS + 1, 0, cap), 0)
+    e = np.where(m > 0, np.clip(k + FRAC_BITS, 0, cap), 0)
     scales = np.array([2.0 ** (FRAC_BITS - i) for i in range(cap + 1)])
     q = np.clip(np.rint(chunks * scales[e][:, None]), -limit, limit)
     values = torch.from_numpy(q.reshape(-1)[: g.size].astype(_NP_DTYPES[bits]))

@@ -17,11 +17,13 @@ from eth_utils import keccak
 from syncline.blobstore import BlobStore
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
-from syncline.errors import ChainError
+from syncline.errors import ChainError, SynclineError
 from syncline.observability import get_logger
 from syncline.protocol.chunking import gradient_chunk_root
-from syncline.protocol.enums import TaskStatus
+from syncline.protocol.enums import RoundStatus, TaskStatus
 from syncline.protocol.quantization import quantize
+from syncline.protocol.state import TrainingState
+from syncline.protocol.sync_round import CommittedSubmission, compute_round
 from syncline.run.agent_config import AgentConfig, ConfigError
 from syncline.run.context import StateUnavailable, TaskContext
 from syncline.run.loop import pending_time, run_forever
@@ -52,6 +54,9 @@ class TrainerAgent:
     _train_seconds: float = 0.0
     _tokens: int = 0
     _steps: int = 0
+    _bytes_sent: int = 0
+    _bytes_received: int = 0
+    _state: TrainingState | None = None
 
     def run(self, *, max_iterations: int | None = None) -> None:
         if self.cfg.threads:
@@ -119,7 +124,7 @@ class TrainerAgent:
         ctx = self.ctx
         assert ctx is not None
         try:
-            state = ctx.fetch_state(state_root)
+            state = self._sync_state(round_, state_root)
         except StateUnavailable as exc:
             log.info("trainer.waiting_for_state", round=round_, reason=str(exc))
             return
@@ -133,6 +138,7 @@ class TrainerAgent:
         qg = quantize(work.pseudo_gradient, ctx.spec.gradient_bits)
         payload = qg.to_safetensors_bytes()
         ref = self.blobs.put(payload)
+        self._bytes_sent += len(payload)
         try:
             self.market.commit_submission(
                 self.signer, ctx.task_id, round_, fragment, keccak(payload), gradient_chunk_root(qg), ref.uri
@@ -175,11 +181,81 @@ class TrainerAgent:
                     "train_seconds": round(self._train_seconds, 2),
                     "wall_seconds": round(wall, 2),
                     "utilization": round(self._train_seconds / wall, 4),
+                    "bytes_sent": self._bytes_sent,
+                    "bytes_received": self._bytes_received,
+                    "parameters": ctx.layout.numel,
                     "device": self.cfg.device,
                     "dtype": self.cfg.dtype,
                 }
             )
         )
+
+    def _sync_state(self, round_: int, state_root: str) -> TrainingState:
+        """The state to train from, fetched with as few bytes as possible.
+
+        If the trainer holds the state the last round started from, it re-derives the new state
+        from that round's committed int8 payloads (about 1 byte per parameter each) with the same
+        deterministic aggregation and outer step the witnesses ran, and checks the state root the
+        chain finalized. Otherwise (first round, a restart, a mismatch) it downloads the full state
+        blob (16 bytes per parameter: Q32 weights and momentum).
+        """
+        ctx = self.ctx
+        assert ctx is not None
+        if self._state is not None and self._state.state_root_hex == state_root.lower():
+            return self._state
+        if self._state is not None and round_ > 0:
+            derived = self._derive_from_payloads(round_ - 1, state_root)
+            if derived is not None:
+                self._state = derived
+                return derived
+        digest = ctx.blobs.resolve(state_root.lower())
+        state = ctx.fetch_state(state_root)
+        if digest is not None:
+            self._bytes_received += len(state.to_bytes())
+        self._state = state
+        return state
+
+    def _derive_from_payloads(self, round_: int, state_root: str) -> TrainingState | None:
+        ctx = self.ctx
+        assert ctx is not None and self._state is not None
+        rr = self.market.round(ctx.task_id, round_)
+        if rr.status != RoundStatus.FINALIZED or rr.state_root.lower() != state_root.lower():
+            return None
+        me = self.market.trainer(ctx.task_id, self.signer.address)
+        subs: list[CommittedSubmission] = []
+        received = 0
+        limit = ctx.layout.numel * 4 + (1 << 20)
+        for fragment in range(256):
+            if not rr.committed_mask >> fragment & 1:
+                continue
+            s = self.market.submission(ctx.task_id, round_, fragment)
+            try:
+                payload = ctx.blobs.fetch(s.uri, expected_digest=s.payload_hash, max_bytes=limit)
+            except SynclineError:
+                return None
+            if fragment != me.fragment:
+                received += len(payload)
+            subs.append(
+                CommittedSubmission(
+                    fragment, bytes.fromhex(s.payload_hash[2:]), bytes.fromhex(s.chunk_root[2:]), payload
+                )
+            )
+        spec = ctx.spec
+        result = compute_round(
+            self._state,
+            subs,
+            rule=spec.aggregation.rule,
+            rule_param=spec.aggregation.rule_param,
+            bits=spec.gradient_bits,
+            lr_ppm=round(spec.outer_optimizer.lr * 1_000_000),
+            momentum_ppm=round(spec.outer_optimizer.momentum * 1_000_000),
+            max_payload_bytes=limit,
+        )
+        self._bytes_received += received
+        if "0x" + result.state_root.hex() != state_root.lower():
+            log.info("trainer.state_sync_mismatch", round=round_, fallback="full state blob")
+            return None
+        return result.state
 
     def _record_outcomes(self, open_round: int) -> None:
         """Once a round closed, count whether this trainer's submission was accepted."""

@@ -21,11 +21,11 @@ from syncline.chain.market import MarketClient
 from syncline.errors import ChainError, SynclineError
 from syncline.observability import get_logger
 from syncline.protocol.enums import TaskStatus
+from syncline.protocol.sync_round import CommittedSubmission, RoundResult, compute_round
 from syncline.run.agent_config import AgentConfig
 from syncline.run.context import StateUnavailable, TaskContext
 from syncline.run.loop import pending_time, run_forever
 from syncline.run.metrics import AgentMetrics
-from syncline.witness.round_result import CommittedSubmission, RoundResult, compute_round
 
 log = get_logger("syncline.witness")
 ZERO = "0x" + "00" * 32
