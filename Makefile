@@ -12,7 +12,7 @@ FORGE := node_modules/@foundry-rs/forge-linux-amd64/bin/forge
 VENV_STAMP := $(VENV)/.syncline-installed
 NPM_STAMP := node_modules/.syncline-installed
 
-.PHONY: install demo test test-contracts test-python lint gas lock clean devnet-up devnet-down
+.PHONY: install demo demo-lifecycle test test-contracts test-python lint gas lock clean devnet-up devnet-down
 
 install: $(VENV_STAMP) $(NPM_STAMP)
 
@@ -31,8 +31,12 @@ $(NPM_STAMP): package.json package-lock.json
 	@touch $@
 
 demo: install
-	@echo "==> demo: devnet + contracts + scripted market lifecycle"
+	@echo "==> demo: devnet + contracts + 3 trainers and 3 witnesses (k=2) training a Llama on Shakespeare"
 	@$(VENV)/bin/syncline demo
+
+demo-lifecycle: install
+	@echo "==> demo: devnet + contracts + scripted market lifecycle (no training)"
+	@$(VENV)/bin/syncline demo --scenario lifecycle
 
 test: install
 	@echo "==> forge test (contracts: unit, fuzz, invariants)"

@@ -88,9 +88,39 @@ def cmd_devnet_up(args: argparse.Namespace) -> int:
     pid_file.write_text(str(devnet.pid))
     deployer = keys.from_private_key(devnet.private_keys()[0])
     deployment = deploy_market(devnet.web3(), deployer, devnet.rpc_url, devnet_dir())
-    log.info("devnet.up", rpc_url=devnet.rpc_url, market=deployment.market, pid=devnet.pid)
-    print(json.dumps(deployment.__dict__, indent=2))
+    blob_url, blob_pid = _start_blob_service(devnet_dir())
+    (devnet_dir() / "blobstore.pid").write_text(str(blob_pid))
+    log.info("devnet.up", rpc_url=devnet.rpc_url, market=deployment.market, blob_store=blob_url, pid=devnet.pid)
+    print(json.dumps({**deployment.__dict__, "blob_store": blob_url}, indent=2))
     return 0
+
+
+def _start_blob_service(directory: Path, timeout_s: float = 30.0) -> tuple[str, int]:
+    """Start ``python -m syncline.blobstore`` detached; returns its URL (also in blobstore.json) and pid."""
+    import subprocess
+
+    out = directory / "blobstore.out"
+    with out.open("wb") as fh, (directory / "blobstore.log").open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "syncline.blobstore", "--root", str(directory / "blobs"), "--port", "0"],
+            stdout=fh,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = out.read_text().strip()
+        if text:
+            url = str(json.loads(text.splitlines()[0])["url"])
+            (directory / "blobstore.json").write_text(json.dumps({"url": url, "pid": proc.pid}) + "\n")
+            return url, proc.pid
+        if proc.poll() is not None:
+            raise SynclineError(
+                f"the blob service exited with code {proc.returncode}; see {directory / 'blobstore.log'}"
+            )
+        time.sleep(0.1)
+    raise SynclineError("the blob service did not start within 30 s")
 
 
 def cmd_devnet_down(args: argparse.Namespace) -> int:
@@ -101,6 +131,10 @@ def cmd_devnet_down(args: argparse.Namespace) -> int:
     pid = int(pid_file.read_text())
     Devnet(rpc_url="", pid=pid, config_path=Path(), log_path=Path()).stop()
     pid_file.unlink()
+    blob_pid = devnet_dir() / "blobstore.pid"
+    if blob_pid.exists():
+        Devnet(rpc_url="", pid=int(blob_pid.read_text()), config_path=Path(), log_path=Path()).stop()
+        blob_pid.unlink()
     log.info("devnet.down", pid=pid)
     return 0
 
@@ -194,13 +228,57 @@ def cmd_post_task(args: argparse.Namespace) -> int:
     ):
         now = int(market.w3.eth.get_block("latest")["timestamp"])
         raw["enrollment_deadline"] = now + int(raw["enrollment_deadline"][1:])
-    spec = TrainingTaskSpec.from_mapping(raw)
-    spec_path = state_dir() / "specs" / f"{spec.spec_hash[2:]}.json"
-    spec_path.parent.mkdir(parents=True, exist_ok=True)
-    spec_path.write_bytes(spec.canonical_bytes())
-    task_id, receipt = market.post_task(signer_from_args(args), spec, args.spec_uri or spec_path.resolve().as_uri())
-    print(json.dumps({"task_id": task_id, "spec_hash": spec.spec_hash, "tx": receipt["transactionHash"].hex()}))
+    if isinstance(raw, dict) and "dataset_source" in raw:
+        spec, spec_uri = _publish_from_source(args, raw)
+    else:
+        spec = TrainingTaskSpec.from_mapping(raw)
+        spec_path = state_dir() / "specs" / f"{spec.spec_hash[2:]}.json"
+        spec_path.parent.mkdir(parents=True, exist_ok=True)
+        spec_path.write_bytes(spec.canonical_bytes())
+        spec_uri = args.spec_uri or spec_path.resolve().as_uri()
+    task_id, receipt = market.post_task(signer_from_args(args), spec, spec_uri)
+    print(
+        json.dumps(
+            {
+                "task_id": task_id,
+                "spec_hash": spec.spec_hash,
+                "spec_uri": spec_uri,
+                "escrow_wei": spec.escrow_wei,
+                "tx": "0x" + bytes(receipt["transactionHash"]).hex(),
+            }
+        )
+    )
     return 0
+
+
+def _publish_from_source(args: argparse.Namespace, raw: dict[str, Any]) -> tuple[TrainingTaskSpec, str]:
+    """A sponsor spec that names its data source: build and publish the artifacts, return the spec."""
+    from syncline.blobstore import HttpBlobStore
+    from syncline.sponsor.task_builder import publish_language_task
+
+    if not args.blob_store:
+        raise SpecError("a spec with dataset_source needs --blob-store URL to publish its artifacts")
+    template = dict(raw)
+    source = template.pop("dataset_source")
+    model = template.pop("model", None)
+    if not isinstance(source, dict) or source.get("corpus") != "shakespeare":
+        raise SpecError("dataset_source: only {corpus: shakespeare, shard_count, vocab_size, seq_len} is built in")
+    if not isinstance(model, dict) or "family" not in model:
+        raise SpecError("model: expected a mapping with family and the architecture config")
+    try:
+        shard_count, vocab_size, seq_len = (int(source[k]) for k in ("shard_count", "vocab_size", "seq_len"))
+    except (KeyError, TypeError, ValueError):
+        raise SpecError("dataset_source needs integer shard_count, vocab_size and seq_len") from None
+    published = publish_language_task(
+        HttpBlobStore(args.blob_store),
+        template=template,
+        shard_count=shard_count,
+        vocab_size=vocab_size,
+        seq_len=seq_len,
+        model=model,
+    )
+    log.info("sponsor.published", spec_hash=published.spec.spec_hash, params=published.initial_state.layout.numel)
+    return published.spec, published.spec_uri
 
 
 def cmd_list_runs(args: argparse.Namespace) -> int:
@@ -394,6 +472,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     post.add_argument("--spec", required=True, help="task spec YAML")
     post.add_argument("--spec-uri", default=None, help="where the spec artifact lives (default: local file URI)")
+    post.add_argument(
+        "--blob-store", default=None, help="blob service URL to publish a dataset_source spec's artifacts"
+    )
     chain_cmd("list-runs", cmd_list_runs, "list every task", task=False)
     get_run = chain_cmd("get-run", cmd_get_run, "status, rounds and trainer metrics of a task")
     get_run.add_argument("--format", choices=["json"], default="json")

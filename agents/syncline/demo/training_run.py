@@ -329,7 +329,7 @@ def generate_sample(model_dir: Path, prompt: str = "ROMEO:", max_new_tokens: int
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    model: Any = AutoModelForCausalLM.from_pretrained(model_dir)
     torch.manual_seed(0)
     ids = tokenizer(prompt, return_tensors="pt").input_ids
     out = model.generate(
@@ -340,5 +340,5 @@ def generate_sample(model_dir: Path, prompt: str = "ROMEO:", max_new_tokens: int
         temperature=0.8,
         pad_token_id=tokenizer.eos_token_id,
     )
-    text: str = tokenizer.decode(out[0], skip_special_tokens=True)
+    text = str(tokenizer.decode(out[0], skip_special_tokens=True))
     return text.replace("\n", " / ")

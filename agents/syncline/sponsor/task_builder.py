@@ -113,7 +113,9 @@ def export_model(ctx: TaskContext, state_root: str, out_dir: Path) -> Path:
     model.save_pretrained(out_dir)  # type: ignore[operator]
     from tokenizers import Tokenizer
 
-    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(ctx.tokenizer_json), eos_token="<|endoftext|>")
+    tok = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_object=Tokenizer.from_str(ctx.tokenizer_json), eos_token="<|endoftext|>"
+    )
     tok.save_pretrained(out_dir)
     (out_dir / "syncline.json").write_text(
         json.dumps(

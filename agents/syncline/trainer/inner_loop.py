@@ -54,8 +54,9 @@ class InnerLoop:
         self.device = torch.device(device)
         self.dtype = dtype
         self.model = model.to(self.device)
-        if gradient_checkpointing and hasattr(self.model, "gradient_checkpointing_enable"):
-            self.model.gradient_checkpointing_enable()
+        enable_checkpointing = getattr(self.model, "gradient_checkpointing_enable", None)
+        if gradient_checkpointing and callable(enable_checkpointing):
+            enable_checkpointing()
         self.model.train()
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(),
@@ -81,7 +82,7 @@ class InnerLoop:
             batch = {k: v.to(self.device) for k, v in batch.items()}
             with self._autocast():
                 loss = self.adapter.loss(self.model, batch)
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
             losses.append(float(loss.detach()))
