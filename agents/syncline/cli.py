@@ -434,8 +434,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
 
     for role, func, modes in (
-        ("trainer", cmd_trainer_run, ["equivocate", "fake-gradient", "lazy"]),
-        ("witness", cmd_witness_run, ["bad-aggregate", "censor", "equivocate"]),
+        ("trainer", cmd_trainer_run, ["fake-gradient"]),
+        ("witness", cmd_witness_run, ["bad-aggregate"]),
     ):
         agent = sub.add_parser(role, help=f"the {role} agent")
         asub = agent.add_subparsers(dest="action", required=True)
