@@ -402,6 +402,51 @@ def cmd_download_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_submit_gradient(args: argparse.Namespace) -> int:
+    """Commit a quantized outer gradient (safetensors payload) produced by your own inner loop."""
+    from eth_utils import keccak
+
+    from syncline.blobstore import HttpBlobStore
+    from syncline.protocol.chunking import gradient_chunk_root
+    from syncline.protocol.quantization import QuantizedGradient
+
+    market = market_from_args(args)
+    try:
+        payload = Path(args.payload).read_bytes()
+    except OSError as exc:
+        raise SynclineError(f"cannot read payload {args.payload}: {exc.strerror}") from None
+    try:
+        qg = QuantizedGradient.from_safetensors_bytes(payload)
+    except ValueError as exc:
+        raise SynclineError(f"payload {args.payload} is not a quantized gradient: {exc}") from None
+    signer = signer_from_args(args)
+    me = market.trainer(args.task_id, signer.address)
+    if not me.enrolled:
+        raise SynclineError(f"{signer.address} is not enrolled in task {args.task_id}")
+    ref = HttpBlobStore(args.blob_store).put(payload)
+    round_ = market.task(args.task_id).current_round if args.round is None else args.round
+    market.commit_submission(
+        signer, args.task_id, round_, me.fragment, keccak(payload), gradient_chunk_root(qg), ref.uri
+    )
+    print(json.dumps({"task_id": args.task_id, "round": round_, "fragment": me.fragment, "payload": ref.digest}))
+    return 0
+
+
+def cmd_finalize_round(args: argparse.Namespace) -> int:
+    """Cast a witness vote by hand (the witness agent does this automatically)."""
+    market = market_from_args(args)
+    market.finalize_round(
+        signer_from_args(args), args.task_id, args.round, args.state_root, args.aggregate_root, args.accepted_mask
+    )
+    r = market.round(args.task_id, args.round)
+    print(
+        json.dumps(
+            {"task_id": args.task_id, "round": args.round, "status": r.status.name.lower(), "votes": r.vote_count}
+        )
+    )
+    return 0
+
+
 # ---------------------------------------------------------------------- parser
 
 
@@ -482,6 +527,15 @@ def build_parser() -> argparse.ArgumentParser:
     chain_cmd("enroll-trainer", cmd_enroll, "bond the stake and enroll", signer=True)
     chain_cmd("seal", cmd_seal, "seal a completed run after its challenge window", signer=True)
     chain_cmd("claim", cmd_claim, "withdraw this account's credit", task=False, signer=True)
+    submit = chain_cmd("submit-gradient", cmd_submit_gradient, "commit a quantized gradient payload", signer=True)
+    submit.add_argument("--payload", required=True, help="safetensors file from syncline.protocol.quantization")
+    submit.add_argument("--blob-store", required=True, help="blob service URL to publish the payload")
+    submit.add_argument("--round", type=int, default=None, help="default: the open round")
+    finalize = chain_cmd("finalize-round", cmd_finalize_round, "cast a witness vote by hand", signer=True)
+    finalize.add_argument("--round", type=int, required=True)
+    finalize.add_argument("--state-root", required=True)
+    finalize.add_argument("--aggregate-root", required=True)
+    finalize.add_argument("--accepted-mask", type=lambda v: int(v, 0), required=True, help="e.g. 0b111 or 7")
     download = chain_cmd("download-model", cmd_download_model, "the final model as a Hugging Face directory")
     download.add_argument("--out", required=True, help="output directory (save_pretrained layout)")
     download.add_argument("--blob-store", required=True, help="blob service URL, e.g. http://127.0.0.1:8600")
