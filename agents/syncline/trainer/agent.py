@@ -55,6 +55,7 @@ class TrainerAgent:
     _tokens: int = 0
     _steps: int = 0
     _bytes_sent: int = 0
+    _rounds_committed: int = 0
     _bytes_received: int = 0
     _state: TrainingState | None = None
 
@@ -85,10 +86,10 @@ class TrainerAgent:
             return False
         if t.status in (TaskStatus.SEALED, TaskStatus.CANCELLED):
             return self._claim()
-        self._record_outcomes(t.current_round if t.status == TaskStatus.RUNNING else t.current_round + 1)
         if not me.enrolled:
             log.info("trainer.not_enrolled", task_id=task_id, status=t.status.name.lower())
             return True
+        self._record_outcomes(t.current_round if t.status == TaskStatus.RUNNING else t.current_round + 1, me.fragment)
         if t.status == TaskStatus.AWAITING_SEAL:
             return self._try_seal(t.last_closed_at)
         if me.evicted:
@@ -171,11 +172,12 @@ class TrainerAgent:
         )
         self._append_local("rounds.jsonl", {"round": round_, "loss": work.mean_loss, "payload": ref.digest})
         self._tokens += work.tokens
+        self._rounds_committed += 1
         self._steps += steps
         (self.cfg.state_dir / "throughput.json").write_text(
             json.dumps(
                 {
-                    "rounds": len(self._checked_rounds) + 1,
+                    "rounds": self._rounds_committed,
                     "steps_per_s": round(self._steps / self._train_seconds, 3),
                     "tokens_per_s": round(self._tokens / self._train_seconds, 1),
                     "train_seconds": round(self._train_seconds, 2),
@@ -257,21 +259,20 @@ class TrainerAgent:
             return None
         return result.state
 
-    def _record_outcomes(self, open_round: int) -> None:
+    def _record_outcomes(self, open_round: int, fragment: int) -> None:
         """Once a round closed, count whether this trainer's submission was accepted."""
         assert self.ctx is not None
-        me = self.market.trainer(self.ctx.task_id, self.signer.address)
         for r in range(max(0, open_round - 2), open_round):
             if r in self._checked_rounds:
                 continue
-            sub = self.market.submission(self.ctx.task_id, r, me.fragment)
+            sub = self.market.submission(self.ctx.task_id, r, fragment)
             if sub.trainer == ZERO_ADDRESS:
                 self._checked_rounds.add(r)
                 continue
             rr = self.market.round(self.ctx.task_id, r)
             if rr.closed_at == 0:
                 continue
-            accepted = bool(rr.accepted_mask >> me.fragment & 1)
+            accepted = bool(rr.accepted_mask >> fragment & 1)
             self.metrics.submissions.labels(outcome="accepted" if accepted else "rejected").inc()
             self._checked_rounds.add(r)
 
