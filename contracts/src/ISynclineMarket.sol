@@ -36,6 +36,9 @@ interface ISynclineMarket {
     error SynclineTrainerBoundsInvalid(uint16 minTrainers, uint16 maxTrainers, uint16 shardCount);
     /// @notice The enrollment deadline is not in the future.
     error SynclineDeadlineInPast(uint64 deadline, uint256 nowTimestamp);
+    /// @notice A duration (or the enrollment deadline's distance from now) exceeds `max` seconds;
+    /// bounded so that deadline arithmetic can never overflow and lock the escrow.
+    error SynclineWindowTooLong(string field, uint256 value, uint256 max);
     /// @notice Slash fraction above 100%.
     error SynclineSlashBpsTooHigh(uint16 bps);
     /// @notice Only 8- or 16-bit gradient quantization is defined.

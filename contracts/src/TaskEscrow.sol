@@ -15,6 +15,8 @@ abstract contract TaskEscrow is ISynclineMarket, ReentrancyGuard {
     uint16 public constant MAX_TRAINERS = 64;
     /// @notice Most witnesses a task may have.
     uint256 public constant MAX_WITNESSES = 32;
+    /// @notice Longest round duration, grace window, challenge window or enrollment period.
+    uint64 public constant MAX_WINDOW = 365 days;
 
     bytes32 internal constant REASON_REWARD = "reward";
     bytes32 internal constant REASON_STAKE = "stake-refund";
@@ -148,6 +150,14 @@ abstract contract TaskEscrow is ISynclineMarket, ReentrancyGuard {
         ) revert SynclineTrainerBoundsInvalid(spec.minTrainers, spec.maxTrainers, spec.shardCount);
         if (spec.enrollmentDeadline <= block.timestamp) {
             revert SynclineDeadlineInPast(spec.enrollmentDeadline, block.timestamp);
+        }
+        if (spec.enrollmentDeadline - block.timestamp > MAX_WINDOW) {
+            revert SynclineWindowTooLong("enrollmentDeadline", spec.enrollmentDeadline - block.timestamp, MAX_WINDOW);
+        }
+        if (spec.roundDuration > MAX_WINDOW) revert SynclineWindowTooLong("roundDuration", spec.roundDuration, MAX_WINDOW);
+        if (spec.graceWindow > MAX_WINDOW) revert SynclineWindowTooLong("graceWindow", spec.graceWindow, MAX_WINDOW);
+        if (spec.challengeWindow > MAX_WINDOW) {
+            revert SynclineWindowTooLong("challengeWindow", spec.challengeWindow, MAX_WINDOW);
         }
         if (spec.evictionSlashBps > TierPolicy.BPS) revert SynclineSlashBpsTooHigh(spec.evictionSlashBps);
         if (spec.gradientBits != 8 && spec.gradientBits != 16) revert SynclineUnsupportedGradientBits(spec.gradientBits);

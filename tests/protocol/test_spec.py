@@ -222,6 +222,24 @@ BAD_SPECS: dict[str, BadSpec] = {
         "SynclineSlashBpsTooHigh",
         lambda ws: {"bps": 10_001},
     ),
+    "round-duration-over-365-days": BadSpec(
+        lambda ws: {"round_duration_s": 365 * 86400 + 1},
+        "round_duration_s=31536001 exceeds",
+        "SynclineWindowTooLong",
+        lambda ws: {"field": "roundDuration", "value": 365 * 86400 + 1, "max": 365 * 86400},
+    ),
+    "grace-window-over-365-days": BadSpec(
+        lambda ws: {"grace_window_s": 2**64 - 1},
+        "grace_window_s=18446744073709551615 exceeds",
+        "SynclineWindowTooLong",
+        lambda ws: {"field": "graceWindow", "value": 2**64 - 1, "max": 365 * 86400},
+    ),
+    "challenge-window-over-365-days": BadSpec(
+        lambda ws: {"challenge_window_s": 400 * 86400},
+        "challenge_window_s=34560000 exceeds",
+        "SynclineWindowTooLong",
+        lambda ws: {"field": "challengeWindow", "value": 400 * 86400, "max": 365 * 86400},
+    ),
 }
 
 # Specs the contract rejects and ``validate`` lets through (see the report): kept apart so the
@@ -510,7 +528,7 @@ initial_state_root: '{h32("root")}'
     assert spec.trainer_stake_wei == ETH
     assert spec.dataset.shard_count == 4
     assert (spec.max_missed_rounds, spec.eviction_slash_bps, spec.gradient_bits) == (2, 1000, 8)
-    spec.validate(now=0)
+    spec.validate(now=OFFLINE_DEADLINE - 600)
 
 
 @pytest.mark.parametrize(

@@ -185,6 +185,36 @@ _ST_DTYPES: dict[torch.dtype, tuple[str, int]] = {
 }
 
 
+_NP_LE: dict[torch.dtype, str] = {torch.int8: "<i1", torch.uint8: "<u1", torch.int16: "<i2", torch.int64: "<i8"}
+
+
+def write_safetensors(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]) -> bytes:
+    """Canonical safetensors bytes: the same tensors and metadata always give the same bytes.
+
+    The reference writer emits metadata keys in hash order, so one payload could hash several
+    ways; here the header is JSON with sorted keys and no spaces, padded with spaces to a multiple
+    of 8, and tensor data follows in name order, little-endian. Readable by any safetensors reader.
+    """
+    header: dict[str, object] = {"__metadata__": dict(sorted(metadata.items()))}
+    chunks: list[bytes] = []
+    offset = 0
+    for name in sorted(tensors):
+        t = tensors[name]
+        if t.dtype not in _ST_DTYPES:
+            raise ValueError(f"tensor {name!r}: dtype {t.dtype} is not serializable here")
+        raw = t.detach().cpu().contiguous().numpy().astype(_NP_LE[t.dtype], copy=False).tobytes()
+        header[name] = {
+            "dtype": _ST_DTYPES[t.dtype][0],
+            "shape": list(t.shape),
+            "data_offsets": [offset, offset + len(raw)],
+        }
+        chunks.append(raw)
+        offset += len(raw)
+    text = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + b"".join(chunks)
+
+
 def _parse_header(data: bytes, max_bytes: int | None) -> tuple[dict[str, object], dict[str, str], int]:
     if max_bytes is not None and len(data) > max_bytes:
         raise ValueError(f"payload is {len(data)} bytes, more than the limit {max_bytes}")

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from safetensors.torch import save as _safetensors_save
 
 from syncline.protocol.fixed_point import (
     CHUNK_SIZE,
@@ -46,6 +45,7 @@ from syncline.protocol.fixed_point import (
     pad_chunks,
     read_safetensors,
     safetensors_metadata,
+    write_safetensors,
 )
 
 GRAD_BOUND_BITS = 41  # every dequantized value satisfies |x| < 2**41
@@ -134,11 +134,7 @@ class QuantizedGradient:
     def to_safetensors_bytes(self) -> bytes:
         """Serialize (see the module docstring for the format)."""
         metadata = {"bits": str(self.bits), "numel": str(self.numel), "chunk_size": str(CHUNK_SIZE)}
-        return bytes(
-            _safetensors_save(
-                {"values": self.values.contiguous(), "exponents": self.exponents.contiguous()}, metadata=metadata
-            )
-        )
+        return write_safetensors({"values": self.values, "exponents": self.exponents}, metadata)
 
     @classmethod
     def from_safetensors_bytes(

@@ -36,6 +36,7 @@ ONCHAIN_BITS: dict[str, int] = {
     "witness_fee_wei": 128,
     "gradient_bits": 8,
 }
+MAX_WINDOW_S = 365 * 24 * 3600  # TaskEscrow.MAX_WINDOW
 MAX_TRAINERS = 64
 MAX_WITNESSES = 32
 MAX_SHARDS = 256
@@ -231,8 +232,15 @@ class TrainingTaskSpec:
                 f"aggregation {self.aggregation.rule.name.lower()} with parameter {self.aggregation.rule_param} "
                 f"cannot work with min_trainers={self.min_trainers}"
             )
+        for name in ("round_duration_s", "grace_window_s", "challenge_window_s"):
+            if getattr(self, name) > MAX_WINDOW_S:
+                raise SpecError(
+                    f"{name}={getattr(self, name)} exceeds the contract's limit of {MAX_WINDOW_S} s (365 days)"
+                )
         if now is not None and self.enrollment_deadline <= now:
             raise SpecError(f"enrollment_deadline {self.enrollment_deadline} is not after now ({now})")
+        if now is not None and self.enrollment_deadline - now > MAX_WINDOW_S:
+            raise SpecError(f"enrollment_deadline is more than 365 days after now ({now})")
         return self
 
     # ------------------------------------------------------------------ chain encoding

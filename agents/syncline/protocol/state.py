@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
-from safetensors.torch import save as _safetensors_save
 
 from syncline.protocol.chunking import state_chunk_root
 from syncline.protocol.fixed_point import (
@@ -29,6 +28,7 @@ from syncline.protocol.fixed_point import (
     read_safetensors,
     safetensors_metadata,
     to_fixed,
+    write_safetensors,
 )
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.outer_optimizer import STATE_BOUND_BITS, nesterov_step
@@ -94,7 +94,7 @@ class TrainingState:
         """Serialize to safetensors (see the module docstring)."""
         metadata = {"format": STATE_FORMAT, "layout": self.layout.canonical_json().decode()}
         tensors = {"weights": self.weights.contiguous(), "momentum": self.momentum.contiguous()}
-        return bytes(_safetensors_save(tensors, metadata=metadata))
+        return write_safetensors(tensors, metadata)
 
     @classmethod
     def from_bytes(

@@ -82,6 +82,50 @@ def load_agent_config(path: Path, overrides: Mapping[str, Any] | None = None) ->
     return config_from_mapping(raw)
 
 
+_STR, _INT, _FLOAT, _BOOL = "a string", "an integer", "a number", "true or false"
+_FIELD_KINDS: dict[str, str] = {
+    "node_rpc": _STR,
+    "task_id": _INT,
+    "deployment": _STR,
+    "blob_store": _STR,
+    "state_dir": _STR,
+    "key_env": _STR,
+    "keystore": _STR,
+    "metrics_port": _INT,
+    "poll_interval_s": _FLOAT,
+    "misbehave": _STR,
+    "device": _STR,
+    "dtype": _STR,
+    "gradient_checkpointing": _BOOL,
+    "threads": _INT,
+    "eval_batches": _INT,
+    "eval_batch_size": _INT,
+    "inner.optimizer": _STR,
+    "inner.lr": _FLOAT,
+    "inner.weight_decay": _FLOAT,
+    "inner.beta1": _FLOAT,
+    "inner.beta2": _FLOAT,
+    "inner.inner_steps": _INT,
+    "inner.batch_size": _INT,
+}
+_OPTIONAL = {"keystore", "metrics_port", "misbehave", "threads"}
+
+
+def _check_kind(name: str, value: object) -> None:
+    """One-line ConfigError naming the field when ``value`` has the wrong type (bool is not a number)."""
+    if value is None and name in _OPTIONAL:
+        return
+    kind = _FIELD_KINDS[name]
+    ok = {
+        _STR: isinstance(value, str | Path),
+        _INT: isinstance(value, int) and not isinstance(value, bool),
+        _FLOAT: isinstance(value, int | float) and not isinstance(value, bool),
+        _BOOL: isinstance(value, bool),
+    }[kind]
+    if not ok:
+        raise ConfigError(f"{name}: expected {kind}, got {value!r}")
+
+
 def config_from_mapping(raw: Mapping[str, Any]) -> AgentConfig:
     known = {f.name for f in fields(AgentConfig)}
     unknown = sorted(set(raw) - known)
@@ -96,6 +140,10 @@ def config_from_mapping(raw: Mapping[str, Any]) -> AgentConfig:
         bad = sorted(set(inner) - inner_known)
         if bad:
             raise ConfigError(f"unknown inner field(s): {', '.join(bad)}")
+        for key, value in data.items():
+            _check_kind(key, value)
+        for key, value in inner.items():
+            _check_kind(f"inner.{key}", value)
         for key in ("deployment", "state_dir", "keystore"):
             if data.get(key) is not None:
                 data[key] = Path(data[key])

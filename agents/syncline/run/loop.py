@@ -14,6 +14,7 @@ from web3 import Web3
 
 from syncline.errors import SynclineError
 from syncline.observability import get_logger
+from syncline.run.agent_config import ConfigError
 
 log = get_logger("syncline.agent")
 
@@ -57,8 +58,8 @@ def run_forever(
             breaker.record(True)
             if done:
                 return
-        except (SynclineError, OSError, ValueError) as exc:
-            if isinstance(exc, CircuitOpen):
+        except (SynclineError, OSError, ValueError, ArithmeticError) as exc:
+            if isinstance(exc, CircuitOpen | ConfigError):
                 raise
             log.warning("agent.step_failed", role=role, error=str(exc).splitlines()[0][:200])
             if on_error is not None:

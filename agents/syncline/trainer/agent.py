@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from eth_utils import keccak
@@ -56,6 +57,7 @@ class TrainerAgent:
     _steps: int = 0
     _bytes_sent: int = 0
     _rounds_committed: int = 0
+    _optimizer_round: int | None = None
     _bytes_received: int = 0
     _state: TrainingState | None = None
 
@@ -72,12 +74,13 @@ class TrainerAgent:
         task_id = self.cfg.task_id
         t = self.market.task(task_id)
         if self.ctx is None:
-            self.ctx = TaskContext.load(self.market, self.blobs, task_id)
-            if self.ctx.spec.inner_steps != self.cfg.inner.inner_steps:
+            ctx = TaskContext.load(self.market, self.blobs, task_id)
+            if ctx.spec.inner_steps != self.cfg.inner.inner_steps:
                 raise ConfigError(
                     f"inner.inner_steps={self.cfg.inner.inner_steps} but task {task_id} requires H="
-                    f"{self.ctx.spec.inner_steps}; gradients with another H are rejected"
+                    f"{ctx.spec.inner_steps}; gradients with another H are rejected"
                 )
+            self.ctx = ctx
         me = self.market.trainer(task_id, self.signer.address)
         if t.status == TaskStatus.ENROLLING:
             if not me.enrolled:
@@ -117,9 +120,32 @@ class TrainerAgent:
                 dtype=self.cfg.dtype,
                 gradient_checkpointing=self.cfg.gradient_checkpointing,
             )
-            if self.inner.load(self.cfg.state_dir / "inner_optimizer.pt"):
-                log.info("trainer.resumed", optimizer_state="restored from local store")
         return self.inner
+
+    def _optimizer_path(self, round_: int) -> Path:
+        return self.cfg.state_dir / "optimizer" / f"before-round-{round_}.pt"
+
+    def _restore_optimizer(self, inner: InnerLoop, round_: int) -> None:
+        """Load the AdamW state saved for the start of ``round_`` (a restart resumes bit-exactly)."""
+        if self._optimizer_round == round_:
+            return
+        directory = self.cfg.state_dir / "optimizer"
+        saved = (
+            sorted((int(p.stem.removeprefix("before-round-")), p) for p in directory.glob("before-round-*.pt"))
+            if directory.exists()
+            else []
+        )
+        usable = [(r, p) for r, p in saved if r <= round_]
+        if usable and inner.load(usable[-1][1]):
+            log.info("trainer.resumed", optimizer_state=f"before round {usable[-1][0]}", round=round_)
+        self._optimizer_round = round_
+
+    def _save_optimizer(self, inner: InnerLoop, next_round: int) -> None:
+        inner.save(self._optimizer_path(next_round))
+        for old in (self.cfg.state_dir / "optimizer").glob("before-round-*.pt"):
+            if int(old.stem.removeprefix("before-round-")) < next_round - 1:
+                old.unlink(missing_ok=True)
+        self._optimizer_round = next_round
 
     def _train_and_commit(self, round_: int, fragment: int, shards: list[int], state_root: str, deadline: int) -> None:
         ctx = self.ctx
@@ -130,12 +156,14 @@ class TrainerAgent:
             log.info("trainer.waiting_for_state", round=round_, reason=str(exc))
             return
         inner = self._ensure_inner()
+        self._restore_optimizer(inner, round_)
         self.metrics.round.set(round_)
         work = inner.run(state, [ctx.shard(i) for i in shards], seed=round_seed(ctx.task_id, round_, fragment))
         if self.cfg.misbehave == "fake-gradient":
             work = type(work)(
                 torch.randn_like(work.pseudo_gradient) * 0.05, work.losses, work.train_seconds, work.tokens
             )
+        self._save_optimizer(inner, round_ + 1)
         qg = quantize(work.pseudo_gradient, ctx.spec.gradient_bits)
         payload = qg.to_safetensors_bytes()
         ref = self.blobs.put(payload)
@@ -150,8 +178,6 @@ class TrainerAgent:
             self.metrics.submissions.labels(outcome=outcome).inc()
             log.warning("trainer.commit_refused", round=round_, error=str(exc))
             return
-        finally:
-            inner.save(self.cfg.state_dir / "inner_optimizer.pt")
         self._train_seconds += work.train_seconds
         wall = time.perf_counter() - self._wall_started
         steps = len(work.losses)

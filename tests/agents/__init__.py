@@ -1,0 +1,1 @@
+"""Integration tests of the trainer and witness agents (a package so its conftest does not shadow tests/conftest.py)."""
