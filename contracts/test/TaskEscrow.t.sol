@@ -5,7 +5,13 @@ import {SynclineTest} from "./base/SynclineTest.sol";
 import {ISynclineMarket} from "../src/ISynclineMarket.sol";
 import {SynclineMarket} from "../src/SynclineMarket.sol";
 import {
-    TaskSpec, TaskState, TaskStatus, Tier, AggregationRule, TrainerRecord, TrainingReceipt
+    TaskSpec,
+    TaskState,
+    TaskStatus,
+    Tier,
+    AggregationRule,
+    TrainerRecord,
+    TrainingReceipt
 } from "../src/SynclineTypes.sol";
 
 /// @dev A trainer contract whose `receive` reverts until `accept` is switched on.
@@ -167,6 +173,7 @@ contract TaskEscrowTest is SynclineTest {
         s.evictionSlashBps = 10_000;
         s.gradientBits = 16;
         s.enrollmentDeadline = uint64(block.timestamp + 1);
+        // forge-lint: disable-next-line(unsafe-typecast) -- small test values, cannot truncate
         s.threshold = uint8(N_WITNESSES);
         uint256 id = _post(s, 1);
         TaskSpec memory stored = market.getSpec(id);
@@ -180,6 +187,7 @@ contract TaskEscrowTest is SynclineTest {
         TaskSpec memory s = _defaultSpec();
         s.witnesses = new address[](32);
         for (uint256 i = 0; i < 32; ++i) {
+            // forge-lint: disable-next-line(unsafe-typecast) -- small test values, cannot truncate
             s.witnesses[i] = address(uint160(0x1000 + i));
         }
         s.threshold = 32;
@@ -260,10 +268,10 @@ contract TaskEscrowTest is SynclineTest {
 
     function test_postTask_thresholdAboveWitnessCount_reverts() public {
         TaskSpec memory s = _defaultSpec();
+        // forge-lint: disable-next-line(unsafe-typecast) -- small test values, cannot truncate
         s.threshold = uint8(N_WITNESSES + 1);
         _expectSpecRevert(
-            s,
-            abi.encodeWithSelector(ISynclineMarket.SynclineInvalidThreshold.selector, uint8(N_WITNESSES + 1), N_WITNESSES)
+            s, abi.encodeWithSelector(ISynclineMarket.SynclineInvalidThreshold.selector, s.threshold, N_WITNESSES)
         );
     }
 
@@ -278,6 +286,7 @@ contract TaskEscrowTest is SynclineTest {
         TaskSpec memory s = _defaultSpec();
         s.witnesses = new address[](33);
         for (uint256 i = 0; i < 33; ++i) {
+            // forge-lint: disable-next-line(unsafe-typecast) -- small test values, cannot truncate
             s.witnesses[i] = address(uint160(0x1000 + i));
         }
         s.threshold = 1;
@@ -398,7 +407,9 @@ contract TaskEscrowTest is SynclineTest {
         s.enrollmentDeadline = uint64(block.timestamp);
         _expectSpecRevert(
             s,
-            abi.encodeWithSelector(ISynclineMarket.SynclineDeadlineInPast.selector, s.enrollmentDeadline, block.timestamp)
+            abi.encodeWithSelector(
+                ISynclineMarket.SynclineDeadlineInPast.selector, s.enrollmentDeadline, block.timestamp
+            )
         );
     }
 
@@ -407,7 +418,9 @@ contract TaskEscrowTest is SynclineTest {
         s.enrollmentDeadline = uint64(block.timestamp - 1 hours);
         _expectSpecRevert(
             s,
-            abi.encodeWithSelector(ISynclineMarket.SynclineDeadlineInPast.selector, s.enrollmentDeadline, block.timestamp)
+            abi.encodeWithSelector(
+                ISynclineMarket.SynclineDeadlineInPast.selector, s.enrollmentDeadline, block.timestamp
+            )
         );
     }
 
@@ -457,7 +470,9 @@ contract TaskEscrowTest is SynclineTest {
             TaskSpec memory s = _validRuleSpec(Tier.Open, AggregationRule(rule));
             _expectSpecRevert(
                 s,
-                abi.encodeWithSelector(ISynclineMarket.SynclineRuleNotAdmitted.selector, Tier.Open, AggregationRule(rule))
+                abi.encodeWithSelector(
+                    ISynclineMarket.SynclineRuleNotAdmitted.selector, Tier.Open, AggregationRule(rule)
+                )
             );
         }
     }
@@ -479,9 +494,7 @@ contract TaskEscrowTest is SynclineTest {
         rule = uint8(bound(rule, 0, 5));
         TaskSpec memory s = _validRuleSpec(Tier(tier), AggregationRule(rule));
         if (tier == uint8(Tier.Open) && rule != uint8(AggregationRule.Mean)) {
-            _expectSpecRevert(
-                s, abi.encodeWithSelector(ISynclineMarket.SynclineRuleNotAdmitted.selector, tier, rule)
-            );
+            _expectSpecRevert(s, abi.encodeWithSelector(ISynclineMarket.SynclineRuleNotAdmitted.selector, tier, rule));
         } else {
             uint256 id = _post(s, POOL);
             vm.assertEq(uint256(market.getSpec(id).rule), rule, "admitted");
@@ -771,6 +784,93 @@ contract TaskEscrowTest is SynclineTest {
         vm.assertEq(address(market).balance, 0, "market empty");
     }
 
+    // ================================================================== time windows (regression)
+    // Found by this suite: _validateSpec used to accept any roundDuration, graceWindow and
+    // challengeWindow, while every deadline is computed in checked uint64 arithmetic, so an accepted
+    // spec could make a run impossible to start, close or carry forward (Panic 0x11) and lock the
+    // escrow and all stakes. Fixed by MAX_WINDOW (365 days) and SynclineWindowTooLong.
+
+    function _windowTooLong(string memory field, uint256 value) internal view returns (bytes memory) {
+        return abi.encodeWithSelector(
+            ISynclineMarket.SynclineWindowTooLong.selector, field, value, uint256(market.MAX_WINDOW())
+        );
+    }
+
+    function test_postTask_roundDurationTooLong_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.roundDuration = 365 days + 1;
+        _expectSpecRevert(s, _windowTooLong("roundDuration", 365 days + 1));
+        s.roundDuration = type(uint64).max; // used to lock the funds: _startRun overflowed
+        _expectSpecRevert(s, _windowTooLong("roundDuration", type(uint64).max));
+    }
+
+    function test_postTask_graceWindowTooLong_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.graceWindow = 365 days + 1;
+        _expectSpecRevert(s, _windowTooLong("graceWindow", 365 days + 1));
+        s.graceWindow = type(uint64).max; // used to make carryForward overflow forever
+        _expectSpecRevert(s, _windowTooLong("graceWindow", type(uint64).max));
+    }
+
+    function test_postTask_challengeWindowTooLong_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.challengeWindow = 365 days + 1;
+        _expectSpecRevert(s, _windowTooLong("challengeWindow", 365 days + 1));
+        s.challengeWindow = type(uint64).max; // used to make the last round's quorum vote overflow
+        _expectSpecRevert(s, _windowTooLong("challengeWindow", type(uint64).max));
+    }
+
+    function test_postTask_enrollmentTooFar_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.enrollmentDeadline = uint64(block.timestamp + 365 days + 1);
+        _expectSpecRevert(s, _windowTooLong("enrollmentDeadline", 365 days + 1));
+    }
+
+    function testFuzz_postTask_windows(uint64 roundDuration, uint64 grace, uint64 challenge, uint64 enrollment) public {
+        uint64 max = market.MAX_WINDOW();
+        vm.assertEq(uint256(max), 365 days, "MAX_WINDOW");
+        TaskSpec memory s = _defaultSpec();
+        s.roundDuration = uint64(bound(roundDuration, 1, 2 * uint256(max)));
+        s.graceWindow = uint64(bound(grace, 0, 2 * uint256(max)));
+        s.challengeWindow = uint64(bound(challenge, 0, 2 * uint256(max)));
+        s.enrollmentDeadline = uint64(block.timestamp + bound(enrollment, 1, 2 * uint256(max)));
+        uint256 distance = s.enrollmentDeadline - block.timestamp;
+        if (distance > max) {
+            _expectSpecRevert(s, _windowTooLong("enrollmentDeadline", distance));
+        } else if (s.roundDuration > max) {
+            _expectSpecRevert(s, _windowTooLong("roundDuration", s.roundDuration));
+        } else if (s.graceWindow > max) {
+            _expectSpecRevert(s, _windowTooLong("graceWindow", s.graceWindow));
+        } else if (s.challengeWindow > max) {
+            _expectSpecRevert(s, _windowTooLong("challengeWindow", s.challengeWindow));
+        } else {
+            uint256 id = _post(s, POOL);
+            vm.assertEq(uint256(market.getSpec(id).challengeWindow), s.challengeWindow, "stored");
+        }
+    }
+
+    /// @dev The longest windows the market accepts still run to completion: no deadline overflows.
+    function test_postTask_maxWindows_runToSeal_succeeds() public {
+        TaskSpec memory s = _defaultSpec();
+        s.rounds = 2;
+        s.roundDuration = 365 days;
+        s.graceWindow = 365 days;
+        s.challengeWindow = 365 days;
+        s.enrollmentDeadline = uint64(block.timestamp + 365 days);
+        uint256 id = _post(s, POOL);
+        _enrollMany(id, MIN_TRAINERS);
+        vm.warp(s.enrollmentDeadline + 1);
+        market.startRun(id);
+        _runRound(id, 0);
+        _commitAll(id, 1);
+        _warpPastGrace(id);
+        market.carryForward(id, 1);
+        _warpAndSeal(id);
+        _assertStatus(id, TaskStatus.Sealed, "sealed");
+        vm.assertEq(market.creditOf(trainers[0]), POOL / 2 + STAKE, "half the pool (5 of 10 shards) + stake");
+        _assertMoneyInvariant(_one(id), _allActors());
+    }
+
     // ================================================================== views
 
     function test_views_unknownTask_reverts() public {
@@ -806,5 +906,6 @@ contract TaskEscrowTest is SynclineTest {
         vm.assertEq(market.creditOf(sponsor), 0, "no credit");
         vm.assertEq(uint256(market.MAX_TRAINERS()), 64, "MAX_TRAINERS");
         vm.assertEq(market.MAX_WITNESSES(), 32, "MAX_WITNESSES");
+        vm.assertEq(uint256(market.MAX_WINDOW()), 365 days, "MAX_WINDOW");
     }
 }

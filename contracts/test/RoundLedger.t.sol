@@ -1,0 +1,768 @@
+// SPDX-License-Identifier: MIT
+pragma solidity ^0.8.24;
+
+import {SynclineTest} from "./base/SynclineTest.sol";
+import {Vm} from "./base/Vm.sol";
+import {ISynclineMarket} from "../src/ISynclineMarket.sol";
+import {
+    TaskSpec,
+    TaskState,
+    TaskStatus,
+    TrainerRecord,
+    WitnessRecord,
+    RoundRecord,
+    RoundStatus,
+    Submission
+} from "../src/SynclineTypes.sol";
+
+/// @notice Commitments, the k-of-N finalize quorum (idempotence, fork detection, dissent) and carry-forward.
+contract RoundLedgerTest is SynclineTest {
+    bytes32 internal constant ALT_ROOT = keccak256("forked-state");
+
+    uint256 internal id;
+
+    function setUp() public override {
+        super.setUp();
+        id = _postAndStart();
+    }
+
+    function _commitSome(uint32 round, uint256 n) internal returns (uint256 mask) {
+        for (uint256 i = 0; i < n; ++i) {
+            _commit(id, round, trainers[i]);
+            mask |= uint256(1) << i;
+        }
+    }
+
+    // ================================================================== commitSubmission
+
+    function test_commitSubmission_valid_succeeds() public {
+        bytes32 payload = _payload(id, 0, 2);
+        bytes32 chunk = _chunk(id, 0, 2);
+        vm.warp(block.timestamp + 10 minutes);
+
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineMarket.SubmissionCommitted(id, 0, 2, trainers[2], payload, chunk, URI, 2);
+        vm.prank(trainers[2]);
+        market.commitSubmission(id, 0, 2, payload, chunk, URI);
+
+        Submission memory s = market.getSubmission(id, 0, 2);
+        vm.assertEq(s.trainer, trainers[2], "trainer");
+        vm.assertEq(uint256(s.weight), 2, "weight = shards of fragment 2 ([5,7))");
+        vm.assertEq(uint256(s.committedAt), block.timestamp, "committedAt");
+        vm.assertEq(s.payloadHash, payload, "payloadHash");
+        vm.assertEq(s.chunkRoot, chunk, "chunkRoot");
+        vm.assertEq(s.uri, URI, "uri");
+        vm.assertEq(market.getRound(id, 0).committedMask, 1 << 2, "committedMask");
+        vm.assertEq(uint256(market.getTrainer(id, trainers[2]).submitted), 1, "submitted");
+        vm.assertEq(market.getSubmission(id, 0, 1).trainer, address(0), "other fragment empty");
+    }
+
+    function test_commitSubmission_unknownTask_reverts() public {
+        vm.prank(trainers[0]);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineUnknownTask.selector, 9));
+        market.commitSubmission(9, 0, 0, bytes32(uint256(1)), bytes32(uint256(1)), URI);
+    }
+
+    function test_commitSubmission_notTrainer_reverts() public {
+        vm.prank(stranger);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineNotActiveTrainer.selector, id, stranger));
+        market.commitSubmission(id, 0, 0, bytes32(uint256(1)), bytes32(uint256(1)), URI);
+    }
+
+    function test_commitSubmission_beforeStart_reverts() public {
+        uint256 other = _postDefault();
+        _enroll(other, trainers[0]);
+        vm.prank(trainers[0]);
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                ISynclineMarket.SynclineWrongTaskStatus.selector, other, TaskStatus.Enrolling, TaskStatus.Running
+            )
+        );
+        market.commitSubmission(other, 0, 0, bytes32(uint256(1)), bytes32(uint256(1)), URI);
+    }
+
+    function test_commitSubmission_wrongFragment_reverts() public {
+        vm.prank(trainers[0]);
+        vm.expectRevert(
+            abi.encodeWithSelector(ISynclineMarket.SynclineUnassignedFragment.selector, id, uint16(1), trainers[0])
+        );
+        market.commitSubmission(id, 0, 1, bytes32(uint256(1)), bytes32(uint256(1)), URI);
+    }
+
+    function test_commitSubmission_futureRound_reverts() public {
+        vm.prank(trainers[0]);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineWrongRound.selector, id, uint32(1), uint32(0)));
+        market.commitSubmission(id, 1, 0, bytes32(uint256(1)), bytes32(uint256(1)), URI);
+    }
+
+    function test_commitSubmission_pastRound_reverts() public {
+        _runRound(id, 0);
+        vm.prank(trainers[0]);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineWrongRound.selector, id, uint32(0), uint32(1)));
+        market.commitSubmission(id, 0, 0, bytes32(uint256(1)), bytes32(uint256(1)), URI);
+    }
+
+    function test_commitSubmission_atDeadline_succeeds() public {
+        vm.warp(_deadline(id));
+        _commit(id, 0, trainers[0]);
+        vm.assertEq(market.getRound(id, 0).committedMask, 1, "committed at the deadline");
+    }
+
+    function test_commitSubmission_afterDeadline_reverts() public {
+        uint64 deadline = uint64(_deadline(id));
+        vm.warp(uint256(deadline) + 1);
+        vm.prank(trainers[0]);
+        vm.expectRevert(
+            abi.encodeWithSelector(ISynclineMarket.SynclineSubmissionLate.selector, id, uint32(0), deadline)
+        );
+        market.commitSubmission(id, 0, 0, bytes32(uint256(1)), bytes32(uint256(1)), URI);
+    }
+
+    function testFuzz_commitSubmission_timing(uint256 offset) public {
+        uint256 opened = market.getTaskState(id).roundOpenedAt;
+        offset = bound(offset, 0, 2 * uint256(ROUND_DURATION));
+        vm.warp(opened + offset);
+        // forge-lint: disable-next-line(unsafe-typecast) -- small test values, cannot truncate
+        uint64 deadline = uint64(opened + ROUND_DURATION);
+        if (offset <= ROUND_DURATION) {
+            _commit(id, 0, trainers[1]);
+            vm.assertEq(uint256(market.getSubmission(id, 0, 1).committedAt), opened + offset, "committedAt");
+        } else {
+            vm.prank(trainers[1]);
+            vm.expectRevert(
+                abi.encodeWithSelector(ISynclineMarket.SynclineSubmissionLate.selector, id, uint32(0), deadline)
+            );
+            market.commitSubmission(id, 0, 1, bytes32(uint256(1)), bytes32(uint256(1)), URI);
+        }
+    }
+
+    function test_commitSubmission_duplicate_reverts() public {
+        _commit(id, 0, trainers[3]);
+        vm.prank(trainers[3]);
+        vm.expectRevert(
+            abi.encodeWithSelector(ISynclineMarket.SynclineDuplicateSubmission.selector, id, uint32(0), uint16(3))
+        );
+        market.commitSubmission(id, 0, 3, bytes32(uint256(5)), bytes32(uint256(6)), "other");
+        vm.assertEq(market.getSubmission(id, 0, 3).payloadHash, _payload(id, 0, 3), "first commitment kept");
+    }
+
+    function test_commitSubmission_emptyPayloadHash_reverts() public {
+        vm.prank(trainers[0]);
+        vm.expectRevert(ISynclineMarket.SynclineEmptyCommitment.selector);
+        market.commitSubmission(id, 0, 0, bytes32(0), bytes32(uint256(1)), URI);
+    }
+
+    function test_commitSubmission_emptyChunkRoot_reverts() public {
+        vm.prank(trainers[0]);
+        vm.expectRevert(ISynclineMarket.SynclineEmptyCommitment.selector);
+        market.commitSubmission(id, 0, 0, bytes32(uint256(1)), bytes32(0), URI);
+    }
+
+    function test_commitSubmission_afterRunCompleted_reverts() public {
+        _runAllRounds(id);
+        vm.prank(trainers[0]);
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                ISynclineMarket.SynclineWrongTaskStatus.selector, id, TaskStatus.AwaitingSeal, TaskStatus.Running
+            )
+        );
+        market.commitSubmission(id, ROUNDS - 1, 0, bytes32(uint256(1)), bytes32(uint256(1)), URI);
+    }
+
+    // ================================================================== finalizeRound: reverts
+
+    function test_finalizeRound_unknownTask_reverts() public {
+        vm.prank(witnesses[0]);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineUnknownTask.selector, 5));
+        market.finalizeRound(5, 0, bytes32(uint256(1)), bytes32(0), 0, 0);
+    }
+
+    function test_finalizeRound_notWitness_reverts() public {
+        _warpPastDeadline(id);
+        vm.prank(trainers[0]);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineNotWitness.selector, id, trainers[0]));
+        market.finalizeRound(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), 0, 0);
+    }
+
+    function test_finalizeRound_emptyStateRoot_reverts() public {
+        _warpPastDeadline(id);
+        vm.prank(witnesses[0]);
+        vm.expectRevert(ISynclineMarket.SynclineEmptyStateRoot.selector);
+        market.finalizeRound(id, 0, bytes32(0), _aggRoot(id, 0), 0, 0);
+    }
+
+    function test_finalizeRound_atDeadline_reverts() public {
+        uint64 deadline = uint64(_deadline(id));
+        vm.warp(deadline);
+        vm.prank(witnesses[0]);
+        vm.expectRevert(
+            abi.encodeWithSelector(ISynclineMarket.SynclineRoundStillOpen.selector, id, uint32(0), deadline)
+        );
+        market.finalizeRound(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), 0, 0);
+    }
+
+    function testFuzz_finalizeRound_timing(uint256 offset) public {
+        uint256 mask = _commitAll(id, 0);
+        uint64 opened = market.getTaskState(id).roundOpenedAt;
+        offset = bound(offset, 0, 2 * uint256(ROUND_DURATION + GRACE));
+        vm.warp(opened + offset);
+        if (offset <= ROUND_DURATION) {
+            vm.prank(witnesses[0]);
+            vm.expectRevert(
+                abi.encodeWithSelector(
+                    ISynclineMarket.SynclineRoundStillOpen.selector, id, uint32(0), opened + ROUND_DURATION
+                )
+            );
+            market.finalizeRound(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), mask, 0);
+        } else {
+            // Votes count even after the grace window, as long as nobody carried the round forward.
+            _finalize(id, 0, mask);
+            _assertRoundStatus(id, 0, RoundStatus.Finalized, "finalized");
+            vm.assertEq(uint256(market.getRound(id, 0).closedAt), opened + offset, "closedAt");
+        }
+    }
+
+    function test_finalizeRound_beforeStart_reverts() public {
+        uint256 other = _postDefault();
+        vm.prank(witnesses[0]);
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                ISynclineMarket.SynclineWrongTaskStatus.selector, other, TaskStatus.Enrolling, TaskStatus.Running
+            )
+        );
+        market.finalizeRound(other, 0, _stateRoot(other, 0), _aggRoot(other, 0), 0, 0);
+    }
+
+    function test_finalizeRound_futureRound_reverts() public {
+        _warpPastDeadline(id);
+        vm.prank(witnesses[0]);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineWrongRound.selector, id, uint32(1), uint32(0)));
+        market.finalizeRound(id, 1, _stateRoot(id, 1), _aggRoot(id, 1), 0, 0);
+    }
+
+    function test_finalizeRound_strayAcceptedMask_reverts() public {
+        uint256 committed = _commitSome(0, 3); // fragments 0, 1, 2
+        _warpPastDeadline(id);
+        uint256 offered = committed | (1 << 3) | (1 << 9);
+        vm.prank(witnesses[0]);
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                ISynclineMarket.SynclineAcceptedNotCommitted.selector, id, uint32(0), uint256((1 << 3) | (1 << 9))
+            )
+        );
+        market.finalizeRound(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), offered, 0);
+    }
+
+    function test_finalizeRound_afterRunCompleted_newRound_reverts() public {
+        _runAllRounds(id);
+        vm.prank(witnesses[0]);
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                ISynclineMarket.SynclineWrongTaskStatus.selector, id, TaskStatus.AwaitingSeal, TaskStatus.Running
+            )
+        );
+        market.finalizeRound(id, ROUNDS, _stateRoot(id, ROUNDS), bytes32(0), 0, 0);
+    }
+
+    // ================================================================== finalizeRound: voting
+
+    function test_finalizeRound_firstVote_noQuorum_succeeds() public {
+        uint256 mask = _commitAll(id, 0);
+        _warpPastDeadline(id);
+        bytes32 root = _stateRoot(id, 0);
+        bytes32 result = _result(root, _aggRoot(id, 0), mask);
+
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineMarket.VoteCast(id, 0, witnesses[0], result, root, 1_234_567);
+        _vote(id, 0, witnesses[0], root, _aggRoot(id, 0), mask);
+
+        RoundRecord memory rr = market.getRound(id, 0);
+        vm.assertEq(uint256(rr.status), uint256(RoundStatus.Pending), "still pending");
+        vm.assertEq(uint256(rr.voteCount), 1, "voteCount");
+        vm.assertEq(rr.firstVote, result, "firstVote");
+        vm.assertEq(rr.result, bytes32(0), "no result yet");
+        vm.assertEq(market.voteOf(id, 0, witnesses[0]), result, "voteOf");
+        vm.assertEq(market.voteOf(id, 0, witnesses[1]), bytes32(0), "no vote");
+        vm.assertEq(uint256(market.getWitness(id, witnesses[0]).votes), 1, "witness votes");
+        vm.assertEq(market.getTaskState(id).stateRoot, keccak256("initial-state"), "state root unchanged");
+        vm.assertEq(uint256(market.getTaskState(id).currentRound), 0, "round still open for votes");
+    }
+
+    function test_finalizeRound_sameVoteBeforeQuorum_noop_succeeds() public {
+        uint256 mask = _commitAll(id, 0);
+        _warpPastDeadline(id);
+        _vote(id, 0, witnesses[0], _stateRoot(id, 0), _aggRoot(id, 0), mask);
+        bytes32 roundBefore = keccak256(abi.encode(market.getRound(id, 0)));
+        vm.recordLogs();
+        _vote(id, 0, witnesses[0], _stateRoot(id, 0), _aggRoot(id, 0), mask);
+        vm.assertEq(vm.getRecordedLogs().length, 0, "repeated vote emits nothing");
+        vm.assertEq(keccak256(abi.encode(market.getRound(id, 0))), roundBefore, "round unchanged");
+        vm.assertEq(uint256(market.getWitness(id, witnesses[0]).votes), 1, "counted once");
+    }
+
+    function test_finalizeRound_quorum_finalizes_succeeds() public {
+        uint256 mask = _commitAll(id, 0);
+        _warpPastDeadline(id);
+        uint64 opened = market.getTaskState(id).roundOpenedAt;
+        uint64 now_ = uint64(block.timestamp);
+        bytes32 root = _stateRoot(id, 0);
+        bytes32 agg = _aggRoot(id, 0);
+        bytes32 result = _result(root, agg, mask);
+        uint256 escrowBefore = market.escrowOf(id);
+
+        _prepareQuorum(id, 0, mask);
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineMarket.VoteCast(id, 0, witnesses[1], result, root, 1_234_567);
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineMarket.RoundFinalized(id, 0, result, root, agg, mask);
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineMarket.RoundOpened(id, 1, now_, now_ + ROUND_DURATION);
+        _closeQuorum(id, 0, mask);
+
+        RoundRecord memory rr = market.getRound(id, 0);
+        vm.assertEq(uint256(rr.status), uint256(RoundStatus.Finalized), "finalized");
+        vm.assertEq(uint256(rr.voteCount), 2, "voteCount");
+        vm.assertEq(uint256(rr.openedAt), opened, "openedAt");
+        vm.assertEq(uint256(rr.closedAt), now_, "closedAt");
+        vm.assertEq(rr.result, result, "result");
+        vm.assertEq(rr.stateRoot, root, "stateRoot");
+        vm.assertEq(rr.aggregateRoot, agg, "aggregateRoot");
+        vm.assertEq(rr.acceptedMask, mask, "acceptedMask");
+        vm.assertEq(rr.committedMask, 0xf, "committedMask");
+
+        TaskState memory t = market.getTaskState(id);
+        vm.assertEq(t.stateRoot, root, "task state root advanced");
+        vm.assertEq(uint256(t.roundsFinalized), 1, "roundsFinalized");
+        vm.assertEq(uint256(t.currentRound), 1, "next round");
+        vm.assertEq(uint256(t.roundOpenedAt), now_, "next round opened now");
+        vm.assertEq(uint256(t.lastClosedAt), now_, "lastClosedAt");
+        vm.assertEq(t.totalWeight, SHARDS, "all shards accepted");
+        vm.assertEq(t.feesEarned, 2 * uint256(FEE), "two fees earned");
+        vm.assertEq(t.feeBudget, 4 * uint256(FEE), "budget left for 2 more rounds");
+        vm.assertEq(market.escrowOf(id), escrowBefore, "no value leaves before seal");
+
+        uint256[4] memory weights = [uint256(2), 3, 2, 3];
+        for (uint256 i = 0; i < 4; ++i) {
+            TrainerRecord memory r = market.getTrainer(id, trainers[i]);
+            vm.assertEq(uint256(r.accepted), 1, "accepted");
+            vm.assertEq(r.acceptedWeight, weights[i], "acceptedWeight");
+        }
+        WitnessRecord memory w0 = market.getWitness(id, witnesses[0]);
+        WitnessRecord memory w2 = market.getWitness(id, witnesses[2]);
+        vm.assertEq(uint256(w0.matched), 1, "w0 matched");
+        vm.assertEq(w0.fees, FEE, "w0 fee");
+        vm.assertEq(uint256(w2.votes), 0, "w2 did not vote");
+        vm.assertEq(w2.fees, 0, "w2 no fee");
+    }
+
+    function test_finalizeRound_thresholdOne_singleVote_succeeds() public {
+        TaskSpec memory s = _defaultSpec();
+        s.threshold = 1;
+        uint256 other = _post(s, POOL);
+        _enrollMany(other, MAX_TRAINERS);
+        uint256 mask = _commitAll(other, 0);
+        _warpPastDeadline(other);
+        _vote(other, 0, witnesses[2], _stateRoot(other, 0), _aggRoot(other, 0), mask);
+        _assertRoundStatus(other, 0, RoundStatus.Finalized, "one vote is a 1-of-3 quorum");
+        vm.assertEq(market.getWitness(other, witnesses[2]).fees, FEE, "fee");
+    }
+
+    function test_finalizeRound_metricNotPartOfResult_succeeds() public {
+        uint256 mask = _commitAll(id, 0);
+        _warpPastDeadline(id);
+        vm.prank(witnesses[0]);
+        market.finalizeRound(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), mask, 100);
+        vm.prank(witnesses[1]);
+        market.finalizeRound(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), mask, 999);
+        _assertRoundStatus(id, 0, RoundStatus.Finalized, "different metrics still match");
+        vm.assertEq(uint256(market.getWitness(id, witnesses[1]).dissents), 0, "no dissent");
+    }
+
+    function test_finalizeRound_partialAccept_succeeds() public {
+        uint256 committed = _commitAll(id, 0);
+        _warpPastDeadline(id);
+        uint256 accepted = committed & ~uint256(1 << 1); // fragment 1 rejected
+        _finalize(id, 0, accepted);
+
+        vm.assertEq(market.getTaskState(id).totalWeight, SHARDS - 3, "rejected fragment's 3 shards not counted");
+        TrainerRecord memory rejected = market.getTrainer(id, trainers[1]);
+        vm.assertEq(uint256(rejected.accepted), 0, "rejected");
+        vm.assertEq(rejected.acceptedWeight, 0, "no weight");
+        vm.assertEq(uint256(rejected.submitted), 1, "but it submitted");
+        vm.assertEq(uint256(rejected.missed), 0, "a rejected commit is not a miss");
+        vm.assertEq(market.getTrainer(id, trainers[3]).acceptedWeight, 3, "accepted weight");
+    }
+
+    function test_finalizeRound_emptyAcceptedMask_succeeds() public {
+        _commitAll(id, 0);
+        _warpPastDeadline(id);
+        _finalize(id, 0, 0);
+        _assertRoundStatus(id, 0, RoundStatus.Finalized, "finalized with nothing accepted");
+        vm.assertEq(market.getTaskState(id).totalWeight, 0, "no weight");
+    }
+
+    function test_finalizeRound_dissent_recorded_succeeds() public {
+        uint256 mask = _commitAll(id, 0);
+        _warpPastDeadline(id);
+        bytes32 honest = _result(_stateRoot(id, 0), _aggRoot(id, 0), mask);
+        bytes32 forked = _result(ALT_ROOT, _aggRoot(id, 0), mask);
+
+        _vote(id, 0, witnesses[0], _stateRoot(id, 0), _aggRoot(id, 0), mask);
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineMarket.VoteCast(id, 0, witnesses[1], forked, ALT_ROOT, 1_234_567);
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineMarket.DissentRecorded(id, 0, witnesses[1], forked, honest);
+        _vote(id, 0, witnesses[1], ALT_ROOT, _aggRoot(id, 0), mask);
+
+        _assertRoundStatus(id, 0, RoundStatus.Pending, "two different votes: no quorum");
+        vm.assertEq(uint256(market.getRound(id, 0).voteCount), 2, "voteCount");
+        vm.assertEq(uint256(market.getWitness(id, witnesses[1]).dissents), 1, "dissent counted");
+
+        // The third witness sides with the first: the honest result finalizes.
+        _vote(id, 0, witnesses[2], _stateRoot(id, 0), _aggRoot(id, 0), mask);
+        RoundRecord memory rr = market.getRound(id, 0);
+        vm.assertEq(uint256(rr.status), uint256(RoundStatus.Finalized), "finalized");
+        vm.assertEq(rr.result, honest, "honest result");
+        vm.assertEq(market.getWitness(id, witnesses[0]).fees, FEE, "w0 earns");
+        vm.assertEq(market.getWitness(id, witnesses[1]).fees, 0, "dissenter earns nothing");
+        vm.assertEq(market.getWitness(id, witnesses[2]).fees, FEE, "w2 earns");
+        vm.assertEq(uint256(market.getWitness(id, witnesses[1]).matched), 0, "dissenter matched nothing");
+    }
+
+    function test_finalizeRound_dissentingResultReachesQuorum_succeeds() public {
+        uint256 mask = _commitAll(id, 0);
+        _warpPastDeadline(id);
+        _vote(id, 0, witnesses[0], _stateRoot(id, 0), _aggRoot(id, 0), mask);
+        _vote(id, 0, witnesses[1], ALT_ROOT, _aggRoot(id, 0), mask);
+        _vote(id, 0, witnesses[2], ALT_ROOT, _aggRoot(id, 0), mask);
+        RoundRecord memory rr = market.getRound(id, 0);
+        vm.assertEq(rr.stateRoot, ALT_ROOT, "the majority result finalizes");
+        vm.assertEq(market.getTaskState(id).stateRoot, ALT_ROOT, "task follows it");
+        vm.assertEq(market.getWitness(id, witnesses[0]).fees, 0, "first voter in the minority earns nothing");
+        vm.assertEq(market.getWitness(id, witnesses[2]).fees, FEE, "majority earns");
+        vm.assertEq(uint256(market.getWitness(id, witnesses[2]).dissents), 1, "dissent is relative to the first vote");
+    }
+
+    function test_finalizeRound_changeVote_reverts() public {
+        uint256 mask = _commitAll(id, 0);
+        _warpPastDeadline(id);
+        _vote(id, 0, witnesses[0], _stateRoot(id, 0), _aggRoot(id, 0), mask);
+        bytes32 previous = _result(_stateRoot(id, 0), _aggRoot(id, 0), mask);
+        vm.prank(witnesses[0]);
+        vm.expectRevert(
+            abi.encodeWithSelector(ISynclineMarket.SynclineAlreadyVoted.selector, id, uint32(0), witnesses[0], previous)
+        );
+        market.finalizeRound(id, 0, ALT_ROOT, _aggRoot(id, 0), mask, 0);
+        vm.assertEq(market.voteOf(id, 0, witnesses[0]), previous, "vote unchanged");
+    }
+
+    // ================================================================== finalizeRound: idempotence and forks
+
+    function _snapshot() internal view returns (bytes32 h) {
+        h = keccak256(abi.encode(market.getRound(id, 0), market.getRound(id, 1), market.getTaskState(id)));
+        for (uint256 i = 0; i < N_WITNESSES; ++i) {
+            h = keccak256(
+                abi.encode(
+                    h,
+                    market.getWitness(id, witnesses[i]),
+                    market.voteOf(id, 0, witnesses[i]),
+                    market.creditOf(witnesses[i])
+                )
+            );
+        }
+        for (uint256 i = 0; i < MAX_TRAINERS; ++i) {
+            h = keccak256(abi.encode(h, market.getTrainer(id, trainers[i]), market.creditOf(trainers[i])));
+        }
+    }
+
+    function test_finalizeRound_refinalizeSameResult_changesNothing_succeeds() public {
+        uint256 mask = _runRound(id, 0);
+        bytes32 before = _snapshot();
+        uint256 balanceBefore = address(market).balance;
+        WitnessRecord memory w2Before = market.getWitness(id, witnesses[2]);
+
+        vm.recordLogs();
+        // A witness that voted, and one that did not, both repeat the finalized result.
+        _vote(id, 0, witnesses[0], _stateRoot(id, 0), _aggRoot(id, 0), mask);
+        _vote(id, 0, witnesses[2], _stateRoot(id, 0), _aggRoot(id, 0), mask);
+        vm.assertEq(vm.getRecordedLogs().length, 0, "no event on idempotent finalize");
+
+        vm.assertEq(_snapshot(), before, "state unchanged");
+        vm.assertEq(address(market).balance, balanceBefore, "balance unchanged");
+        WitnessRecord memory w2 = market.getWitness(id, witnesses[2]);
+        vm.assertEq(uint256(w2.votes), uint256(w2Before.votes), "late witness: no vote recorded");
+        vm.assertEq(w2.fees, 0, "late witness: no fee");
+        vm.assertEq(market.voteOf(id, 0, witnesses[2]), bytes32(0), "late witness: no vote stored");
+    }
+
+    function test_finalizeRound_refinalizeAfterSeal_succeeds() public {
+        uint256 mask = _runRound(id, 0);
+        _runRound(id, 1);
+        _runRound(id, 2);
+        _warpAndSeal(id);
+        bytes32 before = keccak256(abi.encode(market.getRound(id, 0), market.getTaskState(id)));
+        vm.recordLogs();
+        _vote(id, 0, witnesses[1], _stateRoot(id, 0), _aggRoot(id, 0), mask);
+        vm.assertEq(vm.getRecordedLogs().length, 0, "silent");
+        vm.assertEq(keccak256(abi.encode(market.getRound(id, 0), market.getTaskState(id))), before, "unchanged");
+
+        bytes32 finalized = _result(_stateRoot(id, 0), _aggRoot(id, 0), mask);
+        bytes32 offered = _result(ALT_ROOT, _aggRoot(id, 0), mask);
+        vm.prank(witnesses[2]);
+        vm.expectRevert(
+            abi.encodeWithSelector(ISynclineMarket.ConflictingFinalize.selector, uint32(0), finalized, offered)
+        );
+        market.finalizeRound(id, 0, ALT_ROOT, _aggRoot(id, 0), mask, 0);
+    }
+
+    function test_finalizeRound_conflictAfterFinalize_reverts() public {
+        uint256 mask = _runRound(id, 0);
+        bytes32 finalized = _result(_stateRoot(id, 0), _aggRoot(id, 0), mask);
+
+        // A different state root.
+        bytes32 offered = _result(ALT_ROOT, _aggRoot(id, 0), mask);
+        vm.prank(witnesses[2]);
+        vm.expectRevert(
+            abi.encodeWithSelector(ISynclineMarket.ConflictingFinalize.selector, uint32(0), finalized, offered)
+        );
+        market.finalizeRound(id, 0, ALT_ROOT, _aggRoot(id, 0), mask, 0);
+
+        // Same state root, different accepted set, from a witness that voted.
+        offered = _result(_stateRoot(id, 0), _aggRoot(id, 0), mask & 0x7);
+        vm.prank(witnesses[0]);
+        vm.expectRevert(
+            abi.encodeWithSelector(ISynclineMarket.ConflictingFinalize.selector, uint32(0), finalized, offered)
+        );
+        market.finalizeRound(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), mask & 0x7, 0);
+
+        // Different aggregate root.
+        offered = _result(_stateRoot(id, 0), ALT_ROOT, mask);
+        vm.prank(witnesses[1]);
+        vm.expectRevert(
+            abi.encodeWithSelector(ISynclineMarket.ConflictingFinalize.selector, uint32(0), finalized, offered)
+        );
+        market.finalizeRound(id, 0, _stateRoot(id, 0), ALT_ROOT, mask, 0);
+
+        vm.assertEq(market.getRound(id, 0).result, finalized, "finalized result never changes");
+    }
+
+    function testFuzz_finalizeRound_conflictAfterFinalize_reverts(bytes32 root, bytes32 agg, uint256 accepted) public {
+        uint256 mask = _runRound(id, 0);
+        bytes32 finalized = _result(_stateRoot(id, 0), _aggRoot(id, 0), mask);
+        vm.assume(root != bytes32(0));
+        bytes32 offered = _result(root, agg, accepted);
+        if (offered == finalized) return;
+        vm.prank(witnesses[2]);
+        vm.expectRevert(
+            abi.encodeWithSelector(ISynclineMarket.ConflictingFinalize.selector, uint32(0), finalized, offered)
+        );
+        market.finalizeRound(id, 0, root, agg, accepted, 0);
+    }
+
+    // ================================================================== carryForward
+
+    function test_carryForward_unknownTask_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineUnknownTask.selector, 4));
+        market.carryForward(4, 0);
+    }
+
+    function test_carryForward_beforeStart_reverts() public {
+        uint256 other = _postDefault();
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                ISynclineMarket.SynclineWrongTaskStatus.selector, other, TaskStatus.Enrolling, TaskStatus.Running
+            )
+        );
+        market.carryForward(other, 0);
+    }
+
+    function test_carryForward_wrongRound_reverts() public {
+        _warpPastGrace(id);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineWrongRound.selector, id, uint32(1), uint32(0)));
+        market.carryForward(id, 1);
+    }
+
+    function test_carryForward_finalizedRound_reverts() public {
+        _runRound(id, 0);
+        vm.warp(block.timestamp + ROUND_DURATION + GRACE + 1);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineWrongRound.selector, id, uint32(0), uint32(1)));
+        market.carryForward(id, 0);
+    }
+
+    function test_carryForward_atGraceEnd_reverts() public {
+        uint64 earliest = uint64(_deadline(id) + GRACE);
+        vm.warp(earliest);
+        vm.expectRevert(
+            abi.encodeWithSelector(ISynclineMarket.SynclineGraceWindowOpen.selector, id, uint32(0), earliest)
+        );
+        market.carryForward(id, 0);
+    }
+
+    function testFuzz_carryForward_timing(uint256 offset) public {
+        uint64 opened = market.getTaskState(id).roundOpenedAt;
+        uint64 earliest = opened + ROUND_DURATION + GRACE;
+        offset = bound(offset, 0, 2 * (earliest - opened));
+        vm.warp(opened + offset);
+        if (opened + offset <= earliest) {
+            vm.expectRevert(
+                abi.encodeWithSelector(ISynclineMarket.SynclineGraceWindowOpen.selector, id, uint32(0), earliest)
+            );
+            market.carryForward(id, 0);
+        } else {
+            market.carryForward(id, 0);
+            _assertRoundStatus(id, 0, RoundStatus.CarriedForward, "carried");
+            vm.assertEq(uint256(market.getTaskState(id).roundOpenedAt), opened + offset, "next round opens now");
+        }
+    }
+
+    function test_carryForward_keepsPreviousStateRoot_succeeds() public {
+        _runRound(id, 0); // finalized: state root = _stateRoot(id, 0)
+        bytes32 previous = _stateRoot(id, 0);
+        uint256 mask = _commitAll(id, 1);
+        _warpPastGrace(id);
+        // One vote, no quorum: it must not count.
+        _vote(id, 1, witnesses[0], _stateRoot(id, 1), _aggRoot(id, 1), mask);
+        uint64 opened = market.getTaskState(id).roundOpenedAt;
+        uint64 now_ = uint64(block.timestamp);
+        TaskState memory before = market.getTaskState(id);
+
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineMarket.RoundCarriedForward(id, 1, previous, stranger);
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineMarket.RoundOpened(id, 2, now_, now_ + ROUND_DURATION);
+        vm.prank(stranger); // anyone may call
+        market.carryForward(id, 1);
+
+        RoundRecord memory rr = market.getRound(id, 1);
+        vm.assertEq(uint256(rr.status), uint256(RoundStatus.CarriedForward), "status");
+        vm.assertEq(rr.stateRoot, previous, "previous root carried");
+        vm.assertEq(rr.result, bytes32(0), "no result");
+        vm.assertEq(uint256(rr.openedAt), opened, "openedAt");
+        vm.assertEq(uint256(rr.closedAt), now_, "closedAt");
+        TaskState memory t = market.getTaskState(id);
+        vm.assertEq(t.stateRoot, previous, "task keeps the previous root");
+        vm.assertEq(uint256(t.roundsCarried), 1, "roundsCarried");
+        vm.assertEq(uint256(t.roundsFinalized), 1, "roundsFinalized");
+        vm.assertEq(uint256(t.currentRound), 2, "advanced");
+        vm.assertEq(uint256(t.roundOpenedAt), now_, "opened now");
+        vm.assertEq(t.totalWeight, before.totalWeight, "no weight for a carried round");
+        vm.assertEq(t.feesEarned, before.feesEarned, "no fee for a carried round");
+        vm.assertEq(t.feeBudget, before.feeBudget, "fee budget kept for the sponsor");
+        vm.assertEq(uint256(market.getTrainer(id, trainers[0]).consecutiveMissed), 0, "committers did not miss");
+        vm.assertEq(uint256(market.getTrainer(id, trainers[0]).accepted), 1, "only round 0 accepted");
+    }
+
+    function test_carryForward_firstRound_keepsInitialRoot_succeeds() public {
+        _warpPastGrace(id);
+        market.carryForward(id, 0);
+        vm.assertEq(market.getRound(id, 0).stateRoot, keccak256("initial-state"), "initial root carried");
+        vm.assertEq(market.getTaskState(id).stateRoot, keccak256("initial-state"), "task root");
+    }
+
+    function test_finalizeRound_afterCarryForward_reverts() public {
+        uint256 mask = _commitAll(id, 0);
+        _warpPastGrace(id);
+        market.carryForward(id, 0);
+        vm.prank(witnesses[0]);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineRoundCarriedForward.selector, id, uint32(0)));
+        market.finalizeRound(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), mask, 0);
+    }
+
+    function test_finalizeRound_afterGraceBeforeCarry_succeeds() public {
+        uint256 mask = _commitAll(id, 0);
+        _warpPastGrace(id);
+        vm.warp(block.timestamp + 1 days);
+        _finalize(id, 0, mask);
+        _assertRoundStatus(id, 0, RoundStatus.Finalized, "late quorum still finalizes");
+        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineWrongRound.selector, id, uint32(0), uint32(1)));
+        market.carryForward(id, 0);
+    }
+
+    function test_carryForward_lastRound_completesRun_succeeds() public {
+        _runRound(id, 0);
+        _runRound(id, 1);
+        _warpPastGrace(id);
+        uint64 now_ = uint64(block.timestamp);
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineMarket.RunCompleted(id, _stateRoot(id, 1), now_ + CHALLENGE);
+        market.carryForward(id, 2);
+        _assertStatus(id, TaskStatus.AwaitingSeal, "awaiting seal");
+        vm.assertEq(uint256(market.getTaskState(id).currentRound), 2, "current round stays the last one");
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                ISynclineMarket.SynclineWrongTaskStatus.selector, id, TaskStatus.AwaitingSeal, TaskStatus.Running
+            )
+        );
+        market.carryForward(id, 2);
+    }
+
+    function test_finalizeRound_lastRound_completesRun_succeeds() public {
+        _runRound(id, 0);
+        _runRound(id, 1);
+        uint256 mask = _commitAll(id, 2);
+        _warpPastDeadline(id);
+        uint64 now_ = uint64(block.timestamp);
+        _prepareQuorum(id, 2, mask);
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineMarket.RunCompleted(id, _stateRoot(id, 2), now_ + CHALLENGE);
+        _closeQuorum(id, 2, mask);
+        TaskState memory t = market.getTaskState(id);
+        vm.assertEq(uint256(t.status), uint256(TaskStatus.AwaitingSeal), "awaiting seal");
+        vm.assertEq(uint256(t.roundsFinalized), 3, "all rounds finalized");
+        vm.assertEq(uint256(t.lastClosedAt), now_, "lastClosedAt");
+        vm.assertEq(t.feeBudget, 0, "fee budget exactly spent");
+        vm.assertEq(t.feesEarned, 6 * uint256(FEE), "fees earned");
+    }
+
+    // ================================================================== worst case: 64 trainers
+
+    function _post64() internal returns (uint256 big) {
+        TaskSpec memory s = _defaultSpec();
+        s.minTrainers = 1;
+        s.maxTrainers = 64;
+        s.shardCount = 256;
+        big = _post(s, POOL);
+        _enrollMany(big, 64);
+        _assertStatus(big, TaskStatus.Running, "auto-started with 64");
+    }
+
+    function test_finalizeRound_quorumWith64Trainers_succeeds() public {
+        uint256 big = _post64();
+        uint256 mask = _commitAll(big, 0);
+        _warpPastDeadline(big);
+        _prepareQuorum(big, 0, mask);
+        uint256 g = gasleft();
+        _closeQuorum(big, 0, mask);
+        g -= gasleft();
+        vm.assertLt(g, 3_000_000, "closing vote over 64 trainers stays well under a block");
+        vm.assertEq(market.getTaskState(big).totalWeight, 256, "all 256 shards accepted");
+    }
+
+    function test_finalizeRound_evictionWith64Trainers_succeeds() public {
+        uint256 big = _post64();
+        // Every trainer misses two rounds: the closing vote of round 1 evicts all 64.
+        _warpPastDeadline(big);
+        _finalize(big, 0, 0);
+        _warpPastDeadline(big);
+        _prepareQuorum(big, 1, 0);
+        _closeQuorum(big, 1, 0);
+        vm.assertEq(uint256(market.getTaskState(big).active), 0, "all evicted");
+    }
+
+    function test_finalizeRound_rebalanceWith64Trainers_succeeds() public {
+        uint256 big = _post64();
+        address skip = market.getTrainers(big)[0];
+        for (uint32 r = 0; r < 2; ++r) {
+            uint256 mask;
+            address[] memory ts = market.getTrainers(big);
+            for (uint256 i = 1; i < ts.length; ++i) {
+                _commit(big, r, ts[i]);
+                mask |= uint256(1) << i;
+            }
+            _warpPastDeadline(big);
+            _finalize(big, r, mask);
+        }
+        vm.assertTrue(market.getTrainer(big, skip).evicted, "evicted");
+        _assertShardPartition(big);
+    }
+}

@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: MIT
+pragma solidity ^0.8.24;
+
+import {TestBase} from "../base/TestBase.sol";
+import {MarketHandler} from "./MarketHandler.sol";
+import {SynclineMarket} from "../../src/SynclineMarket.sol";
+import {TaskSpec, TaskState, TaskStatus, TrainerRecord} from "../../src/SynclineTypes.sol";
+
+/// @notice Stateful fuzzing of the market through `MarketHandler`.
+contract MarketInvariantsTest is TestBase {
+    /// @dev Forge reads `targetSelectors()` as an array of this shape.
+    struct FuzzSelector {
+        address addr;
+        bytes4[] selectors;
+    }
+
+    SynclineMarket internal market;
+    MarketHandler internal handler;
+
+    function setUp() public {
+        vm.warp(1_700_000_000);
+        market = SynclineMarket(vm.deployCode("SynclineMarket.sol:SynclineMarket"));
+        handler = new MarketHandler(market);
+        vm.label(address(handler), "MarketHandler");
+    }
+
+    function targetContracts() public view returns (address[] memory targets) {
+        targets = new address[](1);
+        targets[0] = address(handler);
+    }
+
+    function targetSelectors() public view returns (FuzzSelector[] memory targets) {
+        bytes4[] memory selectors = new bytes4[](10);
+        selectors[0] = MarketHandler.postTask.selector;
+        selectors[1] = MarketHandler.enroll.selector;
+        selectors[2] = MarketHandler.startRun.selector;
+        selectors[3] = MarketHandler.cancelUnderfilled.selector;
+        selectors[4] = MarketHandler.commit.selector;
+        selectors[5] = MarketHandler.vote.selector;
+        selectors[6] = MarketHandler.carryForward.selector;
+        selectors[7] = MarketHandler.seal.selector;
+        selectors[8] = MarketHandler.withdraw.selector;
+        selectors[9] = MarketHandler.warp.selector;
+        targets = new FuzzSelector[](1);
+        targets[0] = FuzzSelector({addr: address(handler), selectors: selectors});
+    }
+
+    /// (a) The market holds exactly what it owes: task escrows plus withdrawable credits.
+    function invariant_balanceEqualsEscrowsPlusCredits() public view virtual {
+        uint256[] memory ids = handler.tasks();
+        address[] memory actors = handler.actors();
+        uint256 sum;
+        for (uint256 i = 0; i < ids.length; ++i) {
+            sum += market.escrowOf(ids[i]);
+            TaskStatus status = market.getTaskState(ids[i]).status;
+            if (status == TaskStatus.Sealed || status == TaskStatus.Cancelled) {
+                vm.assertEq(market.escrowOf(ids[i]), 0, "a settled task holds nothing");
+            }
+        }
+        for (uint256 i = 0; i < actors.length; ++i) {
+            sum += market.creditOf(actors[i]);
+        }
+        vm.assertEq(address(market).balance, sum, "balance == sum(escrowOf) + sum(creditOf)");
+    }
+
+    /// (b) A round finalizes at most once and its result never changes.
+    function invariant_finalizedResultNeverChanges() public view virtual {
+        vm.assertEq(handler.ghostRefinalized(), 0, "a round emitted RoundFinalized twice");
+        vm.assertEq(handler.ghostResultChanged(), 0, "a finalized result changed (or appeared without an event)");
+        vm.assertEq(handler.ghostConflictAccepted(), 0, "a conflicting finalize was accepted");
+        vm.assertEq(handler.ghostIdempotenceBroken(), 0, "an idempotent re-finalize changed state or logged");
+        uint256[] memory ids = handler.tasks();
+        for (uint256 i = 0; i < ids.length; ++i) {
+            uint32 rounds = market.getSpec(ids[i]).rounds;
+            for (uint32 r = 0; r < rounds; ++r) {
+                bytes32 g = handler.ghostFinal(ids[i], r);
+                if (g != bytes32(0)) vm.assertEq(market.getRound(ids[i], r).result, g, "stored result = first result");
+            }
+        }
+    }
+
+    /// (c) No credit is withdrawn twice: withdrawn == credited - still credited, in sum and per account.
+    function invariant_noCreditWithdrawnTwice() public view virtual {
+        address[] memory actors = handler.actors();
+        uint256 outstanding;
+        for (uint256 i = 0; i < actors.length; ++i) {
+            uint256 credit = market.creditOf(actors[i]);
+            outstanding += credit;
+            vm.assertEq(
+                handler.withdrawnOf(actors[i]),
+                handler.creditedOf(actors[i]) - credit,
+                "per account: withdrawn == credited - credit"
+            );
+        }
+        vm.assertEq(handler.ghostWithdrawn(), handler.ghostCredited() - outstanding, "withdrawn == credited - credits");
+        vm.assertEq(handler.ghostBadWithdraw(), 0, "a withdrawal paid something other than the credit");
+    }
+
+    /// (d) A slash never exceeds a stake: slashed + stake == trainerStake until the task settles;
+    /// the task's stakeHeld is the sum of its trainers' stakes.
+    function invariant_slashNeverExceedsStake() public view virtual {
+        uint256[] memory ids = handler.tasks();
+        for (uint256 i = 0; i < ids.length; ++i) {
+            uint256 bond = market.getSpec(ids[i]).trainerStake;
+            TaskState memory t = market.getTaskState(ids[i]);
+            bool settled = t.status == TaskStatus.Sealed || t.status == TaskStatus.Cancelled;
+            address[] memory ts = market.getTrainers(ids[i]);
+            uint256 held;
+            for (uint256 j = 0; j < ts.length; ++j) {
+                TrainerRecord memory r = market.getTrainer(ids[i], ts[j]);
+                vm.assertLe(uint256(r.slashed), bond, "slashed <= trainerStake");
+                if (settled) vm.assertEq(uint256(r.stake), 0, "stake released at settlement");
+                else vm.assertEq(uint256(r.stake) + r.slashed, bond, "slashed + stake == trainerStake");
+                if (!r.evicted) vm.assertEq(uint256(r.slashed), 0, "only evicted trainers are slashed");
+                held += r.stake;
+            }
+            vm.assertEq(t.stakeHeld, held, "stakeHeld == sum of stakes");
+        }
+    }
+}
