@@ -12,7 +12,7 @@ FORGE := node_modules/@foundry-rs/forge-linux-amd64/bin/forge
 VENV_STAMP := $(VENV)/.syncline-installed
 NPM_STAMP := node_modules/.syncline-installed
 
-.PHONY: install demo demo-lifecycle test test-contracts test-python lint gas lock clean devnet-up devnet-down
+.PHONY: install demo demo-lifecycle bench test test-contracts test-python lint gas lock clean devnet-up devnet-down
 
 install: $(VENV_STAMP) $(NPM_STAMP)
 
@@ -54,6 +54,12 @@ lint: install
 	@$(VENV)/bin/ruff check agents tests scripts
 	@$(VENV)/bin/ruff format --check agents tests scripts
 	@$(VENV)/bin/mypy
+
+bench: install
+	@echo "==> benchmarks: DiLoCo vs AdamW, bytes, utilization, aggregation throughput (docs/benchmarks.md)"
+	@$(PIP) install --quiet --disable-pip-version-check -c constraints.txt -e '.[bench]'
+	@$(PY) scripts/bench/diloco.py
+	@$(PY) scripts/bench/aggregation.py
 
 gas: $(NPM_STAMP)
 	@$(FORGE) test --gas-report

@@ -28,8 +28,8 @@ RULES: dict[str, tuple[AggregationRule, Callable[[int], int]]] = {
     "mean": (AggregationRule.MEAN, lambda n: 0),
     "trimmed_mean(20%)": (AggregationRule.TRIMMED_MEAN, lambda n: 2000),
     "coordinate_median": (AggregationRule.COORDINATE_MEDIAN, lambda n: 0),
-    "krum(f)": (AggregationRule.KRUM, lambda n: (n - 3) // 2),
-    "multi_krum(f)": (AggregationRule.MULTI_KRUM, lambda n: (n - 3) // 2),
+    "krum(f)": (AggregationRule.KRUM, lambda n: max(0, (n - 3) // 2)),
+    "multi_krum(f)": (AggregationRule.MULTI_KRUM, lambda n: max(0, (n - 3) // 2)),
     "centered_clip(r=1.0)": (AggregationRule.CENTERED_CLIP, lambda n: 1_000_000),
 }
 

@@ -156,9 +156,12 @@ class LanguageAdapter:
     def evaluate(self, model: torch.nn.Module, shard: bytes, *, batch_size: int, max_batches: int) -> float:
         tokens = tokens_of(shard)
         span = self.seq_len
-        windows = tokens[: (len(tokens) // span) * span].view(-1, span)[: batch_size * max_batches]
-        if len(windows) == 0:
+        all_windows = tokens[: (len(tokens) // span) * span].view(-1, span)
+        if len(all_windows) == 0:
             raise ValueError("validation shard is shorter than one sequence")
+        # Evenly spaced windows over the whole shard (every play's held-out tail), not its head.
+        wanted = min(len(all_windows), batch_size * max_batches)
+        windows = all_windows[torch.linspace(0, len(all_windows) - 1, wanted).round().long()]
         was_training = model.training
         model.eval()
         total, count = 0.0, 0

@@ -33,6 +33,9 @@ from syncline.trainer.inner_loop import InnerLoop
 
 log = get_logger("syncline.trainer")
 ZERO_ADDRESS = "0x0000000000000000000000000000000000000000"
+# A state blob holds Q32 weights and momentum: 16 bytes per parameter. Rebuilding the state from a
+# round's payloads costs about bits/8 bytes per parameter per submission; the cheaper path wins.
+STATE_BYTES_PER_PARAM = 16
 
 
 def round_seed(task_id: int, round_: int, fragment: int) -> int:
@@ -51,7 +54,7 @@ class TrainerAgent:
     ctx: TaskContext | None = None
     inner: InnerLoop | None = None
     _checked_rounds: set[int] = field(default_factory=set)
-    _wall_started: float = field(default_factory=time.perf_counter)
+    _wall_started: float | None = None
     _train_seconds: float = 0.0
     _tokens: int = 0
     _steps: int = 0
@@ -157,6 +160,8 @@ class TrainerAgent:
             return
         inner = self._ensure_inner()
         self._restore_optimizer(inner, round_)
+        if self._wall_started is None:
+            self._wall_started = time.perf_counter()  # utilization counts from the first round trained
         self.metrics.round.set(round_)
         work = inner.run(state, [ctx.shard(i) for i in shards], seed=round_seed(ctx.task_id, round_, fragment))
         if self.cfg.misbehave == "fake-gradient":
@@ -179,7 +184,7 @@ class TrainerAgent:
             log.warning("trainer.commit_refused", round=round_, error=str(exc))
             return
         self._train_seconds += work.train_seconds
-        wall = time.perf_counter() - self._wall_started
+        wall = time.perf_counter() - (self._wall_started or time.perf_counter())
         steps = len(work.losses)
         self.metrics.submissions.labels(outcome=outcome).inc()
         self.metrics.steps_per_s.set(steps / work.train_seconds)
@@ -221,8 +226,9 @@ class TrainerAgent:
     def _sync_state(self, round_: int, state_root: str) -> TrainingState:
         """The state to train from, fetched with as few bytes as possible.
 
-        If the trainer holds the state the last round started from, it re-derives the new state
-        from that round's committed int8 payloads (about 1 byte per parameter each) with the same
+        If the trainer holds the state the last round started from and the round's payloads are
+        smaller than a state blob, it re-derives the new state from that round's committed int8
+        payloads (about 1 byte per parameter each) with the same
         deterministic aggregation and outer step the witnesses ran, and checks the state root the
         chain finalized. Otherwise (first round, a restart, a mismatch) it downloads the full state
         blob (16 bytes per parameter: Q32 weights and momentum).
@@ -231,7 +237,9 @@ class TrainerAgent:
         assert ctx is not None
         if self._state is not None and self._state.state_root_hex == state_root.lower():
             return self._state
-        if self._state is not None and round_ > 0:
+        committed = bin(self.market.round(ctx.task_id, round_ - 1).committed_mask).count("1") if round_ > 0 else 0
+        payload_bytes = committed * ctx.spec.gradient_bits // 8
+        if self._state is not None and round_ > 0 and payload_bytes < STATE_BYTES_PER_PARAM:
             derived = self._derive_from_payloads(round_ - 1, state_root)
             if derived is not None:
                 self._state = derived
