@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from eth_utils import keccak
 
 from syncline.blobstore import BlobStore
 from syncline.chain.market import MarketClient
@@ -142,7 +141,3 @@ def load_weights(model: torch.nn.Module, state: TrainingState) -> None:
 
 def flat_parameters(model: torch.nn.Module, layout: ParameterLayout) -> torch.Tensor:
     return layout.flatten({k: v.detach().float().cpu() for k, v in model.named_parameters()})
-
-
-def payload_digest(data: bytes) -> str:
-    return _hex(keccak(data))
