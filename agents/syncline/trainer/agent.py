@@ -8,6 +8,7 @@ state), so it can be killed at any time and restarted.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,7 +164,12 @@ class TrainerAgent:
         if self._wall_started is None:
             self._wall_started = time.perf_counter()  # utilization counts from the first round trained
         self.metrics.round.set(round_)
-        work = inner.run(state, [ctx.shard(i) for i in shards], seed=round_seed(ctx.task_id, round_, fragment))
+        work = inner.run(
+            state,
+            [ctx.shard(i) for i in shards],
+            seed=round_seed(ctx.task_id, round_, fragment),
+            progress=sys.stderr.isatty(),
+        )
         if self.cfg.misbehave == "fake-gradient":
             work = type(work)(
                 torch.randn_like(work.pseudo_gradient) * 0.05, work.losses, work.train_seconds, work.tokens
