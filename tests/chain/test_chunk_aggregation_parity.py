@@ -1,0 +1,139 @@
+"""On-chain chunk recomputation (``ChunkAggregation.sol``) is bit-identical to the Python protocol.
+
+The harness is compiled with the project's solc wrapper (nothing cached in the repo), deployed
+on the session anvil, and fed random int8/int16 gradient chunks, previous state chunks, rules
+(Mean, TrimmedMean, CoordinateMedian) and optimizer coefficients; its new state chunk must equal
+the bytes the Python protocol produces (dequantize -> make_rule(...).aggregate -> nesterov_step
+-> state_chunk_contents).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from eth_abi import encode
+from eth_utils import keccak
+from hexbytes import HexBytes
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from web3 import Web3
+from web3.contract import Contract
+from web3.exceptions import ContractCustomError
+
+from syncline.chain.keys import Signer
+from syncline.chain.toolchain import COMPILER_SETTINGS, _run_solc
+from syncline.paths import repo_root
+from syncline.protocol.aggregation import make_rule
+from syncline.protocol.chunking import gradient_chunk_contents, state_chunk_contents
+from syncline.protocol.enums import AggregationRule
+from syncline.protocol.outer_optimizer import nesterov_step
+from syncline.protocol.quantization import QuantizedGradient, dequantize, max_grad_exp, qmax
+
+pytestmark = pytest.mark.chain
+
+HARNESS = "contracts/test/harness/ChunkAggregationHarness.sol"
+STATE_ABS = 1 << 43  # |theta|, |m| < 2**43 and lr <= 1.5 keep every result inside Python's 2**46 bounds
+RULES = (AggregationRule.MEAN, AggregationRule.TRIMMED_MEAN, AggregationRule.COORDINATE_MEDIAN)
+
+
+def _compile_harness() -> dict[str, Any]:
+    """Standard-JSON compile of the harness and the libraries through the project's solc wrapper."""
+    root = repo_root()
+    paths = [root / HARNESS, *sorted((root / "contracts" / "src" / "libraries").glob("*.sol"))]
+    sources = {str(p.relative_to(root)): {"content": p.read_text()} for p in paths}
+    selection = ["abi", "evm.bytecode.object"]
+    settings_ = {**COMPILER_SETTINGS, "outputSelection": {HARNESS: {"ChunkAggregationHarness": selection}}}
+    output = _run_solc({"language": "Solidity", "sources": sources, "settings": settings_}, root)
+    return output["contracts"][HARNESS]["ChunkAggregationHarness"]  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def harness(w3: Web3, sponsor: Signer) -> Contract:
+    compiled = _compile_harness()
+    factory = w3.eth.contract(abi=compiled["abi"], bytecode="0x" + compiled["evm"]["bytecode"]["object"])
+    sender = Web3.to_checksum_address(sponsor.address)
+    tx = factory.constructor().build_transaction(
+        {"from": sender, "nonce": w3.eth.get_transaction_count(sender, "pending"), "chainId": int(w3.eth.chain_id)}
+    )
+    signed = sponsor.account.sign_transaction(tx)
+    receipt = w3.eth.wait_for_transaction_receipt(w3.eth.send_raw_transaction(signed.raw_transaction), timeout=120)
+    assert receipt["status"] == 1 and receipt["contractAddress"] is not None
+    return w3.eth.contract(address=receipt["contractAddress"], abi=compiled["abi"])
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> dict[str, Any]:
+    bits = draw(st.sampled_from((8, 8, 8, 16)))
+    n = draw(st.integers(1, 16))
+    count = draw(st.one_of(st.just(256), st.integers(1, 256)))
+    limit = qmax(bits)
+    grads = []
+    for _ in range(n):
+        values = draw(st.lists(st.integers(-limit, limit), min_size=count, max_size=count))
+        exponent = draw(st.integers(0, max_grad_exp(bits)))
+        grads.append((values, exponent))
+    state = st.lists(st.integers(-STATE_ABS + 1, STATE_ABS - 1), min_size=count, max_size=count)
+    rule = draw(st.sampled_from(RULES))
+    param = draw(st.integers(0, 4999)) if rule == AggregationRule.TRIMMED_MEAN else 0
+    return {
+        "bits": bits,
+        "grads": grads,
+        "weights": draw(state),
+        "momentum": draw(state),
+        "rule": rule,
+        "param": param,
+        "lr_ppm": draw(st.integers(1, 1_500_000)),
+        "mom_ppm": draw(st.integers(0, 999_999)),
+    }
+
+
+def _python_side(case: dict[str, Any]) -> tuple[list[bytes], bytes, bytes]:
+    """(gradient chunk contents, previous state chunk, expected new state chunk) from the protocol code."""
+    dtype = torch.int8 if case["bits"] == 8 else torch.int16
+    chunks, rows = [], []
+    for values, exponent in case["grads"]:
+        qg = QuantizedGradient(
+            bits=case["bits"],
+            values=torch.tensor(values, dtype=dtype),
+            exponents=torch.tensor([exponent], dtype=torch.uint8),
+        )
+        (content,) = gradient_chunk_contents(qg)
+        chunks.append(content)
+        rows.append(dequantize(qg))
+    weights = torch.tensor(case["weights"], dtype=torch.int64)
+    momentum = torch.tensor(case["momentum"], dtype=torch.int64)
+    (prev,) = state_chunk_contents(weights, momentum)
+    aggregate = make_rule(case["rule"], case["param"]).aggregate(torch.stack(rows))
+    new_w, new_m = nesterov_step(weights, momentum, aggregate, case["lr_ppm"], case["mom_ppm"])
+    (expected,) = state_chunk_contents(new_w, new_m)
+    return chunks, prev, expected
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=cases())
+def test_recompute_state_chunk_matches_python(harness: Contract, case: dict[str, Any]) -> None:
+    chunks, prev, expected = _python_side(case)
+    args = (chunks, case["bits"], int(case["rule"]), case["param"], prev, case["lr_ppm"], case["mom_ppm"])
+    got = harness.functions.recomputeStateChunk(*args).call()
+    assert bytes(got) == expected
+    assert bytes(harness.functions.recomputeHash(*args).call()) == keccak(expected)
+
+
+def test_recompute_rejects_min_int8_like_python(harness: Contract) -> None:
+    """-128 is rejected by ``QuantizedGradient`` and by the contract alike."""
+    with pytest.raises(ValueError, match="out of range"):
+        QuantizedGradient(
+            bits=8, values=torch.tensor([1, -128], dtype=torch.int8), exponents=torch.zeros(1, dtype=torch.uint8)
+        )
+    weights = torch.zeros(2, dtype=torch.int64)
+    (prev,) = state_chunk_contents(weights, weights)
+    call = harness.functions.recomputeStateChunk([bytes([8, 0, 1, 0x80])], 8, 0, 0, prev, 700_000, 900_000)
+    with pytest.raises(ContractCustomError) as info:
+        call.call()
+    selector = keccak(text="QuantizedValueOutOfRange(uint256,uint256,int256)")[:4]
+    expected = selector + encode(["uint256", "uint256", "int256"], [0, 1, -128])
+    data = info.value.data
+    assert isinstance(data, str)
+    assert HexBytes(data) == HexBytes(expected)
