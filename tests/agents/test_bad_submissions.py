@@ -257,7 +257,7 @@ def test_trainer_sends_nothing_for_a_non_finite_gradient(previous: TrainingState
     poisoned[17] = float("nan")
 
     class Inner:  # the trainer's InnerLoop, diverged
-        def run(self, state: TrainingState, shards: list[bytes], *, seed: int) -> RoundWork:
+        def run(self, state: TrainingState, shards: list[bytes], *, seed: int, progress: bool = False) -> RoundWork:
             assert state is previous
             return RoundWork(poisoned, (5.0,), 0.01, 256)
 
