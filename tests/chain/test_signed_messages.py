@@ -1,0 +1,129 @@
+"""EIP-712 commitments and votes: the Python signer agrees with OpenZeppelin's EIP712 + ECDSA on anvil."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from web3 import Web3
+from web3.contract import Contract
+
+from syncline.chain.keys import Signer
+from syncline.chain.toolchain import COMPILER_SETTINGS, _run_solc
+from syncline.paths import repo_root
+from syncline.protocol.signed_messages import Commitment, Domain, Vote, digest, recover, sign
+
+pytestmark = [pytest.mark.chain]
+
+HARNESS = "contracts/test/harness/SignedMessagesHarness.sol"
+bytes32 = st.binary(min_size=32, max_size=32)
+
+
+@pytest.fixture(scope="module")
+def harness(w3: Web3, sponsor: Signer) -> Contract:
+    root = repo_root()
+    sources = {HARNESS: {"content": (root / HARNESS).read_text()}}
+    selection = {HARNESS: {"SignedMessagesHarness": ["abi", "evm.bytecode.object"]}}
+    output = _run_solc(
+        {"language": "Solidity", "sources": sources, "settings": {**COMPILER_SETTINGS, "outputSelection": selection}},
+        root,
+    )
+    compiled: dict[str, Any] = output["contracts"][HARNESS]["SignedMessagesHarness"]
+    factory = w3.eth.contract(abi=compiled["abi"], bytecode="0x" + compiled["evm"]["bytecode"]["object"])
+    sender = Web3.to_checksum_address(sponsor.address)
+    tx = factory.constructor().build_transaction(
+        {"from": sender, "nonce": w3.eth.get_transaction_count(sender, "pending"), "chainId": int(w3.eth.chain_id)}
+    )
+    receipt = w3.eth.wait_for_transaction_receipt(
+        w3.eth.send_raw_transaction(sponsor.account.sign_transaction(tx).raw_transaction), timeout=120
+    )
+    assert receipt["status"] == 1 and receipt["contractAddress"] is not None
+    return w3.eth.contract(address=receipt["contractAddress"], abi=compiled["abi"])
+
+
+def _domain(w3: Web3, harness: Contract) -> Domain:
+    return Domain(chain_id=int(w3.eth.chain_id), verifying_contract=str(harness.address))
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    task=st.integers(0, 2**256 - 1),
+    round_=st.integers(0, 2**32 - 1),
+    fragment=st.integers(0, 2**16 - 1),
+    payload=bytes32,
+    chunk=bytes32,
+)
+def test_commitment_digest_and_signer_match_the_contract(
+    w3: Web3,
+    harness: Contract,
+    trainers: list[Signer],
+    task: int,
+    round_: int,
+    fragment: int,
+    payload: bytes,
+    chunk: bytes,
+) -> None:
+    c = Commitment(task, round_, fragment, payload, chunk)
+    domain = _domain(w3, harness)
+    assert digest(domain, c) == harness.functions.commitmentDigest(task, round_, fragment, payload, chunk).call()
+    signature = sign(trainers[0].account, domain, c)
+    assert recover(domain, c, signature) == trainers[0].address
+    on_chain = harness.functions.recoverCommitment(task, round_, fragment, payload, chunk, signature).call()
+    assert on_chain == trainers[0].address
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    task=st.integers(0, 2**64),
+    round_=st.integers(0, 2**32 - 1),
+    state=bytes32,
+    aggregate=bytes32,
+    mask=st.integers(0, 2**256 - 1),
+)
+def test_vote_digest_and_signer_match_the_contract(
+    w3: Web3,
+    harness: Contract,
+    witnesses: list[Signer],
+    task: int,
+    round_: int,
+    state: bytes,
+    aggregate: bytes,
+    mask: int,
+) -> None:
+    v = Vote(task, round_, state, aggregate, mask)
+    domain = _domain(w3, harness)
+    assert digest(domain, v) == harness.functions.voteDigest(task, round_, state, aggregate, mask).call()
+    signature = sign(witnesses[1].account, domain, v)
+    assert harness.functions.recoverVote(task, round_, state, aggregate, mask, signature).call() == witnesses[1].address
+
+
+def test_a_signature_does_not_replay_across_chain_contract_task_or_round(
+    w3: Web3, harness: Contract, trainers: list[Signer]
+) -> None:
+    domain = _domain(w3, harness)
+    c = Commitment(7, 3, 1, b"\x11" * 32, b"\x22" * 32)
+    signature = sign(trainers[0].account, domain, c)
+    me = trainers[0].address
+    assert recover(domain, c, signature) == me
+    other_chain = Domain(domain.chain_id + 1, domain.verifying_contract)
+    other_contract = Domain(domain.chain_id, "0x" + "ab" * 20)
+    assert recover(other_chain, c, signature) != me
+    assert recover(other_contract, c, signature) != me
+    assert recover(domain, Commitment(8, 3, 1, c.payload_hash, c.chunk_root), signature) != me
+    assert recover(domain, Commitment(7, 4, 1, c.payload_hash, c.chunk_root), signature) != me
+    on_chain = harness.functions.recoverCommitment(7, 4, 1, c.payload_hash, c.chunk_root, signature).call()
+    assert on_chain != me
+
+
+def test_conflicts_are_same_slot_different_content() -> None:
+    a = Commitment(1, 2, 3, b"\x01" * 32, b"\x02" * 32)
+    assert a.conflicts_with(Commitment(1, 2, 3, b"\x09" * 32, b"\x02" * 32))
+    assert not a.conflicts_with(a)
+    assert not a.conflicts_with(Commitment(1, 3, 3, b"\x09" * 32, b"\x02" * 32))  # another round
+    v = Vote(1, 2, b"\x01" * 32, b"\x02" * 32, 7)
+    assert v.conflicts_with(Vote(1, 2, b"\x01" * 32, b"\x02" * 32, 5))
+    assert not v.conflicts_with(Vote(1, 3, b"\x01" * 32, b"\x02" * 32, 5))
+    with pytest.raises(ValueError, match="32 bytes"):
+        Commitment(1, 2, 3, b"\x01", b"\x02" * 32).message()
