@@ -23,7 +23,7 @@ from web3 import Web3
 
 from syncline.chain import keys
 from syncline.chain.deployment import Deployment, deploy_market
-from syncline.chain.devnet import Devnet, start_anvil
+from syncline.chain.devnet import is_running, start_anvil, stop_process
 from syncline.chain.market import MarketClient
 from syncline.errors import SpecError, SynclineError
 from syncline.observability import configure_logging, get_logger
@@ -80,7 +80,7 @@ def market_from_args(args: argparse.Namespace) -> MarketClient:
 
 def cmd_devnet_up(args: argparse.Namespace) -> int:
     pid_file = devnet_dir() / "anvil.pid"
-    if pid_file.exists() and _alive(int(pid_file.read_text())):
+    if pid_file.exists() and is_running(int(pid_file.read_text())):
         print(json.dumps(json.loads(default_deployment_path().read_text()), indent=2))
         log.info("devnet.already_running", pid=int(pid_file.read_text()))
         return 0
@@ -129,11 +129,11 @@ def cmd_devnet_down(args: argparse.Namespace) -> int:
         log.info("devnet.not_running")
         return 0
     pid = int(pid_file.read_text())
-    Devnet(rpc_url="", pid=pid, config_path=Path(), log_path=Path()).stop()
+    stop_process(pid)
     pid_file.unlink()
     blob_pid = devnet_dir() / "blobstore.pid"
     if blob_pid.exists():
-        Devnet(rpc_url="", pid=int(blob_pid.read_text()), config_path=Path(), log_path=Path()).stop()
+        stop_process(int(blob_pid.read_text()))
         blob_pid.unlink()
     log.info("devnet.down", pid=pid)
     return 0
@@ -141,7 +141,7 @@ def cmd_devnet_down(args: argparse.Namespace) -> int:
 
 def cmd_devnet_status(args: argparse.Namespace) -> int:
     pid_file = devnet_dir() / "anvil.pid"
-    running = pid_file.exists() and _alive(int(pid_file.read_text()))
+    running = pid_file.exists() and is_running(int(pid_file.read_text()))
     out: dict[str, Any] = {"running": running}
     if running:
         out["deployment"] = json.loads(default_deployment_path().read_text())
@@ -540,16 +540,6 @@ def build_parser() -> argparse.ArgumentParser:
     download.add_argument("--out", required=True, help="output directory (save_pretrained layout)")
     download.add_argument("--blob-store", required=True, help="blob service URL, e.g. http://127.0.0.1:8600")
     return parser
-
-
-def _alive(pid: int) -> bool:
-    import os
-
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -39,12 +39,11 @@ from syncline.protocol.quantization import quantize
 from syncline.protocol.state import TrainingState
 from syncline.protocol.sync_round import CommittedSubmission, RoundResult, compute_round
 from syncline.run.agent_config import InnerOptimizerConfig
-from syncline.run.context import TaskContext
+from syncline.run.context import MAX_PAYLOAD_OVERHEAD, TaskContext
 from syncline.run.loop import pending_time
 from syncline.sponsor.task_builder import publish_language_task
 from syncline.trainer.agent import round_seed
 from syncline.trainer.inner_loop import InnerLoop
-from syncline.witness.agent import MAX_PAYLOAD_OVERHEAD
 
 ZERO_ADDRESS = "0x0000000000000000000000000000000000000000"
 ZERO32 = "0x" + "00" * 32
@@ -130,7 +129,7 @@ class RunRecord:
 
 
 def witness_payload_limit(ctx: TaskContext) -> int:
-    """The payload size cap a witness applies (WitnessAgent._max_payload_bytes)."""
+    """The payload size cap a witness applies (TaskContext.max_payload_bytes)."""
     numel = ctx.layout.numel
     return numel * (ctx.spec.gradient_bits // 8) + numel // 128 + MAX_PAYLOAD_OVERHEAD
 

@@ -34,10 +34,10 @@ from syncline.protocol.quantization import QuantizedGradient, quantize
 from syncline.protocol.state import TrainingState
 from syncline.protocol.sync_round import CommittedSubmission, RoundResult, compute_round, validate_submission
 from syncline.run.agent_config import config_from_mapping
+from syncline.run.context import MAX_PAYLOAD_OVERHEAD
 from syncline.sponsor.task_builder import publish_language_task
 from syncline.trainer.agent import TrainerAgent
 from syncline.trainer.inner_loop import RoundWork
-from syncline.witness.agent import MAX_PAYLOAD_OVERHEAD
 
 from ._agent_harness import tiny_plan
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from _harness import deploy_harness
 from eth_abi import encode
 from eth_utils import keccak
 from hexbytes import HexBytes
@@ -23,7 +24,6 @@ from web3.contract import Contract
 from web3.exceptions import ContractCustomError
 
 from syncline.chain.keys import Signer
-from syncline.chain.toolchain import COMPILER_SETTINGS, _run_solc
 from syncline.paths import repo_root
 from syncline.protocol.aggregation import make_rule
 from syncline.protocol.chunking import gradient_chunk_contents, state_chunk_contents
@@ -38,29 +38,10 @@ STATE_ABS = 1 << 43  # |theta|, |m| < 2**43 and lr <= 1.5 keep every result insi
 RULES = (AggregationRule.MEAN, AggregationRule.TRIMMED_MEAN, AggregationRule.COORDINATE_MEDIAN)
 
 
-def _compile_harness() -> dict[str, Any]:
-    """Standard-JSON compile of the harness and the libraries through the project's solc wrapper."""
-    root = repo_root()
-    paths = [root / HARNESS, *sorted((root / "contracts" / "src" / "libraries").glob("*.sol"))]
-    sources = {str(p.relative_to(root)): {"content": p.read_text()} for p in paths}
-    selection = ["abi", "evm.bytecode.object"]
-    settings_ = {**COMPILER_SETTINGS, "outputSelection": {HARNESS: {"ChunkAggregationHarness": selection}}}
-    output = _run_solc({"language": "Solidity", "sources": sources, "settings": settings_}, root)
-    return output["contracts"][HARNESS]["ChunkAggregationHarness"]  # type: ignore[no-any-return]
-
-
 @pytest.fixture(scope="module")
 def harness(w3: Web3, sponsor: Signer) -> Contract:
-    compiled = _compile_harness()
-    factory = w3.eth.contract(abi=compiled["abi"], bytecode="0x" + compiled["evm"]["bytecode"]["object"])
-    sender = Web3.to_checksum_address(sponsor.address)
-    tx = factory.constructor().build_transaction(
-        {"from": sender, "nonce": w3.eth.get_transaction_count(sender, "pending"), "chainId": int(w3.eth.chain_id)}
-    )
-    signed = sponsor.account.sign_transaction(tx)
-    receipt = w3.eth.wait_for_transaction_receipt(w3.eth.send_raw_transaction(signed.raw_transaction), timeout=120)
-    assert receipt["status"] == 1 and receipt["contractAddress"] is not None
-    return w3.eth.contract(address=receipt["contractAddress"], abi=compiled["abi"])
+    libraries = sorted((repo_root() / "contracts" / "src" / "libraries").glob("*.sol"))
+    return deploy_harness(w3, sponsor, HARNESS, "ChunkAggregationHarness", libraries)
 
 
 @st.composite

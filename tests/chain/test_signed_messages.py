@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
+from _harness import deploy_harness
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from web3 import Web3
 from web3.contract import Contract
 
 from syncline.chain.keys import Signer
-from syncline.chain.toolchain import COMPILER_SETTINGS, _run_solc
-from syncline.paths import repo_root
 from syncline.protocol.signed_messages import Commitment, Domain, Vote, digest, recover, sign
 
 pytestmark = [pytest.mark.chain]
@@ -23,24 +20,7 @@ bytes32 = st.binary(min_size=32, max_size=32)
 
 @pytest.fixture(scope="module")
 def harness(w3: Web3, sponsor: Signer) -> Contract:
-    root = repo_root()
-    sources = {HARNESS: {"content": (root / HARNESS).read_text()}}
-    selection = {HARNESS: {"SignedMessagesHarness": ["abi", "evm.bytecode.object"]}}
-    output = _run_solc(
-        {"language": "Solidity", "sources": sources, "settings": {**COMPILER_SETTINGS, "outputSelection": selection}},
-        root,
-    )
-    compiled: dict[str, Any] = output["contracts"][HARNESS]["SignedMessagesHarness"]
-    factory = w3.eth.contract(abi=compiled["abi"], bytecode="0x" + compiled["evm"]["bytecode"]["object"])
-    sender = Web3.to_checksum_address(sponsor.address)
-    tx = factory.constructor().build_transaction(
-        {"from": sender, "nonce": w3.eth.get_transaction_count(sender, "pending"), "chainId": int(w3.eth.chain_id)}
-    )
-    receipt = w3.eth.wait_for_transaction_receipt(
-        w3.eth.send_raw_transaction(sponsor.account.sign_transaction(tx).raw_transaction), timeout=120
-    )
-    assert receipt["status"] == 1 and receipt["contractAddress"] is not None
-    return w3.eth.contract(address=receipt["contractAddress"], abi=compiled["abi"])
+    return deploy_harness(w3, sponsor, HARNESS, "SignedMessagesHarness")
 
 
 def _domain(w3: Web3, harness: Contract) -> Domain:

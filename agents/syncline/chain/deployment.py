@@ -52,7 +52,7 @@ def deploy_market(w3: Web3, deployer: Signer, rpc_url: str, out_dir: Path) -> De
     """Compile (cached), deploy ``SynclineMarket`` and write ``deployment.json`` + the ABI to ``out_dir``."""
     artifacts = compile_contracts()
     market = artifacts["SynclineMarket"]
-    address, block = _deploy(w3, deployer, market)
+    address, block = deploy_contract(w3, deployer, market)
     out_dir.mkdir(parents=True, exist_ok=True)
     abi_path = out_dir / "SynclineMarket.abi.json"
     abi_path.write_text(json.dumps(market.abi, indent=1))
@@ -68,7 +68,8 @@ def deploy_market(w3: Web3, deployer: Signer, rpc_url: str, out_dir: Path) -> De
     return deployment
 
 
-def _deploy(w3: Web3, deployer: Signer, artifact: Artifact) -> tuple[str, int]:
+def deploy_contract(w3: Web3, deployer: Signer, artifact: Artifact) -> tuple[str, int]:
+    """Deploy a compiled contract (no constructor arguments); returns (address, block number)."""
     contract = w3.eth.contract(abi=artifact.abi, bytecode=artifact.bytecode)
     sender = Web3.to_checksum_address(deployer.address)
     params: TxParams = {

@@ -63,7 +63,7 @@ class Devnet:
                     self.process.kill()
                     self.process.wait(timeout=10)
             return
-        _kill_pid(self.pid)
+        stop_process(self.pid)
 
     def __enter__(self) -> Devnet:
         return self
@@ -139,7 +139,8 @@ def start_anvil(
     raise ToolchainError(f"anvil did not answer on {rpc_url} within {timeout_s:.0f}s; see {log_path}")
 
 
-def _kill_pid(pid: int) -> None:
+def stop_process(pid: int) -> None:
+    """SIGTERM a process by pid, wait up to 5 s, then SIGKILL it (no error if it is already gone)."""
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -182,3 +183,12 @@ def revert(w3: Web3, snapshot_id: str) -> None:
 def chain_time(w3: Web3) -> int:
     """Timestamp of the latest block."""
     return int(w3.eth.get_block("latest")["timestamp"])
+
+
+def is_running(pid: int) -> bool:
+    """Whether a process with this pid exists."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True

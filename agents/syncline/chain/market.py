@@ -245,6 +245,13 @@ class MarketClient:
         (event,) = self.events(receipt, "Withdrawn")
         return int(event["args"]["amount"]), receipt
 
+    def claim(self, account: Signer) -> int:
+        """Withdraw the account's credit if it has any; returns the amount (0 if nothing was owed)."""
+        if self.credit_of(account.address) == 0:
+            return 0
+        amount, _ = self.withdraw(account)
+        return amount
+
     # ------------------------------------------------------------------ views
 
     def task_count(self) -> int:

@@ -12,6 +12,7 @@ import json
 import platform
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,30 @@ def compile_contracts(*, force: bool = False) -> dict[str, Artifact]:
                 (cache / f"{name}.json").write_text(json.dumps(record, indent=1))
         (cache / "_complete").write_text(version)
     return load_artifacts(cache)
+
+
+def compile_harness(source: str, contract: str, extra_sources: Sequence[Path] = ()) -> Artifact:
+    """Compile one contract outside ``contracts/src`` (test harnesses), uncached.
+
+    ``source`` is a path relative to the repository root; ``extra_sources`` are other files the
+    compiler should see (imports it does not find in ``node_modules``).
+    """
+    root = repo_root()
+    paths = [root / source, *extra_sources]
+    sources = {str(p.relative_to(root)): {"content": p.read_text()} for p in paths}
+    selection = {source: {contract: ["abi", "evm.bytecode.object", "evm.deployedBytecode.object"]}}
+    output = _run_solc(
+        {"language": "Solidity", "sources": sources, "settings": {**COMPILER_SETTINGS, "outputSelection": selection}},
+        root,
+    )
+    data = output["contracts"][source][contract]
+    return Artifact(
+        name=contract,
+        abi=data["abi"],
+        bytecode="0x" + data["evm"]["bytecode"]["object"],
+        deployed_bytecode="0x" + data["evm"]["deployedBytecode"]["object"],
+        path=root / source,
+    )
 
 
 def load_artifacts(directory: Path) -> dict[str, Artifact]:

@@ -157,6 +157,15 @@ class TrainingTaskSpec:
         return self.witness_fee_wei * self.threshold * self.rounds
 
     @property
+    def outer_lr_ppm(self) -> int:
+        """Outer learning rate in parts per million, as the chain stores it."""
+        return round(self.outer_optimizer.lr * PPM)
+
+    @property
+    def outer_momentum_ppm(self) -> int:
+        return round(self.outer_optimizer.momentum * PPM)
+
+    @property
     def escrow_wei(self) -> int:
         """What ``postTask`` must be sent: reward pool plus witness fee budget."""
         return self.reward_pool_wei + self.witness_fee_budget_wei
@@ -219,8 +228,7 @@ class TrainingTaskSpec:
             raise SpecError(f"eviction_slash_bps {self.eviction_slash_bps} must be within 0..10000")
         if self.gradient_bits not in (8, 16):
             raise SpecError(f"gradient_bits {self.gradient_bits}: only 8 or 16 are defined")
-        lr_ppm = round(self.outer_optimizer.lr * PPM)
-        if not 0 < lr_ppm < 2**32 or not 0 <= self.outer_optimizer.momentum < 1:
+        if not 0 < self.outer_lr_ppm < 2**32 or not 0 <= self.outer_optimizer.momentum < 1:
             raise SpecError("outer_optimizer: need 1e-6 <= lr < 4294 and 0 <= momentum < 1")
         if not tier_policy.admits(self.tier, self.aggregation.rule):
             raise SpecError(
@@ -271,8 +279,8 @@ class TrainingTaskSpec:
             self.eviction_slash_bps,
             self.threshold,
             self.witness_fee_wei,
-            round(self.outer_optimizer.lr * PPM),
-            round(self.outer_optimizer.momentum * PPM),
+            self.outer_lr_ppm,
+            self.outer_momentum_ppm,
             self.gradient_bits,
             [to_checksum_address(w) for w in self.witnesses],
         )

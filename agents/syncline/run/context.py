@@ -21,9 +21,11 @@ from syncline.modality.language import LanguageAdapter
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.spec import TrainingTaskSpec
 from syncline.protocol.state import TrainingState
+from syncline.protocol.sync_round import CommittedSubmission, RoundResult, compute_round
 
 MAX_SPEC_BYTES = 1 << 20
 MAX_SHARD_BYTES = 256 << 20
+MAX_PAYLOAD_OVERHEAD = 1 << 20
 
 
 def _hex(b: bytes) -> str:
@@ -101,6 +103,10 @@ class TaskContext:
 
     def fetch_state(self, state_root: str) -> TrainingState:
         """The state whose Merkle root is ``state_root``: located by alias, verified by recomputing the root."""
+        return self.fetch_state_sized(state_root)[0]
+
+    def fetch_state_sized(self, state_root: str) -> tuple[TrainingState, int]:
+        """Like :meth:`fetch_state`, also returning the blob's size in bytes."""
         digest = self.blobs.resolve(state_root.lower())
         if digest is None:
             raise StateUnavailable(f"no blob is known for state root {state_root}")
@@ -108,7 +114,54 @@ class TaskContext:
         state = TrainingState.from_bytes(data, expected_layout=self.layout)
         if state.state_root_hex != state_root.lower():
             raise StateUnavailable(f"blob {digest} does not hold state {state_root} (root {state.state_root_hex})")
-        return state
+        return state, len(data)
+
+    # ------------------------------------------------------------------ rounds
+
+    @property
+    def max_payload_bytes(self) -> int:
+        """Largest outer-gradient payload a witness accepts: values, one exponent per chunk, header room."""
+        numel = self.layout.numel
+        return numel * (self.spec.gradient_bits // 8) + numel // 128 + MAX_PAYLOAD_OVERHEAD
+
+    def committed_submissions(self, round_: int) -> list[CommittedSubmission]:
+        """Every commitment of ``round_`` with its payload fetched and hash-checked (or the fetch error)."""
+        committed = self.market.round(self.task_id, round_).committed_mask
+        out: list[CommittedSubmission] = []
+        for fragment in range(256):
+            if not committed >> fragment & 1:
+                continue
+            s = self.market.submission(self.task_id, round_, fragment)
+            payload: bytes | None = None
+            error: str | None = None
+            try:
+                payload = self.blobs.fetch(s.uri, expected_digest=s.payload_hash, max_bytes=self.max_payload_bytes)
+            except SynclineError as exc:
+                error = f"fetch failed: {str(exc).splitlines()[0][:160]}"
+            out.append(
+                CommittedSubmission(
+                    fragment=fragment,
+                    payload_hash=bytes.fromhex(s.payload_hash[2:]),
+                    chunk_root=bytes.fromhex(s.chunk_root[2:]),
+                    payload=payload,
+                    fetch_error=error,
+                )
+            )
+        return out
+
+    def compute_round(self, previous: TrainingState, submissions: list[CommittedSubmission]) -> RoundResult:
+        """The round's result under this task's rule, quantization and outer optimizer."""
+        spec = self.spec
+        return compute_round(
+            previous,
+            submissions,
+            rule=spec.aggregation.rule,
+            rule_param=spec.aggregation.rule_param,
+            bits=spec.gradient_bits,
+            lr_ppm=spec.outer_lr_ppm,
+            momentum_ppm=spec.outer_momentum_ppm,
+            max_payload_bytes=self.max_payload_bytes,
+        )
 
     def publish_state(self, state: TrainingState) -> str:
         """Store a state blob under its state root; returns the root."""

@@ -23,7 +23,7 @@ from syncline.paths import state_dir
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.spec import TrainingTaskSpec
 from syncline.protocol.state import TrainingState
-from syncline.run.context import TaskContext, load_weights, model_config
+from syncline.run.context import TaskContext, model_config
 
 
 def _hex(b: bytes) -> str:
@@ -107,8 +107,7 @@ def export_model(ctx: TaskContext, state_root: str, out_dir: Path) -> Path:
     from transformers import PreTrainedTokenizerFast
 
     state = ctx.fetch_state(state_root)
-    model = ctx.build_model()
-    load_weights(model, state)
+    model = ctx.build_model(state)
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)  # type: ignore[operator]
     from tokenizers import Tokenizer

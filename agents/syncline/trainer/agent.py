@@ -19,15 +19,15 @@ from eth_utils import keccak
 from syncline.blobstore import BlobStore
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
-from syncline.errors import ChainError, SynclineError
+from syncline.errors import ChainError
 from syncline.observability import get_logger
 from syncline.protocol.chunking import gradient_chunk_root
 from syncline.protocol.enums import RoundStatus, TaskStatus
 from syncline.protocol.quantization import quantize
 from syncline.protocol.state import TrainingState
-from syncline.protocol.sync_round import CommittedSubmission, compute_round
 from syncline.run.agent_config import AgentConfig, ConfigError
 from syncline.run.context import StateUnavailable, TaskContext
+from syncline.run.local_store import append_record
 from syncline.run.loop import pending_time, run_forever
 from syncline.run.metrics import AgentMetrics
 from syncline.trainer.inner_loop import InnerLoop
@@ -92,7 +92,10 @@ class TrainerAgent:
                 log.info("trainer.enrolled", task_id=task_id, fragment=fragment, trainer=self.signer.address)
             return False
         if t.status in (TaskStatus.SEALED, TaskStatus.CANCELLED):
-            return self._claim()
+            amount = self.market.claim(self.signer)
+            if amount:
+                log.info("trainer.claimed", wei=amount)
+            return True
         if not me.enrolled:
             log.info("trainer.not_enrolled", task_id=task_id, status=t.status.name.lower())
             return True
@@ -207,7 +210,9 @@ class TrainerAgent:
             payload_kib=round(len(payload) / 1024, 1),
             seconds_left=deadline - pending_time(self.market.w3),
         )
-        self._append_local("rounds.jsonl", {"round": round_, "loss": work.mean_loss, "payload": ref.digest})
+        append_record(
+            self.cfg.state_dir, "rounds.jsonl", {"round": round_, "loss": work.mean_loss, "payload": ref.digest}
+        )
         self._tokens += work.tokens
         self._rounds_committed += 1
         self._steps += steps
@@ -250,10 +255,8 @@ class TrainerAgent:
             if derived is not None:
                 self._state = derived
                 return derived
-        digest = ctx.blobs.resolve(state_root.lower())
-        state = ctx.fetch_state(state_root)
-        if digest is not None:
-            self._bytes_received += len(state.to_bytes())
+        state, size = ctx.fetch_state_sized(state_root)
+        self._bytes_received += size
         self._state = state
         return state
 
@@ -263,37 +266,12 @@ class TrainerAgent:
         rr = self.market.round(ctx.task_id, round_)
         if rr.status != RoundStatus.FINALIZED or rr.state_root.lower() != state_root.lower():
             return None
-        me = self.market.trainer(ctx.task_id, self.signer.address)
-        subs: list[CommittedSubmission] = []
-        received = 0
-        limit = ctx.layout.numel * 4 + (1 << 20)
-        for fragment in range(256):
-            if not rr.committed_mask >> fragment & 1:
-                continue
-            s = self.market.submission(ctx.task_id, round_, fragment)
-            try:
-                payload = ctx.blobs.fetch(s.uri, expected_digest=s.payload_hash, max_bytes=limit)
-            except SynclineError:
-                return None
-            if fragment != me.fragment:
-                received += len(payload)
-            subs.append(
-                CommittedSubmission(
-                    fragment, bytes.fromhex(s.payload_hash[2:]), bytes.fromhex(s.chunk_root[2:]), payload
-                )
-            )
-        spec = ctx.spec
-        result = compute_round(
-            self._state,
-            subs,
-            rule=spec.aggregation.rule,
-            rule_param=spec.aggregation.rule_param,
-            bits=spec.gradient_bits,
-            lr_ppm=round(spec.outer_optimizer.lr * 1_000_000),
-            momentum_ppm=round(spec.outer_optimizer.momentum * 1_000_000),
-            max_payload_bytes=limit,
-        )
-        self._bytes_received += received
+        subs = ctx.committed_submissions(round_)
+        if any(s.payload is None for s in subs):
+            return None
+        fragment = self.market.trainer(ctx.task_id, self.signer.address).fragment
+        result = ctx.compute_round(self._state, subs)
+        self._bytes_received += sum(len(s.payload or b"") for s in subs if s.fragment != fragment)
         if "0x" + result.state_root.hex() != state_root.lower():
             log.info("trainer.state_sync_mismatch", round=round_, fallback="full state blob")
             return None
@@ -325,14 +303,3 @@ class TrainerAgent:
             except ChainError as exc:
                 log.info("trainer.seal_skipped", reason=exc.error_name)
         return False
-
-    def _claim(self) -> bool:
-        if self.market.credit_of(self.signer.address) > 0:
-            amount, _ = self.market.withdraw(self.signer)
-            log.info("trainer.claimed", wei=amount)
-        return True
-
-    def _append_local(self, name: str, record: dict[str, object]) -> None:
-        self.cfg.state_dir.mkdir(parents=True, exist_ok=True)
-        with (self.cfg.state_dir / name).open("a") as fh:
-            fh.write(json.dumps(record) + "\n")

@@ -9,8 +9,8 @@ after the challenge window it seals; then it claims its fees.
 
 from __future__ import annotations
 
-import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -18,18 +18,18 @@ import torch
 from syncline.blobstore import BlobStore
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
-from syncline.errors import ChainError, SynclineError
+from syncline.errors import ChainError
 from syncline.observability import get_logger
 from syncline.protocol.enums import TaskStatus
-from syncline.protocol.sync_round import CommittedSubmission, RoundResult, compute_round
+from syncline.protocol.sync_round import RoundResult
 from syncline.run.agent_config import AgentConfig
-from syncline.run.context import StateUnavailable, TaskContext
+from syncline.run.context import StateUnavailable, TaskContext, load_weights
+from syncline.run.local_store import append_record
 from syncline.run.loop import pending_time, run_forever
 from syncline.run.metrics import AgentMetrics
 
 log = get_logger("syncline.witness")
 ZERO = "0x" + "00" * 32
-MAX_PAYLOAD_OVERHEAD = 1 << 20
 
 
 @dataclass
@@ -40,6 +40,7 @@ class WitnessAgent:
     blobs: BlobStore
     metrics: AgentMetrics = field(default_factory=lambda: AgentMetrics("witness"))
     ctx: TaskContext | None = None
+    _eval_model: torch.nn.Module | None = None
 
     def run(self, *, max_iterations: int | None = None) -> None:
         if self.cfg.threads:
@@ -52,7 +53,10 @@ class WitnessAgent:
         task_id = self.cfg.task_id
         t = self.market.task(task_id)
         if t.status in (TaskStatus.SEALED, TaskStatus.CANCELLED):
-            return self._claim()
+            amount = self.market.claim(self.signer)
+            if amount:
+                log.info("witness.claimed", wei=amount)
+            return True
         if t.status == TaskStatus.ENROLLING:
             return False
         if self.ctx is None:
@@ -84,16 +88,7 @@ class WitnessAgent:
             log.info("witness.waiting_for_state", round=round_, reason=str(exc))
             return
         started = time.perf_counter()
-        result = compute_round(
-            previous,
-            self._submissions(round_),
-            rule=ctx.spec.aggregation.rule,
-            rule_param=ctx.spec.aggregation.rule_param,
-            bits=ctx.spec.gradient_bits,
-            lr_ppm=round(ctx.spec.outer_optimizer.lr * 1_000_000),
-            momentum_ppm=round(ctx.spec.outer_optimizer.momentum * 1_000_000),
-            max_payload_bytes=self._max_payload_bytes(),
-        )
+        result = ctx.compute_round(previous, ctx.committed_submissions(round_))
         self.metrics.aggregate_seconds.set(time.perf_counter() - started)
         if self.cfg.misbehave == "bad-aggregate":
             result = self._tamper(result)
@@ -126,7 +121,8 @@ class WitnessAgent:
             validation_loss=round(loss, 4),
             state_root="0x" + result.state_root.hex()[:16],
         )
-        self._append_local(
+        append_record(
+            self.cfg.state_dir,
             "rounds.jsonl",
             {
                 "round": round_,
@@ -138,44 +134,17 @@ class WitnessAgent:
             },
         )
 
-    def _submissions(self, round_: int) -> list[CommittedSubmission]:
-        ctx = self.ctx
-        assert ctx is not None
-        committed = self.market.round(ctx.task_id, round_).committed_mask
-        out: list[CommittedSubmission] = []
-        limit = self._max_payload_bytes()
-        for fragment in range(256):
-            if not committed >> fragment & 1:
-                continue
-            s = self.market.submission(ctx.task_id, round_, fragment)
-            payload: bytes | None = None
-            error: str | None = None
-            try:
-                payload = self.blobs.fetch(s.uri, expected_digest=s.payload_hash, max_bytes=limit)
-            except SynclineError as exc:
-                error = f"fetch failed: {str(exc).splitlines()[0][:160]}"
-            out.append(
-                CommittedSubmission(
-                    fragment=fragment,
-                    payload_hash=bytes.fromhex(s.payload_hash[2:]),
-                    chunk_root=bytes.fromhex(s.chunk_root[2:]),
-                    payload=payload,
-                    fetch_error=error,
-                )
-            )
-        return out
-
-    def _max_payload_bytes(self) -> int:
-        assert self.ctx is not None
-        numel = self.ctx.layout.numel
-        return numel * (self.ctx.spec.gradient_bits // 8) + numel // 128 + MAX_PAYLOAD_OVERHEAD
-
     def _validation_loss(self, result: RoundResult) -> float:
         ctx = self.ctx
         assert ctx is not None
-        model = ctx.build_model(result.state)
+        if self._eval_model is None:
+            self._eval_model = ctx.build_model()
+        load_weights(self._eval_model, result.state)
         return ctx.adapter.evaluate(
-            model, ctx.validation_shard(), batch_size=self.cfg.eval_batch_size, max_batches=self.cfg.eval_batches
+            self._eval_model,
+            ctx.validation_shard(),
+            batch_size=self.cfg.eval_batch_size,
+            max_batches=self.cfg.eval_batches,
         )
 
     def _tamper(self, result: RoundResult) -> RoundResult:
@@ -186,20 +155,9 @@ class WitnessAgent:
 
     # ------------------------------------------------------------------ chain edge
 
-    def _send(self, what: str, call: object) -> None:
+    def _send(self, what: str, call: Callable[[], object]) -> None:
         try:
-            call()  # type: ignore[operator]
+            call()
         except ChainError as exc:
             # Losing a race (someone else sealed / carried forward / the round moved on) is normal.
             log.info("witness.call_skipped", what=what, reason=exc.error_name or str(exc)[:120])
-
-    def _claim(self) -> bool:
-        if self.market.credit_of(self.signer.address) > 0:
-            amount, _ = self.market.withdraw(self.signer)
-            log.info("witness.claimed", wei=amount)
-        return True
-
-    def _append_local(self, name: str, record: dict[str, object]) -> None:
-        self.cfg.state_dir.mkdir(parents=True, exist_ok=True)
-        with (self.cfg.state_dir / name).open("a") as fh:
-            fh.write(json.dumps(record) + "\n")
