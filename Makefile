@@ -12,7 +12,7 @@ FORGE := node_modules/@foundry-rs/forge-linux-amd64/bin/forge
 VENV_STAMP := $(VENV)/.syncline-installed
 NPM_STAMP := node_modules/.syncline-installed
 
-.PHONY: install demo demo-lifecycle bench test test-contracts test-python lint gas lock clean devnet-up devnet-down
+.PHONY: install demo demo-lifecycle demo-fraud bench test test-contracts test-python lint gas lock clean devnet-up devnet-down
 
 install: $(VENV_STAMP) $(NPM_STAMP)
 
@@ -37,6 +37,10 @@ demo: install
 demo-lifecycle: install
 	@echo "==> demo: devnet + contracts + scripted market lifecycle (no training)"
 	@$(VENV)/bin/syncline demo --scenario lifecycle
+
+demo-fraud: install
+	@echo "==> demo: one cheater per scenario (6 runs of ~3 min), each caught by the challenger and slashed"
+	@$(VENV)/bin/syncline demo --scenario fraud
 
 test: install
 	@echo "==> forge test (contracts: unit, fuzz, invariants)"

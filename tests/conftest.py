@@ -56,6 +56,20 @@ def h32(text: str) -> str:
     return "0x" + keccak(text=text).hex()
 
 
+def checkpoint_root(label: str) -> str:
+    """A placeholder checkpoint root (non-zero bytes32) for commitments made by tests.
+
+    The trainer agent commits the real Merkle root over its inner-loop checkpoint hashes; chain
+    tests only need a distinct non-zero value per commitment.
+    """
+    return h32(f"checkpoints/{label}")
+
+
+def bond_witnesses(market: MarketClient, task_id: int, witnesses: list[Signer]) -> list[Any]:
+    """Every witness posts the task's witness bond (needed before voting); returns the receipts."""
+    return [market.bond_witness(w, task_id) for w in witnesses]
+
+
 def shard_mask(shard_count: int, active: int, position: int) -> int:
     """Python mirror of ShardAssignment.maskFor (contiguous range [p*S/n, (p+1)*S/n))."""
     start = position * shard_count // active
@@ -96,6 +110,10 @@ def build_spec(
         gradient_bits=8,
         max_missed_rounds=1,
         eviction_slash_bps=2500,
+        param_count=4 * 256,
+        checkpoint_interval=10,
+        witness_bond_wei=ETH // 2,
+        challenge_bond_wei=ETH // 10,
     )
     return spec.with_updates(**overrides) if overrides else spec
 

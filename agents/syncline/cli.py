@@ -25,10 +25,12 @@ from syncline.chain import keys
 from syncline.chain.deployment import Deployment, deploy_market
 from syncline.chain.devnet import is_running, start_anvil, stop_process
 from syncline.chain.market import MarketClient
+from syncline.demo.scenarios import SCENARIOS as FRAUD_SCENARIOS
 from syncline.errors import SpecError, SynclineError
 from syncline.observability import configure_logging, get_logger
 from syncline.paths import state_dir
 from syncline.protocol.spec import TrainingTaskSpec
+from syncline.run.agent_config import TRAINER_MISBEHAVIOURS, WITNESS_MISBEHAVIOURS
 
 log = get_logger("syncline.cli")
 
@@ -90,7 +92,14 @@ def cmd_devnet_up(args: argparse.Namespace) -> int:
     deployment = deploy_market(devnet.web3(), deployer, devnet.rpc_url, devnet_dir())
     blob_url, blob_pid = _start_blob_service(devnet_dir())
     (devnet_dir() / "blobstore.pid").write_text(str(blob_pid))
-    log.info("devnet.up", rpc_url=devnet.rpc_url, market=deployment.market, blob_store=blob_url, pid=devnet.pid)
+    log.info(
+        "devnet.up",
+        rpc_url=devnet.rpc_url,
+        market=deployment.market,
+        court=deployment.court,
+        blob_store=blob_url,
+        pid=devnet.pid,
+    )
     print(json.dumps({**deployment.__dict__, "blob_store": blob_url}, indent=2))
     return 0
 
@@ -157,6 +166,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     log.info(
         "deployed",
         market=deployment.market,
+        court=deployment.court,
         chain_id=deployment.chain_id,
         file=str(args.out / "deployment.json"),
     )
@@ -170,6 +180,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     if args.scenario == "lifecycle":
         return cmd_demo_lifecycle(args)
+    if args.scenario != "training":
+        return cmd_demo_fraud(args)
     from syncline.demo.lifecycle import write_receipt
     from syncline.demo.training_run import TrainingDemo
 
@@ -190,6 +202,31 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo_fraud(args: argparse.Namespace) -> int:
+    """One cheater per scenario, caught by the challenger: ``--scenario NAME`` or ``fraud`` for all."""
+    from syncline.demo.fraud import run_scenario
+
+    names = list(FRAUD_SCENARIOS) if args.scenario == "fraud" else [args.scenario]
+    summary: list[tuple[str, str, str, object]] = []
+    for name in names:
+        log.info("demo.fraud.start", scenario=name, cheat=FRAUD_SCENARIOS[name].story)
+        report = run_scenario(name, state_dir() / "demo-fraud" / name)
+        summary.extend((name, c["kind"], c["status"], c["time_to_proof_s"]) for c in report.challenges)
+    print("\nscenario | challenge | outcome | seconds from the round's close to the proof")
+    for row in summary:
+        print(" | ".join(str(x) for x in row))
+    return 0
+
+
+def cmd_challenger_run(args: argparse.Namespace) -> int:
+    from syncline.challenger.agent import ChallengerAgent
+
+    cfg, signer, market, blobs = _agent_setup(args)
+    log.info("challenger.start", task_id=cfg.task_id, challenger=signer.address, training_checks=cfg.training_checks)
+    ChallengerAgent(cfg, signer, market, blobs).run()
+    return 0
+
+
 def cmd_demo_lifecycle(args: argparse.Namespace) -> int:
     from syncline.demo.lifecycle import Cast, Lifecycle, write_receipt
 
@@ -200,7 +237,9 @@ def cmd_demo_lifecycle(args: argparse.Namespace) -> int:
         signers = [keys.from_private_key(k) for k in devnet.private_keys()]
         log.info("devnet.up", rpc_url=devnet.rpc_url)
         deployment = deploy_market(devnet.web3(), signers[0], devnet.rpc_url, out)
-        log.info("contracts.deployed", market=deployment.market, block=deployment.deployed_at_block)
+        log.info(
+            "contracts.deployed", market=deployment.market, court=deployment.court, block=deployment.deployed_at_block
+        )
         market = MarketClient.from_deployment(deployment, devnet.web3())
         cast = Cast(sponsor=signers[0], trainers=signers[1:4], witnesses=signers[4:7], anyone=signers[7])
         receipt = Lifecycle(market, cast).run()
@@ -426,7 +465,14 @@ def cmd_submit_gradient(args: argparse.Namespace) -> int:
     ref = HttpBlobStore(args.blob_store).put(payload)
     round_ = market.task(args.task_id).current_round if args.round is None else args.round
     market.commit_submission(
-        signer, args.task_id, round_, me.fragment, keccak(payload), gradient_chunk_root(qg), ref.uri
+        signer,
+        args.task_id,
+        round_,
+        me.fragment,
+        keccak(payload),
+        gradient_chunk_root(qg),
+        ref.uri,
+        checkpoint_root=args.checkpoint_root,
     )
     print(json.dumps({"task_id": args.task_id, "round": round_, "fragment": me.fragment, "payload": ref.digest}))
     return 0
@@ -463,7 +509,7 @@ def build_parser() -> argparse.ArgumentParser:
     dsub.add_parser("down", help="stop the devnet").set_defaults(func=cmd_devnet_down)
     dsub.add_parser("status", help="is it running, and where").set_defaults(func=cmd_devnet_status)
 
-    deploy = sub.add_parser("deploy", help="deploy the contracts to any EVM RPC")
+    deploy = sub.add_parser("deploy", help="deploy the contracts (SynclineCourt, then SynclineMarket) to any EVM RPC")
     deploy.add_argument("--rpc-url", required=True)
     deploy.add_argument("--out", type=Path, default=Path(".syncline/deployments/custom"))
     add_key_options(deploy)
@@ -472,24 +518,27 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="the main job: devnet, contracts, a whole training run, the receipt")
     demo.add_argument(
         "--scenario",
-        choices=["training", "lifecycle"],
+        choices=["training", "lifecycle", "fraud", *FRAUD_SCENARIOS],
         default="training",
-        help="training: real DiLoCo run (default); lifecycle: scripted market walk-through, no training",
+        help="training: real DiLoCo run (default); lifecycle: scripted market walk-through, no training; "
+        "fraud: every fraud scenario in turn; or one fraud scenario by name",
     )
     demo.set_defaults(func=cmd_demo)
 
     for role, func, modes in (
-        ("trainer", cmd_trainer_run, ["fake-gradient"]),
-        ("witness", cmd_witness_run, ["bad-aggregate"]),
+        ("trainer", cmd_trainer_run, list(TRAINER_MISBEHAVIOURS)),
+        ("witness", cmd_witness_run, list(WITNESS_MISBEHAVIOURS)),
+        ("challenger", cmd_challenger_run, []),
     ):
         agent = sub.add_parser(role, help=f"the {role} agent")
         asub = agent.add_subparsers(dest="action", required=True)
         run = asub.add_parser("run", help=f"run the {role} until the task is sealed and paid")
         run.add_argument("--config", type=Path, required=True, help=f"{role}.yaml")
         run.add_argument("--task-id", type=int, default=None, help="override the config's task_id")
-        run.add_argument(
-            "--misbehave", choices=modes, default=None, help="TESTS AND DEMOS ONLY: act dishonestly in this way"
-        )
+        if modes:
+            run.add_argument(
+                "--misbehave", choices=modes, default=None, help="TESTS AND DEMOS ONLY: act dishonestly in this way"
+            )
         run.set_defaults(func=func)
 
     train = sub.add_parser("train", help="sponsor and trainer commands against a deployment")
@@ -531,6 +580,12 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--payload", required=True, help="safetensors file from syncline.protocol.quantization")
     submit.add_argument("--blob-store", required=True, help="blob service URL to publish the payload")
     submit.add_argument("--round", type=int, default=None, help="default: the open round")
+    submit.add_argument(
+        "--checkpoint-root",
+        required=True,
+        help="0x Merkle root of your published inner-loop checkpoint manifest (syncline.protocol.checkpoints); "
+        "training-fraud referees re-execute against it",
+    )
     finalize = chain_cmd("finalize-round", cmd_finalize_round, "cast a witness vote by hand", signer=True)
     finalize.add_argument("--round", type=int, required=True)
     finalize.add_argument("--state-root", required=True)

@@ -4,7 +4,16 @@ pragma solidity ^0.8.24;
 import {ISynclineMarket} from "./ISynclineMarket.sol";
 import {TrainerStaking} from "./TrainerStaking.sol";
 import {
-    TaskSpec, TaskState, TaskStatus, TrainerRecord, WitnessRecord, RoundRecord, RoundStatus, Submission
+    TaskSpec,
+    TaskState,
+    TaskStatus,
+    TrainerRecord,
+    WitnessRecord,
+    RoundRecord,
+    RoundStatus,
+    Submission,
+    Commitment,
+    Vote
 } from "./SynclineTypes.sol";
 import {ShardAssignment} from "./libraries/ShardAssignment.sol";
 
@@ -13,57 +22,56 @@ import {ShardAssignment} from "./libraries/ShardAssignment.sol";
 /// idempotent finalize and fork detection, carry-forward after the grace window, missed-round
 /// accounting and eviction.
 abstract contract RoundLedger is TrainerStaking {
-    mapping(uint256 taskId => mapping(uint32 round => RoundRecord)) internal _rounds;
-    mapping(uint256 taskId => mapping(uint32 round => mapping(uint16 fragment => Submission))) internal _submissions;
-    mapping(uint256 taskId => mapping(uint32 round => mapping(bytes32 result => uint16))) internal _tally;
-    mapping(uint256 taskId => mapping(uint32 round => mapping(address witness => bytes32))) internal _votes;
 
     /// @inheritdoc ISynclineMarket
-    function commitSubmission(
-        uint256 taskId,
-        uint32 round,
-        uint16 fragment,
-        bytes32 payloadHash,
-        bytes32 chunkRoot,
-        string calldata uri
-    ) external {
+    function commitSubmission(Commitment calldata c, string calldata uri, bytes calldata signature) external {
+        uint256 taskId = c.taskId;
+        uint32 round = c.round;
+        uint16 fragment = c.fragment;
         TaskState storage t = _requireStatus(taskId, TaskStatus.Running);
-        TrainerRecord storage r = _trainerRecords[taskId][msg.sender];
-        if (!r.enrolled || r.evicted) revert SynclineNotActiveTrainer(taskId, msg.sender);
-        if (fragment != r.fragment) revert SynclineUnassignedFragment(taskId, fragment, msg.sender);
+        if (fragment >= t.enrolled) revert SynclineUnassignedFragment(taskId, fragment, msg.sender);
+        address trainer = _trainersByFragment[taskId][fragment];
+        address signer = _recover(_commitmentDigest(c), signature);
+        if (signer != trainer) revert SynclineWrongSigner(signer, trainer);
+        TrainerRecord storage r = _trainerRecords[taskId][trainer];
+        if (r.evicted) revert SynclineNotActiveTrainer(taskId, trainer);
         if (round != t.currentRound) revert SynclineWrongRound(taskId, round, t.currentRound);
         uint64 deadline = t.roundOpenedAt + _specs[taskId].roundDuration;
         if (block.timestamp > deadline) revert SynclineSubmissionLate(taskId, round, deadline);
         RoundRecord storage rr = _rounds[taskId][round];
         uint256 bit = uint256(1) << fragment;
         if (rr.committedMask & bit != 0) revert SynclineDuplicateSubmission(taskId, round, fragment);
-        if (payloadHash == bytes32(0) || chunkRoot == bytes32(0)) revert SynclineEmptyCommitment();
+        if (c.payloadHash == bytes32(0) || c.chunkRoot == bytes32(0) || c.checkpointRoot == bytes32(0)) {
+            revert SynclineEmptyCommitment();
+        }
 
         uint16 weight = ShardAssignment.count(r.shardMask);
         rr.committedMask |= bit;
         r.submitted += 1;
         _submissions[taskId][round][fragment] = Submission({
-            trainer: msg.sender,
+            trainer: trainer,
             weight: weight,
             committedAt: uint64(block.timestamp),
-            payloadHash: payloadHash,
-            chunkRoot: chunkRoot,
+            payloadHash: c.payloadHash,
+            chunkRoot: c.chunkRoot,
+            checkpointRoot: c.checkpointRoot,
             uri: uri
         });
-        emit SubmissionCommitted(taskId, round, fragment, msg.sender, payloadHash, chunkRoot, uri, weight);
+        emit SubmissionCommitted(
+            taskId, round, fragment, trainer, c.payloadHash, c.chunkRoot, c.checkpointRoot, uri, weight, signature
+        );
     }
 
     /// @inheritdoc ISynclineMarket
-    function finalizeRound(
-        uint256 taskId,
-        uint32 round,
-        bytes32 stateRoot,
-        bytes32 aggregateRoot,
-        uint256 acceptedMask,
-        uint256 metric
-    ) external {
+    function finalizeRound(Vote calldata v, uint256 metric, bytes calldata signature) external {
+        uint256 taskId = v.taskId;
+        uint32 round = v.round;
+        bytes32 stateRoot = v.stateRoot;
+        bytes32 aggregateRoot = v.aggregateRoot;
+        uint256 acceptedMask = v.acceptedMask;
+        address witness = _recover(_voteDigest(v), signature);
         TaskState storage t = _requireTask(taskId);
-        if (!_isWitness[taskId][msg.sender]) revert SynclineNotWitness(taskId, msg.sender);
+        if (!_isWitness[taskId][witness]) revert SynclineNotWitness(taskId, witness);
         if (stateRoot == bytes32(0)) revert SynclineEmptyStateRoot();
         bytes32 result = keccak256(abi.encode(stateRoot, aggregateRoot, acceptedMask));
         RoundRecord storage rr = _rounds[taskId][round];
@@ -73,7 +81,9 @@ abstract contract RoundLedger is TrainerStaking {
             if (rr.result == result) return;
             revert ConflictingFinalize(round, rr.result, result);
         }
-        if (rr.status == RoundStatus.CarriedForward) revert SynclineRoundCarriedForward(taskId, round);
+        if (rr.status == RoundStatus.CarriedForward || rr.status == RoundStatus.Invalidated) {
+            revert SynclineRoundCarriedForward(taskId, round);
+        }
         if (t.status != TaskStatus.Running) revert SynclineWrongTaskStatus(taskId, t.status, TaskStatus.Running);
         if (round != t.currentRound) revert SynclineWrongRound(taskId, round, t.currentRound);
         uint64 deadline = t.roundOpenedAt + _specs[taskId].roundDuration;
@@ -81,21 +91,23 @@ abstract contract RoundLedger is TrainerStaking {
         uint256 stray = acceptedMask & ~rr.committedMask;
         if (stray != 0) revert SynclineAcceptedNotCommitted(taskId, round, stray);
 
-        bytes32 previous = _votes[taskId][round][msg.sender];
+        bytes32 previous = _votes[taskId][round][witness];
         if (previous == result) return;
-        if (previous != bytes32(0)) revert SynclineAlreadyVoted(taskId, round, msg.sender, previous);
+        if (previous != bytes32(0)) revert SynclineAlreadyVoted(taskId, round, witness, previous);
+        WitnessRecord storage w = _witnessRecords[taskId][witness];
+        // An unbonded witness, or one whose bond was slashed away, has nothing at stake: no vote.
+        if (w.bond == 0 && _specs[taskId].witnessBond != 0) revert SynclineWitnessUnbonded(taskId, witness);
 
-        _votes[taskId][round][msg.sender] = result;
+        _votes[taskId][round][witness] = result;
         uint16 tally = ++_tally[taskId][round][result];
         rr.voteCount += 1;
-        WitnessRecord storage w = _witnessRecords[taskId][msg.sender];
         w.votes += 1;
-        emit VoteCast(taskId, round, msg.sender, result, stateRoot, metric);
+        emit VoteCast(taskId, round, witness, result, stateRoot, aggregateRoot, acceptedMask, metric, signature);
         if (rr.firstVote == bytes32(0)) {
             rr.firstVote = result;
         } else if (rr.firstVote != result) {
             w.dissents += 1;
-            emit DissentRecorded(taskId, round, msg.sender, result, rr.firstVote);
+            emit DissentRecorded(taskId, round, witness, result, rr.firstVote);
         }
 
         if (tally >= _specs[taskId].threshold) {
@@ -162,6 +174,7 @@ abstract contract RoundLedger is TrainerStaking {
         rr.stateRoot = stateRoot;
         rr.aggregateRoot = aggregateRoot;
         rr.acceptedMask = acceptedMask;
+        rr.prevStateRoot = t.stateRoot;
         t.stateRoot = stateRoot;
         t.roundsFinalized += 1;
         emit RoundFinalized(taskId, round, result, stateRoot, aggregateRoot, acceptedMask);

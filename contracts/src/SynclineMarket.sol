@@ -8,22 +8,49 @@ import {
     TaskState,
     TaskStatus,
     TrainerRecord,
-    WitnessRecord,
-    TrainingReceipt,
-    TrainerReceipt,
-    WitnessReceipt
+    WitnessRecord
 } from "./SynclineTypes.sol";
 
 /// @title SynclineMarket
 /// @notice The deployable Syncline training market: task escrow, trainer staking, sync rounds with a
 /// k-of-N witness quorum, and settlement into pull-payment credits.
 contract SynclineMarket is RoundLedger {
+    /// @notice The `SynclineCourt` module: every call the market does not implement itself (the
+    /// `ISynclineCourt` challenge functions) runs there by delegatecall, on the market's storage.
+    address public immutable COURT;
+
+    /// @param court Address of a deployed `SynclineCourt`.
+    constructor(address court) {
+        if (court.code.length == 0) revert SynclineSpecFieldInvalid("court");
+        COURT = court;
+    }
+
+    /// @notice Plain ether transfers are refused: every payment names what it pays for.
+    receive() external payable {
+        revert SynclineDirectPayment();
+    }
+
+    /// @notice Delegates the challenge functions to the court module.
+    fallback() external payable {
+        address court = COURT;
+        // assembly: forward calldata, value and the return/revert data unchanged. Not
+        // memory-safe (it writes from offset 0), which is fine: it never returns to Solidity.
+        assembly {
+            calldatacopy(0, 0, calldatasize())
+            let ok := delegatecall(gas(), court, 0, calldatasize(), 0, 0)
+            returndatacopy(0, 0, returndatasize())
+            if iszero(ok) { revert(0, returndatasize()) }
+            return(0, returndatasize())
+        }
+    }
+
     /// @inheritdoc ISynclineMarket
     function seal(uint256 taskId) external {
         TaskState storage t = _requireStatus(taskId, TaskStatus.AwaitingSeal);
         TaskSpec storage spec = _specs[taskId];
         uint64 until = t.lastClosedAt + spec.challengeWindow;
         if (block.timestamp < until) revert SynclineChallengeWindowOpen(taskId, until);
+        if (t.openChallenges != 0) revert SynclineChallengesOpen(taskId, t.openChallenges);
 
         uint256 pool = t.rewardPool;
         uint256 totalWeight = t.totalWeight;
@@ -56,49 +83,8 @@ contract SynclineMarket is RoundLedger {
         uint256 sponsorRefund = (pool - rewardsPaid) + t.feeBudget;
         t.feeBudget = 0;
         t.sponsorRefund = sponsorRefund;
+        _refundWitnessBonds(taskId, t);
         _credit(taskId, t.sponsor, sponsorRefund, REASON_SPONSOR);
         emit TaskSealed(taskId, t.stateRoot, rewardsPaid, feesPaid, sponsorRefund);
-    }
-
-    /// @inheritdoc ISynclineMarket
-    function getReceipt(uint256 taskId) external view returns (TrainingReceipt memory receipt) {
-        TaskState storage t = _requireTask(taskId);
-        TaskSpec storage spec = _specs[taskId];
-        receipt.taskId = taskId;
-        receipt.specHash = spec.specHash;
-        receipt.status = t.status;
-        receipt.finalStateRoot = t.stateRoot;
-        receipt.roundsTotal = spec.rounds;
-        receipt.roundsFinalized = t.roundsFinalized;
-        receipt.roundsCarried = t.roundsCarried;
-        receipt.rewardPool = t.status == TaskStatus.Sealed ? t.sealedPool : t.rewardPool;
-        receipt.sponsorRefund = t.sponsorRefund;
-
-        address[] storage trainers = _trainersByFragment[taskId];
-        receipt.trainers = new TrainerReceipt[](trainers.length);
-        for (uint256 i = 0; i < trainers.length; ++i) {
-            TrainerRecord storage r = _trainerRecords[taskId][trainers[i]];
-            bool settled = t.status == TaskStatus.Sealed || t.status == TaskStatus.Cancelled;
-            receipt.trainers[i] = TrainerReceipt({
-                trainer: trainers[i],
-                fragment: r.fragment,
-                evicted: r.evicted,
-                submitted: r.submitted,
-                accepted: r.accepted,
-                missed: r.missed,
-                acceptedWeight: r.acceptedWeight,
-                reward: r.reward,
-                stakeRefund: settled ? uint256(spec.trainerStake) - r.slashed : 0,
-                slashed: r.slashed
-            });
-        }
-        address[] storage witnesses = spec.witnesses;
-        receipt.witnesses = new WitnessReceipt[](witnesses.length);
-        for (uint256 i = 0; i < witnesses.length; ++i) {
-            WitnessRecord storage w = _witnessRecords[taskId][witnesses[i]];
-            receipt.witnesses[i] = WitnessReceipt({
-                witness: witnesses[i], votes: w.votes, matched: w.matched, dissents: w.dissents, fees: w.fees
-            });
-        }
     }
 }

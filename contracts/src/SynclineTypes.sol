@@ -41,7 +41,28 @@ enum TaskStatus {
 enum RoundStatus {
     Pending,
     Finalized,
-    CarriedForward
+    CarriedForward,
+    /// A proven aggregation or censorship fault (or a fault in an earlier round) voided the result.
+    Invalidated
+}
+
+/// @notice The faults a challenger can prove.
+enum ChallengeKind {
+    TrainerEquivocation,
+    WitnessEquivocation,
+    AggregationFraud,
+    Censorship,
+    TrainingFraud
+}
+
+/// @notice Life cycle of a challenge. Equivocation and aggregation proofs resolve in their own
+/// transaction (Upheld); censorship waits for a defence, training fraud for the referees' votes.
+enum ChallengeStatus {
+    None,
+    Open,
+    Upheld,
+    Rejected,
+    Expired
 }
 
 /// @notice The on-chain part of a `TrainingTaskSpec`. The whole spec is a content-addressed
@@ -77,6 +98,14 @@ struct TaskSpec {
     uint32 outerMomentumPpm;
     /// Bits per quantized outer-gradient coordinate (8 or 16).
     uint8 gradientBits;
+    /// Number of model parameters; the chunk trees have ceil(paramCount / 256) leaves.
+    uint64 paramCount;
+    /// Inner steps between committed checkpoints (1..innerSteps) for training-fraud proofs.
+    uint32 checkpointInterval;
+    /// Bond every witness posts before it may vote; slashed on a proven witness fault.
+    uint128 witnessBond;
+    /// Bond a challenger posts with each challenge; returned when the fault is proven.
+    uint128 challengeBond;
     address[] witnesses;
 }
 
@@ -106,6 +135,11 @@ struct TaskState {
     uint256 sponsorRefund;
     /// The reward pool (escrow plus slashes) that sealing distributed.
     uint256 sealedPool;
+    /// Witness bonds and open challenge bonds held for this task.
+    uint256 bondsHeld;
+    /// Challenges still waiting for a defence or the referees; the task cannot seal meanwhile.
+    uint32 openChallenges;
+    uint32 roundsInvalidated;
 }
 
 /// @notice One trainer's standing in one task.
@@ -129,6 +163,9 @@ struct WitnessRecord {
     uint32 votes;
     uint32 matched;
     uint32 dissents;
+    bool bonded;
+    uint128 bond;
+    uint128 slashed;
     uint256 fees;
 }
 
@@ -139,7 +176,66 @@ struct Submission {
     uint64 committedAt;
     bytes32 payloadHash;
     bytes32 chunkRoot;
+    /// Merkle root over the hashes of the inner-loop checkpoints (training-fraud proofs).
+    bytes32 checkpointRoot;
     string uri;
+}
+
+/// @notice EIP-712 message a trainer signs for its round commitment (`Commitment` type).
+struct Commitment {
+    uint256 taskId;
+    uint32 round;
+    uint16 fragment;
+    bytes32 payloadHash;
+    bytes32 chunkRoot;
+    bytes32 checkpointRoot;
+}
+
+/// @notice EIP-712 message a witness signs for its round result (`Vote` type).
+struct Vote {
+    uint256 taskId;
+    uint32 round;
+    bytes32 stateRoot;
+    bytes32 aggregateRoot;
+    uint256 acceptedMask;
+}
+
+/// @notice A bonded challenge.
+struct Challenge {
+    ChallengeKind kind;
+    ChallengeStatus status;
+    uint16 fragment;
+    uint16 guiltyVotes;
+    uint16 innocentVotes;
+    uint32 round;
+    uint32 segment;
+    uint64 openedAt;
+    uint64 deadline;
+    address challenger;
+    /// The accused witness (witness equivocation) or trainer (trainer faults); zero for round faults.
+    address accused;
+    uint256 taskId;
+    uint256 bond;
+    /// Stake or bond slashed when upheld.
+    uint256 slashed;
+}
+
+/// @notice Opening of one chunk for an aggregation-fraud proof. `inputChunks[i]` is chunk
+/// `chunkIndex` of the i-th accepted submission (ascending fragment order) with its Merkle proof
+/// against that submission's chunk root; `prevChunk` opens the round's previous state root and
+/// `claimedChunk` its finalized state root. Only coordinates `[lo, hi)` of the chunk are recomputed.
+struct AggregationProof {
+    uint256 taskId;
+    uint32 round;
+    uint32 chunkIndex;
+    uint16 lo;
+    uint16 hi;
+    bytes[] inputChunks;
+    bytes32[][] inputProofs;
+    bytes prevChunk;
+    bytes32[] prevProof;
+    bytes claimedChunk;
+    bytes32[] claimedProof;
 }
 
 /// @notice One sync round.
@@ -154,6 +250,10 @@ struct RoundRecord {
     bytes32 aggregateRoot;
     uint256 acceptedMask;
     uint256 committedMask;
+    /// The state root the round built on (set when it finalizes): aggregation proofs open it.
+    bytes32 prevStateRoot;
+    /// Accepted submissions whose reward was revoked by a proven trainer fault.
+    uint256 revokedMask;
 }
 
 /// @notice Per-trainer line of a `TrainingReceipt`.
@@ -177,6 +277,9 @@ struct WitnessReceipt {
     uint32 matched;
     uint32 dissents;
     uint256 fees;
+    /// Bond posted (refunded at seal minus `slashed`).
+    uint256 bond;
+    uint256 slashed;
 }
 
 /// @notice What a run produced and paid: readable for every task in any status.
@@ -188,6 +291,7 @@ struct TrainingReceipt {
     uint32 roundsTotal;
     uint32 roundsFinalized;
     uint32 roundsCarried;
+    uint32 roundsInvalidated;
     uint256 rewardPool;
     uint256 sponsorRefund;
     TrainerReceipt[] trainers;

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
-import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
 import {ISynclineMarket} from "./ISynclineMarket.sol";
+import {SynclineStorage} from "./SynclineStorage.sol";
 import {TaskSpec, TaskState, TaskStatus, TrainerRecord, WitnessRecord} from "./SynclineTypes.sol";
 import {TierPolicy} from "./libraries/TierPolicy.sol";
 import {ShardAssignment} from "./libraries/ShardAssignment.sol";
@@ -10,28 +10,7 @@ import {ShardAssignment} from "./libraries/ShardAssignment.sol";
 /// @title TaskEscrow
 /// @notice Task registry, spec validation, the escrow and the pull-payment credit ledger.
 /// @dev Money invariant: address(this).balance == sum over tasks of escrowOf(task) + sum of credits.
-abstract contract TaskEscrow is ISynclineMarket, ReentrancyGuard {
-    /// @notice Most trainers a task may have (fragment masks are uint256, eviction loops are bounded).
-    uint16 public constant MAX_TRAINERS = 64;
-    /// @notice Most witnesses a task may have.
-    uint256 public constant MAX_WITNESSES = 32;
-    /// @notice Longest round duration, grace window, challenge window or enrollment period.
-    uint64 public constant MAX_WINDOW = 365 days;
-
-    bytes32 internal constant REASON_REWARD = "reward";
-    bytes32 internal constant REASON_STAKE = "stake-refund";
-    bytes32 internal constant REASON_FEE = "witness-fee";
-    bytes32 internal constant REASON_SPONSOR = "sponsor-refund";
-
-    uint256 internal _taskCount;
-    mapping(uint256 taskId => TaskSpec) internal _specs;
-    mapping(uint256 taskId => TaskState) internal _tasks;
-    mapping(uint256 taskId => mapping(address witness => bool)) internal _isWitness;
-    mapping(uint256 taskId => mapping(address witness => WitnessRecord)) internal _witnessRecords;
-    mapping(uint256 taskId => mapping(address trainer => TrainerRecord)) internal _trainerRecords;
-    mapping(uint256 taskId => address[]) internal _trainersByFragment;
-    mapping(address account => uint256) internal _credits;
-
+abstract contract TaskEscrow is ISynclineMarket, SynclineStorage {
     /// @inheritdoc ISynclineMarket
     function postTask(TaskSpec calldata spec) external payable returns (uint256 taskId) {
         uint256 feeBudget = _validateSpec(spec);
@@ -73,8 +52,28 @@ abstract contract TaskEscrow is ISynclineMarket, ReentrancyGuard {
             r.stake = 0;
             _credit(taskId, trainers[i], stake, REASON_STAKE);
         }
+        _refundWitnessBonds(taskId, t);
         _credit(taskId, t.sponsor, sponsorRefund, REASON_SPONSOR);
         emit TaskCancelled(taskId, t.enrolled, sponsorRefund);
+    }
+
+    /// @inheritdoc ISynclineMarket
+    function bondWitness(uint256 taskId) external payable {
+        TaskState storage t = _requireTask(taskId);
+        if (t.status != TaskStatus.Enrolling && t.status != TaskStatus.Running) {
+            revert SynclineWrongTaskStatus(taskId, t.status, TaskStatus.Running);
+        }
+        if (!_isWitness[taskId][msg.sender]) revert SynclineNotWitness(taskId, msg.sender);
+        WitnessRecord storage w = _witnessRecords[taskId][msg.sender];
+        if (w.bonded) revert SynclineWitnessAlreadyBonded(taskId, msg.sender);
+        uint256 required = _specs[taskId].witnessBond;
+        if (msg.value != required) revert SynclineWrongBond(msg.value, required);
+        w.bonded = true;
+        // casting to 'uint128' is safe because msg.value == witnessBond, a uint128
+        // forge-lint: disable-next-line(unsafe-typecast)
+        w.bond = uint128(msg.value);
+        t.bondsHeld += msg.value;
+        emit WitnessBonded(taskId, msg.sender, msg.value);
     }
 
     /// @inheritdoc ISynclineMarket
@@ -114,7 +113,7 @@ abstract contract TaskEscrow is ISynclineMarket, ReentrancyGuard {
     /// @inheritdoc ISynclineMarket
     function escrowOf(uint256 taskId) public view returns (uint256) {
         TaskState storage t = _requireTask(taskId);
-        return t.rewardPool + t.feeBudget + t.feesEarned + t.stakeHeld;
+        return t.rewardPool + t.feeBudget + t.feesEarned + t.stakeHeld + t.bondsHeld;
     }
 
     /// @inheritdoc ISynclineMarket
@@ -165,23 +164,23 @@ abstract contract TaskEscrow is ISynclineMarket, ReentrancyGuard {
         if (!TierPolicy.paramConsistent(spec.rule, spec.ruleParam, spec.minTrainers)) {
             revert SynclineRuleParamInconsistent(spec.rule, spec.ruleParam, spec.minTrainers);
         }
+        if (spec.paramCount == 0) revert SynclineSpecFieldInvalid("paramCount");
+        if (spec.checkpointInterval == 0 || spec.checkpointInterval > spec.innerSteps) {
+            revert SynclineSpecFieldInvalid("checkpointInterval");
+        }
         feeBudget = uint256(spec.witnessFee) * spec.threshold * spec.rounds;
     }
 
-    function _requireTask(uint256 taskId) internal view returns (TaskState storage t) {
-        t = _tasks[taskId];
-        if (t.status == TaskStatus.None) revert SynclineUnknownTask(taskId);
-    }
-
-    function _requireStatus(uint256 taskId, TaskStatus required) internal view returns (TaskState storage t) {
-        t = _requireTask(taskId);
-        if (t.status != required) revert SynclineWrongTaskStatus(taskId, t.status, required);
-    }
-
-    /// @dev Moves `amount` from a task's obligations (already decremented by the caller) into `account`'s credit.
-    function _credit(uint256 taskId, address account, uint256 amount, bytes32 reason) internal {
-        if (amount == 0) return;
-        _credits[account] += amount;
-        emit Credited(taskId, account, amount, reason);
+    /// @dev Credits every witness its remaining bond (seal and cancel).
+    function _refundWitnessBonds(uint256 taskId, TaskState storage t) internal {
+        address[] storage witnesses = _specs[taskId].witnesses;
+        for (uint256 i = 0; i < witnesses.length; ++i) {
+            WitnessRecord storage w = _witnessRecords[taskId][witnesses[i]];
+            uint256 bond = w.bond;
+            if (bond == 0) continue;
+            w.bond = 0;
+            t.bondsHeld -= bond;
+            _credit(taskId, witnesses[i], bond, REASON_BOND);
+        }
     }
 }

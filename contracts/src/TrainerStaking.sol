@@ -66,47 +66,4 @@ abstract contract TrainerStaking is TaskEscrow {
         _assignShards(taskId, spec.shardCount);
         emit RoundOpened(taskId, 0, uint64(block.timestamp), uint64(block.timestamp) + spec.roundDuration);
     }
-
-    /// @dev Splits the shards over the non-evicted trainers in fragment order and emits the assignment.
-    function _assignShards(uint256 taskId, uint256 shardCount) internal {
-        address[] storage trainers = _trainersByFragment[taskId];
-        uint256 active = _tasks[taskId].active;
-        uint256 position = 0;
-        for (uint256 i = 0; i < trainers.length; ++i) {
-            TrainerRecord storage r = _trainerRecords[taskId][trainers[i]];
-            if (r.evicted) continue;
-            uint256 mask = ShardAssignment.maskFor(shardCount, active, position++);
-            r.shardMask = mask;
-            emit ShardsAssigned(taskId, trainers[i], r.fragment, mask);
-        }
-    }
-
-    /// @dev Evicts a trainer: slashes `evictionSlashBps` of its stake into the reward pool.
-    /// The rest of its stake stays bonded until the run seals. The caller rebalances shards.
-    function _evict(uint256 taskId, address trainer, uint32 round) internal {
-        TaskState storage t = _tasks[taskId];
-        TrainerRecord storage r = _trainerRecords[taskId][trainer];
-        r.evicted = true;
-        r.shardMask = 0;
-        t.active -= 1;
-        emit TrainerEvicted(taskId, trainer, round);
-        uint256 amount = (uint256(r.stake) * _specs[taskId].evictionSlashBps) / TierPolicy.BPS;
-        _slash(taskId, trainer, amount);
-    }
-
-    /// @dev Moves `amount` (capped at the remaining stake) of a trainer's stake into the reward pool.
-    function _slash(uint256 taskId, address trainer, uint256 amount) internal returns (uint256 slashed) {
-        TrainerRecord storage r = _trainerRecords[taskId][trainer];
-        slashed = amount > r.stake ? r.stake : amount;
-        if (slashed == 0) return 0;
-        TaskState storage t = _tasks[taskId];
-        // casting to 'uint128' is safe because slashed <= r.stake, which is a uint128
-        // forge-lint: disable-next-line(unsafe-typecast)
-        r.stake -= uint128(slashed);
-        // forge-lint: disable-next-line(unsafe-typecast)
-        r.slashed += uint128(slashed);
-        t.stakeHeld -= slashed;
-        t.rewardPool += slashed;
-        emit StakeSlashed(taskId, trainer, slashed, r.stake);
-    }
 }

@@ -3,7 +3,9 @@ pragma solidity ^0.8.24;
 
 import {SynclineTest} from "./base/SynclineTest.sol";
 import {Vm} from "./base/Vm.sol";
-import {ISynclineMarket} from "../src/ISynclineMarket.sol";
+import {ISynclineEvents} from "../src/ISynclineEvents.sol";
+import {SynclineMarket} from "../src/SynclineMarket.sol";
+import {SignedMessagesHarness} from "./harness/SignedMessagesHarness.sol";
 import {
     TaskSpec,
     TaskState,
@@ -12,7 +14,9 @@ import {
     WitnessRecord,
     RoundRecord,
     RoundStatus,
-    Submission
+    Submission,
+    Commitment,
+    Vote
 } from "../src/SynclineTypes.sol";
 
 /// @notice Commitments, the k-of-N finalize quorum (idempotence, fork detection, dissent) and carry-forward.
@@ -36,21 +40,24 @@ contract RoundLedgerTest is SynclineTest {
     // ================================================================== commitSubmission
 
     function test_commitSubmission_valid_succeeds() public {
-        bytes32 payload = _payload(id, 0, 2);
-        bytes32 chunk = _chunk(id, 0, 2);
+        Commitment memory c = _commitment(id, 0, 2);
+        bytes memory sig = _signC(trainers[2], c);
         vm.warp(block.timestamp + 10 minutes);
 
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.SubmissionCommitted(id, 0, 2, trainers[2], payload, chunk, URI, 2);
+        emit ISynclineEvents.SubmissionCommitted(
+            id, 0, 2, trainers[2], c.payloadHash, c.chunkRoot, c.checkpointRoot, URI, 2, sig
+        );
         vm.prank(trainers[2]);
-        market.commitSubmission(id, 0, 2, payload, chunk, URI);
+        market.commitSubmission(c, URI, sig);
 
         Submission memory s = market.getSubmission(id, 0, 2);
         vm.assertEq(s.trainer, trainers[2], "trainer");
         vm.assertEq(uint256(s.weight), 2, "weight = shards of fragment 2 ([5,7))");
         vm.assertEq(uint256(s.committedAt), block.timestamp, "committedAt");
-        vm.assertEq(s.payloadHash, payload, "payloadHash");
-        vm.assertEq(s.chunkRoot, chunk, "chunkRoot");
+        vm.assertEq(s.payloadHash, c.payloadHash, "payloadHash");
+        vm.assertEq(s.chunkRoot, c.chunkRoot, "chunkRoot");
+        vm.assertEq(s.checkpointRoot, c.checkpointRoot, "checkpointRoot");
         vm.assertEq(s.uri, URI, "uri");
         vm.assertEq(market.getRound(id, 0).committedMask, 1 << 2, "committedMask");
         vm.assertEq(uint256(market.getTrainer(id, trainers[2]).submitted), 1, "submitted");
@@ -58,48 +65,52 @@ contract RoundLedgerTest is SynclineTest {
     }
 
     function test_commitSubmission_unknownTask_reverts() public {
-        vm.prank(trainers[0]);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineUnknownTask.selector, 9));
-        market.commitSubmission(9, 0, 0, bytes32(uint256(1)), bytes32(uint256(1)), URI);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineUnknownTask.selector, 9));
+        _commitSigned(trainers[0], _rawCommitment(9, 0, 0, bytes32(uint256(1)), bytes32(uint256(1))));
     }
 
-    function test_commitSubmission_notTrainer_reverts() public {
-        vm.prank(stranger);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineNotActiveTrainer.selector, id, stranger));
-        market.commitSubmission(id, 0, 0, bytes32(uint256(1)), bytes32(uint256(1)), URI);
+    function test_commitSubmission_signedByStranger_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongSigner.selector, stranger, trainers[0]));
+        _commitSigned(stranger, _commitment(id, 0, 0));
+        vm.assertEq(market.getRound(id, 0).committedMask, 0, "nothing committed");
     }
 
     function test_commitSubmission_beforeStart_reverts() public {
         uint256 other = _postDefault();
         _enroll(other, trainers[0]);
-        vm.prank(trainers[0]);
         vm.expectRevert(
             abi.encodeWithSelector(
-                ISynclineMarket.SynclineWrongTaskStatus.selector, other, TaskStatus.Enrolling, TaskStatus.Running
+                ISynclineEvents.SynclineWrongTaskStatus.selector, other, TaskStatus.Enrolling, TaskStatus.Running
             )
         );
-        market.commitSubmission(other, 0, 0, bytes32(uint256(1)), bytes32(uint256(1)), URI);
+        _commitSigned(trainers[0], _rawCommitment(other, 0, 0, bytes32(uint256(1)), bytes32(uint256(1))));
     }
 
+    /// A trainer signing for another trainer's fragment is not that trainer.
     function test_commitSubmission_wrongFragment_reverts() public {
-        vm.prank(trainers[0]);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongSigner.selector, trainers[0], trainers[1]));
+        _commitSigned(trainers[0], _commitment(id, 0, 1));
+    }
+
+    /// A fragment nobody holds: reverts before any signature is looked at (the relayer is named).
+    function test_commitSubmission_unassignedFragment_reverts() public {
         vm.expectRevert(
-            abi.encodeWithSelector(ISynclineMarket.SynclineUnassignedFragment.selector, id, uint16(1), trainers[0])
+            abi.encodeWithSelector(ISynclineEvents.SynclineUnassignedFragment.selector, id, MAX_TRAINERS, stranger)
         );
-        market.commitSubmission(id, 0, 1, bytes32(uint256(1)), bytes32(uint256(1)), URI);
+        bytes memory sig = _signC(trainers[0], _commitment(id, 0, MAX_TRAINERS));
+        vm.prank(stranger);
+        market.commitSubmission(_commitment(id, 0, MAX_TRAINERS), URI, sig);
     }
 
     function test_commitSubmission_futureRound_reverts() public {
-        vm.prank(trainers[0]);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineWrongRound.selector, id, uint32(1), uint32(0)));
-        market.commitSubmission(id, 1, 0, bytes32(uint256(1)), bytes32(uint256(1)), URI);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongRound.selector, id, uint32(1), uint32(0)));
+        _commitSigned(trainers[0], _rawCommitment(id, 1, 0, bytes32(uint256(1)), bytes32(uint256(1))));
     }
 
     function test_commitSubmission_pastRound_reverts() public {
         _runRound(id, 0);
-        vm.prank(trainers[0]);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineWrongRound.selector, id, uint32(0), uint32(1)));
-        market.commitSubmission(id, 0, 0, bytes32(uint256(1)), bytes32(uint256(1)), URI);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongRound.selector, id, uint32(0), uint32(1)));
+        _commitSigned(trainers[0], _rawCommitment(id, 0, 0, bytes32(uint256(1)), bytes32(uint256(1))));
     }
 
     function test_commitSubmission_atDeadline_succeeds() public {
@@ -111,11 +122,10 @@ contract RoundLedgerTest is SynclineTest {
     function test_commitSubmission_afterDeadline_reverts() public {
         uint64 deadline = uint64(_deadline(id));
         vm.warp(uint256(deadline) + 1);
-        vm.prank(trainers[0]);
         vm.expectRevert(
-            abi.encodeWithSelector(ISynclineMarket.SynclineSubmissionLate.selector, id, uint32(0), deadline)
+            abi.encodeWithSelector(ISynclineEvents.SynclineSubmissionLate.selector, id, uint32(0), deadline)
         );
-        market.commitSubmission(id, 0, 0, bytes32(uint256(1)), bytes32(uint256(1)), URI);
+        _commitSigned(trainers[0], _rawCommitment(id, 0, 0, bytes32(uint256(1)), bytes32(uint256(1))));
     }
 
     function testFuzz_commitSubmission_timing(uint256 offset) public {
@@ -128,77 +138,247 @@ contract RoundLedgerTest is SynclineTest {
             _commit(id, 0, trainers[1]);
             vm.assertEq(uint256(market.getSubmission(id, 0, 1).committedAt), opened + offset, "committedAt");
         } else {
-            vm.prank(trainers[1]);
             vm.expectRevert(
-                abi.encodeWithSelector(ISynclineMarket.SynclineSubmissionLate.selector, id, uint32(0), deadline)
+                abi.encodeWithSelector(ISynclineEvents.SynclineSubmissionLate.selector, id, uint32(0), deadline)
             );
-            market.commitSubmission(id, 0, 1, bytes32(uint256(1)), bytes32(uint256(1)), URI);
+            _commitSigned(trainers[1], _rawCommitment(id, 0, 1, bytes32(uint256(1)), bytes32(uint256(1))));
         }
     }
 
     function test_commitSubmission_duplicate_reverts() public {
         _commit(id, 0, trainers[3]);
-        vm.prank(trainers[3]);
         vm.expectRevert(
-            abi.encodeWithSelector(ISynclineMarket.SynclineDuplicateSubmission.selector, id, uint32(0), uint16(3))
+            abi.encodeWithSelector(ISynclineEvents.SynclineDuplicateSubmission.selector, id, uint32(0), uint16(3))
         );
-        market.commitSubmission(id, 0, 3, bytes32(uint256(5)), bytes32(uint256(6)), "other");
+        _commitSigned(trainers[3], _rawCommitment(id, 0, 3, bytes32(uint256(5)), bytes32(uint256(6))));
         vm.assertEq(market.getSubmission(id, 0, 3).payloadHash, _payload(id, 0, 3), "first commitment kept");
     }
 
     function test_commitSubmission_emptyPayloadHash_reverts() public {
-        vm.prank(trainers[0]);
-        vm.expectRevert(ISynclineMarket.SynclineEmptyCommitment.selector);
-        market.commitSubmission(id, 0, 0, bytes32(0), bytes32(uint256(1)), URI);
+        vm.expectRevert(ISynclineEvents.SynclineEmptyCommitment.selector);
+        _commitSigned(trainers[0], _rawCommitment(id, 0, 0, bytes32(0), bytes32(uint256(1))));
     }
 
     function test_commitSubmission_emptyChunkRoot_reverts() public {
-        vm.prank(trainers[0]);
-        vm.expectRevert(ISynclineMarket.SynclineEmptyCommitment.selector);
-        market.commitSubmission(id, 0, 0, bytes32(uint256(1)), bytes32(0), URI);
+        vm.expectRevert(ISynclineEvents.SynclineEmptyCommitment.selector);
+        _commitSigned(trainers[0], _rawCommitment(id, 0, 0, bytes32(uint256(1)), bytes32(0)));
+    }
+
+    function test_commitSubmission_emptyCheckpointRoot_reverts() public {
+        Commitment memory c = _commitment(id, 0, 0);
+        c.checkpointRoot = bytes32(0);
+        vm.expectRevert(ISynclineEvents.SynclineEmptyCommitment.selector);
+        _commitSigned(trainers[0], c);
     }
 
     function test_commitSubmission_afterRunCompleted_reverts() public {
         _runAllRounds(id);
-        vm.prank(trainers[0]);
         vm.expectRevert(
             abi.encodeWithSelector(
-                ISynclineMarket.SynclineWrongTaskStatus.selector, id, TaskStatus.AwaitingSeal, TaskStatus.Running
+                ISynclineEvents.SynclineWrongTaskStatus.selector, id, TaskStatus.AwaitingSeal, TaskStatus.Running
             )
         );
-        market.commitSubmission(id, ROUNDS - 1, 0, bytes32(uint256(1)), bytes32(uint256(1)), URI);
+        _commitSigned(trainers[0], _rawCommitment(id, ROUNDS - 1, 0, bytes32(uint256(1)), bytes32(uint256(1))));
+    }
+
+    // ================================================================== commitSubmission: signatures
+
+    function test_commitSubmission_relayedByThirdParty_succeeds() public {
+        Commitment memory c = _commitment(id, 0, 1);
+        bytes memory sig = _signC(trainers[1], c);
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineEvents.SubmissionCommitted(
+            id, 0, 1, trainers[1], c.payloadHash, c.chunkRoot, c.checkpointRoot, URI, 3, sig
+        );
+        vm.prank(stranger); // anyone may relay: the signer is the trainer
+        market.commitSubmission(c, URI, sig);
+        vm.assertEq(market.getSubmission(id, 0, 1).trainer, trainers[1], "the signer committed");
+        vm.assertEq(uint256(market.getTrainer(id, trainers[1]).submitted), 1, "counted for the signer");
+        vm.assertFalse(market.getTrainer(id, stranger).enrolled, "the relayer is nobody");
+    }
+
+    function _expectBadCommitSignature(bytes memory sig) internal {
+        vm.expectRevert(ISynclineEvents.SynclineBadSignature.selector);
+        vm.prank(trainers[0]);
+        market.commitSubmission(_commitment(id, 0, 0), URI, sig);
+    }
+
+    function test_commitSubmission_malformedSignature_reverts() public {
+        bytes memory good = _signC(trainers[0], _commitment(id, 0, 0));
+        (bytes32 r, bytes32 s,) = _split(good);
+        _expectBadCommitSignature(abi.encodePacked(r, s, uint8(29))); // v neither 27 nor 28
+        _expectBadCommitSignature(abi.encodePacked(r, s, uint8(0)));
+        _expectBadCommitSignature(new bytes(65)); // all zero: recovers to nobody
+        _expectBadCommitSignature(abi.encodePacked(bytes32(0), s, uint8(27))); // r = 0
+        vm.assertEq(market.getRound(id, 0).committedMask, 0, "nothing committed");
+    }
+
+    function test_commitSubmission_wrongLengthSignature_reverts() public {
+        bytes memory good = _signC(trainers[0], _commitment(id, 0, 0));
+        (bytes32 r, bytes32 s, uint8 v) = _split(good);
+        _expectBadCommitSignature("");
+        _expectBadCommitSignature(abi.encodePacked(r, s)); // 64 bytes: no EIP-2098 compact form
+        _expectBadCommitSignature(abi.encodePacked(r, bytes32(uint256(s) | (uint256(v - 27) << 255)))); // 2098
+        _expectBadCommitSignature(abi.encodePacked(good, uint8(0))); // 66 bytes
+        _expectBadCommitSignature(abi.encodePacked(r, s, v, r)); // 97 bytes
+        vm.assertEq(market.getRound(id, 0).committedMask, 0, "nothing committed");
+    }
+
+    function test_commitSubmission_malleableHighS_reverts() public {
+        Commitment memory c = _commitment(id, 0, 0);
+        bytes memory good = _signC(trainers[0], c);
+        bytes memory flipped = _malleate(good);
+        // The flipped signature is valid for plain ecrecover: only the low-s rule refuses it.
+        (bytes32 r, bytes32 s, uint8 v) = _split(flipped);
+        vm.assertEq(
+            ecrecover(_commitmentDigest(c, address(market), block.chainid), v, r, s), trainers[0], "same signer"
+        );
+        _expectBadCommitSignature(flipped);
+        // The canonical one still works.
+        vm.prank(trainers[0]);
+        market.commitSubmission(c, URI, good);
+        vm.assertEq(market.getRound(id, 0).committedMask, 1, "canonical signature accepted");
+    }
+
+    /// Any 65 bytes: refused as malformed unless they recover to someone, who is then not the trainer.
+    function testFuzz_commitSubmission_randomSignature_reverts(bytes32 r, bytes32 s, uint8 v, bool plausibleV) public {
+        if (plausibleV) v = 27 + (v % 2);
+        bytes memory sig = abi.encodePacked(r, s, v);
+        Commitment memory c = _commitment(id, 0, 0);
+        address signer = _ecrecover(_commitmentDigest(c, address(market), block.chainid), sig);
+        vm.assume(signer != trainers[0]);
+        if (signer == address(0)) {
+            vm.expectRevert(ISynclineEvents.SynclineBadSignature.selector);
+        } else {
+            vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongSigner.selector, signer, trainers[0]));
+        }
+        vm.prank(stranger);
+        market.commitSubmission(c, URI, sig);
+    }
+
+    function testFuzz_commitSubmission_randomLengthSignature_reverts(bytes memory sig) public {
+        vm.assume(sig.length != 65);
+        _expectBadCommitSignature(sig);
+    }
+
+    /// A signature is bound to one task: relaying it for another task names another signer.
+    function test_commitSubmission_replayOtherTask_reverts() public {
+        uint256 other = _postAndStart(); // the same trainers in the same order: fragment 0 is trainers[0]
+        vm.assertEq(market.getTrainers(other)[0], trainers[0], "same holder");
+        Commitment memory c = _commitment(id, 0, 0);
+        bytes memory sig = _signC(trainers[0], c);
+        c.taskId = other;
+        address recovered = _ecrecover(_commitmentDigest(c, address(market), block.chainid), sig);
+        vm.assertTrue(recovered != trainers[0], "another digest");
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongSigner.selector, recovered, trainers[0]));
+        vm.prank(stranger);
+        market.commitSubmission(c, URI, sig);
+        vm.assertEq(market.getRound(other, 0).committedMask, 0, "nothing committed in the other task");
+    }
+
+    /// A signature is bound to one round: last round's commitment cannot be replayed.
+    function test_commitSubmission_replayOtherRound_reverts() public {
+        Commitment memory c = _commitment(id, 0, 2);
+        bytes memory sig = _signC(trainers[2], c);
+        vm.prank(trainers[2]);
+        market.commitSubmission(c, URI, sig);
+        _warpPastDeadline(id);
+        _finalize(id, 0, 1 << 2);
+        c.round = 1;
+        address recovered = _ecrecover(_commitmentDigest(c, address(market), block.chainid), sig);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongSigner.selector, recovered, trainers[2]));
+        vm.prank(stranger);
+        market.commitSubmission(c, URI, sig);
+    }
+
+    /// A signature is bound to one chain: after a fork (new chain id) it names another signer.
+    function test_commitSubmission_replayOtherChain_reverts() public {
+        Commitment memory c = _commitment(id, 0, 0);
+        bytes memory sig = _signC(trainers[0], c);
+        uint256 forkId = block.chainid + 1;
+        vm.chainId(forkId);
+        address recovered = _ecrecover(_commitmentDigest(c, address(market), forkId), sig);
+        vm.assertTrue(recovered != trainers[0], "another domain");
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongSigner.selector, recovered, trainers[0]));
+        vm.prank(trainers[0]);
+        market.commitSubmission(c, URI, sig);
+        // A signature made for the new chain id is accepted there: the domain follows block.chainid.
+        _commitSigned(trainers[0], c);
+        vm.assertEq(market.getRound(id, 0).committedMask, 1, "committed with the fork's domain");
+    }
+
+    function test_commitSubmission_signedForOtherChain_reverts() public {
+        Commitment memory c = _commitment(id, 0, 0);
+        bytes memory sig = _signDigest(_keyOf(trainers[0]), _commitmentDigest(c, address(market), 1));
+        address recovered = _ecrecover(_commitmentDigest(c, address(market), block.chainid), sig);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongSigner.selector, recovered, trainers[0]));
+        vm.prank(trainers[0]);
+        market.commitSubmission(c, URI, sig);
+    }
+
+    /// A signature is bound to one market deployment.
+    function test_commitSubmission_replayOtherMarket_reverts() public {
+        SynclineMarket first = market;
+        SynclineMarket second = _deployMarket(court);
+        market = second;
+        uint256 twin = _postAndStart();
+        market = first;
+        vm.assertEq(twin, id, "same task id in both markets");
+        vm.assertEq(second.getTrainers(twin)[0], trainers[0], "same holder");
+
+        Commitment memory c = _commitment(id, 0, 0);
+        bytes memory sig = _signC(trainers[0], c); // for `first`
+        address recovered = _ecrecover(_commitmentDigest(c, address(second), block.chainid), sig);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongSigner.selector, recovered, trainers[0]));
+        vm.prank(trainers[0]);
+        second.commitSubmission(c, URI, sig);
+        vm.prank(trainers[0]);
+        first.commitSubmission(c, URI, sig);
+        vm.assertEq(first.getRound(id, 0).committedMask, 1, "valid where it was signed for");
+    }
+
+    /// The test suite's EIP-712 digests agree with OpenZeppelin's EIP712 (the harness's domain).
+    function testFuzz_eip712_digestsMatchOpenZeppelin(Commitment memory c, Vote memory v) public {
+        SignedMessagesHarness h =
+            SignedMessagesHarness(vm.deployCode("SignedMessagesHarness.sol:SignedMessagesHarness"));
+        vm.assertEq(
+            _commitmentDigest(c, address(h), block.chainid),
+            h.commitmentDigest(c.taskId, c.round, c.fragment, c.payloadHash, c.chunkRoot, c.checkpointRoot),
+            "commitment digest"
+        );
+        vm.assertEq(
+            _voteDigest(v, address(h), block.chainid),
+            h.voteDigest(v.taskId, v.round, v.stateRoot, v.aggregateRoot, v.acceptedMask),
+            "vote digest"
+        );
     }
 
     // ================================================================== finalizeRound: reverts
 
     function test_finalizeRound_unknownTask_reverts() public {
-        vm.prank(witnesses[0]);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineUnknownTask.selector, 5));
-        market.finalizeRound(5, 0, bytes32(uint256(1)), bytes32(0), 0, 0);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineUnknownTask.selector, 5));
+        _voteWithMetric(_voteMsg(5, 0, bytes32(uint256(1)), bytes32(0), 0), witnesses[0], 0);
     }
 
     function test_finalizeRound_notWitness_reverts() public {
         _warpPastDeadline(id);
-        vm.prank(trainers[0]);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineNotWitness.selector, id, trainers[0]));
-        market.finalizeRound(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), 0, 0);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineNotWitness.selector, id, trainers[0]));
+        _voteWithMetric(_voteMsg(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), 0), trainers[0], 0);
     }
 
     function test_finalizeRound_emptyStateRoot_reverts() public {
         _warpPastDeadline(id);
-        vm.prank(witnesses[0]);
-        vm.expectRevert(ISynclineMarket.SynclineEmptyStateRoot.selector);
-        market.finalizeRound(id, 0, bytes32(0), _aggRoot(id, 0), 0, 0);
+        vm.expectRevert(ISynclineEvents.SynclineEmptyStateRoot.selector);
+        _voteWithMetric(_voteMsg(id, 0, bytes32(0), _aggRoot(id, 0), 0), witnesses[0], 0);
     }
 
     function test_finalizeRound_atDeadline_reverts() public {
         uint64 deadline = uint64(_deadline(id));
         vm.warp(deadline);
-        vm.prank(witnesses[0]);
         vm.expectRevert(
-            abi.encodeWithSelector(ISynclineMarket.SynclineRoundStillOpen.selector, id, uint32(0), deadline)
+            abi.encodeWithSelector(ISynclineEvents.SynclineRoundStillOpen.selector, id, uint32(0), deadline)
         );
-        market.finalizeRound(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), 0, 0);
+        _voteWithMetric(_voteMsg(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), 0), witnesses[0], 0);
     }
 
     function testFuzz_finalizeRound_timing(uint256 offset) public {
@@ -207,13 +387,12 @@ contract RoundLedgerTest is SynclineTest {
         offset = bound(offset, 0, 2 * uint256(ROUND_DURATION + GRACE));
         vm.warp(opened + offset);
         if (offset <= ROUND_DURATION) {
-            vm.prank(witnesses[0]);
             vm.expectRevert(
                 abi.encodeWithSelector(
-                    ISynclineMarket.SynclineRoundStillOpen.selector, id, uint32(0), opened + ROUND_DURATION
+                    ISynclineEvents.SynclineRoundStillOpen.selector, id, uint32(0), opened + ROUND_DURATION
                 )
             );
-            market.finalizeRound(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), mask, 0);
+            _voteWithMetric(_voteMsg(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), mask), witnesses[0], 0);
         } else {
             // Votes count even after the grace window, as long as nobody carried the round forward.
             _finalize(id, 0, mask);
@@ -224,44 +403,198 @@ contract RoundLedgerTest is SynclineTest {
 
     function test_finalizeRound_beforeStart_reverts() public {
         uint256 other = _postDefault();
-        vm.prank(witnesses[0]);
         vm.expectRevert(
             abi.encodeWithSelector(
-                ISynclineMarket.SynclineWrongTaskStatus.selector, other, TaskStatus.Enrolling, TaskStatus.Running
+                ISynclineEvents.SynclineWrongTaskStatus.selector, other, TaskStatus.Enrolling, TaskStatus.Running
             )
         );
-        market.finalizeRound(other, 0, _stateRoot(other, 0), _aggRoot(other, 0), 0, 0);
+        _voteWithMetric(_voteMsg(other, 0, _stateRoot(other, 0), _aggRoot(other, 0), 0), witnesses[0], 0);
     }
 
     function test_finalizeRound_futureRound_reverts() public {
         _warpPastDeadline(id);
-        vm.prank(witnesses[0]);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineWrongRound.selector, id, uint32(1), uint32(0)));
-        market.finalizeRound(id, 1, _stateRoot(id, 1), _aggRoot(id, 1), 0, 0);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongRound.selector, id, uint32(1), uint32(0)));
+        _voteWithMetric(_voteMsg(id, 1, _stateRoot(id, 1), _aggRoot(id, 1), 0), witnesses[0], 0);
     }
 
     function test_finalizeRound_strayAcceptedMask_reverts() public {
         uint256 committed = _commitSome(0, 3); // fragments 0, 1, 2
         _warpPastDeadline(id);
         uint256 offered = committed | (1 << 3) | (1 << 9);
-        vm.prank(witnesses[0]);
         vm.expectRevert(
             abi.encodeWithSelector(
-                ISynclineMarket.SynclineAcceptedNotCommitted.selector, id, uint32(0), uint256((1 << 3) | (1 << 9))
+                ISynclineEvents.SynclineAcceptedNotCommitted.selector, id, uint32(0), uint256((1 << 3) | (1 << 9))
             )
         );
-        market.finalizeRound(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), offered, 0);
+        _voteWithMetric(_voteMsg(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), offered), witnesses[0], 0);
     }
 
     function test_finalizeRound_afterRunCompleted_newRound_reverts() public {
         _runAllRounds(id);
-        vm.prank(witnesses[0]);
         vm.expectRevert(
             abi.encodeWithSelector(
-                ISynclineMarket.SynclineWrongTaskStatus.selector, id, TaskStatus.AwaitingSeal, TaskStatus.Running
+                ISynclineEvents.SynclineWrongTaskStatus.selector, id, TaskStatus.AwaitingSeal, TaskStatus.Running
             )
         );
-        market.finalizeRound(id, ROUNDS, _stateRoot(id, ROUNDS), bytes32(0), 0, 0);
+        _voteWithMetric(_voteMsg(id, ROUNDS, _stateRoot(id, ROUNDS), bytes32(0), 0), witnesses[0], 0);
+    }
+
+    // ================================================================== finalizeRound: signatures
+
+    function test_finalizeRound_relayedByThirdParty_succeeds() public {
+        uint256 mask = _commitAll(id, 0);
+        _warpPastDeadline(id);
+        Vote memory v = _voteMsg(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), mask);
+        bytes memory sig = _signV(witnesses[1], v);
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineEvents.VoteCast(
+            id, 0, witnesses[1], _result(v.stateRoot, v.aggregateRoot, mask), v.stateRoot, v.aggregateRoot, mask, 7, sig
+        );
+        vm.prank(stranger);
+        market.finalizeRound(v, 7, sig);
+        vm.assertEq(market.voteOf(id, 0, witnesses[1]), _result(v.stateRoot, v.aggregateRoot, mask), "signer's vote");
+        vm.assertEq(market.voteOf(id, 0, stranger), bytes32(0), "the relayer voted nothing");
+        // Another witness relaying it does not vote either: the signature is witness 1's.
+        vm.prank(witnesses[0]);
+        market.finalizeRound(v, 7, sig);
+        vm.assertEq(market.voteOf(id, 0, witnesses[0]), bytes32(0), "relaying is not voting");
+        vm.assertEq(uint256(market.getRound(id, 0).voteCount), 1, "one vote");
+    }
+
+    function test_finalizeRound_signedByNonWitness_reverts() public {
+        _warpPastDeadline(id);
+        Vote memory v = _voteMsg(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), 0);
+        bytes memory sig = _signV(stranger, v);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineNotWitness.selector, id, stranger));
+        vm.prank(witnesses[0]); // a witness relaying someone else's signature does not help
+        market.finalizeRound(v, 0, sig);
+    }
+
+    function _expectBadVoteSignature(bytes memory sig) internal {
+        vm.expectRevert(ISynclineEvents.SynclineBadSignature.selector);
+        vm.prank(witnesses[0]);
+        market.finalizeRound(_voteMsg(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), 0), 0, sig);
+    }
+
+    function test_finalizeRound_badSignatures_reverts() public {
+        _warpPastDeadline(id);
+        Vote memory v = _voteMsg(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), 0);
+        bytes memory good = _signV(witnesses[0], v);
+        (bytes32 r, bytes32 s, uint8 recid) = _split(good);
+        _expectBadVoteSignature(abi.encodePacked(r, s, uint8(26)));
+        _expectBadVoteSignature(new bytes(65));
+        _expectBadVoteSignature("");
+        _expectBadVoteSignature(abi.encodePacked(r, s));
+        _expectBadVoteSignature(abi.encodePacked(r, s, recid, uint8(0)));
+        _expectBadVoteSignature(_malleate(good));
+        vm.assertEq(uint256(market.getRound(id, 0).voteCount), 0, "no vote counted");
+        vm.prank(witnesses[0]);
+        market.finalizeRound(v, 0, good);
+        vm.assertEq(uint256(market.getRound(id, 0).voteCount), 1, "the canonical signature counts");
+    }
+
+    /// The unknown-task check comes after recovery: a bad signature is refused first.
+    function test_finalizeRound_badSignatureUnknownTask_reverts() public {
+        vm.expectRevert(ISynclineEvents.SynclineBadSignature.selector);
+        market.finalizeRound(_voteMsg(99, 0, bytes32(uint256(1)), 0, 0), 0, new bytes(65));
+    }
+
+    function testFuzz_finalizeRound_randomSignature_reverts(bytes32 r, bytes32 s, uint8 v, bool plausibleV) public {
+        _warpPastDeadline(id);
+        if (plausibleV) v = 27 + (v % 2);
+        bytes memory sig = abi.encodePacked(r, s, v);
+        Vote memory vote = _voteMsg(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), 0);
+        address signer = _ecrecover(_voteDigest(vote, address(market), block.chainid), sig);
+        vm.assume(signer != witnesses[0] && signer != witnesses[1] && signer != witnesses[2]);
+        if (signer == address(0)) {
+            vm.expectRevert(ISynclineEvents.SynclineBadSignature.selector);
+        } else {
+            vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineNotWitness.selector, id, signer));
+        }
+        market.finalizeRound(vote, 0, sig);
+    }
+
+    /// Replays of a witness's vote into another task, round, chain or market name another signer,
+    /// who is no witness there.
+    function test_finalizeRound_replayOtherTask_reverts() public {
+        uint256 other = _postAndStart();
+        _warpPastDeadline(other);
+        Vote memory v = _voteMsg(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), 0);
+        bytes memory sig = _signV(witnesses[0], v);
+        v.taskId = other;
+        address recovered = _ecrecover(_voteDigest(v, address(market), block.chainid), sig);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineNotWitness.selector, other, recovered));
+        market.finalizeRound(v, 0, sig);
+    }
+
+    function test_finalizeRound_replayOtherRound_reverts() public {
+        _warpPastDeadline(id);
+        Vote memory v = _voteMsg(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), 0);
+        bytes memory sig = _signV(witnesses[0], v);
+        v.round = 1;
+        address recovered = _ecrecover(_voteDigest(v, address(market), block.chainid), sig);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineNotWitness.selector, id, recovered));
+        market.finalizeRound(v, 0, sig);
+    }
+
+    function test_finalizeRound_replayOtherChain_reverts() public {
+        _warpPastDeadline(id);
+        Vote memory v = _voteMsg(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), 0);
+        bytes memory sig = _signV(witnesses[0], v);
+        vm.chainId(block.chainid + 1);
+        address recovered = _ecrecover(_voteDigest(v, address(market), block.chainid), sig);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineNotWitness.selector, id, recovered));
+        market.finalizeRound(v, 0, sig);
+    }
+
+    function test_finalizeRound_replayOtherMarket_reverts() public {
+        SynclineMarket first = market;
+        SynclineMarket second = _deployMarket(court);
+        market = second;
+        uint256 twin = _postAndStart();
+        market = first;
+        vm.assertEq(twin, id, "same task id in both markets");
+        vm.warp(_deadline(id) + 1);
+
+        Vote memory v = _voteMsg(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), 0);
+        bytes memory sig = _signV(witnesses[0], v); // for `first`
+        address recovered = _ecrecover(_voteDigest(v, address(second), block.chainid), sig);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineNotWitness.selector, id, recovered));
+        second.finalizeRound(v, 0, sig);
+        first.finalizeRound(v, 0, sig);
+        vm.assertEq(first.voteOf(id, 0, witnesses[0]), _result(v.stateRoot, v.aggregateRoot, 0), "valid where signed");
+    }
+
+    // ================================================================== finalizeRound: witness bonds
+
+    function test_finalizeRound_unbondedWitness_reverts() public {
+        uint256 bonded = _post(_bondedSpec(), POOL);
+        _enrollMany(bonded, MAX_TRAINERS);
+        uint256 mask = _commitAll(bonded, 0);
+        _warpPastDeadline(bonded);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWitnessUnbonded.selector, bonded, witnesses[0]));
+        _vote(bonded, 0, witnesses[0], _stateRoot(bonded, 0), _aggRoot(bonded, 0), mask);
+
+        _bond(bonded, witnesses[0]);
+        _vote(bonded, 0, witnesses[0], _stateRoot(bonded, 0), _aggRoot(bonded, 0), mask);
+        vm.assertEq(uint256(market.getRound(bonded, 0).voteCount), 1, "a bonded witness votes");
+        // Witness 1 is still unbonded: it cannot complete the quorum until it bonds.
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWitnessUnbonded.selector, bonded, witnesses[1]));
+        _vote(bonded, 0, witnesses[1], _stateRoot(bonded, 0), _aggRoot(bonded, 0), mask);
+        _bond(bonded, witnesses[1]);
+        _vote(bonded, 0, witnesses[1], _stateRoot(bonded, 0), _aggRoot(bonded, 0), mask);
+        _assertRoundStatus(bonded, 0, RoundStatus.Finalized, "quorum of bonded witnesses");
+
+        // Repeating the finalized result stays an idempotent no-op, even for the unbonded witness.
+        vm.recordLogs();
+        _vote(bonded, 0, witnesses[2], _stateRoot(bonded, 0), _aggRoot(bonded, 0), mask);
+        vm.assertEq(vm.getRecordedLogs().length, 0, "silent no-op");
+    }
+
+    function test_finalizeRound_zeroWitnessBond_needsNoBond_succeeds() public {
+        vm.assertEq(uint256(market.getSpec(id).witnessBond), 0, "default spec asks no bond");
+        _runRound(id, 0);
+        vm.assertFalse(market.getWitness(id, witnesses[0]).bonded, "voted without bonding");
     }
 
     // ================================================================== finalizeRound: voting
@@ -272,8 +605,9 @@ contract RoundLedgerTest is SynclineTest {
         bytes32 root = _stateRoot(id, 0);
         bytes32 result = _result(root, _aggRoot(id, 0), mask);
 
+        bytes memory sig = _signV(witnesses[0], _voteMsg(id, 0, root, _aggRoot(id, 0), mask));
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.VoteCast(id, 0, witnesses[0], result, root, 1_234_567);
+        emit ISynclineEvents.VoteCast(id, 0, witnesses[0], result, root, _aggRoot(id, 0), mask, METRIC, sig);
         _vote(id, 0, witnesses[0], root, _aggRoot(id, 0), mask);
 
         RoundRecord memory rr = market.getRound(id, 0);
@@ -311,12 +645,13 @@ contract RoundLedgerTest is SynclineTest {
         uint256 escrowBefore = market.escrowOf(id);
 
         _prepareQuorum(id, 0, mask);
+        bytes memory sig = _signV(witnesses[1], _voteMsg(id, 0, root, agg, mask));
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.VoteCast(id, 0, witnesses[1], result, root, 1_234_567);
+        emit ISynclineEvents.VoteCast(id, 0, witnesses[1], result, root, agg, mask, METRIC, sig);
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.RoundFinalized(id, 0, result, root, agg, mask);
+        emit ISynclineEvents.RoundFinalized(id, 0, result, root, agg, mask);
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.RoundOpened(id, 1, now_, now_ + ROUND_DURATION);
+        emit ISynclineEvents.RoundOpened(id, 1, now_, now_ + ROUND_DURATION);
         _closeQuorum(id, 0, mask);
 
         RoundRecord memory rr = market.getRound(id, 0);
@@ -329,6 +664,8 @@ contract RoundLedgerTest is SynclineTest {
         vm.assertEq(rr.aggregateRoot, agg, "aggregateRoot");
         vm.assertEq(rr.acceptedMask, mask, "acceptedMask");
         vm.assertEq(rr.committedMask, 0xf, "committedMask");
+        vm.assertEq(rr.prevStateRoot, keccak256("initial-state"), "prevStateRoot = the root it built on");
+        vm.assertEq(rr.revokedMask, 0, "nothing revoked");
 
         TaskState memory t = market.getTaskState(id);
         vm.assertEq(t.stateRoot, root, "task state root advanced");
@@ -370,10 +707,8 @@ contract RoundLedgerTest is SynclineTest {
     function test_finalizeRound_metricNotPartOfResult_succeeds() public {
         uint256 mask = _commitAll(id, 0);
         _warpPastDeadline(id);
-        vm.prank(witnesses[0]);
-        market.finalizeRound(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), mask, 100);
-        vm.prank(witnesses[1]);
-        market.finalizeRound(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), mask, 999);
+        _voteWithMetric(_voteMsg(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), mask), witnesses[0], 100);
+        _voteWithMetric(_voteMsg(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), mask), witnesses[1], 999);
         _assertRoundStatus(id, 0, RoundStatus.Finalized, "different metrics still match");
         vm.assertEq(uint256(market.getWitness(id, witnesses[1]).dissents), 0, "no dissent");
     }
@@ -408,10 +743,11 @@ contract RoundLedgerTest is SynclineTest {
         bytes32 forked = _result(ALT_ROOT, _aggRoot(id, 0), mask);
 
         _vote(id, 0, witnesses[0], _stateRoot(id, 0), _aggRoot(id, 0), mask);
+        bytes memory sig = _signV(witnesses[1], _voteMsg(id, 0, ALT_ROOT, _aggRoot(id, 0), mask));
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.VoteCast(id, 0, witnesses[1], forked, ALT_ROOT, 1_234_567);
+        emit ISynclineEvents.VoteCast(id, 0, witnesses[1], forked, ALT_ROOT, _aggRoot(id, 0), mask, METRIC, sig);
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.DissentRecorded(id, 0, witnesses[1], forked, honest);
+        emit ISynclineEvents.DissentRecorded(id, 0, witnesses[1], forked, honest);
         _vote(id, 0, witnesses[1], ALT_ROOT, _aggRoot(id, 0), mask);
 
         _assertRoundStatus(id, 0, RoundStatus.Pending, "two different votes: no quorum");
@@ -448,11 +784,10 @@ contract RoundLedgerTest is SynclineTest {
         _warpPastDeadline(id);
         _vote(id, 0, witnesses[0], _stateRoot(id, 0), _aggRoot(id, 0), mask);
         bytes32 previous = _result(_stateRoot(id, 0), _aggRoot(id, 0), mask);
-        vm.prank(witnesses[0]);
         vm.expectRevert(
-            abi.encodeWithSelector(ISynclineMarket.SynclineAlreadyVoted.selector, id, uint32(0), witnesses[0], previous)
+            abi.encodeWithSelector(ISynclineEvents.SynclineAlreadyVoted.selector, id, uint32(0), witnesses[0], previous)
         );
-        market.finalizeRound(id, 0, ALT_ROOT, _aggRoot(id, 0), mask, 0);
+        _voteWithMetric(_voteMsg(id, 0, ALT_ROOT, _aggRoot(id, 0), mask), witnesses[0], 0);
         vm.assertEq(market.voteOf(id, 0, witnesses[0]), previous, "vote unchanged");
     }
 
@@ -508,11 +843,10 @@ contract RoundLedgerTest is SynclineTest {
 
         bytes32 finalized = _result(_stateRoot(id, 0), _aggRoot(id, 0), mask);
         bytes32 offered = _result(ALT_ROOT, _aggRoot(id, 0), mask);
-        vm.prank(witnesses[2]);
         vm.expectRevert(
-            abi.encodeWithSelector(ISynclineMarket.ConflictingFinalize.selector, uint32(0), finalized, offered)
+            abi.encodeWithSelector(ISynclineEvents.ConflictingFinalize.selector, uint32(0), finalized, offered)
         );
-        market.finalizeRound(id, 0, ALT_ROOT, _aggRoot(id, 0), mask, 0);
+        _voteWithMetric(_voteMsg(id, 0, ALT_ROOT, _aggRoot(id, 0), mask), witnesses[2], 0);
     }
 
     function test_finalizeRound_conflictAfterFinalize_reverts() public {
@@ -521,27 +855,24 @@ contract RoundLedgerTest is SynclineTest {
 
         // A different state root.
         bytes32 offered = _result(ALT_ROOT, _aggRoot(id, 0), mask);
-        vm.prank(witnesses[2]);
         vm.expectRevert(
-            abi.encodeWithSelector(ISynclineMarket.ConflictingFinalize.selector, uint32(0), finalized, offered)
+            abi.encodeWithSelector(ISynclineEvents.ConflictingFinalize.selector, uint32(0), finalized, offered)
         );
-        market.finalizeRound(id, 0, ALT_ROOT, _aggRoot(id, 0), mask, 0);
+        _voteWithMetric(_voteMsg(id, 0, ALT_ROOT, _aggRoot(id, 0), mask), witnesses[2], 0);
 
         // Same state root, different accepted set, from a witness that voted.
         offered = _result(_stateRoot(id, 0), _aggRoot(id, 0), mask & 0x7);
-        vm.prank(witnesses[0]);
         vm.expectRevert(
-            abi.encodeWithSelector(ISynclineMarket.ConflictingFinalize.selector, uint32(0), finalized, offered)
+            abi.encodeWithSelector(ISynclineEvents.ConflictingFinalize.selector, uint32(0), finalized, offered)
         );
-        market.finalizeRound(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), mask & 0x7, 0);
+        _voteWithMetric(_voteMsg(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), mask & 0x7), witnesses[0], 0);
 
         // Different aggregate root.
         offered = _result(_stateRoot(id, 0), ALT_ROOT, mask);
-        vm.prank(witnesses[1]);
         vm.expectRevert(
-            abi.encodeWithSelector(ISynclineMarket.ConflictingFinalize.selector, uint32(0), finalized, offered)
+            abi.encodeWithSelector(ISynclineEvents.ConflictingFinalize.selector, uint32(0), finalized, offered)
         );
-        market.finalizeRound(id, 0, _stateRoot(id, 0), ALT_ROOT, mask, 0);
+        _voteWithMetric(_voteMsg(id, 0, _stateRoot(id, 0), ALT_ROOT, mask), witnesses[1], 0);
 
         vm.assertEq(market.getRound(id, 0).result, finalized, "finalized result never changes");
     }
@@ -552,17 +883,16 @@ contract RoundLedgerTest is SynclineTest {
         vm.assume(root != bytes32(0));
         bytes32 offered = _result(root, agg, accepted);
         if (offered == finalized) return;
-        vm.prank(witnesses[2]);
         vm.expectRevert(
-            abi.encodeWithSelector(ISynclineMarket.ConflictingFinalize.selector, uint32(0), finalized, offered)
+            abi.encodeWithSelector(ISynclineEvents.ConflictingFinalize.selector, uint32(0), finalized, offered)
         );
-        market.finalizeRound(id, 0, root, agg, accepted, 0);
+        _voteWithMetric(_voteMsg(id, 0, root, agg, accepted), witnesses[2], 0);
     }
 
     // ================================================================== carryForward
 
     function test_carryForward_unknownTask_reverts() public {
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineUnknownTask.selector, 4));
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineUnknownTask.selector, 4));
         market.carryForward(4, 0);
     }
 
@@ -570,7 +900,7 @@ contract RoundLedgerTest is SynclineTest {
         uint256 other = _postDefault();
         vm.expectRevert(
             abi.encodeWithSelector(
-                ISynclineMarket.SynclineWrongTaskStatus.selector, other, TaskStatus.Enrolling, TaskStatus.Running
+                ISynclineEvents.SynclineWrongTaskStatus.selector, other, TaskStatus.Enrolling, TaskStatus.Running
             )
         );
         market.carryForward(other, 0);
@@ -578,14 +908,14 @@ contract RoundLedgerTest is SynclineTest {
 
     function test_carryForward_wrongRound_reverts() public {
         _warpPastGrace(id);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineWrongRound.selector, id, uint32(1), uint32(0)));
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongRound.selector, id, uint32(1), uint32(0)));
         market.carryForward(id, 1);
     }
 
     function test_carryForward_finalizedRound_reverts() public {
         _runRound(id, 0);
         vm.warp(block.timestamp + ROUND_DURATION + GRACE + 1);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineWrongRound.selector, id, uint32(0), uint32(1)));
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongRound.selector, id, uint32(0), uint32(1)));
         market.carryForward(id, 0);
     }
 
@@ -593,7 +923,7 @@ contract RoundLedgerTest is SynclineTest {
         uint64 earliest = uint64(_deadline(id) + GRACE);
         vm.warp(earliest);
         vm.expectRevert(
-            abi.encodeWithSelector(ISynclineMarket.SynclineGraceWindowOpen.selector, id, uint32(0), earliest)
+            abi.encodeWithSelector(ISynclineEvents.SynclineGraceWindowOpen.selector, id, uint32(0), earliest)
         );
         market.carryForward(id, 0);
     }
@@ -605,7 +935,7 @@ contract RoundLedgerTest is SynclineTest {
         vm.warp(opened + offset);
         if (opened + offset <= earliest) {
             vm.expectRevert(
-                abi.encodeWithSelector(ISynclineMarket.SynclineGraceWindowOpen.selector, id, uint32(0), earliest)
+                abi.encodeWithSelector(ISynclineEvents.SynclineGraceWindowOpen.selector, id, uint32(0), earliest)
             );
             market.carryForward(id, 0);
         } else {
@@ -627,9 +957,9 @@ contract RoundLedgerTest is SynclineTest {
         TaskState memory before = market.getTaskState(id);
 
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.RoundCarriedForward(id, 1, previous, stranger);
+        emit ISynclineEvents.RoundCarriedForward(id, 1, previous, stranger);
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.RoundOpened(id, 2, now_, now_ + ROUND_DURATION);
+        emit ISynclineEvents.RoundOpened(id, 2, now_, now_ + ROUND_DURATION);
         vm.prank(stranger); // anyone may call
         market.carryForward(id, 1);
 
@@ -663,9 +993,8 @@ contract RoundLedgerTest is SynclineTest {
         uint256 mask = _commitAll(id, 0);
         _warpPastGrace(id);
         market.carryForward(id, 0);
-        vm.prank(witnesses[0]);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineRoundCarriedForward.selector, id, uint32(0)));
-        market.finalizeRound(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), mask, 0);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineRoundCarriedForward.selector, id, uint32(0)));
+        _voteWithMetric(_voteMsg(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), mask), witnesses[0], 0);
     }
 
     function test_finalizeRound_afterGraceBeforeCarry_succeeds() public {
@@ -674,7 +1003,7 @@ contract RoundLedgerTest is SynclineTest {
         vm.warp(block.timestamp + 1 days);
         _finalize(id, 0, mask);
         _assertRoundStatus(id, 0, RoundStatus.Finalized, "late quorum still finalizes");
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineWrongRound.selector, id, uint32(0), uint32(1)));
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongRound.selector, id, uint32(0), uint32(1)));
         market.carryForward(id, 0);
     }
 
@@ -684,13 +1013,13 @@ contract RoundLedgerTest is SynclineTest {
         _warpPastGrace(id);
         uint64 now_ = uint64(block.timestamp);
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.RunCompleted(id, _stateRoot(id, 1), now_ + CHALLENGE);
+        emit ISynclineEvents.RunCompleted(id, _stateRoot(id, 1), now_ + CHALLENGE);
         market.carryForward(id, 2);
         _assertStatus(id, TaskStatus.AwaitingSeal, "awaiting seal");
         vm.assertEq(uint256(market.getTaskState(id).currentRound), 2, "current round stays the last one");
         vm.expectRevert(
             abi.encodeWithSelector(
-                ISynclineMarket.SynclineWrongTaskStatus.selector, id, TaskStatus.AwaitingSeal, TaskStatus.Running
+                ISynclineEvents.SynclineWrongTaskStatus.selector, id, TaskStatus.AwaitingSeal, TaskStatus.Running
             )
         );
         market.carryForward(id, 2);
@@ -704,7 +1033,7 @@ contract RoundLedgerTest is SynclineTest {
         uint64 now_ = uint64(block.timestamp);
         _prepareQuorum(id, 2, mask);
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.RunCompleted(id, _stateRoot(id, 2), now_ + CHALLENGE);
+        emit ISynclineEvents.RunCompleted(id, _stateRoot(id, 2), now_ + CHALLENGE);
         _closeQuorum(id, 2, mask);
         TaskState memory t = market.getTaskState(id);
         vm.assertEq(uint256(t.status), uint256(TaskStatus.AwaitingSeal), "awaiting seal");

@@ -3,7 +3,9 @@ pragma solidity ^0.8.24;
 
 import {SynclineTest} from "./base/SynclineTest.sol";
 import {Vm} from "./base/Vm.sol";
-import {ISynclineMarket} from "../src/ISynclineMarket.sol";
+import {ISynclineEvents} from "../src/ISynclineEvents.sol";
+import {ISynclineCourt} from "../src/ISynclineCourt.sol";
+import {SynclineMarket} from "../src/SynclineMarket.sol";
 import {
     TaskSpec,
     TaskState,
@@ -43,7 +45,7 @@ contract SynclineMarketTest is SynclineTest {
     // ================================================================== seal: reverts
 
     function test_seal_unknownTask_reverts() public {
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineUnknownTask.selector, 1));
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineUnknownTask.selector, 1));
         market.seal(1);
     }
 
@@ -52,7 +54,7 @@ contract SynclineMarketTest is SynclineTest {
         _runRound(id, 0);
         vm.expectRevert(
             abi.encodeWithSelector(
-                ISynclineMarket.SynclineWrongTaskStatus.selector, id, TaskStatus.Running, TaskStatus.AwaitingSeal
+                ISynclineEvents.SynclineWrongTaskStatus.selector, id, TaskStatus.Running, TaskStatus.AwaitingSeal
             )
         );
         market.seal(id);
@@ -62,7 +64,7 @@ contract SynclineMarketTest is SynclineTest {
         uint256 id = _postDefault();
         vm.expectRevert(
             abi.encodeWithSelector(
-                ISynclineMarket.SynclineWrongTaskStatus.selector, id, TaskStatus.Enrolling, TaskStatus.AwaitingSeal
+                ISynclineEvents.SynclineWrongTaskStatus.selector, id, TaskStatus.Enrolling, TaskStatus.AwaitingSeal
             )
         );
         market.seal(id);
@@ -74,7 +76,7 @@ contract SynclineMarketTest is SynclineTest {
         uint64 until = uint64(_sealTime(id));
         vm.assertEq(uint256(until), block.timestamp + CHALLENGE, "window starts when the last round closes");
         vm.warp(uint256(until) - 1);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineChallengeWindowOpen.selector, id, until));
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineChallengeWindowOpen.selector, id, until));
         market.seal(id);
     }
 
@@ -86,7 +88,7 @@ contract SynclineMarketTest is SynclineTest {
         vm.warp(closed + offset);
         if (offset < CHALLENGE) {
             vm.expectRevert(
-                abi.encodeWithSelector(ISynclineMarket.SynclineChallengeWindowOpen.selector, id, closed + CHALLENGE)
+                abi.encodeWithSelector(ISynclineEvents.SynclineChallengeWindowOpen.selector, id, closed + CHALLENGE)
             );
             market.seal(id);
         } else {
@@ -102,7 +104,7 @@ contract SynclineMarketTest is SynclineTest {
         uint256 sponsorCredit = market.creditOf(sponsor);
         vm.expectRevert(
             abi.encodeWithSelector(
-                ISynclineMarket.SynclineWrongTaskStatus.selector, id, TaskStatus.Sealed, TaskStatus.AwaitingSeal
+                ISynclineEvents.SynclineWrongTaskStatus.selector, id, TaskStatus.Sealed, TaskStatus.AwaitingSeal
             )
         );
         market.seal(id);
@@ -150,19 +152,19 @@ contract SynclineMarketTest is SynclineTest {
         vm.warp(_sealTime(id));
 
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.Credited(id, trainers[0], reward[0], "reward");
+        emit ISynclineEvents.Credited(id, trainers[0], reward[0], "reward");
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.Credited(id, trainers[0], STAKE, "stake-refund");
+        emit ISynclineEvents.Credited(id, trainers[0], STAKE, "stake-refund");
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.Credited(id, witnesses[0], 3 * uint256(FEE), "witness-fee");
+        emit ISynclineEvents.Credited(id, witnesses[0], 3 * uint256(FEE), "witness-fee");
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.Credited(id, witnesses[1], 2 * uint256(FEE), "witness-fee");
+        emit ISynclineEvents.Credited(id, witnesses[1], 2 * uint256(FEE), "witness-fee");
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.Credited(id, witnesses[2], uint256(FEE), "witness-fee");
+        emit ISynclineEvents.Credited(id, witnesses[2], uint256(FEE), "witness-fee");
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.Credited(id, sponsor, dust, "sponsor-refund");
+        emit ISynclineEvents.Credited(id, sponsor, dust, "sponsor-refund");
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.TaskSealed(id, _stateRoot(id, 2), rewardsPaid, 6 * uint256(FEE), dust);
+        emit ISynclineEvents.TaskSealed(id, _stateRoot(id, 2), rewardsPaid, 6 * uint256(FEE), dust);
         vm.prank(stranger); // anyone may seal
         market.seal(id);
 
@@ -184,7 +186,7 @@ contract SynclineMarketTest is SynclineTest {
         vm.assertEq(t.rewardPool + t.feeBudget + t.feesEarned + t.stakeHeld, 0, "nothing held");
 
         // Receipt.
-        TrainingReceipt memory rc = market.getReceipt(id);
+        TrainingReceipt memory rc = _receipt(id);
         vm.assertEq(rc.taskId, id, "receipt id");
         vm.assertEq(rc.specHash, keccak256("syncline-spec-v1"), "receipt specHash");
         vm.assertEq(uint256(rc.status), uint256(TaskStatus.Sealed), "receipt status");
@@ -243,7 +245,7 @@ contract SynclineMarketTest is SynclineTest {
         vm.assertEq(market.creditOf(trainers[0]), 2 ether + STAKE, "2/10 of the pool + stake");
         vm.assertEq(market.creditOf(witnesses[0]), FEE, "w0 one fee");
         vm.assertEq(market.creditOf(witnesses[2]), 0, "w2 nothing");
-        TrainingReceipt memory rc = market.getReceipt(id);
+        TrainingReceipt memory rc = _receipt(id);
         vm.assertEq(uint256(rc.roundsCarried), 2, "carried");
         vm.assertEq(uint256(rc.roundsFinalized), 1, "finalized");
         vm.assertEq(rc.finalStateRoot, _stateRoot(id, 0), "final root = last finalized");
@@ -280,7 +282,7 @@ contract SynclineMarketTest is SynclineTest {
         _warpAndSeal(id);
         vm.assertEq(market.creditOf(sponsor), POOL + 6 * uint256(FEE), "pool and whole fee budget back");
         vm.assertEq(market.creditOf(trainers[2]), STAKE, "stake back");
-        vm.assertEq(market.getReceipt(id).finalStateRoot, keccak256("initial-state"), "initial root carried");
+        vm.assertEq(_receipt(id).finalStateRoot, keccak256("initial-state"), "initial root carried");
         _assertMoneyInvariant(_one(id), _allActors());
     }
 
@@ -309,12 +311,12 @@ contract SynclineMarketTest is SynclineTest {
             vm.assertEq(market.creditOf(trainers[i]), reward + stake, "reward + stake minus slash");
         }
         vm.assertEq(market.creditOf(sponsor), pool - paid, "dust");
-        TrainerReceipt memory line = market.getReceipt(id).trainers[1];
+        TrainerReceipt memory line = _receipt(id).trainers[1];
         vm.assertTrue(line.evicted, "receipt evicted");
         vm.assertEq(line.slashed, slash, "receipt slashed");
         vm.assertEq(line.stakeRefund, STAKE - slash, "receipt stake refund");
         vm.assertEq(uint256(line.missed), 2, "receipt missed");
-        vm.assertEq(market.getReceipt(id).rewardPool, pool, "receipt pool includes the slash");
+        vm.assertEq(_receipt(id).rewardPool, pool, "receipt pool includes the slash");
         _assertMoneyInvariant(_one(id), _allActors());
         _withdrawAll(_allActors());
         vm.assertEq(address(market).balance, 0, "market empty");
@@ -385,12 +387,160 @@ contract SynclineMarketTest is SynclineTest {
         vm.assertEq(market.creditOf(sponsor), POOL % 64, "dust");
     }
 
+    // ================================================================== seal: witness bonds
+
+    /// Bonds come back at seal to the wei, after the witness fees and before the sponsor refund.
+    function test_seal_refundsWitnessBonds_succeeds() public {
+        uint256 id = _post(_bondedSpec(), POOL);
+        _enrollMany(id, MAX_TRAINERS);
+        _bondAll(id);
+        uint256 escrow = POOL + 6 * uint256(FEE) + 4 * uint256(STAKE) + 3 * uint256(WITNESS_BOND);
+        vm.assertEq(market.escrowOf(id), escrow, "escrow with bonds");
+        _runAllRounds(id); // witnesses 0 and 1 vote in every round; weights 2,3,2,3 of 10: no dust
+        vm.assertEq(market.escrowOf(id), escrow, "bonds stay held through the run");
+        vm.warp(_sealTime(id));
+
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineEvents.Credited(id, witnesses[1], 3 * uint256(FEE), "witness-fee");
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineEvents.Credited(id, witnesses[0], WITNESS_BOND, "bond-refund");
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineEvents.Credited(id, witnesses[1], WITNESS_BOND, "bond-refund");
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineEvents.Credited(id, witnesses[2], WITNESS_BOND, "bond-refund");
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineEvents.TaskSealed(id, _stateRoot(id, 2), POOL, 6 * uint256(FEE), 0);
+        market.seal(id);
+
+        vm.assertEq(market.creditOf(witnesses[0]), 3 * uint256(FEE) + WITNESS_BOND, "w0: fees + bond");
+        vm.assertEq(market.creditOf(witnesses[1]), 3 * uint256(FEE) + WITNESS_BOND, "w1: fees + bond");
+        vm.assertEq(market.creditOf(witnesses[2]), WITNESS_BOND, "w2 never voted: bond only");
+        vm.assertEq(market.creditOf(sponsor), 0, "no dust, every fee earned");
+        TaskState memory t = market.getTaskState(id);
+        vm.assertEq(t.bondsHeld, 0, "bondsHeld");
+        vm.assertEq(market.escrowOf(id), 0, "escrow empty");
+        for (uint256 i = 0; i < N_WITNESSES; ++i) {
+            WitnessRecord memory w = market.getWitness(id, witnesses[i]);
+            vm.assertEq(uint256(w.bond), 0, "bond released");
+            vm.assertEq(uint256(w.slashed), 0, "nothing slashed");
+        }
+        _assertMoneyInvariant(_one(id), _allActors());
+        _withdrawAll(_allActors());
+        vm.assertEq(address(market).balance, 0, "market empty");
+    }
+
+    /// Random bond, random subset of bonded witnesses (at least a quorum), random accepted sets:
+    /// every wei escrowed (bonds included) is credited exactly once, bonds to their witnesses.
+    function testFuzz_seal_bondsConserveValue(uint128 bond, uint8 bondedMask, uint256 acceptSeed, uint256 pool) public {
+        bond = uint128(bound(bond, 1, 100 ether));
+        pool = bound(pool, 1, 1_000 ether);
+        bondedMask = uint8(bound(bondedMask, 0, 7)) | 0x3; // witnesses 0 and 1 vote, so they bond
+        TaskSpec memory s = _defaultSpec();
+        s.witnessBond = bond;
+        uint256 id = _post(s, pool);
+        _enrollMany(id, MAX_TRAINERS);
+        uint256 bonds;
+        for (uint256 i = 0; i < N_WITNESSES; ++i) {
+            if (bondedMask & (1 << i) == 0) continue;
+            _bond(id, witnesses[i]);
+            bonds += bond;
+        }
+        uint256 escrow = market.escrowOf(id);
+        vm.assertEq(escrow, pool + _feeBudget(s) + 4 * uint256(STAKE) + bonds, "escrow");
+        for (uint32 r = 0; r < ROUNDS; ++r) {
+            uint256 mask = _commitAll(id, r);
+            _warpPastDeadline(id);
+            _finalize(id, r, mask & (acceptSeed >> (8 * r)));
+        }
+        _warpAndSeal(id);
+
+        uint256 credited = market.creditOf(sponsor);
+        for (uint256 i = 0; i < MAX_TRAINERS; ++i) {
+            credited += market.creditOf(trainers[i]);
+        }
+        for (uint256 i = 0; i < N_WITNESSES; ++i) {
+            uint256 c = market.creditOf(witnesses[i]);
+            uint256 fees = market.getWitness(id, witnesses[i]).fees;
+            vm.assertEq(c, fees + (bondedMask & (1 << i) != 0 ? bond : 0), "witness credit = fees + own bond");
+            credited += c;
+        }
+        vm.assertEq(credited, escrow, "every wei escrowed is credited exactly once");
+        vm.assertEq(market.getTaskState(id).bondsHeld, 0, "no bond left");
+        _assertMoneyInvariant(_one(id), _allActors());
+        _withdrawAll(_allActors());
+        vm.assertEq(address(market).balance, 0, "market empty");
+    }
+
+    // ================================================================== deployment and plain payments
+
+    /// @dev Deploys the market's creation code by hand, returning the revert data if it fails.
+    function _rawDeploy(address courtModule) internal returns (address deployed, bytes memory revertData) {
+        bytes memory init = abi.encodePacked(vm.getCode("SynclineMarket.sol:SynclineMarket"), abi.encode(courtModule));
+        // assembly: CREATE with the init code, then copy whatever the constructor reverted with.
+        assembly ("memory-safe") {
+            deployed := create(0, add(init, 0x20), mload(init))
+        }
+        if (deployed == address(0)) {
+            assembly ("memory-safe") {
+                revertData := mload(0x40)
+                mstore(revertData, returndatasize())
+                returndatacopy(add(revertData, 0x20), 0, returndatasize())
+                mstore(0x40, add(add(revertData, 0x20), returndatasize()))
+            }
+        }
+    }
+
+    function test_constructor_courtWithoutCode_reverts() public {
+        address[3] memory bad = [address(0), stranger, address(0xC0047)];
+        bytes memory expected = abi.encodeWithSelector(ISynclineEvents.SynclineSpecFieldInvalid.selector, "court");
+        for (uint256 i = 0; i < bad.length; ++i) {
+            (address deployed, bytes memory err) = _rawDeploy(bad[i]);
+            vm.assertEq(deployed, address(0), "not deployed");
+            vm.assertEq(err, expected, "SynclineSpecFieldInvalid(court)");
+        }
+    }
+
+    function test_constructor_withCourt_succeeds() public {
+        (address deployed, bytes memory err) = _rawDeploy(court);
+        vm.assertTrue(deployed != address(0), "deployed");
+        vm.assertEq(err.length, 0, "no revert");
+        vm.assertEq(SynclineMarket(payable(deployed)).COURT(), court, "COURT");
+        vm.assertEq(market.COURT(), court, "fixture market's COURT");
+        // Calls the market does not implement run in the court, on the market's storage.
+        vm.assertEq(ISynclineCourt(deployed).challengeCount(), 0, "served through the fallback");
+    }
+
+    function test_receive_directPayment_reverts() public {
+        uint256 id = _postDefault();
+        uint256 balanceBefore = address(market).balance;
+        uint256[2] memory amounts = [uint256(0), 1 ether];
+        for (uint256 i = 0; i < amounts.length; ++i) {
+            vm.prank(sponsor);
+            (bool ok, bytes memory err) = address(market).call{value: amounts[i]}("");
+            vm.assertFalse(ok, "plain transfer refused");
+            vm.assertEq(err, abi.encodeWithSelector(ISynclineEvents.SynclineDirectPayment.selector), "error");
+        }
+        bool sent = payable(address(market)).send(1 ether); // from the test contract's own balance
+        vm.assertFalse(sent, "send refused");
+        vm.assertEq(address(market).balance, balanceBefore, "balance unchanged");
+        _assertMoneyInvariant(_one(id), _allActors());
+    }
+
+    function testFuzz_receive_directPayment_reverts(uint256 amount) public {
+        amount = bound(amount, 0, ACTOR_FUNDS);
+        vm.prank(stranger);
+        (bool ok, bytes memory err) = address(market).call{value: amount}("");
+        vm.assertFalse(ok, "plain transfer refused");
+        vm.assertEq(err, abi.encodeWithSelector(ISynclineEvents.SynclineDirectPayment.selector), "error");
+        vm.assertEq(address(market).balance, 0, "nothing kept");
+    }
+
     // ================================================================== getReceipt
 
     function test_getReceipt_enrolling_succeeds() public {
         uint256 id = _postDefault();
         _enroll(id, trainers[0]);
-        TrainingReceipt memory rc = market.getReceipt(id);
+        TrainingReceipt memory rc = _receipt(id);
         vm.assertEq(uint256(rc.status), uint256(TaskStatus.Enrolling), "status");
         vm.assertEq(rc.finalStateRoot, keccak256("initial-state"), "root");
         vm.assertEq(rc.rewardPool, POOL, "live pool");
@@ -406,7 +556,7 @@ contract SynclineMarketTest is SynclineTest {
         _runRound(id, 0);
         _warpPastGrace(id);
         market.carryForward(id, 1);
-        TrainingReceipt memory rc = market.getReceipt(id);
+        TrainingReceipt memory rc = _receipt(id);
         vm.assertEq(uint256(rc.status), uint256(TaskStatus.Running), "status");
         vm.assertEq(uint256(rc.roundsFinalized), 1, "finalized");
         vm.assertEq(uint256(rc.roundsCarried), 1, "carried");

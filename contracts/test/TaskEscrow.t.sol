@@ -2,7 +2,7 @@
 pragma solidity ^0.8.24;
 
 import {SynclineTest} from "./base/SynclineTest.sol";
-import {ISynclineMarket} from "../src/ISynclineMarket.sol";
+import {ISynclineEvents} from "../src/ISynclineEvents.sol";
 import {SynclineMarket} from "../src/SynclineMarket.sol";
 import {
     TaskSpec,
@@ -11,6 +11,7 @@ import {
     Tier,
     AggregationRule,
     TrainerRecord,
+    WitnessRecord,
     TrainingReceipt
 } from "../src/SynclineTypes.sol";
 
@@ -85,18 +86,18 @@ contract TaskEscrowTest is SynclineTest {
     }
 
     function _zeroField(string memory field) internal pure returns (bytes memory) {
-        return abi.encodeWithSelector(ISynclineMarket.SynclineZeroSpecField.selector, field);
+        return abi.encodeWithSelector(ISynclineEvents.SynclineZeroSpecField.selector, field);
     }
 
     function _bounds(TaskSpec memory s) internal pure returns (bytes memory) {
         return abi.encodeWithSelector(
-            ISynclineMarket.SynclineTrainerBoundsInvalid.selector, s.minTrainers, s.maxTrainers, s.shardCount
+            ISynclineEvents.SynclineTrainerBoundsInvalid.selector, s.minTrainers, s.maxTrainers, s.shardCount
         );
     }
 
     function _inconsistent(TaskSpec memory s) internal pure returns (bytes memory) {
         return abi.encodeWithSelector(
-            ISynclineMarket.SynclineRuleParamInconsistent.selector, s.rule, s.ruleParam, s.minTrainers
+            ISynclineEvents.SynclineRuleParamInconsistent.selector, s.rule, s.ruleParam, s.minTrainers
         );
     }
 
@@ -108,7 +109,7 @@ contract TaskEscrowTest is SynclineTest {
         vm.assertEq(budget, 0.06 ether, "fixture fee budget");
 
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.TaskPosted(1, sponsor, s.specHash, s.specURI, POOL, budget);
+        emit ISynclineEvents.TaskPosted(1, sponsor, s.specHash, s.specURI, POOL, budget);
         vm.prank(sponsor);
         uint256 id = market.postTask{value: POOL + budget}(s);
 
@@ -139,6 +140,12 @@ contract TaskEscrowTest is SynclineTest {
         vm.assertEq(uint256(stored.witnessFee), FEE, "fee");
         vm.assertEq(uint256(stored.outerLrPpm), 700_000, "outerLrPpm");
         vm.assertEq(uint256(stored.gradientBits), 8, "gradientBits");
+        vm.assertEq(uint256(stored.paramCount), PARAM_COUNT, "paramCount");
+        vm.assertEq(uint256(stored.checkpointInterval), CHECKPOINT_INTERVAL, "checkpointInterval");
+        vm.assertEq(uint256(stored.witnessBond), 0, "witnessBond");
+        vm.assertEq(uint256(stored.challengeBond), CHALLENGE_BOND, "challengeBond");
+        vm.assertEq(t.bondsHeld, 0, "no bond held");
+        vm.assertEq(uint256(t.openChallenges), 0, "no challenge");
         vm.assertEq(stored.witnesses.length, N_WITNESSES, "witness count");
         for (uint256 i = 0; i < N_WITNESSES; ++i) {
             vm.assertEq(stored.witnesses[i], witnesses[i], "witness order");
@@ -225,7 +232,7 @@ contract TaskEscrowTest is SynclineTest {
         TaskSpec memory s = _defaultSpec();
         uint256 budget = _feeBudget(s);
         _expectPostRevert(
-            s, budget, abi.encodeWithSelector(ISynclineMarket.SynclineInsufficientEscrow.selector, budget, budget)
+            s, budget, abi.encodeWithSelector(ISynclineEvents.SynclineInsufficientEscrow.selector, budget, budget)
         );
     }
 
@@ -235,14 +242,14 @@ contract TaskEscrowTest is SynclineTest {
         _expectPostRevert(
             s,
             budget - 1,
-            abi.encodeWithSelector(ISynclineMarket.SynclineInsufficientEscrow.selector, budget - 1, budget)
+            abi.encodeWithSelector(ISynclineEvents.SynclineInsufficientEscrow.selector, budget - 1, budget)
         );
     }
 
     function test_postTask_zeroValueZeroFee_reverts() public {
         TaskSpec memory s = _defaultSpec();
         s.witnessFee = 0;
-        _expectPostRevert(s, 0, abi.encodeWithSelector(ISynclineMarket.SynclineInsufficientEscrow.selector, 0, 0));
+        _expectPostRevert(s, 0, abi.encodeWithSelector(ISynclineEvents.SynclineInsufficientEscrow.selector, 0, 0));
     }
 
     function testFuzz_postTask_insufficientEscrow_reverts(uint256 value, uint128 fee) public {
@@ -252,7 +259,7 @@ contract TaskEscrowTest is SynclineTest {
         uint256 budget = _feeBudget(s);
         value = bound(value, 0, budget);
         _expectPostRevert(
-            s, value, abi.encodeWithSelector(ISynclineMarket.SynclineInsufficientEscrow.selector, value, budget)
+            s, value, abi.encodeWithSelector(ISynclineEvents.SynclineInsufficientEscrow.selector, value, budget)
         );
     }
 
@@ -262,7 +269,7 @@ contract TaskEscrowTest is SynclineTest {
         TaskSpec memory s = _defaultSpec();
         s.threshold = 0;
         _expectSpecRevert(
-            s, abi.encodeWithSelector(ISynclineMarket.SynclineInvalidThreshold.selector, uint8(0), N_WITNESSES)
+            s, abi.encodeWithSelector(ISynclineEvents.SynclineInvalidThreshold.selector, uint8(0), N_WITNESSES)
         );
     }
 
@@ -271,7 +278,7 @@ contract TaskEscrowTest is SynclineTest {
         // forge-lint: disable-next-line(unsafe-typecast) -- small test values, cannot truncate
         s.threshold = uint8(N_WITNESSES + 1);
         _expectSpecRevert(
-            s, abi.encodeWithSelector(ISynclineMarket.SynclineInvalidThreshold.selector, s.threshold, N_WITNESSES)
+            s, abi.encodeWithSelector(ISynclineEvents.SynclineInvalidThreshold.selector, s.threshold, N_WITNESSES)
         );
     }
 
@@ -279,7 +286,7 @@ contract TaskEscrowTest is SynclineTest {
         TaskSpec memory s = _defaultSpec();
         s.witnesses = new address[](0);
         s.threshold = 1;
-        _expectSpecRevert(s, abi.encodeWithSelector(ISynclineMarket.SynclineInvalidThreshold.selector, uint8(1), 0));
+        _expectSpecRevert(s, abi.encodeWithSelector(ISynclineEvents.SynclineInvalidThreshold.selector, uint8(1), 0));
     }
 
     function test_postTask_tooManyWitnesses_reverts() public {
@@ -290,19 +297,19 @@ contract TaskEscrowTest is SynclineTest {
             s.witnesses[i] = address(uint160(0x1000 + i));
         }
         s.threshold = 1;
-        _expectSpecRevert(s, abi.encodeWithSelector(ISynclineMarket.SynclineInvalidThreshold.selector, uint8(1), 33));
+        _expectSpecRevert(s, abi.encodeWithSelector(ISynclineEvents.SynclineInvalidThreshold.selector, uint8(1), 33));
     }
 
     function test_postTask_zeroWitness_reverts() public {
         TaskSpec memory s = _defaultSpec();
         s.witnesses[2] = address(0);
-        _expectSpecRevert(s, abi.encodeWithSelector(ISynclineMarket.SynclineZeroWitness.selector, 2));
+        _expectSpecRevert(s, abi.encodeWithSelector(ISynclineEvents.SynclineZeroWitness.selector, 2));
     }
 
     function test_postTask_duplicateWitness_reverts() public {
         TaskSpec memory s = _defaultSpec();
         s.witnesses[2] = s.witnesses[0];
-        _expectSpecRevert(s, abi.encodeWithSelector(ISynclineMarket.SynclineDuplicateWitness.selector, witnesses[0]));
+        _expectSpecRevert(s, abi.encodeWithSelector(ISynclineEvents.SynclineDuplicateWitness.selector, witnesses[0]));
     }
 
     // ================================================================== postTask: zero fields
@@ -408,7 +415,7 @@ contract TaskEscrowTest is SynclineTest {
         _expectSpecRevert(
             s,
             abi.encodeWithSelector(
-                ISynclineMarket.SynclineDeadlineInPast.selector, s.enrollmentDeadline, block.timestamp
+                ISynclineEvents.SynclineDeadlineInPast.selector, s.enrollmentDeadline, block.timestamp
             )
         );
     }
@@ -419,7 +426,7 @@ contract TaskEscrowTest is SynclineTest {
         _expectSpecRevert(
             s,
             abi.encodeWithSelector(
-                ISynclineMarket.SynclineDeadlineInPast.selector, s.enrollmentDeadline, block.timestamp
+                ISynclineEvents.SynclineDeadlineInPast.selector, s.enrollmentDeadline, block.timestamp
             )
         );
     }
@@ -427,7 +434,7 @@ contract TaskEscrowTest is SynclineTest {
     function test_postTask_slashBpsAbove10000_reverts() public {
         TaskSpec memory s = _defaultSpec();
         s.evictionSlashBps = 10_001;
-        _expectSpecRevert(s, abi.encodeWithSelector(ISynclineMarket.SynclineSlashBpsTooHigh.selector, uint16(10_001)));
+        _expectSpecRevert(s, abi.encodeWithSelector(ISynclineEvents.SynclineSlashBpsTooHigh.selector, uint16(10_001)));
     }
 
     function testFuzz_postTask_slashBps(uint16 bps) public {
@@ -437,7 +444,7 @@ contract TaskEscrowTest is SynclineTest {
             uint256 id = _post(s, POOL);
             vm.assertEq(uint256(market.getSpec(id).evictionSlashBps), bps, "stored bps");
         } else {
-            _expectSpecRevert(s, abi.encodeWithSelector(ISynclineMarket.SynclineSlashBpsTooHigh.selector, bps));
+            _expectSpecRevert(s, abi.encodeWithSelector(ISynclineEvents.SynclineSlashBpsTooHigh.selector, bps));
         }
     }
 
@@ -447,7 +454,7 @@ contract TaskEscrowTest is SynclineTest {
             TaskSpec memory s = _defaultSpec();
             s.gradientBits = bad[i];
             _expectSpecRevert(
-                s, abi.encodeWithSelector(ISynclineMarket.SynclineUnsupportedGradientBits.selector, bad[i])
+                s, abi.encodeWithSelector(ISynclineEvents.SynclineUnsupportedGradientBits.selector, bad[i])
             );
         }
     }
@@ -459,8 +466,76 @@ contract TaskEscrowTest is SynclineTest {
             uint256 id = _post(s, POOL);
             vm.assertEq(uint256(market.getSpec(id).gradientBits), bits, "stored bits");
         } else {
-            _expectSpecRevert(s, abi.encodeWithSelector(ISynclineMarket.SynclineUnsupportedGradientBits.selector, bits));
+            _expectSpecRevert(s, abi.encodeWithSelector(ISynclineEvents.SynclineUnsupportedGradientBits.selector, bits));
         }
+    }
+
+    // ================================================================== postTask: fraud-proof fields
+
+    function _invalidField(string memory field) internal pure returns (bytes memory) {
+        return abi.encodeWithSelector(ISynclineEvents.SynclineSpecFieldInvalid.selector, field);
+    }
+
+    function test_postTask_zeroParamCount_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.paramCount = 0;
+        _expectSpecRevert(s, _invalidField("paramCount"));
+    }
+
+    function test_postTask_paramCountBounds_succeeds() public {
+        TaskSpec memory s = _defaultSpec();
+        s.paramCount = 1;
+        vm.assertEq(uint256(market.getSpec(_post(s, POOL)).paramCount), 1, "one parameter");
+        s.paramCount = type(uint64).max;
+        vm.assertEq(uint256(market.getSpec(_post(s, POOL)).paramCount), type(uint64).max, "uint64 max");
+    }
+
+    function test_postTask_zeroCheckpointInterval_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.checkpointInterval = 0;
+        _expectSpecRevert(s, _invalidField("checkpointInterval"));
+    }
+
+    function test_postTask_checkpointIntervalAboveInnerSteps_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.checkpointInterval = INNER_STEPS + 1;
+        _expectSpecRevert(s, _invalidField("checkpointInterval"));
+    }
+
+    function test_postTask_checkpointIntervalBounds_succeeds() public {
+        TaskSpec memory s = _defaultSpec();
+        s.checkpointInterval = 1; // a checkpoint after every inner step
+        vm.assertEq(uint256(market.getSpec(_post(s, POOL)).checkpointInterval), 1, "every step");
+        s.checkpointInterval = INNER_STEPS; // one segment: only the final state
+        vm.assertEq(uint256(market.getSpec(_post(s, POOL)).checkpointInterval), INNER_STEPS, "one segment");
+    }
+
+    function testFuzz_postTask_checkpointInterval(uint32 innerSteps, uint32 interval, uint64 paramCount) public {
+        innerSteps = uint32(bound(innerSteps, 1, type(uint32).max));
+        TaskSpec memory s = _defaultSpec();
+        s.innerSteps = innerSteps;
+        s.checkpointInterval = interval;
+        s.paramCount = paramCount;
+        if (paramCount == 0) {
+            _expectSpecRevert(s, _invalidField("paramCount"));
+        } else if (interval == 0 || interval > innerSteps) {
+            _expectSpecRevert(s, _invalidField("checkpointInterval"));
+        } else {
+            uint256 id = _post(s, POOL);
+            vm.assertEq(uint256(market.getSpec(id).checkpointInterval), interval, "stored interval");
+            vm.assertEq(uint256(market.getSpec(id).paramCount), paramCount, "stored paramCount");
+        }
+    }
+
+    /// The bonds are free parameters: any witness bond and challenge bond (zero included) is accepted.
+    function testFuzz_postTask_bonds_succeeds(uint128 witnessBond, uint128 challengeBond) public {
+        TaskSpec memory s = _defaultSpec();
+        s.witnessBond = witnessBond;
+        s.challengeBond = challengeBond;
+        uint256 id = _post(s, POOL);
+        vm.assertEq(uint256(market.getSpec(id).witnessBond), witnessBond, "witnessBond");
+        vm.assertEq(uint256(market.getSpec(id).challengeBond), challengeBond, "challengeBond");
+        vm.assertEq(market.escrowOf(id), POOL + _feeBudget(s), "bonds are not escrowed by the sponsor");
     }
 
     // ================================================================== postTask: tier policy
@@ -471,7 +546,7 @@ contract TaskEscrowTest is SynclineTest {
             _expectSpecRevert(
                 s,
                 abi.encodeWithSelector(
-                    ISynclineMarket.SynclineRuleNotAdmitted.selector, Tier.Open, AggregationRule(rule)
+                    ISynclineEvents.SynclineRuleNotAdmitted.selector, Tier.Open, AggregationRule(rule)
                 )
             );
         }
@@ -494,7 +569,7 @@ contract TaskEscrowTest is SynclineTest {
         rule = uint8(bound(rule, 0, 5));
         TaskSpec memory s = _validRuleSpec(Tier(tier), AggregationRule(rule));
         if (tier == uint8(Tier.Open) && rule != uint8(AggregationRule.Mean)) {
-            _expectSpecRevert(s, abi.encodeWithSelector(ISynclineMarket.SynclineRuleNotAdmitted.selector, tier, rule));
+            _expectSpecRevert(s, abi.encodeWithSelector(ISynclineEvents.SynclineRuleNotAdmitted.selector, tier, rule));
         } else {
             uint256 id = _post(s, POOL);
             vm.assertEq(uint256(market.getSpec(id).rule), rule, "admitted");
@@ -568,7 +643,7 @@ contract TaskEscrowTest is SynclineTest {
         uint256 id = _postDefault();
         uint64 deadline = market.getSpec(id).enrollmentDeadline;
         vm.warp(deadline);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineEnrollmentStillOpen.selector, id, deadline));
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineEnrollmentStillOpen.selector, id, deadline));
         market.cancelUnderfilled(id);
     }
 
@@ -577,13 +652,13 @@ contract TaskEscrowTest is SynclineTest {
         _enrollMany(id, MIN_TRAINERS);
         vm.warp(market.getSpec(id).enrollmentDeadline + 1);
         vm.expectRevert(
-            abi.encodeWithSelector(ISynclineMarket.SynclineNotUnderfilled.selector, id, MIN_TRAINERS, MIN_TRAINERS)
+            abi.encodeWithSelector(ISynclineEvents.SynclineNotUnderfilled.selector, id, MIN_TRAINERS, MIN_TRAINERS)
         );
         market.cancelUnderfilled(id);
     }
 
     function test_cancelUnderfilled_unknownTask_reverts() public {
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineUnknownTask.selector, 7));
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineUnknownTask.selector, 7));
         market.cancelUnderfilled(7);
     }
 
@@ -592,7 +667,7 @@ contract TaskEscrowTest is SynclineTest {
         vm.warp(market.getSpec(id).enrollmentDeadline + 1);
         vm.expectRevert(
             abi.encodeWithSelector(
-                ISynclineMarket.SynclineWrongTaskStatus.selector, id, TaskStatus.Running, TaskStatus.Enrolling
+                ISynclineEvents.SynclineWrongTaskStatus.selector, id, TaskStatus.Running, TaskStatus.Enrolling
             )
         );
         market.cancelUnderfilled(id);
@@ -606,11 +681,11 @@ contract TaskEscrowTest is SynclineTest {
         vm.warp(market.getSpec(id).enrollmentDeadline + 1);
 
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.Credited(id, trainers[0], STAKE, "stake-refund");
+        emit ISynclineEvents.Credited(id, trainers[0], STAKE, "stake-refund");
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.Credited(id, sponsor, POOL + budget, "sponsor-refund");
+        emit ISynclineEvents.Credited(id, sponsor, POOL + budget, "sponsor-refund");
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.TaskCancelled(id, 1, POOL + budget);
+        emit ISynclineEvents.TaskCancelled(id, 1, POOL + budget);
         vm.prank(stranger); // anyone may call
         market.cancelUnderfilled(id);
 
@@ -634,7 +709,7 @@ contract TaskEscrowTest is SynclineTest {
         vm.assertEq(trainers[0].balance, trainerBefore + STAKE, "trainer refunded to the wei");
         vm.assertEq(address(market).balance, 0, "market empty");
 
-        TrainingReceipt memory rc = market.getReceipt(id);
+        TrainingReceipt memory rc = _receipt(id);
         vm.assertEq(uint256(rc.status), uint256(TaskStatus.Cancelled), "receipt status");
         vm.assertEq(rc.sponsorRefund, POOL + budget, "receipt sponsorRefund");
         vm.assertEq(rc.trainers.length, 1, "receipt trainers");
@@ -656,7 +731,7 @@ contract TaskEscrowTest is SynclineTest {
         market.cancelUnderfilled(id);
         vm.expectRevert(
             abi.encodeWithSelector(
-                ISynclineMarket.SynclineWrongTaskStatus.selector, id, TaskStatus.Cancelled, TaskStatus.Enrolling
+                ISynclineEvents.SynclineWrongTaskStatus.selector, id, TaskStatus.Cancelled, TaskStatus.Enrolling
             )
         );
         market.cancelUnderfilled(id);
@@ -668,7 +743,7 @@ contract TaskEscrowTest is SynclineTest {
         vm.warp(market.getSpec(id).enrollmentDeadline + 1);
         market.cancelUnderfilled(id);
         bytes memory err = abi.encodeWithSelector(
-            ISynclineMarket.SynclineWrongTaskStatus.selector, id, TaskStatus.Cancelled, TaskStatus.Enrolling
+            ISynclineEvents.SynclineWrongTaskStatus.selector, id, TaskStatus.Cancelled, TaskStatus.Enrolling
         );
         vm.prank(trainers[0]);
         vm.expectRevert(err);
@@ -677,11 +752,167 @@ contract TaskEscrowTest is SynclineTest {
         market.startRun(id);
     }
 
+    // ================================================================== bondWitness
+
+    function test_bondWitness_enrolling_succeeds() public {
+        uint256 id = _post(_bondedSpec(), POOL);
+        uint256 escrowBefore = market.escrowOf(id);
+        uint256 balanceBefore = address(market).balance;
+
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineEvents.WitnessBonded(id, witnesses[1], WITNESS_BOND);
+        vm.prank(witnesses[1]);
+        market.bondWitness{value: WITNESS_BOND}(id);
+
+        WitnessRecord memory w = market.getWitness(id, witnesses[1]);
+        vm.assertTrue(w.bonded, "bonded");
+        vm.assertEq(uint256(w.bond), WITNESS_BOND, "bond");
+        vm.assertEq(uint256(w.slashed), 0, "nothing slashed");
+        vm.assertFalse(market.getWitness(id, witnesses[0]).bonded, "others unbonded");
+        vm.assertEq(market.getTaskState(id).bondsHeld, WITNESS_BOND, "bondsHeld");
+        vm.assertEq(market.escrowOf(id), escrowBefore + WITNESS_BOND, "escrowOf includes the bond");
+        vm.assertEq(address(market).balance, balanceBefore + WITNESS_BOND, "balance");
+        _assertMoneyInvariant(_one(id), _allActors());
+    }
+
+    function test_bondWitness_running_succeeds() public {
+        uint256 id = _post(_bondedSpec(), POOL);
+        _enrollMany(id, MAX_TRAINERS);
+        _assertStatus(id, TaskStatus.Running, "running");
+        _bondAll(id);
+        vm.assertEq(market.getTaskState(id).bondsHeld, 3 * uint256(WITNESS_BOND), "three bonds");
+        _assertMoneyInvariant(_one(id), _allActors());
+    }
+
+    function testFuzz_bondWitness_wrongAmount_reverts(uint128 bond, uint256 sent) public {
+        TaskSpec memory s = _defaultSpec();
+        s.witnessBond = bond;
+        uint256 id = _post(s, POOL);
+        sent = bound(sent, 0, ACTOR_FUNDS);
+        if (sent == bond) {
+            vm.prank(witnesses[0]);
+            market.bondWitness{value: sent}(id);
+            vm.assertTrue(market.getWitness(id, witnesses[0]).bonded, "the exact amount bonds");
+            vm.assertEq(market.getTaskState(id).bondsHeld, bond, "held");
+        } else {
+            vm.prank(witnesses[0]);
+            vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongBond.selector, sent, uint256(bond)));
+            market.bondWitness{value: sent}(id);
+            vm.assertFalse(market.getWitness(id, witnesses[0]).bonded, "not bonded");
+            vm.assertEq(market.getTaskState(id).bondsHeld, 0, "nothing held");
+        }
+        _assertMoneyInvariant(_one(id), _allActors());
+    }
+
+    function test_bondWitness_zeroBond_succeeds() public {
+        uint256 id = _postDefault(); // witnessBond = 0
+        vm.prank(witnesses[2]);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongBond.selector, 1, 0));
+        market.bondWitness{value: 1}(id);
+        vm.prank(witnesses[2]);
+        market.bondWitness(id);
+        WitnessRecord memory w = market.getWitness(id, witnesses[2]);
+        vm.assertTrue(w.bonded, "bonded with nothing");
+        vm.assertEq(uint256(w.bond), 0, "zero bond");
+    }
+
+    function test_bondWitness_twice_reverts() public {
+        uint256 id = _post(_bondedSpec(), POOL);
+        _bond(id, witnesses[0]);
+        vm.prank(witnesses[0]);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWitnessAlreadyBonded.selector, id, witnesses[0]));
+        market.bondWitness{value: WITNESS_BOND}(id);
+        vm.assertEq(market.getTaskState(id).bondsHeld, WITNESS_BOND, "held once");
+        vm.assertEq(uint256(market.getWitness(id, witnesses[0]).bond), WITNESS_BOND, "bond unchanged");
+    }
+
+    function test_bondWitness_notWitness_reverts() public {
+        uint256 id = _post(_bondedSpec(), POOL);
+        _enroll(id, trainers[0]);
+        address[2] memory outsiders = [stranger, trainers[0]];
+        for (uint256 i = 0; i < outsiders.length; ++i) {
+            vm.prank(outsiders[i]);
+            vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineNotWitness.selector, id, outsiders[i]));
+            market.bondWitness{value: WITNESS_BOND}(id);
+        }
+        vm.assertEq(market.getTaskState(id).bondsHeld, 0, "nothing held");
+    }
+
+    function test_bondWitness_unknownTask_reverts() public {
+        vm.prank(witnesses[0]);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineUnknownTask.selector, 3));
+        market.bondWitness{value: WITNESS_BOND}(3);
+    }
+
+    function _expectBondStatusRevert(uint256 id, TaskStatus status) internal {
+        vm.prank(witnesses[2]);
+        vm.expectRevert(
+            abi.encodeWithSelector(ISynclineEvents.SynclineWrongTaskStatus.selector, id, status, TaskStatus.Running)
+        );
+        market.bondWitness{value: WITNESS_BOND}(id);
+    }
+
+    function test_bondWitness_wrongStatus_reverts() public {
+        // Awaiting seal, then sealed.
+        uint256 id = _post(_bondedSpec(), POOL);
+        _enrollMany(id, MAX_TRAINERS);
+        _bond(id, witnesses[0]);
+        _bond(id, witnesses[1]);
+        _runAllRounds(id);
+        _expectBondStatusRevert(id, TaskStatus.AwaitingSeal);
+        _warpAndSeal(id);
+        _expectBondStatusRevert(id, TaskStatus.Sealed);
+        // Cancelled.
+        uint256 cancelled = _post(_bondedSpec(), POOL);
+        vm.warp(market.getSpec(cancelled).enrollmentDeadline + 1);
+        market.cancelUnderfilled(cancelled);
+        _expectBondStatusRevert(cancelled, TaskStatus.Cancelled);
+        vm.assertFalse(market.getWitness(id, witnesses[2]).bonded, "never bonded");
+        _assertMoneyInvariant(_two(id, cancelled), _allActors());
+    }
+
+    function test_cancelUnderfilled_refundsWitnessBonds_succeeds() public {
+        uint256 id = _post(_bondedSpec(), POOL);
+        uint256 budget = _feeBudget(_bondedSpec());
+        _bond(id, witnesses[0]);
+        _bond(id, witnesses[2]);
+        _enroll(id, trainers[0]);
+        vm.assertEq(market.escrowOf(id), POOL + budget + STAKE + 2 * uint256(WITNESS_BOND), "escrow before");
+        vm.warp(market.getSpec(id).enrollmentDeadline + 1);
+
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineEvents.Credited(id, trainers[0], STAKE, "stake-refund");
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineEvents.Credited(id, witnesses[0], WITNESS_BOND, "bond-refund");
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineEvents.Credited(id, witnesses[2], WITNESS_BOND, "bond-refund");
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineEvents.Credited(id, sponsor, POOL + budget, "sponsor-refund");
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineEvents.TaskCancelled(id, 1, POOL + budget);
+        market.cancelUnderfilled(id);
+
+        TaskState memory t = market.getTaskState(id);
+        vm.assertEq(t.bondsHeld, 0, "bonds released");
+        vm.assertEq(market.escrowOf(id), 0, "escrow empty");
+        vm.assertEq(uint256(market.getWitness(id, witnesses[0]).bond), 0, "bond cleared");
+        vm.assertTrue(market.getWitness(id, witnesses[0]).bonded, "still marked bonded");
+        vm.assertEq(market.creditOf(witnesses[0]), WITNESS_BOND, "w0 credit");
+        vm.assertEq(market.creditOf(witnesses[1]), 0, "w1 never bonded");
+        vm.assertEq(market.creditOf(witnesses[2]), WITNESS_BOND, "w2 credit");
+        _assertMoneyInvariant(_one(id), _allActors());
+
+        uint256 before = witnesses[2].balance;
+        vm.prank(witnesses[2]);
+        market.withdraw();
+        vm.assertEq(witnesses[2].balance, before + WITNESS_BOND, "bond back to the wei");
+    }
+
     // ================================================================== withdraw
 
     function test_withdraw_nothing_reverts() public {
         vm.prank(stranger);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineNothingToWithdraw.selector, stranger));
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineNothingToWithdraw.selector, stranger));
         market.withdraw();
     }
 
@@ -698,7 +929,7 @@ contract TaskEscrowTest is SynclineTest {
         uint256 marketBefore = address(market).balance;
 
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.Withdrawn(trainers[0], STAKE);
+        emit ISynclineEvents.Withdrawn(trainers[0], STAKE);
         vm.prank(trainers[0]);
         market.withdraw();
 
@@ -713,7 +944,7 @@ contract TaskEscrowTest is SynclineTest {
         market.withdraw();
         uint256 before = trainers[0].balance;
         vm.prank(trainers[0]);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineNothingToWithdraw.selector, trainers[0]));
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineNothingToWithdraw.selector, trainers[0]));
         market.withdraw();
         vm.assertEq(trainers[0].balance, before, "no second payment");
     }
@@ -728,7 +959,7 @@ contract TaskEscrowTest is SynclineTest {
         uint256 marketBefore = address(market).balance;
 
         vm.expectRevert(
-            abi.encodeWithSelector(ISynclineMarket.SynclineWithdrawFailed.selector, address(recv), uint256(STAKE))
+            abi.encodeWithSelector(ISynclineEvents.SynclineWithdrawFailed.selector, address(recv), uint256(STAKE))
         );
         recv.withdraw();
 
@@ -792,7 +1023,7 @@ contract TaskEscrowTest is SynclineTest {
 
     function _windowTooLong(string memory field, uint256 value) internal view returns (bytes memory) {
         return abi.encodeWithSelector(
-            ISynclineMarket.SynclineWindowTooLong.selector, field, value, uint256(market.MAX_WINDOW())
+            ISynclineEvents.SynclineWindowTooLong.selector, field, value, uint256(market.MAX_WINDOW())
         );
     }
 
@@ -877,7 +1108,7 @@ contract TaskEscrowTest is SynclineTest {
         _postDefault();
         uint256[2] memory ids = [uint256(0), 2];
         for (uint256 i = 0; i < ids.length; ++i) {
-            bytes memory err = abi.encodeWithSelector(ISynclineMarket.SynclineUnknownTask.selector, ids[i]);
+            bytes memory err = abi.encodeWithSelector(ISynclineEvents.SynclineUnknownTask.selector, ids[i]);
             vm.expectRevert(err);
             market.getSpec(ids[i]);
             vm.expectRevert(err);
@@ -897,7 +1128,7 @@ contract TaskEscrowTest is SynclineTest {
             vm.expectRevert(err);
             market.voteOf(ids[i], 0, witnesses[0]);
             vm.expectRevert(err);
-            market.getReceipt(ids[i]);
+            _receipt(ids[i]);
         }
     }
 

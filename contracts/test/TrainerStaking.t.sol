@@ -3,7 +3,7 @@ pragma solidity ^0.8.24;
 
 import {SynclineTest} from "./base/SynclineTest.sol";
 import {Vm} from "./base/Vm.sol";
-import {ISynclineMarket} from "../src/ISynclineMarket.sol";
+import {ISynclineEvents} from "../src/ISynclineEvents.sol";
 import {TaskSpec, TaskState, TaskStatus, TrainerRecord, RoundStatus} from "../src/SynclineTypes.sol";
 
 /// @notice Enrollment, run start, shard assignment, eviction and slashing.
@@ -43,7 +43,7 @@ contract TrainerStakingTest is SynclineTest {
         uint256 escrowBefore = market.escrowOf(id);
 
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.TrainerEnrolled(id, trainers[0], 0, STAKE);
+        emit ISynclineEvents.TrainerEnrolled(id, trainers[0], 0, STAKE);
         vm.prank(trainers[0]);
         uint16 fragment = market.enroll{value: STAKE}(id);
 
@@ -79,14 +79,14 @@ contract TrainerStakingTest is SynclineTest {
     function test_enroll_stakeTooLow_reverts() public {
         uint256 id = _postDefault();
         vm.prank(trainers[0]);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineWrongStake.selector, STAKE - 1, STAKE));
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongStake.selector, STAKE - 1, STAKE));
         market.enroll{value: STAKE - 1}(id);
     }
 
     function test_enroll_stakeTooHigh_reverts() public {
         uint256 id = _postDefault();
         vm.prank(trainers[0]);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineWrongStake.selector, STAKE + 1, STAKE));
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongStake.selector, STAKE + 1, STAKE));
         market.enroll{value: STAKE + 1}(id);
     }
 
@@ -95,7 +95,7 @@ contract TrainerStakingTest is SynclineTest {
         vm.assume(value != STAKE);
         uint256 id = _postDefault();
         vm.prank(trainers[0]);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineWrongStake.selector, value, STAKE));
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongStake.selector, value, STAKE));
         market.enroll{value: value}(id);
     }
 
@@ -110,7 +110,7 @@ contract TrainerStakingTest is SynclineTest {
         uint64 deadline = market.getSpec(id).enrollmentDeadline;
         vm.warp(deadline + 1);
         vm.prank(trainers[0]);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineEnrollmentClosed.selector, id, deadline));
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineEnrollmentClosed.selector, id, deadline));
         market.enroll{value: STAKE}(id);
     }
 
@@ -118,7 +118,7 @@ contract TrainerStakingTest is SynclineTest {
         uint256 id = _postDefault();
         _enroll(id, trainers[0]);
         vm.prank(trainers[0]);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineAlreadyEnrolled.selector, id, trainers[0]));
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineAlreadyEnrolled.selector, id, trainers[0]));
         market.enroll{value: STAKE}(id);
         vm.assertEq(uint256(market.getTaskState(id).enrolled), 1, "counted once");
     }
@@ -126,13 +126,13 @@ contract TrainerStakingTest is SynclineTest {
     function test_enroll_witness_reverts() public {
         uint256 id = _postDefault();
         vm.prank(witnesses[1]);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineWitnessCannotTrain.selector, id, witnesses[1]));
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWitnessCannotTrain.selector, id, witnesses[1]));
         market.enroll{value: STAKE}(id);
     }
 
     function test_enroll_unknownTask_reverts() public {
         vm.prank(trainers[0]);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineUnknownTask.selector, 1));
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineUnknownTask.selector, 1));
         market.enroll{value: STAKE}(1);
     }
 
@@ -141,7 +141,7 @@ contract TrainerStakingTest is SynclineTest {
         vm.prank(trainers[MAX_TRAINERS]);
         vm.expectRevert(
             abi.encodeWithSelector(
-                ISynclineMarket.SynclineWrongTaskStatus.selector, id, TaskStatus.Running, TaskStatus.Enrolling
+                ISynclineEvents.SynclineWrongTaskStatus.selector, id, TaskStatus.Running, TaskStatus.Enrolling
             )
         );
         market.enroll{value: STAKE}(id);
@@ -155,19 +155,19 @@ contract TrainerStakingTest is SynclineTest {
         uint64 now_ = uint64(block.timestamp);
 
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.TrainerEnrolled(id, trainers[3], 3, STAKE);
+        emit ISynclineEvents.TrainerEnrolled(id, trainers[3], 3, STAKE);
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.RunStarted(id, MAX_TRAINERS, init);
+        emit ISynclineEvents.RunStarted(id, MAX_TRAINERS, init);
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.ShardsAssigned(id, trainers[0], 0, MASK4_0);
+        emit ISynclineEvents.ShardsAssigned(id, trainers[0], 0, MASK4_0);
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.ShardsAssigned(id, trainers[1], 1, MASK4_1);
+        emit ISynclineEvents.ShardsAssigned(id, trainers[1], 1, MASK4_1);
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.ShardsAssigned(id, trainers[2], 2, MASK4_2);
+        emit ISynclineEvents.ShardsAssigned(id, trainers[2], 2, MASK4_2);
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.ShardsAssigned(id, trainers[3], 3, MASK4_3);
+        emit ISynclineEvents.ShardsAssigned(id, trainers[3], 3, MASK4_3);
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.RoundOpened(id, 0, now_, now_ + ROUND_DURATION);
+        emit ISynclineEvents.RoundOpened(id, 0, now_, now_ + ROUND_DURATION);
         _enroll(id, trainers[3]);
 
         TaskState memory t = market.getTaskState(id);
@@ -187,7 +187,7 @@ contract TrainerStakingTest is SynclineTest {
         _enrollMany(id, MIN_TRAINERS);
         uint64 deadline = market.getSpec(id).enrollmentDeadline;
         vm.warp(deadline);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineEnrollmentStillOpen.selector, id, deadline));
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineEnrollmentStillOpen.selector, id, deadline));
         market.startRun(id);
     }
 
@@ -195,12 +195,12 @@ contract TrainerStakingTest is SynclineTest {
         uint256 id = _postDefault();
         _enroll(id, trainers[0]);
         vm.warp(market.getSpec(id).enrollmentDeadline + 1);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineUnderfilled.selector, id, 1, MIN_TRAINERS));
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineUnderfilled.selector, id, 1, MIN_TRAINERS));
         market.startRun(id);
     }
 
     function test_startRun_unknownTask_reverts() public {
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineUnknownTask.selector, 3));
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineUnknownTask.selector, 3));
         market.startRun(3);
     }
 
@@ -209,7 +209,7 @@ contract TrainerStakingTest is SynclineTest {
         vm.warp(market.getSpec(id).enrollmentDeadline + 1);
         vm.expectRevert(
             abi.encodeWithSelector(
-                ISynclineMarket.SynclineWrongTaskStatus.selector, id, TaskStatus.Running, TaskStatus.Enrolling
+                ISynclineEvents.SynclineWrongTaskStatus.selector, id, TaskStatus.Running, TaskStatus.Enrolling
             )
         );
         market.startRun(id);
@@ -222,13 +222,13 @@ contract TrainerStakingTest is SynclineTest {
         uint64 now_ = uint64(block.timestamp);
 
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.RunStarted(id, MIN_TRAINERS, keccak256("initial-state"));
+        emit ISynclineEvents.RunStarted(id, MIN_TRAINERS, keccak256("initial-state"));
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.ShardsAssigned(id, trainers[0], 0, 0x1f);
+        emit ISynclineEvents.ShardsAssigned(id, trainers[0], 0, 0x1f);
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.ShardsAssigned(id, trainers[1], 1, 0x3e0);
+        emit ISynclineEvents.ShardsAssigned(id, trainers[1], 1, 0x3e0);
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.RoundOpened(id, 0, now_, now_ + ROUND_DURATION);
+        emit ISynclineEvents.RoundOpened(id, 0, now_, now_ + ROUND_DURATION);
         vm.prank(stranger); // anyone may start
         market.startRun(id);
 
@@ -277,7 +277,7 @@ contract TrainerStakingTest is SynclineTest {
         _warpPastDeadline(id);
         _prepareQuorum(id, 0, mask);
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.RoundMissed(id, 0, trainers[1], 1);
+        emit ISynclineEvents.RoundMissed(id, 0, trainers[1], 1);
         _closeQuorum(id, 0, mask);
 
         TrainerRecord memory r = market.getTrainer(id, trainers[1]);
@@ -302,22 +302,22 @@ contract TrainerStakingTest is SynclineTest {
         vm.recordLogs();
         _prepareQuorum(id, 1, mask);
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.RoundMissed(id, 1, trainers[1], 2);
+        emit ISynclineEvents.RoundMissed(id, 1, trainers[1], 2);
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.TrainerEvicted(id, trainers[1], 1);
+        emit ISynclineEvents.TrainerEvicted(id, trainers[1], 1);
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.StakeSlashed(id, trainers[1], slash, STAKE - slash);
+        emit ISynclineEvents.StakeSlashed(id, trainers[1], slash, STAKE - slash);
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.ShardsAssigned(id, trainers[0], 0, MASK3_0);
+        emit ISynclineEvents.ShardsAssigned(id, trainers[0], 0, MASK3_0);
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.ShardsAssigned(id, trainers[2], 2, MASK3_1);
+        emit ISynclineEvents.ShardsAssigned(id, trainers[2], 2, MASK3_1);
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.ShardsAssigned(id, trainers[3], 3, MASK3_2);
+        emit ISynclineEvents.ShardsAssigned(id, trainers[3], 3, MASK3_2);
         _closeQuorum(id, 1, mask);
         Vm.Log[] memory logs = vm.getRecordedLogs();
 
         // Exactly the three remaining trainers got new shards, and together they cover all of them.
-        bytes32 topic = ISynclineMarket.ShardsAssigned.selector;
+        bytes32 topic = ISynclineEvents.ShardsAssigned.selector;
         vm.assertEq(_countLogs(logs, topic), 3, "ShardsAssigned for the 3 remaining trainers only");
         uint256 union;
         for (uint256 i = 0; i < logs.length; ++i) {
@@ -349,9 +349,8 @@ contract TrainerStakingTest is SynclineTest {
         uint256 id = _postAndStart();
         _roundWithout(id, 0, trainers[1]);
         _roundWithout(id, 1, trainers[1]);
-        vm.prank(trainers[1]);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineMarket.SynclineNotActiveTrainer.selector, id, trainers[1]));
-        market.commitSubmission(id, 2, 1, bytes32(uint256(1)), bytes32(uint256(2)), URI);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineNotActiveTrainer.selector, id, trainers[1]));
+        _commitSigned(trainers[1], _rawCommitment(id, 2, 1, bytes32(uint256(1)), bytes32(uint256(2))));
     }
 
     function test_evict_rebalancedWeightsAtCommit_succeeds() public {
@@ -401,7 +400,7 @@ contract TrainerStakingTest is SynclineTest {
         _warpPastDeadline(id);
         _prepareQuorum(id, 1, mask);
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.StakeSlashed(id, trainers[0], STAKE, 0);
+        emit ISynclineEvents.StakeSlashed(id, trainers[0], STAKE, 0);
         _closeQuorum(id, 1, mask);
         vm.assertEq(uint256(market.getTrainer(id, trainers[0]).stake), 0, "whole stake slashed");
         vm.assertEq(market.getTaskState(id).rewardPool, POOL + STAKE, "pool got the whole stake");
@@ -418,8 +417,8 @@ contract TrainerStakingTest is SynclineTest {
         vm.recordLogs();
         _finalize(id, 1, mask);
         Vm.Log[] memory logs = vm.getRecordedLogs();
-        vm.assertEq(_countLogs(logs, ISynclineMarket.TrainerEvicted.selector), 1, "evicted");
-        vm.assertEq(_countLogs(logs, ISynclineMarket.StakeSlashed.selector), 0, "nothing slashed, no event");
+        vm.assertEq(_countLogs(logs, ISynclineEvents.TrainerEvicted.selector), 1, "evicted");
+        vm.assertEq(_countLogs(logs, ISynclineEvents.StakeSlashed.selector), 0, "nothing slashed, no event");
         vm.assertEq(uint256(market.getTrainer(id, trainers[0]).stake), STAKE, "stake intact");
         vm.assertEq(market.getTaskState(id).rewardPool, POOL, "pool unchanged");
     }
@@ -432,7 +431,7 @@ contract TrainerStakingTest is SynclineTest {
         _commitExcept(id, 1, trainers[2]);
         _warpPastGrace(id);
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineMarket.TrainerEvicted(id, trainers[2], 1);
+        emit ISynclineEvents.TrainerEvicted(id, trainers[2], 1);
         market.carryForward(id, 1);
         vm.assertTrue(market.getTrainer(id, trainers[2]).evicted, "carried rounds count as misses too");
         _assertShardPartition(id);
@@ -446,8 +445,8 @@ contract TrainerStakingTest is SynclineTest {
         vm.recordLogs();
         market.carryForward(id, 1);
         Vm.Log[] memory logs = vm.getRecordedLogs();
-        vm.assertEq(_countLogs(logs, ISynclineMarket.TrainerEvicted.selector), MAX_TRAINERS, "all evicted");
-        vm.assertEq(_countLogs(logs, ISynclineMarket.ShardsAssigned.selector), 0, "nobody to reassign to");
+        vm.assertEq(_countLogs(logs, ISynclineEvents.TrainerEvicted.selector), MAX_TRAINERS, "all evicted");
+        vm.assertEq(_countLogs(logs, ISynclineEvents.ShardsAssigned.selector), 0, "nobody to reassign to");
         TaskState memory t = market.getTaskState(id);
         vm.assertEq(uint256(t.active), 0, "no active trainer");
         vm.assertEq(uint256(t.status), uint256(TaskStatus.Running), "the run goes on to its last round");

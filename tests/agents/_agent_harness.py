@@ -76,6 +76,7 @@ def tiny_plan(**overrides: Any) -> DemoPlan:
     values: dict[str, Any] = {
         "rounds": 3,
         "inner_steps": 8,
+        "checkpoint_interval": 4,
         "round_duration_s": 10,
         "grace_window_s": 40,
         "challenge_window_s": 2,

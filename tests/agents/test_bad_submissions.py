@@ -257,7 +257,9 @@ def test_trainer_sends_nothing_for_a_non_finite_gradient(previous: TrainingState
     poisoned[17] = float("nan")
 
     class Inner:  # the trainer's InnerLoop, diverged
-        def run(self, state: TrainingState, shards: list[bytes], *, seed: int, progress: bool = False) -> RoundWork:
+        def run(
+            self, state: TrainingState, shards: list[bytes], *, seed: int, progress: bool = False, **_: object
+        ) -> RoundWork:
             assert state is previous
             return RoundWork(poisoned, (5.0,), 0.01, 256)
 
@@ -276,7 +278,7 @@ def test_trainer_sends_nothing_for_a_non_finite_gradient(previous: TrainingState
     )
     signer = from_private_key("0x" + "11" * 32)
     agent = TrainerAgent(cfg, signer, market, blobs)  # type: ignore[arg-type]
-    agent.ctx = SimpleNamespace(task_id=1, spec=SimpleNamespace(gradient_bits=BITS), shard=lambda i: b"")  # type: ignore[assignment]
+    agent.ctx = SimpleNamespace(task_id=1, spec=SimpleNamespace(gradient_bits=BITS, inner_steps=8), shard=lambda i: b"")  # type: ignore[assignment]
     agent.inner = Inner()  # type: ignore[assignment]
     agent._state = previous
     with pytest.raises(ValueError, match="NaN or Inf"):

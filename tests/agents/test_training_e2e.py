@@ -128,12 +128,17 @@ def test_everyone_paid_and_escrow_empty(finished_run: tuple[TrainingReceipt, Run
     receipt, record, _ = finished_run
     assert record.escrow == 0
     assert all(v == 0 for v in record.credits.values()), record.credits
-    # Each trainer withdrew its stake plus its reward; each witness withdrew exactly its fees.
+    # Each trainer withdrew its stake plus its reward; each witness withdrew exactly its fees plus
+    # its bond (each witness agent bonded itself before voting; nobody was slashed).
     for line in receipt.trainers:
         assert line.stake_refund_wei > 0 and line.reward_wei > 0
         assert record.withdrawn.get(line.trainer) == [line.stake_refund_wei + line.reward_wei]
+    bond = record.ctx.spec.witness_bond_wei
+    assert bond > 0
     for w in receipt.witnesses:
-        assert record.withdrawn.get(w.witness, []) == ([w.fees_wei] if w.fees_wei else [])
+        view = record.witness_views[w.witness]
+        assert (view.bonded, view.bond_wei, view.slashed_wei) == (True, 0, 0)  # bonded, refunded at seal
+        assert record.withdrawn.get(w.witness, []) == [w.fees_wei + bond]
     assert sum(w.matched for w in receipt.witnesses) == PLAN.threshold * PLAN.rounds
     refund = receipt.sponsor_refund_wei  # 0 here: every round finalized, so the pool and fee budget were spent
     assert record.withdrawn.get(record.task.sponsor, []) == ([refund] if refund else [])

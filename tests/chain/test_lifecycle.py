@@ -8,8 +8,12 @@ Round 2  T2 misses again; one vote only; carryForward is refused inside the grac
          max_missed_rounds = 1) is evicted, 25% of its stake slashed into the pool, shards
          reassigned over T0 and T1.
 Round 3  T0 + T1 commit (3 shards each); W1 + W2 finalize; the run completes.
-Seal     refused inside the challenge window, then sealed; every account withdraws and every
-         balance is checked to the wei (gas from each receipt's gasUsed * effectiveGasPrice).
+Seal     refused inside the challenge window, then sealed (witness bonds refunded); every account
+         withdraws and every balance is checked to the wei (gas from each receipt's
+         gasUsed * effectiveGasPrice).
+
+The witnesses post their bonds right after the task is posted; commitments and votes are EIP-712
+messages signed by the trainer or witness (each sends its own here).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 import pytest
 from web3 import Web3
 
-from conftest import ETH, SPEC_URI, GasMeter, h32, shard_mask
+from conftest import ETH, SPEC_URI, GasMeter, checkpoint_root, h32, shard_mask
 from syncline.chain.devnet import chain_time, set_next_timestamp
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient, result_digest
@@ -43,7 +47,14 @@ def commit(market: MarketClient, gas: GasMeter, trainer: Signer, task_id: int, r
     payload = h32(f"payload/{task_id}/{rnd}/{fragment}")
     chunks = h32(f"chunks/{task_id}/{rnd}/{fragment}")
     receipt = market.commit_submission(
-        trainer, task_id, rnd, fragment, payload, chunks, f"ipfs://outer-gradient/{rnd}/{fragment}"
+        trainer,
+        task_id,
+        rnd,
+        fragment,
+        payload,
+        chunks,
+        f"ipfs://outer-gradient/{rnd}/{fragment}",
+        checkpoint_root=checkpoint_root(f"{task_id}/{rnd}/{fragment}"),
     )
     return gas.add(receipt)
 
@@ -79,7 +90,8 @@ def test_full_lifecycle_every_wei_accounted(
         assert held == market.escrow_of(task_id) + credits
 
     spec = spec_factory()
-    fee, stake, pool0 = spec.witness_fee_wei, spec.trainer_stake_wei, spec.reward_pool_wei
+    fee, stake, pool0, bond = spec.witness_fee_wei, spec.trainer_stake_wei, spec.reward_pool_wei, spec.witness_bond_wei
+    assert bond == ETH // 2
     fee_budget = fee * spec.threshold * spec.rounds
     assert spec.escrow_wei == pool0 + fee_budget == 3 * ETH + 8 * ETH // 100
 
@@ -96,6 +108,15 @@ def test_full_lifecycle_every_wei_accounted(
     assert task.status == TaskStatus.ENROLLING
     assert task.state_root == spec.initial_state_root
 
+    # ------------------------------------------------------------------ witnesses bond
+    for witness in witnesses:
+        receipt = gas.add(market.bond_witness(witness, task_id))
+        (bonded,) = market.events(receipt, "WitnessBonded")
+        assert (bonded["args"]["witness"], bonded["args"]["bond"]) == (witness.address, bond)
+        assert market.witness(task_id, witness.address).bonded
+    assert market.task(task_id).bonds_held_wei == 3 * bond
+    assert market.escrow_of(task_id) == spec.escrow_wei + 3 * bond
+
     # ------------------------------------------------------------------ enroll (auto-start at max)
     for expected_fragment, trainer in enumerate(trainers):
         fragment, receipt = market.enroll(trainer, task_id)
@@ -110,7 +131,7 @@ def test_full_lifecycle_every_wei_accounted(
     task = market.task(task_id)
     assert (task.status, task.enrolled, task.active, task.current_round) == (TaskStatus.RUNNING, 3, 3, 0)
     assert task.stake_held_wei == 3 * stake
-    assert market.escrow_of(task_id) == spec.escrow_wei + 3 * stake
+    assert market.escrow_of(task_id) == spec.escrow_wei + 3 * stake + 3 * bond
     assert market.trainers(task_id) == [tr.address for tr in trainers]
 
     # ------------------------------------------------------------------ round 0: everyone commits
@@ -316,12 +337,17 @@ def test_full_lifecycle_every_wei_accounted(
         **{(a, b"reward"): r for a, r in rewards.items()},
         **{(a, b"stake-refund"): s for a, s in stake_back.items()},
         **{(a, b"witness-fee"): f for a, f in fees.items()},
+        **{(w.address, b"bond-refund"): bond for w in witnesses},
         (sponsor.address, b"sponsor-refund"): sponsor_refund,
     }
     assert credited == expected_credits
     assert market.escrow_of(task_id) == 0
     task = market.task(task_id)
     assert (task.status, task.sealed_pool_wei, task.sponsor_refund_wei) == (TaskStatus.SEALED, pool, sponsor_refund)
+    assert (task.bonds_held_wei, task.open_challenges, task.rounds_invalidated) == (0, 0, 0)
+    for w in witnesses:
+        view = market.witness(task_id, w.address)
+        assert (view.bonded, view.bond_wei, view.slashed_wei) == (True, 0, 0)
 
     # ------------------------------------------------------------------ receipt
     assert_money_invariant(task_id)
@@ -329,6 +355,7 @@ def test_full_lifecycle_every_wei_accounted(
     assert rc.task_id == task_id and rc.spec_hash == spec.spec_hash and rc.status == TaskStatus.SEALED
     assert (rc.final_state_root, rc.rounds_total, rc.rounds_finalized, rc.rounds_carried_forward) == (s3, 4, 3, 1)
     assert (rc.reward_pool_wei, rc.sponsor_refund_wei) == (pool, sponsor_refund)
+    assert rc.rounds_invalidated == 0
     lines = {line.trainer: line for line in rc.trainers}
     assert [line.trainer for line in rc.trainers] == [t.address for t in trainers]
     expected_lines = {
@@ -357,6 +384,7 @@ def test_full_lifecycle_every_wei_accounted(
     for addr, (votes, matched, dissents) in expected_w.items():
         line = wlines[addr]
         assert (line.votes, line.matched, line.dissents, line.fees_wei) == (votes, matched, dissents, fees[addr])
+        assert (line.bond_wei, line.slashed_wei) == (bond, 0)
         assert market.witness(task_id, addr).fees_wei == fees[addr]
     as_json = json.loads(rc.to_json())
     assert as_json["status"] == "sealed"
@@ -377,7 +405,7 @@ def test_full_lifecycle_every_wei_accounted(
         t0.address: rewards[t0.address] + stake,
         t1.address: rewards[t1.address] + stake,
         t2.address: rewards[t2.address] + stake - slash,
-        **fees,
+        **{a: f + bond for a, f in fees.items()},
         outsider.address: 0,
     }
     assert {s.address: market.credit_of(s.address) for s in everyone} == owed
@@ -391,7 +419,11 @@ def test_full_lifecycle_every_wei_accounted(
         assert market.credit_of(signer.address) == 0
     assert int(w3.eth.get_balance(market.address)) == contract_start
 
-    sent = {sponsor.address: spec.escrow_wei, **{t.address: stake for t in trainers}}
+    sent = {
+        sponsor.address: spec.escrow_wei,
+        **{t.address: stake for t in trainers},
+        **{w.address: bond for w in witnesses},
+    }
     end = balances(w3, everyone)
     for signer in everyone:
         a = signer.address
@@ -399,7 +431,7 @@ def test_full_lifecycle_every_wei_accounted(
         assert end[a] == expected, f"{a}: off by {end[a] - expected} wei"
     # every account that acted paid gas for each of its transactions
     assert gas.count[outsider.address] == 2  # carryForward, seal
-    assert gas.count[w2.address] == 5  # r0 idempotent, r1 dissent, r3, idempotent after seal, withdraw
+    assert gas.count[w2.address] == 6  # bond, r0 idempotent, r1 dissent, r3, idempotent after seal, withdraw
 
 
 def test_underfilled_task_is_cancelled_and_refunded_to_the_wei(
@@ -407,20 +439,24 @@ def test_underfilled_task_is_cancelled_and_refunded_to_the_wei(
     w3: Web3,
     sponsor: Signer,
     trainers: list[Signer],
+    witnesses: list[Signer],
     outsider: Signer,
     spec_factory: Any,
     gas: GasMeter,
 ) -> None:
     t0, t1, _ = trainers
-    everyone = [sponsor, t0, t1, outsider]
+    w0 = witnesses[0]
+    everyone = [sponsor, t0, t1, w0, outsider]
     start = balances(w3, everyone)
     spec = spec_factory()
+    bond = spec.witness_bond_wei
     task_id, receipt = market.post_task(sponsor, spec, SPEC_URI)
     gas.add(receipt)
+    gas.add(market.bond_witness(w0, task_id))
     fragment, receipt = market.enroll(t0, task_id)
     gas.add(receipt)
     assert fragment == 0
-    assert market.escrow_of(task_id) == spec.escrow_wei + spec.trainer_stake_wei
+    assert market.escrow_of(task_id) == spec.escrow_wei + spec.trainer_stake_wei + bond
 
     with pytest.raises(ChainError) as err:
         market.cancel_underfilled(outsider, task_id)
@@ -444,6 +480,8 @@ def test_underfilled_task_is_cancelled_and_refunded_to_the_wei(
     assert (task.status, task.sponsor_refund_wei, task.stake_held_wei) == (TaskStatus.CANCELLED, spec.escrow_wei, 0)
     assert market.credit_of(sponsor.address) == spec.escrow_wei
     assert market.credit_of(t0.address) == spec.trainer_stake_wei
+    assert market.credit_of(w0.address) == bond  # the witness bond comes back at cancel
+    assert market.task(task_id).bonds_held_wei == 0
     assert market.credit_of(outsider.address) == 0
 
     rc = market.receipt(task_id)
@@ -462,7 +500,7 @@ def test_underfilled_task_is_cancelled_and_refunded_to_the_wei(
     assert err.value.error_name == "SynclineWrongTaskStatus"
     assert err.value.error_args == {"taskId": task_id, "status": "cancelled", "required": "enrolling"}
 
-    for signer, owed in ((sponsor, spec.escrow_wei), (t0, spec.trainer_stake_wei)):
+    for signer, owed in ((sponsor, spec.escrow_wei), (t0, spec.trainer_stake_wei), (w0, bond)):
         amount, receipt = market.withdraw(signer)
         gas.add(receipt)
         assert amount == owed

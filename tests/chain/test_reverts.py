@@ -7,16 +7,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from web3 import Web3
 
-from conftest import SPEC_URI, h32
+from conftest import SPEC_URI, bond_witnesses, checkpoint_root, h32
 from syncline.chain.devnet import chain_time, set_next_timestamp
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
 from syncline.errors import ChainError
+from syncline.protocol.signed_messages import recover
 
 pytestmark = pytest.mark.chain
 
@@ -45,9 +47,14 @@ def _normalized(args: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture
 def running_task(
-    market: MarketClient, sponsor: Signer, trainers: list[Signer], spec_factory: Callable[..., Any]
+    market: MarketClient,
+    sponsor: Signer,
+    trainers: list[Signer],
+    witnesses: list[Signer],
+    spec_factory: Callable[..., Any],
 ) -> int:
     task_id, _ = market.post_task(sponsor, spec_factory(), SPEC_URI)
+    bond_witnesses(market, task_id, witnesses)
     for trainer in trainers:
         market.enroll(trainer, task_id)
     return task_id
@@ -55,7 +62,14 @@ def running_task(
 
 def _commit(market: MarketClient, trainer: Signer, task_id: int, rnd: int, fragment: int, tag: str = "") -> Any:
     return market.commit_submission(
-        trainer, task_id, rnd, fragment, h32(f"p{rnd}{fragment}{tag}"), h32(f"c{rnd}{fragment}{tag}"), "ipfs://g"
+        trainer,
+        task_id,
+        rnd,
+        fragment,
+        h32(f"p{rnd}{fragment}{tag}"),
+        h32(f"c{rnd}{fragment}{tag}"),
+        "ipfs://g",
+        checkpoint_root=checkpoint_root(f"{rnd}{fragment}{tag}"),
     )
 
 
@@ -101,14 +115,110 @@ def test_duplicate_submission(market: MarketClient, w3: Web3, trainers: list[Sig
 
 
 def test_unassigned_fragment(market: MarketClient, w3: Web3, trainers: list[Signer], running_task: int) -> None:
+    # a fragment no trainer holds
     with reverts(
         w3,
         trainers[0],
         "SynclineUnassignedFragment",
-        {"taskId": running_task, "fragment": 1, "caller": trainers[0].address},
+        {"taskId": running_task, "fragment": 3, "caller": trainers[0].address},
+    ):
+        _commit(market, trainers[0], running_task, 0, 3)
+    # another trainer's fragment: the signature does not recover to the trainer holding it
+    with reverts(
+        w3,
+        trainers[0],
+        "SynclineWrongSigner",
+        {"signer": trainers[0].address, "expected": trainers[1].address},
     ):
         _commit(market, trainers[0], running_task, 0, 1)
     assert market.submission(running_task, 0, 1).trainer == "0x" + "00" * 20
+
+
+def test_relayed_commitment_counts_for_the_signer(
+    market: MarketClient, w3: Web3, trainers: list[Signer], outsider: Signer, running_task: int
+) -> None:
+    """Anyone may relay a signed commitment; the submission is the signer's, not the sender's."""
+    receipt = market.commit_submission(
+        trainers[2],
+        running_task,
+        0,
+        2,
+        h32("p"),
+        h32("c"),
+        "ipfs://relayed",
+        checkpoint_root=checkpoint_root("relayed"),
+        relayer=outsider,
+    )
+    assert receipt["from"] == outsider.address
+    sub = market.submission(running_task, 0, 2)
+    assert (sub.trainer, sub.checkpoint_root, sub.uri) == (
+        trainers[2].address,
+        checkpoint_root("relayed"),
+        "ipfs://relayed",
+    )
+    (event,) = market.events(receipt, "SubmissionCommitted")
+    message, signature = market.sign_commitment(
+        trainers[2], running_task, 0, 2, h32("p"), h32("c"), checkpoint_root("relayed")
+    )
+    assert bytes(event["args"]["signature"]) == signature
+    # a tampered message recovers to someone else; a truncated signature recovers to nobody
+    tampered = replace(message, payload_hash=bytes.fromhex(h32("other payload")[2:]))
+    stranger = recover(market.domain(), tampered, signature)
+    assert stranger != trainers[2].address
+    with reverts(w3, outsider, "SynclineWrongSigner", {"signer": stranger, "expected": trainers[2].address}):
+        market.send_commitment(outsider, tampered, "ipfs://x", signature)
+    with reverts(w3, outsider, "SynclineBadSignature", {}):
+        market.send_commitment(outsider, message, "ipfs://x", signature[:64])
+
+
+def test_empty_checkpoint_root(market: MarketClient, w3: Web3, trainers: list[Signer], running_task: int) -> None:
+    with reverts(w3, trainers[0], "SynclineEmptyCommitment", {}):
+        market.commit_submission(
+            trainers[0], running_task, 0, 0, h32("p"), h32("c"), "ipfs://g", checkpoint_root=b"\0" * 32
+        )
+
+
+def test_witness_bond_rules(
+    market: MarketClient,
+    w3: Web3,
+    sponsor: Signer,
+    trainers: list[Signer],
+    witnesses: list[Signer],
+    outsider: Signer,
+    spec_factory: Callable[..., Any],
+) -> None:
+    spec = spec_factory()
+    bond = spec.witness_bond_wei
+    task_id, _ = market.post_task(sponsor, spec, SPEC_URI)
+    assert market.witness_bond(task_id) == bond and market.challenge_bond(task_id) == spec.challenge_bond_wei
+    bond_fn = market.contract.functions.bondWitness(task_id)
+    for sent in (bond - 1, bond + 1, 0):
+        with reverts(w3, witnesses[0], "SynclineWrongBond", {"sent": sent, "required": bond}):
+            market.sender.send(witnesses[0], bond_fn, value=sent)
+    with reverts(w3, outsider, "SynclineNotWitness", {"taskId": task_id, "caller": outsider.address}):
+        market.sender.send(outsider, bond_fn, value=bond)
+    receipt = market.bond_witness(witnesses[0], task_id)
+    (bonded,) = market.events(receipt, "WitnessBonded")
+    assert (bonded["args"]["witness"], bonded["args"]["bond"]) == (witnesses[0].address, bond)
+    view = market.witness(task_id, witnesses[0].address)
+    assert (view.bonded, view.bond_wei, view.slashed_wei) == (True, bond, 0)
+    assert market.task(task_id).bonds_held_wei == bond
+    assert market.escrow_of(task_id) == spec.escrow_wei + bond
+    with reverts(
+        w3, witnesses[0], "SynclineWitnessAlreadyBonded", {"taskId": task_id, "witness": witnesses[0].address}
+    ):
+        market.sender.send(witnesses[0], bond_fn, value=bond)
+    assert market.ensure_witness_bonded(witnesses[0], task_id) is None  # already bonded: nothing sent
+    # an unbonded witness cannot vote
+    for trainer in trainers:
+        market.enroll(trainer, task_id)
+    _commit(market, trainers[0], task_id, 0, 0)
+    set_next_timestamp(w3, market.round_deadline(task_id) + 1)
+    with reverts(w3, witnesses[1], "SynclineWitnessUnbonded", {"taskId": task_id, "witness": witnesses[1].address}):
+        market.finalize_round(witnesses[1], task_id, 0, h32("s"), h32("a"), 0b1)
+    assert market.ensure_witness_bonded(witnesses[1], task_id) is not None
+    market.finalize_round(witnesses[1], task_id, 0, h32("s"), h32("a"), 0b1)
+    assert market.witness(task_id, witnesses[1].address).votes == 1
 
 
 def test_not_a_witness(
@@ -272,9 +382,8 @@ def test_finalize_boundary(
 ) -> None:
     _commit(market, trainers[0], running_task, 0, 0)
     d = market.round_deadline(running_task)
-    fn = market.contract.functions.finalizeRound(
-        running_task, 0, bytes.fromhex(h32("s")[2:]), bytes.fromhex(h32("a")[2:]), 1, 0
-    )
+    vote, signature = market.sign_vote(witnesses[0], running_task, 0, h32("s"), h32("a"), 1)
+    fn = market.contract.functions.finalizeRound(vote.as_tuple(), 0, signature)
     assert _simulate_at(market, w3, d, witnesses[0], fn) == (
         "SynclineRoundStillOpen",
         {"taskId": running_task, "round": 0, "deadline": d},
@@ -311,6 +420,7 @@ def test_seal_boundary(
 ) -> None:
     spec = spec_factory(rounds=1)
     task_id, _ = market.post_task(sponsor, spec, SPEC_URI)
+    bond_witnesses(market, task_id, witnesses)
     for trainer in trainers:
         market.enroll(trainer, task_id)
     _commit(market, trainers[0], task_id, 0, 0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from _harness import deploy_harness
 from hypothesis import HealthCheck, given, settings
@@ -34,6 +36,7 @@ def _domain(w3: Web3, harness: Contract) -> Domain:
     fragment=st.integers(0, 2**16 - 1),
     payload=bytes32,
     chunk=bytes32,
+    checkpoint=bytes32,
 )
 def test_commitment_digest_and_signer_match_the_contract(
     w3: Web3,
@@ -44,13 +47,14 @@ def test_commitment_digest_and_signer_match_the_contract(
     fragment: int,
     payload: bytes,
     chunk: bytes,
+    checkpoint: bytes,
 ) -> None:
-    c = Commitment(task, round_, fragment, payload, chunk)
+    c = Commitment(task, round_, fragment, payload, chunk, checkpoint)
     domain = _domain(w3, harness)
-    assert digest(domain, c) == harness.functions.commitmentDigest(task, round_, fragment, payload, chunk).call()
+    assert digest(domain, c) == harness.functions.commitmentDigest(*c.as_tuple()).call()
     signature = sign(trainers[0].account, domain, c)
     assert recover(domain, c, signature) == trainers[0].address
-    on_chain = harness.functions.recoverCommitment(task, round_, fragment, payload, chunk, signature).call()
+    on_chain = harness.functions.recoverCommitment(*c.as_tuple(), signature).call()
     assert on_chain == trainers[0].address
 
 
@@ -74,16 +78,16 @@ def test_vote_digest_and_signer_match_the_contract(
 ) -> None:
     v = Vote(task, round_, state, aggregate, mask)
     domain = _domain(w3, harness)
-    assert digest(domain, v) == harness.functions.voteDigest(task, round_, state, aggregate, mask).call()
+    assert digest(domain, v) == harness.functions.voteDigest(*v.as_tuple()).call()
     signature = sign(witnesses[1].account, domain, v)
-    assert harness.functions.recoverVote(task, round_, state, aggregate, mask, signature).call() == witnesses[1].address
+    assert harness.functions.recoverVote(*v.as_tuple(), signature).call() == witnesses[1].address
 
 
 def test_a_signature_does_not_replay_across_chain_contract_task_or_round(
     w3: Web3, harness: Contract, trainers: list[Signer]
 ) -> None:
     domain = _domain(w3, harness)
-    c = Commitment(7, 3, 1, b"\x11" * 32, b"\x22" * 32)
+    c = Commitment(7, 3, 1, b"\x11" * 32, b"\x22" * 32, b"\x33" * 32)
     signature = sign(trainers[0].account, domain, c)
     me = trainers[0].address
     assert recover(domain, c, signature) == me
@@ -91,19 +95,25 @@ def test_a_signature_does_not_replay_across_chain_contract_task_or_round(
     other_contract = Domain(domain.chain_id, "0x" + "ab" * 20)
     assert recover(other_chain, c, signature) != me
     assert recover(other_contract, c, signature) != me
-    assert recover(domain, Commitment(8, 3, 1, c.payload_hash, c.chunk_root), signature) != me
-    assert recover(domain, Commitment(7, 4, 1, c.payload_hash, c.chunk_root), signature) != me
-    on_chain = harness.functions.recoverCommitment(7, 4, 1, c.payload_hash, c.chunk_root, signature).call()
+    assert recover(domain, replace(c, task_id=8), signature) != me
+    assert recover(domain, replace(c, round=4), signature) != me
+    assert recover(domain, replace(c, checkpoint_root=b"\x44" * 32), signature) != me
+    on_chain = harness.functions.recoverCommitment(*replace(c, round=4).as_tuple(), signature).call()
     assert on_chain != me
+    assert harness.functions.recoverCommitment(*c.as_tuple(), signature).call() == me
 
 
 def test_conflicts_are_same_slot_different_content() -> None:
-    a = Commitment(1, 2, 3, b"\x01" * 32, b"\x02" * 32)
-    assert a.conflicts_with(Commitment(1, 2, 3, b"\x09" * 32, b"\x02" * 32))
+    a = Commitment(1, 2, 3, b"\x01" * 32, b"\x02" * 32, b"\x03" * 32)
+    assert a.conflicts_with(replace(a, payload_hash=b"\x09" * 32))
+    assert a.conflicts_with(replace(a, checkpoint_root=b"\x09" * 32))  # another inner-loop history
     assert not a.conflicts_with(a)
-    assert not a.conflicts_with(Commitment(1, 3, 3, b"\x09" * 32, b"\x02" * 32))  # another round
+    assert not a.conflicts_with(replace(a, round=3, payload_hash=b"\x09" * 32))  # another round
+    assert not a.conflicts_with(replace(a, fragment=4, payload_hash=b"\x09" * 32))  # another fragment
     v = Vote(1, 2, b"\x01" * 32, b"\x02" * 32, 7)
     assert v.conflicts_with(Vote(1, 2, b"\x01" * 32, b"\x02" * 32, 5))
     assert not v.conflicts_with(Vote(1, 3, b"\x01" * 32, b"\x02" * 32, 5))
     with pytest.raises(ValueError, match="32 bytes"):
-        Commitment(1, 2, 3, b"\x01", b"\x02" * 32).message()
+        Commitment(1, 2, 3, b"\x01", b"\x02" * 32, b"\x03" * 32).message()
+    with pytest.raises(ValueError, match="32 bytes"):
+        Commitment(1, 2, 3, b"\x01" * 32, b"\x02" * 32, b"").as_tuple()

@@ -240,6 +240,18 @@ BAD_SPECS: dict[str, BadSpec] = {
         "SynclineWindowTooLong",
         lambda ws: {"field": "challengeWindow", "value": 400 * 86400, "max": 365 * 86400},
     ),
+    "zero-param-count": BadSpec(
+        lambda ws: {"param_count": 0},
+        "param_count must be positive: it is the model's parameter count",
+        "SynclineSpecFieldInvalid",
+        lambda ws: {"field": "paramCount"},
+    ),
+    "checkpoint-interval-above-inner-steps": BadSpec(
+        lambda ws: {"checkpoint_interval": 51},
+        "checkpoint_interval 51 must be within 1..inner_steps (50)",
+        "SynclineSpecFieldInvalid",
+        lambda ws: {"field": "checkpointInterval"},
+    ),
 }
 
 # Specs the contract rejects and ``validate`` lets through (see the report): kept apart so the
@@ -360,7 +372,7 @@ def test_valid_spec_is_stored_field_for_field(
     assert posted["args"]["specURI"] == SPEC_URI
     stored = market.spec_tuple(task_id)
     expected = spec.onchain(SPEC_URI)
-    assert len(stored) == len(expected) == 27
+    assert len(stored) == len(expected) == 31
     assert [list(x) if isinstance(x, list | tuple) else x for x in stored] == [
         list(x) if isinstance(x, list | tuple) else x for x in expected
     ]
@@ -377,6 +389,9 @@ def test_valid_spec_is_stored_field_for_field(
         {"trainer_stake_wei": 2**128},
         {"witness_fee_wei": 2**128},
         {"max_missed_rounds": 2**16},
+        {"param_count": 2**64},
+        {"witness_bond_wei": 2**128},
+        {"challenge_bond_wei": 2**128},
     ],
     ids=lambda o: next(iter(o)),
 )
@@ -389,6 +404,43 @@ def test_validate_rejects_values_that_do_not_fit_the_onchain_field(
     with pytest.raises(SpecError) as info:
         spec.validate()
     assert next(iter(overrides)) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        ({"param_count": -1}, "param_count must be positive"),
+        ({"checkpoint_interval": -1}, "checkpoint_interval -1 must be within 1..inner_steps"),
+        ({"witness_bond_wei": -1}, "witness_bond_wei must not be negative"),
+        ({"challenge_bond_wei": -5}, "challenge_bond_wei must not be negative"),
+    ],
+    ids=lambda o: next(iter(o)) if isinstance(o, dict) else None,
+)
+def test_validate_fraud_proof_fields(
+    overrides: dict[str, int], message: str, offline_spec_factory: Callable[..., TrainingTaskSpec]
+) -> None:
+    with pytest.raises(SpecError) as info:
+        offline_spec_factory(**overrides).validate()
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_param_count_message_tells_the_user_where_it_comes_from(
+    offline_spec_factory: Callable[..., TrainingTaskSpec],
+) -> None:
+    with pytest.raises(SpecError) as info:
+        offline_spec_factory(param_count=0).validate()
+    assert str(info.value).startswith("param_count must be positive: it is the model's parameter count")
+    assert "sponsor tooling" in str(info.value)
+
+
+def test_checkpoint_interval_zero_means_inner_steps(offline_spec_factory: Callable[..., TrainingTaskSpec]) -> None:
+    spec = offline_spec_factory(checkpoint_interval=0, inner_steps=30)
+    assert spec.validate() is spec
+    assert (spec.checkpoint_interval_steps, spec.checkpoint_segments) == (30, 1)
+    assert spec.onchain(SPEC_URI)[27] == 30
+    spec = offline_spec_factory(checkpoint_interval=7, inner_steps=30)
+    assert (spec.checkpoint_interval_steps, spec.checkpoint_segments) == (7, 5)
+    assert offline_spec_factory(checkpoint_interval=30, inner_steps=30).validate().checkpoint_segments == 1
 
 
 def test_default_spec_is_valid(offline_spec_factory: Callable[..., TrainingTaskSpec]) -> None:
@@ -521,6 +573,7 @@ witnesses: [{", ".join(repr(w) for w in OFFLINE_WITNESSES)}]
 threshold: 2
 reward_pool_wei: 5000
 initial_state_root: '{h32("root")}'
+param_count: 26688
 """
     spec = TrainingTaskSpec.from_mapping(yaml.safe_load(text))
     assert spec.aggregation.rule == AggregationRule.TRIMMED_MEAN
@@ -528,6 +581,8 @@ initial_state_root: '{h32("root")}'
     assert spec.trainer_stake_wei == ETH
     assert spec.dataset.shard_count == 4
     assert (spec.max_missed_rounds, spec.eviction_slash_bps, spec.gradient_bits) == (2, 1000, 8)
+    assert (spec.param_count, spec.checkpoint_interval_steps) == (26688, 10)
+    assert (spec.witness_bond_wei, spec.challenge_bond_wei) == (0, 0)
     spec.validate(now=OFFLINE_DEADLINE - 600)
 
 
@@ -667,4 +722,6 @@ def test_model_hash_and_dataset_root_go_on_chain() -> None:
     assert t[4] == bytes.fromhex(spec.initial_state_root[2:])
     assert (t[9], t[11], t[16], t[21], t[22]) == (6, 4, ETH, 2, ETH // 100)
     assert (t[23], t[24], t[25]) == (700_000, 900_000, 8)
-    assert t[26] == [Web3.to_checksum_address(w) for w in OFFLINE_WITNESSES]
+    # paramCount, checkpointInterval, witnessBond, challengeBond
+    assert (t[26], t[27], t[28], t[29]) == (1024, 10, ETH // 2, ETH // 10)
+    assert t[30] == [Web3.to_checksum_address(w) for w in OFFLINE_WITNESSES]

@@ -1,4 +1,9 @@
-"""Deploying the market and the deployment file agents read (addresses, chain id, ABI path)."""
+"""Deploying the market and the deployment file agents read (addresses, chain id, ABI path).
+
+The market is two contracts: ``SynclineCourt`` (the fraud-proof module, deployed first) and
+``SynclineMarket(court)``, whose fallback delegates the court's functions to it. Clients talk to
+the market's address only, with one ABI: the market's merged with the court's.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ class Deployment:
     chain_id: int
     rpc_url: str
     market: str
+    court: str
     deployed_at_block: int
     abi_path: str
     deployer: str
@@ -48,18 +54,51 @@ class Deployment:
             raise SynclineError(f"deployment file {path} is malformed: {exc}") from None
 
 
+def merged_abi(market_abi: list[dict[str, Any]], court_abi: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The market's ABI plus every court entry it lacks (identical entries once).
+
+    The court's constructor, fallback and receive entries are dropped: calls go to the market. An
+    entry the two ABIs declare differently (same kind, name and inputs) is an error, since a
+    client could not know which one the market runs.
+    """
+
+    def key(item: dict[str, Any]) -> tuple[str, str, str]:
+        inputs = ",".join(
+            str(i.get("type")) + json.dumps(i.get("components"), sort_keys=True) for i in item.get("inputs", [])
+        )
+        return str(item.get("type")), str(item.get("name", "")), inputs
+
+    out = list(market_abi)
+    seen = {key(item): json.dumps(item, sort_keys=True) for item in market_abi}
+    for item in court_abi:
+        if item.get("type") in ("constructor", "fallback", "receive"):
+            continue
+        k, text = key(item), json.dumps(item, sort_keys=True)
+        if k in seen:
+            if seen[k] != text:
+                raise ChainError(f"the market and court ABIs declare {k[0]} {k[1]}({k[2]}) differently")
+            continue
+        seen[k] = text
+        out.append(item)
+    return out
+
+
 def deploy_market(w3: Web3, deployer: Signer, rpc_url: str, out_dir: Path) -> Deployment:
-    """Compile (cached), deploy ``SynclineMarket`` and write ``deployment.json`` + the ABI to ``out_dir``."""
+    """Compile (cached), deploy ``SynclineCourt`` then ``SynclineMarket(court)``, and write
+    ``deployment.json`` + the merged client ABI to ``out_dir``."""
     artifacts = compile_contracts()
-    market = artifacts["SynclineMarket"]
-    address, block = deploy_contract(w3, deployer, market)
+    market, court = artifacts["SynclineMarket"], artifacts["SynclineCourt"]
+    abi = merged_abi(market.abi, court.abi)
+    court_address, _ = deploy_contract(w3, deployer, court)
+    address, block = deploy_contract(w3, deployer, market, court_address)
     out_dir.mkdir(parents=True, exist_ok=True)
     abi_path = out_dir / "SynclineMarket.abi.json"
-    abi_path.write_text(json.dumps(market.abi, indent=1))
+    abi_path.write_text(json.dumps(abi, indent=1))
     deployment = Deployment(
         chain_id=int(w3.eth.chain_id),
         rpc_url=rpc_url,
         market=address,
+        court=court_address,
         deployed_at_block=block,
         abi_path=str(abi_path.resolve()),
         deployer=deployer.address,
@@ -68,8 +107,8 @@ def deploy_market(w3: Web3, deployer: Signer, rpc_url: str, out_dir: Path) -> De
     return deployment
 
 
-def deploy_contract(w3: Web3, deployer: Signer, artifact: Artifact) -> tuple[str, int]:
-    """Deploy a compiled contract (no constructor arguments); returns (address, block number)."""
+def deploy_contract(w3: Web3, deployer: Signer, artifact: Artifact, *constructor_args: Any) -> tuple[str, int]:
+    """Deploy a compiled contract with ``constructor_args``; returns (address, block number)."""
     contract = w3.eth.contract(abi=artifact.abi, bytecode=artifact.bytecode)
     sender = Web3.to_checksum_address(deployer.address)
     params: TxParams = {
@@ -77,7 +116,7 @@ def deploy_contract(w3: Web3, deployer: Signer, artifact: Artifact) -> tuple[str
         "nonce": w3.eth.get_transaction_count(sender, "pending"),
         "chainId": int(w3.eth.chain_id),
     }
-    tx = contract.constructor().build_transaction(params)
+    tx = contract.constructor(*constructor_args).build_transaction(params)
     signed = deployer.account.sign_transaction(cast(Any, tx))
     receipt = w3.eth.wait_for_transaction_receipt(w3.eth.send_raw_transaction(signed.raw_transaction), timeout=120)
     if receipt["status"] != 1 or receipt["contractAddress"] is None:

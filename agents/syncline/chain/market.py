@@ -2,12 +2,16 @@
 
 Reads return plain dataclasses; writes are signed locally by a ``Signer`` and raise
 ``ChainError`` with the contract's custom error (name and values) when they would revert.
+Commitments and votes are EIP-712 messages signed with the trainer's or witness's key (and may
+be relayed by anyone); the ``ISynclineCourt`` challenge functions are called on the market's
+address, which delegates them to the court module (the client's ABI holds both).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from web3 import Web3
 from web3.contract import Contract
@@ -18,9 +22,16 @@ from syncline.chain.deployment import Deployment
 from syncline.chain.keys import Signer
 from syncline.chain.transactions import ErrorDecoder, TransactionSender
 from syncline.errors import ChainError
-from syncline.protocol.enums import RoundStatus, TaskStatus
+from syncline.protocol.enums import ChallengeKind, ChallengeStatus, RoundStatus, TaskStatus
 from syncline.protocol.receipt import TrainingReceipt
+from syncline.protocol.signed_messages import Commitment, Domain, Vote, sign
 from syncline.protocol.spec import TrainingTaskSpec
+
+# Positions of the on-chain ``TaskSpec`` fields the client reads (SynclineTypes.sol order).
+SPEC_ROUND_DURATION = 12
+SPEC_TRAINER_STAKE = 16
+SPEC_WITNESS_BOND = 28
+SPEC_CHALLENGE_BOND = 29
 
 
 def _hex(b: bytes) -> str:
@@ -58,6 +69,9 @@ class TaskView:
     total_weight: int
     sponsor_refund_wei: int
     sealed_pool_wei: int
+    bonds_held_wei: int
+    open_challenges: int
+    rounds_invalidated: int
 
 
 @dataclass(frozen=True)
@@ -72,6 +86,8 @@ class RoundView:
     aggregate_root: str
     accepted_mask: int
     committed_mask: int
+    prev_state_root: str
+    revoked_mask: int
 
 
 @dataclass(frozen=True)
@@ -81,6 +97,7 @@ class SubmissionView:
     committed_at: int
     payload_hash: str
     chunk_root: str
+    checkpoint_root: str
     uri: str
 
 
@@ -109,7 +126,80 @@ class WitnessView:
     votes: int
     matched: int
     dissents: int
+    bonded: bool
+    bond_wei: int
+    slashed_wei: int
     fees_wei: int
+
+
+@dataclass(frozen=True)
+class ChallengeView:
+    """One challenge (``getChallenge``)."""
+
+    challenge_id: int
+    kind: ChallengeKind
+    status: ChallengeStatus
+    fragment: int
+    guilty_votes: int
+    innocent_votes: int
+    round: int
+    segment: int
+    opened_at: int
+    deadline: int
+    challenger: str
+    accused: str
+    task_id: int
+    bond_wei: int
+    slashed_wei: int
+
+
+class AggregationProofLike(Protocol):
+    """Anything that encodes as the ``AggregationProof`` struct (``AggregationProof`` below, or a
+    challenger's own opening type with the same fields and ``as_tuple``)."""
+
+    @property
+    def task_id(self) -> int: ...
+
+    def as_tuple(self) -> tuple[Any, ...]: ...
+
+
+@dataclass(frozen=True)
+class AggregationProof:
+    """Opening of one chunk for ``proveAggregationFraud`` (mirrors the Solidity struct).
+
+    ``input_chunks[i]`` is chunk ``chunk_index`` of the i-th accepted submission (ascending
+    fragment order) with ``input_proofs[i]`` against its chunk root; ``prev_chunk`` opens the
+    round's previous state root and ``claimed_chunk`` its finalized state root. Coordinates
+    ``[lo, hi)`` of the chunk are recomputed on chain.
+    """
+
+    task_id: int
+    round: int
+    chunk_index: int
+    lo: int
+    hi: int
+    input_chunks: Sequence[bytes]
+    input_proofs: Sequence[Sequence[bytes]]
+    prev_chunk: bytes
+    prev_proof: Sequence[bytes]
+    claimed_chunk: bytes
+    claimed_proof: Sequence[bytes]
+
+    def as_tuple(self) -> tuple[Any, ...]:
+        """The ABI tuple, in the struct's field order."""
+        return (
+            self.task_id,
+            self.round,
+            self.chunk_index,
+            self.lo,
+            self.hi,
+            [bytes(c) for c in self.input_chunks],
+            [[_b32(h) for h in proof] for proof in self.input_proofs],
+            bytes(self.prev_chunk),
+            [_b32(h) for h in self.prev_proof],
+            bytes(self.claimed_chunk),
+            [_b32(h) for h in self.claimed_proof],
+        )
 
 
 def result_digest(state_root: str | bytes, aggregate_root: str | bytes, accepted_mask: int) -> str:
@@ -187,13 +277,31 @@ class MarketClient:
     # ------------------------------------------------------------------ trainers
 
     def enroll(self, trainer: Signer, task_id: int) -> tuple[int, TxReceipt]:
-        stake = self.spec_tuple(task_id)[16]
+        stake = self.spec_tuple(task_id)[SPEC_TRAINER_STAKE]
         receipt = self._send(trainer, "enroll", task_id, value=int(stake))
         (event,) = self.events(receipt, "TrainerEnrolled")
         return int(event["args"]["fragment"]), receipt
 
     def start_run(self, caller: Signer, task_id: int) -> TxReceipt:
         return self._send(caller, "startRun", task_id)
+
+    def domain(self) -> Domain:
+        """The EIP-712 domain of this market: signatures are valid on this chain and contract only."""
+        return Domain(chain_id=self.sender.chain_id, verifying_contract=self.address)
+
+    def sign_commitment(
+        self,
+        trainer: Signer,
+        task_id: int,
+        round_: int,
+        fragment: int,
+        payload_hash: str | bytes,
+        chunk_root: str | bytes,
+        checkpoint_root: str | bytes,
+    ) -> tuple[Commitment, bytes]:
+        """The trainer's EIP-712 commitment and its signature, without sending anything."""
+        message = Commitment(task_id, round_, fragment, _b32(payload_hash), _b32(chunk_root), _b32(checkpoint_root))
+        return message, sign(trainer.account, self.domain(), message)
 
     def commit_submission(
         self,
@@ -204,12 +312,44 @@ class MarketClient:
         payload_hash: str | bytes,
         chunk_root: str | bytes,
         uri: str,
+        *,
+        checkpoint_root: str | bytes,
+        relayer: Signer | None = None,
     ) -> TxReceipt:
-        return self._send(
-            trainer, "commitSubmission", task_id, round_, fragment, _b32(payload_hash), _b32(chunk_root), uri
+        """Sign the commitment with ``trainer``'s key and send it (from ``relayer``, default the trainer)."""
+        message, signature = self.sign_commitment(
+            trainer, task_id, round_, fragment, payload_hash, chunk_root, checkpoint_root
         )
+        return self.send_commitment(relayer or trainer, message, uri, signature)
+
+    def send_commitment(self, relayer: Signer, commitment: Commitment, uri: str, signature: bytes) -> TxReceipt:
+        """Relay an already signed commitment (anyone may; the signer is the trainer)."""
+        return self._send(relayer, "commitSubmission", commitment.as_tuple(), uri, bytes(signature))
 
     # ------------------------------------------------------------------ witnesses
+
+    def bond_witness(self, witness: Signer, task_id: int) -> TxReceipt:
+        """Post exactly the task's ``witnessBond`` (required before voting when the bond is positive)."""
+        return self._send(witness, "bondWitness", task_id, value=self.witness_bond(task_id))
+
+    def ensure_witness_bonded(self, witness: Signer, task_id: int) -> TxReceipt | None:
+        """Bond ``witness`` once if the task asks for a bond and it has not posted it; else do nothing."""
+        if self.witness_bond(task_id) == 0 or self.witness(task_id, witness.address).bonded:
+            return None
+        return self.bond_witness(witness, task_id)
+
+    def sign_vote(
+        self,
+        witness: Signer,
+        task_id: int,
+        round_: int,
+        state_root: str | bytes,
+        aggregate_root: str | bytes,
+        accepted_mask: int,
+    ) -> tuple[Vote, bytes]:
+        """The witness's EIP-712 vote and its signature, without sending anything."""
+        message = Vote(task_id, round_, _b32(state_root), _b32(aggregate_root), accepted_mask)
+        return message, sign(witness.account, self.domain(), message)
 
     def finalize_round(
         self,
@@ -220,20 +360,107 @@ class MarketClient:
         aggregate_root: str | bytes,
         accepted_mask: int,
         metric: int = 0,
+        *,
+        relayer: Signer | None = None,
     ) -> TxReceipt:
-        return self._send(
-            witness,
-            "finalizeRound",
-            task_id,
-            round_,
-            _b32(state_root),
-            _b32(aggregate_root),
-            accepted_mask,
-            metric,
-        )
+        """Sign the vote with ``witness``'s key and send it (from ``relayer``, default the witness)."""
+        message, signature = self.sign_vote(witness, task_id, round_, state_root, aggregate_root, accepted_mask)
+        return self.send_vote(relayer or witness, message, signature, metric=metric)
+
+    def send_vote(self, relayer: Signer, vote: Vote, signature: bytes, *, metric: int = 0) -> TxReceipt:
+        """Relay an already signed vote (anyone may; the signer is the witness)."""
+        return self._send(relayer, "finalizeRound", vote.as_tuple(), metric, bytes(signature))
 
     def carry_forward(self, caller: Signer, task_id: int, round_: int) -> TxReceipt:
         return self._send(caller, "carryForward", task_id, round_)
+
+    # ------------------------------------------------------------------ court (challenges)
+    #
+    # The ISynclineCourt functions run on the market's address (the market delegates them to the
+    # court module). Every challenge sends the task's ``challengeBond`` and returns the new
+    # challenge's id (from its ``ChallengeOpened`` event); ``challenge_receipt`` gives the
+    # transaction (equivocation and aggregation proofs are resolved in it).
+
+    def _open_challenge(self, challenger: Signer, task_id: int, name: str, *args: Any) -> int:
+        receipt = self._send(challenger, name, *args, value=self.challenge_bond(task_id))
+        opened = self.events(receipt, "ChallengeOpened")
+        if len(opened) != 1:
+            raise ChainError(f"{name}: expected one ChallengeOpened event, got {len(opened)}")
+        return int(opened[0]["args"]["challengeId"])
+
+    def prove_trainer_equivocation(
+        self, challenger: Signer, a: Commitment, sig_a: bytes, b: Commitment, sig_b: bytes
+    ) -> int:
+        """Two different signed commitments for one (task, round, fragment): slash and evict the trainer."""
+        return self._open_challenge(
+            challenger, a.task_id, "proveTrainerEquivocation", a.as_tuple(), bytes(sig_a), b.as_tuple(), bytes(sig_b)
+        )
+
+    def prove_witness_equivocation(self, challenger: Signer, a: Vote, sig_a: bytes, b: Vote, sig_b: bytes) -> int:
+        """Two different signed votes for one (task, round): slash the witness's bond."""
+        return self._open_challenge(
+            challenger, a.task_id, "proveWitnessEquivocation", a.as_tuple(), bytes(sig_a), b.as_tuple(), bytes(sig_b)
+        )
+
+    def prove_aggregation_fraud(self, challenger: Signer, proof: AggregationProofLike) -> int:
+        """Recompute one chunk of a finalized round on chain; a mismatch slashes the voters and invalidates."""
+        return self._open_challenge(challenger, proof.task_id, "proveAggregationFraud", proof.as_tuple())
+
+    def challenge_censorship(self, challenger: Signer, task_id: int, round_: int, fragment: int) -> int:
+        """Claim ``fragment``'s on-time submission was left out of a finalized round (opens a defence period)."""
+        return self._open_challenge(challenger, task_id, "challengeCensorship", task_id, round_, fragment)
+
+    def answer_censorship(
+        self, caller: Signer, challenge_id: int, chunk_index: int, chunk: bytes, proof: Sequence[str | bytes]
+    ) -> TxReceipt:
+        """Justify an exclusion by opening a malformed chunk of the excluded submission."""
+        return self._send(caller, "answerCensorship", challenge_id, chunk_index, bytes(chunk), [_b32(h) for h in proof])
+
+    def resolve_censorship(self, caller: Signer, challenge_id: int) -> TxReceipt:
+        """Uphold an unanswered censorship challenge after its defence period. Anyone may call."""
+        return self._send(caller, "resolveCensorship", challenge_id)
+
+    def challenge_training(self, challenger: Signer, task_id: int, round_: int, fragment: int, segment: int) -> int:
+        """Claim inner-loop ``segment`` of an accepted submission does not reproduce its checkpoint."""
+        return self._open_challenge(challenger, task_id, "challengeTraining", task_id, round_, fragment, segment)
+
+    def referee_vote(self, witness: Signer, challenge_id: int, guilty: bool) -> TxReceipt:
+        """A committee member's verdict on a training challenge."""
+        return self._send(witness, "refereeVote", challenge_id, guilty)
+
+    def expire_challenge(self, caller: Signer, challenge_id: int) -> TxReceipt:
+        """Close an undecided training challenge after its deadline (bond back to the challenger)."""
+        return self._send(caller, "expireChallenge", challenge_id)
+
+    def challenge(self, challenge_id: int) -> ChallengeView:
+        c = self._call("getChallenge", challenge_id)
+        return ChallengeView(
+            challenge_id=challenge_id,
+            kind=ChallengeKind(c[0]),
+            status=ChallengeStatus(c[1]),
+            fragment=int(c[2]),
+            guilty_votes=int(c[3]),
+            innocent_votes=int(c[4]),
+            round=int(c[5]),
+            segment=int(c[6]),
+            opened_at=int(c[7]),
+            deadline=int(c[8]),
+            challenger=str(c[9]),
+            accused=str(c[10]),
+            task_id=int(c[11]),
+            bond_wei=int(c[12]),
+            slashed_wei=int(c[13]),
+        )
+
+    def challenge_count(self) -> int:
+        return int(self._call("challengeCount"))
+
+    def challenge_receipt(self, challenge_id: int, from_block: int = 0) -> TxReceipt:
+        """The receipt of the transaction that opened ``challenge_id`` (for its events and gas)."""
+        logs = self.get_logs("ChallengeOpened", from_block=from_block, challengeId=challenge_id)
+        if not logs:
+            raise ChainError(f"no ChallengeOpened event for challenge {challenge_id} since block {from_block}")
+        return self.w3.eth.get_transaction_receipt(logs[0]["transactionHash"])
 
     # ------------------------------------------------------------------ settlement
 
@@ -260,6 +487,14 @@ class MarketClient:
     def spec_tuple(self, task_id: int) -> tuple[Any, ...]:
         return tuple(self._call("getSpec", task_id))
 
+    def witness_bond(self, task_id: int) -> int:
+        """The task's ``witnessBond`` (wei)."""
+        return int(self.spec_tuple(task_id)[SPEC_WITNESS_BOND])
+
+    def challenge_bond(self, task_id: int) -> int:
+        """The task's ``challengeBond`` (wei): what every challenge sends."""
+        return int(self.spec_tuple(task_id)[SPEC_CHALLENGE_BOND])
+
     def task(self, task_id: int) -> TaskView:
         t = self._call("getTaskState", task_id)
         return TaskView(
@@ -281,6 +516,9 @@ class MarketClient:
             total_weight=int(t[14]),
             sponsor_refund_wei=int(t[15]),
             sealed_pool_wei=int(t[16]),
+            bonds_held_wei=int(t[17]),
+            open_challenges=int(t[18]),
+            rounds_invalidated=int(t[19]),
         )
 
     def round(self, task_id: int, round_: int) -> RoundView:
@@ -296,16 +534,18 @@ class MarketClient:
             aggregate_root=_hex(r[7]),
             accepted_mask=int(r[8]),
             committed_mask=int(r[9]),
+            prev_state_root=_hex(r[10]),
+            revoked_mask=int(r[11]),
         )
 
     def round_deadline(self, task_id: int) -> int:
         """Commit deadline of the task's open round."""
         t = self.task(task_id)
-        return t.round_opened_at + int(self.spec_tuple(task_id)[12])
+        return t.round_opened_at + int(self.spec_tuple(task_id)[SPEC_ROUND_DURATION])
 
     def submission(self, task_id: int, round_: int, fragment: int) -> SubmissionView:
         s = self._call("getSubmission", task_id, round_, fragment)
-        return SubmissionView(str(s[0]), int(s[1]), int(s[2]), _hex(s[3]), _hex(s[4]), str(s[5]))
+        return SubmissionView(str(s[0]), int(s[1]), int(s[2]), _hex(s[3]), _hex(s[4]), _hex(s[5]), str(s[6]))
 
     def trainers(self, task_id: int) -> list[str]:
         return [str(a) for a in self._call("getTrainers", task_id)]
@@ -316,7 +556,15 @@ class MarketClient:
 
     def witness(self, task_id: int, witness: str) -> WitnessView:
         w = self._call("getWitness", task_id, Web3.to_checksum_address(witness))
-        return WitnessView(*(int(x) for x in w))
+        return WitnessView(
+            votes=int(w[0]),
+            matched=int(w[1]),
+            dissents=int(w[2]),
+            bonded=bool(w[3]),
+            bond_wei=int(w[4]),
+            slashed_wei=int(w[5]),
+            fees_wei=int(w[6]),
+        )
 
     def vote_of(self, task_id: int, round_: int, witness: str) -> str:
         return _hex(self._call("voteOf", task_id, round_, Web3.to_checksum_address(witness)))

@@ -1,9 +1,10 @@
 """Scripted market lifecycle on the real contracts (the main job until the training agents land).
 
-A sponsor posts a task, three trainers enroll and commit each round, three witnesses (k=2)
-finalize rounds, one round is carried forward, a trainer is evicted, the run seals and every
-party withdraws. Payloads are deterministic stand-ins (hashes of labelled bytes); state roots are
-a hash chain over the accepted payloads, so two witnesses computing from the chain agree.
+A sponsor posts a task, three witnesses post their bonds, three trainers enroll and commit each
+round (EIP-712 signed commitments), the witnesses (k=2) finalize rounds with signed votes, one
+round is carried forward, a trainer is evicted, the run seals and every party withdraws.
+Payloads are deterministic stand-ins (hashes of labelled bytes); state roots are a hash chain
+over the accepted payloads, so two witnesses computing from the chain agree.
 """
 
 from __future__ import annotations
@@ -85,6 +86,10 @@ def demo_spec(cast: Cast, now: int) -> TrainingTaskSpec:
         gradient_bits=8,
         max_missed_rounds=1,
         eviction_slash_bps=2_500,
+        param_count=4 * 256,  # the stand-in payloads have 4 chunks of 256 coordinates
+        checkpoint_interval=10,
+        witness_bond_wei=1 * ETH,
+        challenge_bond_wei=ETH // 10,
     )
 
 
@@ -120,8 +125,16 @@ class Lifecycle:
         chunks = [_h(f"task{self.task_id}/round{round_}/fragment{fragment}/chunk{c}") for c in range(4)]
         chunk_root = merkle.root(chunks)
         payload = keccak(b"".join(chunks))
+        checkpoints = [_h(f"task{self.task_id}/round{round_}/fragment{fragment}/checkpoint{i}") for i in range(5)]
         self.market.commit_submission(
-            trainer, self.task_id, round_, fragment, payload, chunk_root, f"blob://{payload.hex()[:16]}"
+            trainer,
+            self.task_id,
+            round_,
+            fragment,
+            payload,
+            chunk_root,
+            f"blob://{payload.hex()[:16]}",
+            checkpoint_root=merkle.root(checkpoints),
         )
         log.info("trainer.committed", round=round_, trainer=trainer.address[:10], fragment=fragment)
 
@@ -154,7 +167,7 @@ class Lifecycle:
         t0, t1, _t2 = cast.trainers
         w0, w1, w2 = cast.witnesses
 
-        step("1/7 sponsor posts a task and escrows the reward pool")
+        step("1/7 sponsor posts a task and escrows the reward pool; the witnesses post their bonds")
         spec = demo_spec(cast, chain_time(self.w3))
         self.task_id, _ = market.post_task(cast.sponsor, spec, spec_uri=f"blob://{spec.spec_hash[2:18]}")
         log.info(
@@ -165,6 +178,10 @@ class Lifecycle:
             rule=spec.aggregation.rule.name.lower(),
             tier=spec.tier.name.lower(),
         )
+
+        for witness in cast.witnesses:
+            market.bond_witness(witness, self.task_id)
+            log.info("witness.bonded", witness=witness.address[:10], eth=spec.witness_bond_wei / ETH)
 
         step("2/7 three trainers enroll with their stake (the run starts at max trainers)")
         for trainer in cast.trainers:

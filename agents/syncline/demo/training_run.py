@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ class DemoPlan:
 
     rounds: int = 8
     inner_steps: int = 30
+    checkpoint_interval: int = 10  # inner steps between committed checkpoints (0: one segment)
     round_duration_s: int = 20
     grace_window_s: int = 20
     challenge_window_s: int = 5
@@ -58,6 +60,9 @@ class DemoPlan:
     inner_lr: float = 1e-3
     rule: str = "coordinate_median"
     tier: str = "verified"
+    trainer_stake_wei: int = 1 * ETH
+    witness_bond_wei: int = 1 * ETH  # as much at stake as a trainer
+    challenge_bond_wei: int = ETH // 10
     model: dict[str, Any] = field(
         default_factory=lambda: {
             "family": "llama",
@@ -72,6 +77,8 @@ class DemoPlan:
     )
     timeout_s: float = 540.0
     misbehave: dict[str, str] = field(default_factory=dict)
+    # How much inner-loop re-execution the witnesses' challengers spend (all | spot | off).
+    training_checks: str = "spot"
 
 
 @dataclass
@@ -93,11 +100,12 @@ def _template(plan: DemoPlan, witnesses: list[Signer], now: int) -> dict[str, An
         "tier": plan.tier,
         "aggregation": {"rule": plan.rule},
         "inner_steps": plan.inner_steps,
+        "checkpoint_interval": plan.checkpoint_interval,
         "rounds": plan.rounds,
         "round_duration_s": plan.round_duration_s,
         "grace_window_s": plan.grace_window_s,
         "challenge_window_s": plan.challenge_window_s,
-        "trainer_stake_wei": 1 * ETH,
+        "trainer_stake_wei": plan.trainer_stake_wei,
         "min_trainers": plan.trainers,
         "max_trainers": plan.trainers,
         "enrollment_deadline": now + 600,
@@ -109,6 +117,8 @@ def _template(plan: DemoPlan, witnesses: list[Signer], now: int) -> dict[str, An
         "gradient_bits": 8,
         "max_missed_rounds": 2,
         "eviction_slash_bps": 1000,
+        "witness_bond_wei": plan.witness_bond_wei,
+        "challenge_bond_wei": plan.challenge_bond_wei,
     }
 
 
@@ -119,6 +129,8 @@ class TrainingDemo:
         self.workdir = workdir
         self.plan = plan or DemoPlan()
         self.agents: list[AgentProcess] = []
+        # Called with (market, task id, {address: role name}) once the run has sealed.
+        self.after_seal: Callable[[MarketClient, int, dict[str, str]], None] | None = None
 
     def run(self) -> TrainingReceipt:
         started = time.monotonic()
@@ -174,7 +186,11 @@ class TrainingDemo:
         for i, key in enumerate(witness_keys):
             self._spawn("witness", i, key, task_id, deployment, blob_url)
 
+        names = {from_private_key(k).address.lower(): f"trainer-{i + 1}" for i, k in enumerate(trainer_keys)}
+        names.update({from_private_key(k).address.lower(): f"witness-{i + 1}" for i, k in enumerate(witness_keys)})
         losses = self._watch(market, task_id, started)
+        if self.after_seal is not None:
+            self.after_seal(market, task_id, names)
         self._wait_agents_exit(timeout_s=120)
         if market.credit_of(sponsor.address) > 0:
             amount, _ = market.withdraw(sponsor)
@@ -224,6 +240,8 @@ class TrainingDemo:
                 "batch_size": self.plan.batch_size,
             }
             config.update(device="cpu", dtype="fp32", gradient_checkpointing=False)
+        if role == "witness":
+            config["training_checks"] = self.plan.training_checks
         config_path = agent_dir / f"{role}.yaml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         cmd = [sys.executable, "-m", "syncline.cli", role, "run", "--config", str(config_path)]
@@ -272,6 +290,13 @@ class TrainingDemo:
 
     def _report_round(self, market: MarketClient, task_id: int, round_: int) -> float | None:
         r = market.round(task_id, round_)
+        if r.status == RoundStatus.INVALIDATED:
+            tqdm.write(
+                f"round {round_}: finalized, then INVALIDATED by a fraud proof; state rolled back to "
+                f"{r.prev_state_root[:18]}",
+                file=sys.stderr,
+            )
+            return None
         if r.status != RoundStatus.FINALIZED:
             tqdm.write(f"round {round_}: carried forward (no quorum); state root unchanged", file=sys.stderr)
             return None

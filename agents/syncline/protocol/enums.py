@@ -42,6 +42,23 @@ class RoundStatus(IntEnum):
     PENDING = 0
     FINALIZED = 1
     CARRIED_FORWARD = 2
+    INVALIDATED = 3
+
+
+class ChallengeKind(IntEnum):
+    TRAINER_EQUIVOCATION = 0
+    WITNESS_EQUIVOCATION = 1
+    AGGREGATION_FRAUD = 2
+    CENSORSHIP = 3
+    TRAINING_FRAUD = 4
+
+
+class ChallengeStatus(IntEnum):
+    NONE = 0
+    OPEN = 1
+    UPHELD = 2
+    REJECTED = 3
+    EXPIRED = 4
 
 
 def parse_enum(enum: type[E], value: object, field: str) -> E:

@@ -30,6 +30,8 @@ class WitnessLine:
     matched: int
     dissents: int
     fees_wei: int
+    bond_wei: int = 0
+    slashed_wei: int = 0
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class TrainingReceipt:
     rounds_total: int
     rounds_finalized: int
     rounds_carried_forward: int
+    rounds_invalidated: int
     reward_pool_wei: int
     sponsor_refund_wei: int
     trainers: tuple[TrainerLine, ...]
@@ -50,7 +53,20 @@ class TrainingReceipt:
     @classmethod
     def from_chain(cls, raw: Any) -> TrainingReceipt:
         """From the ``getReceipt`` return value (a tuple in ABI order)."""
-        (task_id, spec_hash, status, root, total, finalized, carried, pool, refund, trainers, witnesses) = raw
+        (
+            task_id,
+            spec_hash,
+            status,
+            root,
+            total,
+            finalized,
+            carried,
+            invalidated,
+            pool,
+            refund,
+            trainers,
+            witnesses,
+        ) = raw
         return cls(
             task_id=int(task_id),
             spec_hash="0x" + bytes(spec_hash).hex(),
@@ -59,6 +75,7 @@ class TrainingReceipt:
             rounds_total=int(total),
             rounds_finalized=int(finalized),
             rounds_carried_forward=int(carried),
+            rounds_invalidated=int(invalidated),
             reward_pool_wei=int(pool),
             sponsor_refund_wei=int(refund),
             trainers=tuple(

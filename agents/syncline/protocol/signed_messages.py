@@ -25,6 +25,7 @@ COMMITMENT_FIELDS = [
     {"name": "fragment", "type": "uint16"},
     {"name": "payloadHash", "type": "bytes32"},
     {"name": "chunkRoot", "type": "bytes32"},
+    {"name": "checkpointRoot", "type": "bytes32"},
 ]
 VOTE_FIELDS = [
     {"name": "taskId", "type": "uint256"},
@@ -60,6 +61,7 @@ class Commitment:
     fragment: int
     payload_hash: bytes
     chunk_root: bytes
+    checkpoint_root: bytes
 
     def message(self) -> dict[str, Any]:
         return {
@@ -68,12 +70,26 @@ class Commitment:
             "fragment": self.fragment,
             "payloadHash": _b32(self.payload_hash),
             "chunkRoot": _b32(self.chunk_root),
+            "checkpointRoot": _b32(self.checkpoint_root),
         }
+
+    def as_tuple(self) -> tuple[int, int, int, bytes, bytes, bytes]:
+        """The Solidity ``Commitment`` struct, in field order."""
+        return (
+            self.task_id,
+            self.round,
+            self.fragment,
+            _b32(self.payload_hash),
+            _b32(self.chunk_root),
+            _b32(self.checkpoint_root),
+        )
 
     def conflicts_with(self, other: Commitment) -> bool:
         """Same slot, different content: equivocation."""
         same_slot = (self.task_id, self.round, self.fragment) == (other.task_id, other.round, other.fragment)
-        return same_slot and (self.payload_hash, self.chunk_root) != (other.payload_hash, other.chunk_root)
+        mine = (self.payload_hash, self.chunk_root, self.checkpoint_root)
+        theirs = (other.payload_hash, other.chunk_root, other.checkpoint_root)
+        return same_slot and mine != theirs
 
 
 @dataclass(frozen=True)
@@ -94,6 +110,10 @@ class Vote:
             "aggregateRoot": _b32(self.aggregate_root),
             "acceptedMask": self.accepted_mask,
         }
+
+    def as_tuple(self) -> tuple[int, int, bytes, bytes, int]:
+        """The Solidity ``Vote`` struct, in field order."""
+        return (self.task_id, self.round, _b32(self.state_root), _b32(self.aggregate_root), self.accepted_mask)
 
     def conflicts_with(self, other: Vote) -> bool:
         same_slot = (self.task_id, self.round) == (other.task_id, other.round)

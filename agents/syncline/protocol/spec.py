@@ -35,6 +35,10 @@ ONCHAIN_BITS: dict[str, int] = {
     "threshold": 8,
     "witness_fee_wei": 128,
     "gradient_bits": 8,
+    "param_count": 64,
+    "checkpoint_interval": 32,
+    "witness_bond_wei": 128,
+    "challenge_bond_wei": 128,
 }
 MAX_WINDOW_S = 365 * 24 * 3600  # TaskEscrow.MAX_WINDOW
 MAX_TRAINERS = 64
@@ -148,6 +152,14 @@ class TrainingTaskSpec:
     gradient_bits: int = 8
     max_missed_rounds: int = 2
     eviction_slash_bps: int = 1_000
+    # Number of model parameters (the canonical layout's numel); the sponsor tooling fills it in.
+    param_count: int = 0
+    # Inner steps between committed checkpoints (training-fraud proofs); 0 means inner_steps.
+    checkpoint_interval: int = 0
+    # Bond each witness posts before voting (slashed on a proven witness fault).
+    witness_bond_wei: int = 0
+    # Bond a challenger posts with each challenge (returned with a bounty when the fault is proven).
+    challenge_bond_wei: int = 0
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ derived values
@@ -164,6 +176,17 @@ class TrainingTaskSpec:
     @property
     def outer_momentum_ppm(self) -> int:
         return round(self.outer_optimizer.momentum * PPM)
+
+    @property
+    def checkpoint_interval_steps(self) -> int:
+        """Inner steps between committed checkpoints, as the chain stores it (0 means ``inner_steps``)."""
+        return self.checkpoint_interval or self.inner_steps
+
+    @property
+    def checkpoint_segments(self) -> int:
+        """Number of checkpointed inner-loop segments: ``ceil(inner_steps / checkpoint_interval_steps)``."""
+        interval = self.checkpoint_interval_steps
+        return -(-self.inner_steps // interval) if interval > 0 else 0
 
     @property
     def escrow_wei(self) -> int:
@@ -193,6 +216,19 @@ class TrainingTaskSpec:
 
     def validate(self, *, now: int | None = None) -> TrainingTaskSpec:
         """Raise ``SpecError`` (one line) for any rule ``postTask`` would reject; return self."""
+        if self.param_count <= 0:
+            raise SpecError(
+                "param_count must be positive: it is the model's parameter count, "
+                "which the sponsor tooling (`syncline train post-task` with dataset_source) fills in"
+            )
+        if self.inner_steps > 0 and not 1 <= self.checkpoint_interval_steps <= self.inner_steps:
+            raise SpecError(
+                f"checkpoint_interval {self.checkpoint_interval} must be within 1..inner_steps "
+                f"({self.inner_steps}), or 0 for inner_steps"
+            )
+        for name in ("witness_bond_wei", "challenge_bond_wei"):
+            if getattr(self, name) < 0:
+                raise SpecError(f"{name} must not be negative")
         for name, bits in ONCHAIN_BITS.items():
             value = getattr(self, name)
             if not 0 <= value < 2**bits:
@@ -282,6 +318,10 @@ class TrainingTaskSpec:
             self.outer_lr_ppm,
             self.outer_momentum_ppm,
             self.gradient_bits,
+            self.param_count,
+            self.checkpoint_interval_steps,
+            self.witness_bond_wei,
+            self.challenge_bond_wei,
             [to_checksum_address(w) for w in self.witnesses],
         )
 
@@ -347,6 +387,10 @@ class TrainingTaskSpec:
                 gradient_bits=_int(data.get("gradient_bits", 8), "gradient_bits"),
                 max_missed_rounds=_int(data.get("max_missed_rounds", 2), "max_missed_rounds"),
                 eviction_slash_bps=_int(data.get("eviction_slash_bps", 1000), "eviction_slash_bps"),
+                param_count=_int(data.get("param_count", 0), "param_count"),
+                checkpoint_interval=_int(data.get("checkpoint_interval", 0), "checkpoint_interval"),
+                witness_bond_wei=_int(data.get("witness_bond_wei", 0), "witness_bond_wei"),
+                challenge_bond_wei=_int(data.get("challenge_bond_wei", 0), "challenge_bond_wei"),
                 metadata=dict(_mapping(data.get("metadata", {}), "metadata")),
             )
             if aggregation:

@@ -18,6 +18,13 @@ class ConfigError(SynclineError):
     """An agent config file is missing, malformed or inconsistent."""
 
 
+TRAINER_MISBEHAVIOURS = ("fake-gradient", "lazy", "equivocate")
+WITNESS_MISBEHAVIOURS = ("bad-aggregate", "censor", "equivocate")
+"""``misbehave`` values of a trainer, TESTS AND DEMOS ONLY: ``fake-gradient`` commits noise instead
+of the payload its checkpoints derive; ``lazy`` trains half the inner steps and pads its
+checkpoints; ``equivocate`` (equivocation proofs) signs two different commitments for one round."""
+
+
 @dataclass(frozen=True)
 class InnerOptimizerConfig:
     """The trainer's inner optimizer (DiLoCo inner loop), shaped like the reference tutorial."""
@@ -60,12 +67,18 @@ class AgentConfig:
     # witness only
     eval_batches: int = 8
     eval_batch_size: int = 16
+    # witness and challenger: audit closed rounds and prove faults (witnesses do by default)
+    challenge: bool = True
+    # inner-loop re-execution per accepted submission: all | spot | off (see challenger/training.py)
+    training_checks: str = "spot"
 
     def __post_init__(self) -> None:
         if self.dtype not in ("fp32", "bf16"):
             raise ConfigError(f"dtype {self.dtype!r}: use fp32 or bf16")
         if self.poll_interval_s <= 0:
             raise ConfigError("poll_interval_s must be positive")
+        if self.training_checks not in ("all", "spot", "off"):
+            raise ConfigError(f"training_checks {self.training_checks!r}: use all, spot or off")
 
 
 def load_agent_config(path: Path, overrides: Mapping[str, Any] | None = None) -> AgentConfig:
@@ -100,6 +113,8 @@ _FIELD_KINDS: dict[str, str] = {
     "threads": _INT,
     "eval_batches": _INT,
     "eval_batch_size": _INT,
+    "challenge": _BOOL,
+    "training_checks": _STR,
     "inner.optimizer": _STR,
     "inner.lr": _FLOAT,
     "inner.weight_decay": _FLOAT,

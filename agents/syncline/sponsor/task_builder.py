@@ -18,6 +18,7 @@ from typing import Any
 from eth_utils import keccak
 
 from syncline.blobstore import BlobStore
+from syncline.errors import SpecError
 from syncline.modality.language import LanguageAdapter, PreparedCorpus, prepare_corpus
 from syncline.paths import state_dir
 from syncline.protocol.layout import ParameterLayout
@@ -61,7 +62,10 @@ def publish_language_task(
 ) -> PublishedTask:
     """Publish every artifact of a language task and return its spec (not yet posted on chain).
 
-    ``template`` holds the remaining spec fields (rounds, witnesses, stake, ...) as in a YAML spec.
+    ``template`` holds the remaining spec fields (rounds, witnesses, stake, bonds, ...) as in a
+    YAML spec. ``param_count`` is always the model's canonical parameter count (the layout's
+    numel, which sizes the chunk trees the contract checks proofs against), filled in here so
+    sponsors never type it; a template value that disagrees with the model is a ``SpecError``.
     """
     corpus = cached_corpus(shard_count, vocab_size)
     tokenizer = blobs.put(corpus.tokenizer_json.encode())
@@ -78,6 +82,12 @@ def publish_language_task(
     blobs.put(initial.to_bytes(), alias=initial.state_root_hex)
 
     data = dict(template)
+    typed = data.get("param_count")
+    if typed is not None and str(typed) != str(initial.layout.numel):
+        raise SpecError(
+            f"param_count {typed} disagrees with the model ({initial.layout.numel} parameters); "
+            "leave it out, the sponsor tooling fills it in"
+        )
     data.update(
         modality="language",
         model={"family": family, "config": config},
@@ -88,6 +98,7 @@ def publish_language_task(
             "validation_uri": validation.uri,
         },
         initial_state_root=initial.state_root_hex,
+        param_count=initial.layout.numel,
         metadata={
             **dict(data.get("metadata", {})),
             "tokenizer": {"digest": tokenizer.digest, "uri": tokenizer.uri},

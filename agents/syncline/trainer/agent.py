@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -21,16 +22,24 @@ from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
 from syncline.errors import ChainError
 from syncline.observability import get_logger
-from syncline.protocol.chunking import gradient_chunk_root
+from syncline.protocol.checkpoints import (
+    CheckpointManifest,
+    checkpoint_hash,
+    interval_of,
+    manifest_alias,
+    manifest_root_alias,
+)
 from syncline.protocol.enums import RoundStatus, TaskStatus
-from syncline.protocol.quantization import quantize
+from syncline.protocol.signed_messages import Commitment
 from syncline.protocol.state import TrainingState
 from syncline.run.agent_config import AgentConfig, ConfigError
 from syncline.run.context import StateUnavailable, TaskContext
+from syncline.run.gossip import announce_commitment
 from syncline.run.local_store import append_record
 from syncline.run.loop import pending_time, run_forever
 from syncline.run.metrics import AgentMetrics
 from syncline.trainer.inner_loop import InnerLoop
+from syncline.trainer.segments import encode_payload
 
 log = get_logger("syncline.trainer")
 ZERO_ADDRESS = "0x0000000000000000000000000000000000000000"
@@ -60,6 +69,7 @@ class TrainerAgent:
     _tokens: int = 0
     _steps: int = 0
     _bytes_sent: int = 0
+    _checkpoint_bytes_sent: int = 0
     _rounds_committed: int = 0
     _optimizer_round: int | None = None
     _bytes_received: int = 0
@@ -167,25 +177,29 @@ class TrainerAgent:
         if self._wall_started is None:
             self._wall_started = time.perf_counter()  # utilization counts from the first round trained
         self.metrics.round.set(round_)
+        interval = interval_of(ctx.spec)
         work = inner.run(
             state,
             [ctx.shard(i) for i in shards],
             seed=round_seed(ctx.task_id, round_, fragment),
             progress=sys.stderr.isatty(),
+            checkpoint_interval=interval,
+            # TESTS AND DEMOS ONLY: a lazy trainer trains half the steps and pads its checkpoints.
+            train_steps=ctx.spec.inner_steps // 2 if self.cfg.misbehave == "lazy" else None,
         )
-        if self.cfg.misbehave == "fake-gradient":
-            work = type(work)(
-                torch.randn_like(work.pseudo_gradient) * 0.05, work.losses, work.train_seconds, work.tokens
-            )
+        if self.cfg.misbehave == "fake-gradient":  # honest checkpoints, a payload not derived from them
+            work = replace(work, pseudo_gradient=torch.randn_like(work.pseudo_gradient) * 0.05)
         self._save_optimizer(inner, round_ + 1)
-        qg = quantize(work.pseudo_gradient, ctx.spec.gradient_bits)
-        payload = qg.to_safetensors_bytes()
+        payload, chunk_root = encode_payload(work.pseudo_gradient, ctx.spec.gradient_bits)
         ref = self.blobs.put(payload)
         self._bytes_sent += len(payload)
+        checkpoint_root = self._publish_checkpoints(round_, fragment, interval, work.checkpoints)
         try:
-            self.market.commit_submission(
-                self.signer, ctx.task_id, round_, fragment, keccak(payload), gradient_chunk_root(qg), ref.uri
+            message, signature = self.market.sign_commitment(
+                self.signer, ctx.task_id, round_, fragment, keccak(payload), chunk_root, checkpoint_root
             )
+            self._announce(message, signature)
+            self.market.send_commitment(self.signer, message, ref.uri, signature)
             outcome = "committed"
         except ChainError as exc:
             outcome = "late" if exc.error_name == "SynclineSubmissionLate" else "refused"
@@ -226,6 +240,7 @@ class TrainerAgent:
                     "wall_seconds": round(wall, 2),
                     "utilization": round(self._train_seconds / wall, 4),
                     "bytes_sent": self._bytes_sent,
+                    "checkpoint_bytes_sent": self._checkpoint_bytes_sent,
                     "bytes_received": self._bytes_received,
                     "parameters": ctx.layout.numel,
                     "device": self.cfg.device,
@@ -233,6 +248,53 @@ class TrainerAgent:
                 }
             )
         )
+
+    def _announce(self, message: Commitment, signature: bytes) -> None:
+        """Announce the signed commitment (gossip) before committing it on chain."""
+        if self.cfg.misbehave != "equivocate":
+            announce_commitment(self.blobs, message, signature)
+            return
+        # TESTS AND DEMOS ONLY: announce a different signed commitment than the one committed.
+        other = replace(message, payload_hash=keccak(b"equivocation" + message.payload_hash))
+        other_signature = self.market.sign_commitment(
+            self.signer,
+            other.task_id,
+            other.round,
+            other.fragment,
+            other.payload_hash,
+            other.chunk_root,
+            other.checkpoint_root,
+        )[1]
+        announce_commitment(self.blobs, other, other_signature)
+        log.warning("trainer.misbehaving", mode="equivocate", round=message.round)
+
+    def _publish_checkpoints(self, round_: int, fragment: int, interval: int, checkpoints: Sequence[bytes]) -> bytes:
+        """Put every checkpoint blob and the manifest (aliased by position and by root); returns
+        the ``checkpointRoot`` to commit. Publishing precedes the commitment, so a challenger can
+        fetch everything as soon as the commitment is on chain."""
+        ctx = self.ctx
+        assert ctx is not None
+        refs = [self.blobs.put(c) for c in checkpoints]
+        manifest = CheckpointManifest(
+            interval=interval,
+            inner_steps=ctx.spec.inner_steps,
+            hashes=tuple(checkpoint_hash(c) for c in checkpoints),
+            uris=tuple(r.uri for r in refs),
+        )
+        root = manifest.root
+        data = manifest.to_json()
+        self.blobs.put(data, alias=manifest_alias(ctx.task_id, round_, fragment))
+        self.blobs.put(data, alias=manifest_root_alias(root))
+        self._checkpoint_bytes_sent += sum(len(c) for c in checkpoints) + 2 * len(data)
+        log.info(
+            "trainer.checkpoints",
+            round=round_,
+            fragment=fragment,
+            checkpoints=len(checkpoints),
+            kib=round(sum(len(c) for c in checkpoints) / 1024, 1),
+            root="0x" + root.hex(),
+        )
+        return root
 
     def _sync_state(self, round_: int, state_root: str) -> TrainingState:
         """The state to train from, fetched with as few bytes as possible.

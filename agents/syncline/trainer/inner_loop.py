@@ -1,19 +1,28 @@
 """The DiLoCo inner loop: H AdamW steps from the round's state; the outer gradient is
 ``theta_start - theta_end`` (flattened in the canonical layout). The AdamW state persists across
-rounds, as in DiLoCo."""
+rounds, as in DiLoCo.
+
+For training-fraud proofs the loop can capture a checkpoint (weights, AdamW moments and step
+counts, the CPU generator state; see :mod:`syncline.protocol.checkpoints`) before step 0 and after
+every ``checkpoint_interval`` steps, and can re-run one segment from a checkpoint
+(:meth:`InnerLoop.run_segment`). Capturing only reads the model and the optimizer, so a run with
+checkpoints trains exactly like one without.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from syncline.modality.language import LanguageAdapter
+from syncline.protocol.checkpoints import Checkpoint, CheckpointError, InnerHyperparameters, checkpoint_steps
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.state import TrainingState
 from syncline.run.agent_config import InnerOptimizerConfig
@@ -22,16 +31,46 @@ from syncline.run.context import flat_parameters, load_weights
 
 @dataclass(frozen=True)
 class RoundWork:
-    """What one round of inner training produced."""
+    """What one round of inner training produced.
+
+    ``checkpoints`` holds the canonical bytes of checkpoints ``c_0 .. c_S`` when the run was asked
+    to capture them, and is empty otherwise.
+    """
 
     pseudo_gradient: torch.Tensor
     losses: tuple[float, ...]
     train_seconds: float
     tokens: int
+    checkpoints: tuple[bytes, ...] = ()
 
     @property
     def mean_loss(self) -> float:
-        return sum(self.losses) / len(self.losses)
+        return sum(self.losses) / len(self.losses) if self.losses else float("nan")
+
+
+@contextlib.contextmanager
+def replay_environment(threads: int) -> Iterator[None]:
+    """Run with ``threads`` torch intra-op threads; restore the caller's threads and CPU RNG after."""
+    before_threads = torch.get_num_threads()
+    before_rng = torch.get_rng_state()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before_threads)
+        torch.set_rng_state(before_rng)
+
+
+def _step_count(value: object) -> int:
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        count = float(value.item())
+    elif isinstance(value, int | float):
+        count = float(value)
+    else:
+        raise CheckpointError(f"AdamW step count {value!r} is not a number")
+    if count != int(count) or count < 0:
+        raise CheckpointError(f"AdamW step count {count} is not a non-negative integer")
+    return int(count)
 
 
 class InnerLoop:
@@ -51,6 +90,7 @@ class InnerLoop:
         self.adapter = adapter
         self.layout = layout
         self.cfg = cfg
+        self.batch_size = cfg.batch_size
         self.device = torch.device(device)
         self.dtype = dtype
         self.model = model.to(self.device)
@@ -64,37 +104,189 @@ class InnerLoop:
             betas=(cfg.beta1, cfg.beta2),
             weight_decay=cfg.weight_decay,
         )
+        self._layout_digest: bytes | None = None
 
     def _autocast(self) -> contextlib.AbstractContextManager[object]:
         if self.dtype == "bf16":
             return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def run(self, state: TrainingState, shards: Sequence[bytes], *, seed: int, progress: bool = False) -> RoundWork:
-        """H inner steps from ``state`` on ``shards``; batches are reproducible from ``seed``."""
+    def _step(self, batch: dict[str, torch.Tensor]) -> tuple[float, int]:
+        """One AdamW step on ``batch``; returns (loss, tokens)."""
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        with self._autocast():
+            loss = self.adapter.loss(self.model, batch)
+        loss.backward()  # type: ignore[no-untyped-call]
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(loss.detach()), int(batch["input_ids"].numel())
+
+    def run(
+        self,
+        state: TrainingState,
+        shards: Sequence[bytes],
+        *,
+        seed: int,
+        progress: bool = False,
+        checkpoint_interval: int | None = None,
+        train_steps: int | None = None,
+    ) -> RoundWork:
+        """H inner steps from ``state`` on ``shards``; batches are reproducible from ``seed``.
+
+        Parameters
+        ----------
+        checkpoint_interval
+            Capture checkpoints ``c_0 .. c_S`` (before step 0 and every ``checkpoint_interval``
+            steps, and after the last step) into ``RoundWork.checkpoints``. None: capture nothing.
+        train_steps
+            TESTS AND DEMOS ONLY (the ``lazy`` misbehaviour): train only the first
+            ``train_steps`` steps; the checkpoints due after that repeat the last real state under
+            the step numbers an honest run would have reached.
+        """
         load_weights(self.model, state)
         start = flat_parameters(self.model, self.layout)
         losses: list[float] = []
         tokens = 0
+        steps = self.cfg.inner_steps
+        marks = checkpoint_steps(steps, checkpoint_interval) if checkpoint_interval is not None else ()
+        todo = steps if train_steps is None else max(0, min(train_steps, steps))
+        captured: list[bytes] = []
+        capture_seconds = 0.0
+
+        def capture(step: int) -> None:
+            nonlocal capture_seconds
+            t0 = time.perf_counter()
+            captured.append(self.checkpoint(step).to_bytes())
+            capture_seconds += time.perf_counter() - t0
+
         began = time.perf_counter()
-        batches = self.adapter.batches(shards, batch_size=self.cfg.batch_size, seed=seed, steps=self.cfg.inner_steps)
-        for batch in tqdm(batches, total=self.cfg.inner_steps, disable=not progress, desc="inner steps", leave=False):
-            batch = {k: v.to(self.device) for k, v in batch.items()}
-            with self._autocast():
-                loss = self.adapter.loss(self.model, batch)
-            loss.backward()  # type: ignore[no-untyped-call]
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
-            losses.append(float(loss.detach()))
-            tokens += int(batch["input_ids"].numel())
+        if marks:
+            capture(0)
+        batches = self.adapter.batches(shards, batch_size=self.batch_size, seed=seed, steps=steps)
+        for i, batch in enumerate(
+            tqdm(islice(batches, todo), total=todo, disable=not progress, desc="inner steps", leave=False)
+        ):
+            loss, n = self._step(batch)
+            losses.append(loss)
+            tokens += n
+            if marks and marks[len(captured)] == i + 1:
+                capture(i + 1)
+        for step in marks[len(captured) :]:  # only a shortened (lazy) run gets here
+            capture(step)
         if self.device.type == "cuda":
             torch.cuda.synchronize()
-        train_seconds = time.perf_counter() - began
+        train_seconds = time.perf_counter() - began - capture_seconds
         end = flat_parameters(self.model, self.layout)
         gradient = start - end
         if not torch.isfinite(gradient).all():
             raise FloatingPointError("inner training diverged: the outer gradient holds NaN/Inf")
-        return RoundWork(gradient, tuple(losses), train_seconds, tokens)
+        return RoundWork(gradient, tuple(losses), train_seconds, tokens, tuple(captured))
+
+    # ------------------------------------------------------------------ checkpoints
+
+    @property
+    def layout_digest(self) -> bytes:
+        if self._layout_digest is None:
+            self._layout_digest = self.layout.digest()
+        return self._layout_digest
+
+    def hyperparameters(self) -> InnerHyperparameters:
+        group = self.optimizer.param_groups[0]
+        beta1, beta2 = group["betas"]
+        return InnerHyperparameters(
+            lr=float(group["lr"]),
+            beta1=float(beta1),
+            beta2=float(beta2),
+            weight_decay=float(group["weight_decay"]),
+            eps=float(group["eps"]),
+            batch_size=self.batch_size,
+        )
+
+    def checkpoint(self, step: int) -> Checkpoint:
+        """The loop's full state now, labelled as after ``step`` inner steps of the round."""
+        named = dict(self.model.named_parameters())
+        exp_avg: dict[str, torch.Tensor] = {}
+        exp_avg_sq: dict[str, torch.Tensor] = {}
+        counts: list[int] = []
+        for e in self.layout.entries:
+            state = self.optimizer.state.get(named[e.name])
+            if state:
+                exp_avg[e.name] = state["exp_avg"].detach().float().cpu()
+                exp_avg_sq[e.name] = state["exp_avg_sq"].detach().float().cpu()
+                counts.append(_step_count(state["step"]))
+            else:  # no gradient yet: AdamW would start this parameter from zero moments
+                exp_avg[e.name] = exp_avg_sq[e.name] = torch.zeros(e.shape, dtype=torch.float32)
+                counts.append(0)
+        return Checkpoint(
+            step=step,
+            layout_digest=self.layout_digest,
+            params=flat_parameters(self.model, self.layout),
+            exp_avg=self.layout.flatten(exp_avg),
+            exp_avg_sq=self.layout.flatten(exp_avg_sq),
+            adam_steps=tuple(counts),
+            optimizer=self.hyperparameters(),
+            dtype=self.dtype,
+            threads=torch.get_num_threads(),
+            rng_state=bytes(torch.get_rng_state().numpy().tobytes()),
+        )
+
+    def restore(self, ckpt: Checkpoint) -> None:
+        """Put the model, the optimizer (moments, step counts, coefficients), the batch size, the
+        autocast dtype and the CPU generator exactly in the state ``ckpt`` records."""
+        ckpt.check_layout(self.layout)
+        named = dict(self.model.named_parameters())
+        params = self.layout.unflatten(ckpt.params)
+        avgs = self.layout.unflatten(ckpt.exp_avg)
+        sqs = self.layout.unflatten(ckpt.exp_avg_sq)
+        with torch.no_grad():
+            for name, tensor in params.items():
+                named[name].copy_(tensor)
+        self.optimizer.state.clear()
+        step_dtype = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+        for e, count in zip(self.layout.entries, ckpt.adam_steps, strict=True):
+            if count == 0:
+                continue  # AdamW initializes it lazily, exactly as in a fresh optimizer
+            p = named[e.name]
+            self.optimizer.state[p] = {
+                "step": torch.tensor(float(count), dtype=step_dtype),  # as AdamW creates it on CPU
+                "exp_avg": avgs[e.name].to(device=p.device, dtype=p.dtype),
+                "exp_avg_sq": sqs[e.name].to(device=p.device, dtype=p.dtype),
+            }
+        hp = ckpt.optimizer
+        for group in self.optimizer.param_groups:
+            group.update(lr=hp.lr, betas=(hp.beta1, hp.beta2), weight_decay=hp.weight_decay, eps=hp.eps)
+        self.batch_size = hp.batch_size
+        self.dtype = ckpt.dtype
+        if ckpt.rng_state:
+            try:
+                torch.set_rng_state(torch.frombuffer(bytearray(ckpt.rng_state), dtype=torch.uint8))
+            except RuntimeError:
+                raise CheckpointError("checkpoint rng_state is not a valid torch CPU generator state") from None
+
+    def run_segment(
+        self, checkpoint: bytes | Checkpoint, shards: Sequence[bytes], *, seed: int, start: int, stop: int
+    ) -> bytes:
+        """Re-run steps ``[start, stop)`` of a round from ``checkpoint`` (taken after ``start`` steps).
+
+        The batches are those of the trainer's run: the first ``start`` batches of the round's
+        seeded stream are skipped. Runs with the checkpoint's thread count (restoring the
+        caller's threads and CPU generator afterwards) and returns the canonical bytes of the
+        checkpoint after step ``stop``.
+        """
+        ckpt = (
+            checkpoint if isinstance(checkpoint, Checkpoint) else Checkpoint.from_bytes(checkpoint, layout=self.layout)
+        )
+        steps = self.cfg.inner_steps
+        if not 0 <= start < stop <= steps:
+            raise CheckpointError(f"segment [{start}, {stop}) is not within the round's {steps} steps")
+        if ckpt.step != start:
+            raise CheckpointError(f"checkpoint is after step {ckpt.step}, the segment starts at step {start}")
+        with replay_environment(ckpt.threads):
+            self.restore(ckpt)
+            batches = self.adapter.batches(shards, batch_size=self.batch_size, seed=seed, steps=steps)
+            for batch in islice(batches, start, stop):
+                self._step(batch)
+            return self.checkpoint(stop).to_bytes()
 
     # ------------------------------------------------------------------ persistence (restart)
 

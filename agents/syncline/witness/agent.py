@@ -5,31 +5,44 @@ aggregates with the task's rule, applies the outer step, publishes the new state
 validation loss and votes. A crashed witness recomputes the same bytes and its repeated vote is a
 no-op on chain (idempotent finalize). After the grace window it carries a stuck round forward;
 after the challenge window it seals; then it claims its fees.
+
+Unless it misbehaves, a witness also runs the challenger on every closed round (it audits the
+round independently and proves any fault on chain) and referees training-fraud claims by
+re-executing the disputed segment. Misbehaviour modes exist for tests and demos only and start at
+round ``CHEAT_FROM_ROUND``: ``bad-aggregate`` (a wrong state), ``censor`` (leave the lowest valid
+submission out) and ``equivocate`` (announce a signed vote that differs from the one cast).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
+from eth_utils import keccak
 
 from syncline.blobstore import BlobStore
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
+from syncline.challenger.agent import Challenger
+from syncline.challenger.training import make_training_checker
 from syncline.errors import ChainError
 from syncline.observability import get_logger
 from syncline.protocol.enums import TaskStatus
+from syncline.protocol.signed_messages import Vote
 from syncline.protocol.sync_round import RoundResult
 from syncline.run.agent_config import AgentConfig
 from syncline.run.context import StateUnavailable, TaskContext, load_weights
+from syncline.run.gossip import announce_vote
 from syncline.run.local_store import append_record
 from syncline.run.loop import pending_time, run_forever
 from syncline.run.metrics import AgentMetrics
+from syncline.witness.court_duty import RefereeDuty
 
 log = get_logger("syncline.witness")
 ZERO = "0x" + "00" * 32
+CHEAT_FROM_ROUND = 1  # misbehaviour (tests and demos only) starts after one honest round
 
 
 @dataclass
@@ -41,6 +54,9 @@ class WitnessAgent:
     metrics: AgentMetrics = field(default_factory=lambda: AgentMetrics("witness"))
     ctx: TaskContext | None = None
     _eval_model: torch.nn.Module | None = None
+    _bonded: bool = False
+    challenger: Challenger | None = None
+    referee: RefereeDuty | None = None
 
     def run(self, *, max_iterations: int | None = None) -> None:
         if self.cfg.threads:
@@ -57,10 +73,13 @@ class WitnessAgent:
             if amount:
                 log.info("witness.claimed", wei=amount)
             return True
+        if t.status in (TaskStatus.ENROLLING, TaskStatus.RUNNING):
+            self._ensure_bonded()
         if t.status == TaskStatus.ENROLLING:
             return False
         if self.ctx is None:
             self.ctx = TaskContext.load(self.market, self.blobs, task_id)
+        self._court_duties()
         spec = self.ctx.spec
         now = pending_time(self.market.w3)
         if t.status == TaskStatus.AWAITING_SEAL:
@@ -88,26 +107,27 @@ class WitnessAgent:
             log.info("witness.waiting_for_state", round=round_, reason=str(exc))
             return
         started = time.perf_counter()
-        result = ctx.compute_round(previous, ctx.committed_submissions(round_))
+        submissions = ctx.committed_submissions(round_)
+        result = ctx.compute_round(previous, submissions)
         self.metrics.aggregate_seconds.set(time.perf_counter() - started)
-        if self.cfg.misbehave == "bad-aggregate":
+        cheating = self.cfg.misbehave is not None and round_ >= CHEAT_FROM_ROUND
+        if cheating and self.cfg.misbehave == "bad-aggregate":
             result = self._tamper(result)
+        if cheating and self.cfg.misbehave == "censor" and result.accepted_mask:
+            victim = (result.accepted_mask & -result.accepted_mask).bit_length() - 1
+            result = ctx.compute_round(previous, [s for s in submissions if s.fragment != victim])
+            log.warning("witness.misbehaving", mode="censor", round=round_, left_out=victim)
         ctx.publish_state(result.state)
         loss = self._validation_loss(result)
         for fragment, reason in result.rejected.items():
             self.metrics.rejected.labels(reason=reason.split(":")[0].split(" (")[0]).inc()
             log.info("witness.rejected", round=round_, fragment=fragment, reason=reason)
+        vote, signature = self.market.sign_vote(
+            self.signer, ctx.task_id, round_, result.state_root, result.aggregate_root, result.accepted_mask
+        )
+        self._announce(vote, signature, equivocate=cheating and self.cfg.misbehave == "equivocate")
         self._send(
-            "finalize",
-            lambda: self.market.finalize_round(
-                self.signer,
-                ctx.task_id,
-                round_,
-                result.state_root,
-                result.aggregate_root,
-                result.accepted_mask,
-                metric=int(loss * 1_000_000),
-            ),
+            "finalize", lambda: self.market.send_vote(self.signer, vote, signature, metric=int(loss * 1_000_000))
         )
         self.metrics.round.set(round_)
         self.metrics.validation_loss.set(loss)
@@ -134,6 +154,44 @@ class WitnessAgent:
             },
         )
 
+    def _announce(self, vote: Vote, signature: bytes, *, equivocate: bool) -> None:
+        """Announce the signed vote (gossip). TESTS AND DEMOS ONLY when ``equivocate``: announce a
+        signed vote for a different state root than the one cast on chain."""
+        if not equivocate:
+            announce_vote(self.blobs, vote, signature, self.signer.address)
+            return
+        other = replace(vote, state_root=keccak(b"equivocation" + vote.state_root))
+        _, other_signature = self.market.sign_vote(
+            self.signer, other.task_id, other.round, other.state_root, other.aggregate_root, other.accepted_mask
+        )
+        announce_vote(self.blobs, other, other_signature, self.signer.address)
+        log.warning("witness.misbehaving", mode="equivocate", round=vote.round)
+
+    def _court_duties(self) -> None:
+        """Referee open training claims; unless misbehaving, audit closed rounds and prove faults."""
+        ctx = self.ctx
+        assert ctx is not None
+        if self.referee is None:
+            self.referee = RefereeDuty(self.cfg.task_id, self.signer, self.market, lambda: ctx)
+        if self.challenger is None and self.cfg.challenge and self.cfg.misbehave is None:
+            seed = int(self.signer.address, 16)
+            self.challenger = Challenger(
+                task_id=self.cfg.task_id,
+                signer=self.signer,
+                market=self.market,
+                blobs=self.blobs,
+                state_dir=self.cfg.state_dir,
+                training_checker=make_training_checker(self.cfg.training_checks, seed=seed),
+                ctx=ctx,
+            )
+        for duty in (self.referee, self.challenger):
+            if duty is None:
+                continue
+            try:
+                duty.step()
+            except (ChainError, StateUnavailable) as exc:
+                log.info("witness.court_duty_deferred", reason=str(exc).splitlines()[0][:160])
+
     def _validation_loss(self, result: RoundResult) -> float:
         ctx = self.ctx
         assert ctx is not None
@@ -154,6 +212,19 @@ class WitnessAgent:
         return RoundResult(bumped, bumped.state_root(), result.aggregate_root, result.accepted_mask, result.rejected)
 
     # ------------------------------------------------------------------ chain edge
+
+    def _ensure_bonded(self) -> None:
+        """Post the task's witness bond once (a bonded witness, or a task without a bond, sends nothing)."""
+        if self._bonded:
+            return
+        try:
+            receipt = self.market.ensure_witness_bonded(self.signer, self.cfg.task_id)
+        except ChainError as exc:
+            log.warning("witness.bond_failed", error=str(exc))
+            return
+        self._bonded = True
+        if receipt is not None:
+            log.info("witness.bonded", wei=self.market.witness_bond(self.cfg.task_id))
 
     def _send(self, what: str, call: Callable[[], object]) -> None:
         try:

@@ -284,6 +284,26 @@ library ChunkAggregation {
         exponent = e;
     }
 
+    /// @notice Whether a gradient chunk of `count` coordinates is one the protocol accepts: the
+    /// task's bits, an exponent within the cap, the exact length, and no value equal to `-qmax - 1`.
+    /// Never reverts for any content (only for `bits` other than 8 or 16).
+    function isWellFormedGradientChunk(bytes memory chunk, uint8 bits, uint256 count) internal pure returns (bool) {
+        uint256 width = _width(bits);
+        if (chunk.length < 2 || uint8(chunk[0]) != bits) return false;
+        uint256 cap = width == 1 ? MAX_GRAD_EXP_INT8 : MAX_GRAD_EXP_INT16;
+        if (uint8(chunk[1]) > cap || chunk.length != 2 + count * width) return false;
+        int256 minValue = width == 1 ? -128 : -32768;
+        uint256 ptr;
+        // assembly: the address of the first value byte (past the length word and the header).
+        assembly ("memory-safe") {
+            ptr := add(chunk, 34)
+        }
+        for (uint256 j = 0; j < count; ++j) {
+            if (_readValue(ptr + j * width, width) == minValue) return false;
+        }
+        return true;
+    }
+
     /// @notice Decode a gradient chunk of `count` coordinates: its exponent and quantized values.
     /// @dev Validates as `QuantizedGradient` does: bits, exponent cap, length, `|q| <= qmax`.
     function decodeGradientChunk(bytes memory chunk, uint8 bits, uint256 count)

@@ -2,9 +2,10 @@
 pragma solidity ^0.8.24;
 
 import {Vm} from "./Vm.sol";
-import {TestBase} from "./TestBase.sol";
+import {SynclineSigning} from "./SynclineSigning.sol";
 import {SynclineMarket} from "../../src/SynclineMarket.sol";
-import {ISynclineMarket} from "../../src/ISynclineMarket.sol";
+import {ISynclineEvents} from "../../src/ISynclineEvents.sol";
+import {ISynclineCourt} from "../../src/ISynclineCourt.sol";
 import {
     TaskSpec,
     TaskState,
@@ -14,13 +15,18 @@ import {
     Modality,
     RoundRecord,
     RoundStatus,
-    TrainerRecord
+    TrainerRecord,
+    TrainingReceipt,
+    Commitment,
+    Vote
 } from "../../src/SynclineTypes.sol";
 
 /// @title SynclineTest
-/// @notice Market test base (no forge-std): a deployed market, funded actors, a default valid
-/// `TaskSpec` and helpers that drive a task through its life cycle.
-abstract contract SynclineTest is TestBase {
+/// @notice Market test base (no forge-std): a deployed market (with its court module), funded
+/// actors with private keys, a default valid `TaskSpec` and helpers that drive a task through its
+/// life cycle. Trainers and witnesses sign their commitments and votes (EIP-712, see
+/// `SynclineSigning`); the helpers relay them from the signer's own account.
+abstract contract SynclineTest is SynclineSigning {
     /// @dev A realistic start time (forge starts at timestamp 1).
     uint256 internal constant T0 = 1_700_000_000;
     uint256 internal constant ACTOR_FUNDS = 1_000_000 ether;
@@ -31,6 +37,9 @@ abstract contract SynclineTest is TestBase {
     uint128 internal constant FEE = 0.01 ether;
     uint16 internal constant SHARDS = 10;
     uint32 internal constant ROUNDS = 3;
+    uint32 internal constant INNER_STEPS = 500;
+    uint32 internal constant CHECKPOINT_INTERVAL = 50;
+    uint64 internal constant PARAM_COUNT = 1_000_000;
     uint64 internal constant ROUND_DURATION = 1 hours;
     uint64 internal constant GRACE = 30 minutes;
     uint64 internal constant CHALLENGE = 1 days;
@@ -41,9 +50,15 @@ abstract contract SynclineTest is TestBase {
     uint16 internal constant SLASH_BPS = 2500;
     uint8 internal constant THRESHOLD = 2;
     uint256 internal constant N_WITNESSES = 3;
+    /// @dev The default spec asks no witness bond (so the settlement sums of the older tests stay
+    /// exact); `_bondedSpec` asks this one.
+    uint128 internal constant WITNESS_BOND = 0.5 ether;
+    uint128 internal constant CHALLENGE_BOND = 0.1 ether;
+    uint256 internal constant METRIC = 1_234_567;
     string internal constant URI = "ipfs://bafy-outer-gradient";
 
     SynclineMarket internal market;
+    address internal court;
     address internal sponsor;
     address internal stranger;
     address[] internal witnesses;
@@ -51,7 +66,9 @@ abstract contract SynclineTest is TestBase {
 
     function setUp() public virtual {
         vm.warp(T0);
-        market = SynclineMarket(vm.deployCode("SynclineMarket.sol:SynclineMarket"));
+        court = _deployCourt();
+        vm.label(court, "SynclineCourt");
+        market = _deployMarket(court);
         vm.label(address(market), "SynclineMarket");
         sponsor = _actor("sponsor");
         stranger = _actor("stranger");
@@ -63,11 +80,21 @@ abstract contract SynclineTest is TestBase {
         }
     }
 
+    /// @dev The court module the market delegates challenge calls to.
+    function _deployCourt() internal returns (address) {
+        return vm.deployCode("SynclineCourt.sol:SynclineCourt");
+    }
+
+    /// @dev A market (from its artifact, so the test contracts do not embed its creation code).
+    function _deployMarket(address courtModule) internal returns (SynclineMarket) {
+        return SynclineMarket(payable(vm.deployCode("SynclineMarket.sol:SynclineMarket", abi.encode(courtModule))));
+    }
+
     // ------------------------------------------------------------------ generic helpers
 
-    /// @dev A fresh funded EOA with a label.
+    /// @dev A fresh funded EOA with a private key (see `_keyOf`) and a label.
     function _actor(string memory name) internal returns (address a) {
-        a = address(uint160(uint256(keccak256(abi.encodePacked("syncline-actor", name)))));
+        a = _keyedActor(string.concat("syncline-actor", name));
         vm.deal(a, ACTOR_FUNDS);
         vm.label(a, name);
     }
@@ -114,7 +141,7 @@ abstract contract SynclineTest is TestBase {
         s.rule = AggregationRule.Mean;
         s.ruleParam = 0;
         s.shardCount = SHARDS;
-        s.innerSteps = 500;
+        s.innerSteps = INNER_STEPS;
         s.rounds = ROUNDS;
         s.roundDuration = ROUND_DURATION;
         s.graceWindow = GRACE;
@@ -130,7 +157,17 @@ abstract contract SynclineTest is TestBase {
         s.outerLrPpm = 700_000;
         s.outerMomentumPpm = 900_000;
         s.gradientBits = 8;
+        s.paramCount = PARAM_COUNT;
+        s.checkpointInterval = CHECKPOINT_INTERVAL;
+        s.witnessBond = 0;
+        s.challengeBond = CHALLENGE_BOND;
         s.witnesses = _witnessArray();
+    }
+
+    /// @dev The default spec with a witness bond of `WITNESS_BOND`.
+    function _bondedSpec() internal view returns (TaskSpec memory s) {
+        s = _defaultSpec();
+        s.witnessBond = WITNESS_BOND;
     }
 
     function _feeBudget(TaskSpec memory s) internal pure returns (uint256) {
@@ -179,12 +216,62 @@ abstract contract SynclineTest is TestBase {
         return keccak256(abi.encode("chunks", taskId, round, fragment));
     }
 
+    function _checkpoints(uint256 taskId, uint32 round, uint16 fragment) internal pure returns (bytes32) {
+        return keccak256(abi.encode("checkpoints", taskId, round, fragment));
+    }
+
+    /// @dev The honest commitment of `fragment` in `round`.
+    function _commitment(uint256 taskId, uint32 round, uint16 fragment) internal pure returns (Commitment memory) {
+        return Commitment({
+            taskId: taskId,
+            round: round,
+            fragment: fragment,
+            payloadHash: _payload(taskId, round, fragment),
+            chunkRoot: _chunk(taskId, round, fragment),
+            checkpointRoot: _checkpoints(taskId, round, fragment)
+        });
+    }
+
+    /// @dev A commitment with the given hashes and a non-zero checkpoint root.
+    function _rawCommitment(uint256 taskId, uint32 round, uint16 fragment, bytes32 payloadHash, bytes32 chunkRoot)
+        internal
+        pure
+        returns (Commitment memory)
+    {
+        return Commitment({
+            taskId: taskId,
+            round: round,
+            fragment: fragment,
+            payloadHash: payloadHash,
+            chunkRoot: chunkRoot,
+            checkpointRoot: keccak256("checkpoints")
+        });
+    }
+
+    /// @dev `signer`'s EIP-712 signature of `c` for this market on the current chain.
+    function _signC(address signer, Commitment memory c) internal view returns (bytes memory) {
+        return _signCommitment(_keyOf(signer), c, address(market));
+    }
+
+    /// @dev `signer`'s EIP-712 signature of `v` for this market on the current chain.
+    function _signV(address signer, Vote memory v) internal view returns (bytes memory) {
+        return _signVote(_keyOf(signer), v, address(market));
+    }
+
+    /// @dev `trainer` signs and sends its honest commitment for `round`.
     function _commit(uint256 taskId, uint32 round, address trainer) internal {
         uint16 fragment = market.getTrainer(taskId, trainer).fragment;
+        Commitment memory c = _commitment(taskId, round, fragment);
+        bytes memory sig = _signC(trainer, c);
         vm.prank(trainer);
-        market.commitSubmission(
-            taskId, round, fragment, _payload(taskId, round, fragment), _chunk(taskId, round, fragment), URI
-        );
+        market.commitSubmission(c, URI, sig);
+    }
+
+    /// @dev `trainer` signs `c` and sends it (for commitments that are expected to revert).
+    function _commitSigned(address trainer, Commitment memory c) internal {
+        bytes memory sig = _signC(trainer, c);
+        vm.prank(trainer);
+        market.commitSubmission(c, URI, sig);
     }
 
     /// @dev Every non-evicted trainer commits; returns the committed fragment mask.
@@ -222,11 +309,40 @@ abstract contract SynclineTest is TestBase {
         return keccak256(abi.encode(stateRoot, aggregateRoot, acceptedMask));
     }
 
+    function _voteMsg(uint256 taskId, uint32 round, bytes32 stateRoot, bytes32 agg, uint256 mask)
+        internal
+        pure
+        returns (Vote memory)
+    {
+        return Vote({taskId: taskId, round: round, stateRoot: stateRoot, aggregateRoot: agg, acceptedMask: mask});
+    }
+
+    /// @dev `witness` signs and sends a vote (metric `METRIC`).
     function _vote(uint256 taskId, uint32 round, address witness, bytes32 stateRoot, bytes32 agg, uint256 mask)
         internal
     {
+        _voteWithMetric(_voteMsg(taskId, round, stateRoot, agg, mask), witness, METRIC);
+    }
+
+    function _voteWithMetric(Vote memory v, address witness, uint256 metric) internal {
+        bytes memory sig = _signV(witness, v);
         vm.prank(witness);
-        market.finalizeRound(taskId, round, stateRoot, agg, mask, 1_234_567);
+        market.finalizeRound(v, metric, sig);
+    }
+
+    /// @dev `witness` posts the task's witness bond.
+    function _bond(uint256 taskId, address witness) internal {
+        uint256 amount = market.getSpec(taskId).witnessBond;
+        vm.prank(witness);
+        market.bondWitness{value: amount}(taskId);
+    }
+
+    /// @dev Every witness of the task posts its bond.
+    function _bondAll(uint256 taskId) internal {
+        address[] memory ws = market.getSpec(taskId).witnesses;
+        for (uint256 i = 0; i < ws.length; ++i) {
+            _bond(taskId, ws[i]);
+        }
     }
 
     /// @dev The first `threshold` witnesses vote the honest result with `mask` accepted.
@@ -272,6 +388,11 @@ abstract contract SynclineTest is TestBase {
     function _warpAndSeal(uint256 taskId) internal {
         vm.warp(_sealTime(taskId));
         market.seal(taskId);
+    }
+
+    /// @dev The task's `TrainingReceipt` (served by the court module through the market's fallback).
+    function _receipt(uint256 taskId) internal view returns (TrainingReceipt memory) {
+        return ISynclineCourt(address(market)).getReceipt(taskId);
     }
 
     function _status(uint256 taskId) internal view returns (TaskStatus) {
@@ -338,5 +459,11 @@ abstract contract SynclineTest is TestBase {
     function _one(uint256 x) internal pure returns (uint256[] memory a) {
         a = new uint256[](1);
         a[0] = x;
+    }
+
+    function _two(uint256 x, uint256 y) internal pure returns (uint256[] memory a) {
+        a = new uint256[](2);
+        a[0] = x;
+        a[1] = y;
     }
 }

@@ -18,10 +18,20 @@ interface Vm {
     function deal(address account, uint256 newBalance) external;
     function label(address account, string calldata newLabel) external;
     function addr(uint256 privateKey) external pure returns (address);
+    /// @notice Signs `digest` with `privateKey` (secp256k1, low-s, v in {27, 28}).
+    function sign(uint256 privateKey, bytes32 digest) external pure returns (uint8 v, bytes32 r, bytes32 s);
+    /// @notice Sets `block.chainid`.
+    function chainId(uint256 newChainId) external;
     function assume(bool condition) external pure;
     /// @notice Deploys the artifact at `artifactPath` ("File.sol:Contract"); keeps the test
     /// contracts from embedding (and re-optimizing) the market's creation code.
     function deployCode(string calldata artifactPath) external returns (address deployed);
+    /// @notice Same, with ABI-encoded constructor arguments.
+    function deployCode(string calldata artifactPath, bytes calldata constructorArgs)
+        external
+        returns (address deployed);
+    /// @notice Creation code of the artifact at `artifactPath` (to deploy it by hand and see its revert).
+    function getCode(string calldata artifactPath) external view returns (bytes memory creationBytecode);
 
     // ------------------------------------------------------------------ callers
     function prank(address msgSender) external;
@@ -45,6 +55,7 @@ interface Vm {
     function assertEq(bytes32 left, bytes32 right, string calldata error) external pure;
     function assertEq(address left, address right, string calldata error) external pure;
     function assertEq(string calldata left, string calldata right, string calldata error) external pure;
+    function assertEq(bytes calldata left, bytes calldata right, string calldata error) external pure;
     function assertNotEq(uint256 left, uint256 right, string calldata error) external pure;
     function assertNotEq(bytes32 left, bytes32 right, string calldata error) external pure;
     function assertLt(uint256 left, uint256 right, string calldata error) external pure;

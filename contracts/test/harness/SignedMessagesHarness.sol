@@ -10,8 +10,9 @@ import {ECDSA} from "@openzeppelin/contracts/utils/cryptography/ECDSA.sol";
 /// signer (`syncline.protocol.signed_messages`) can be checked against the chain.
 contract SignedMessagesHarness is EIP712 {
     /// @notice keccak256 of the Commitment type.
-    bytes32 public constant COMMITMENT_TYPEHASH =
-        keccak256("Commitment(uint256 taskId,uint32 round,uint16 fragment,bytes32 payloadHash,bytes32 chunkRoot)");
+    bytes32 public constant COMMITMENT_TYPEHASH = keccak256(
+        "Commitment(uint256 taskId,uint32 round,uint16 fragment,bytes32 payloadHash,bytes32 chunkRoot,bytes32 checkpointRoot)"
+    );
     /// @notice keccak256 of the Vote type.
     bytes32 public constant VOTE_TYPEHASH =
         keccak256("Vote(uint256 taskId,uint32 round,bytes32 stateRoot,bytes32 aggregateRoot,uint256 acceptedMask)");
@@ -19,12 +20,17 @@ contract SignedMessagesHarness is EIP712 {
     constructor() EIP712("Syncline", "1") {}
 
     /// @notice EIP-712 digest of a trainer commitment in this contract's domain.
-    function commitmentDigest(uint256 taskId, uint32 round, uint16 fragment, bytes32 payloadHash, bytes32 chunkRoot)
-        public
-        view
-        returns (bytes32)
-    {
-        return _hashTypedDataV4(keccak256(abi.encode(COMMITMENT_TYPEHASH, taskId, round, fragment, payloadHash, chunkRoot)));
+    function commitmentDigest(
+        uint256 taskId,
+        uint32 round,
+        uint16 fragment,
+        bytes32 payloadHash,
+        bytes32 chunkRoot,
+        bytes32 checkpointRoot
+    ) public view returns (bytes32) {
+        return _hashTypedDataV4(
+            keccak256(abi.encode(COMMITMENT_TYPEHASH, taskId, round, fragment, payloadHash, chunkRoot, checkpointRoot))
+        );
     }
 
     /// @notice EIP-712 digest of a witness vote in this contract's domain.
@@ -43,9 +49,10 @@ contract SignedMessagesHarness is EIP712 {
         uint16 fragment,
         bytes32 payloadHash,
         bytes32 chunkRoot,
+        bytes32 checkpointRoot,
         bytes calldata signature
     ) external view returns (address) {
-        return ECDSA.recover(commitmentDigest(taskId, round, fragment, payloadHash, chunkRoot), signature);
+        return ECDSA.recover(commitmentDigest(taskId, round, fragment, payloadHash, chunkRoot, checkpointRoot), signature);
     }
 
     /// @notice Signer of a vote (reverts on a malformed signature).

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
-import {TestBase} from "../base/TestBase.sol";
 import {Vm} from "../base/Vm.sol";
+import {SynclineSigning} from "../base/SynclineSigning.sol";
 import {SynclineMarket} from "../../src/SynclineMarket.sol";
-import {ISynclineMarket} from "../../src/ISynclineMarket.sol";
+import {ISynclineEvents} from "../../src/ISynclineEvents.sol";
 import {
     TaskSpec,
     TaskState,
@@ -14,15 +14,19 @@ import {
     Modality,
     RoundRecord,
     RoundStatus,
-    TrainerRecord
+    TrainerRecord,
+    WitnessRecord,
+    Commitment,
+    Vote
 } from "../../src/SynclineTypes.sol";
 
 /// @title MarketHandler
-/// @notice Drives random but mostly well-formed sequences against one market: post a few tasks,
-/// enroll, start, commit, vote honestly or not (also on finalized rounds), carry forward, warp,
-/// seal, cancel, withdraw. A fixed set of actors holds every role, so every credit lands on an
-/// account the invariants can see. Ghost state records what must never change.
-contract MarketHandler is TestBase {
+/// @notice Drives random but mostly well-formed sequences against one market: post a few tasks
+/// (with or without a witness bond), enroll, start, bond witnesses, commit (signed by the trainer,
+/// relayed by anyone), vote honestly or not (signed by the witness, also on finalized rounds),
+/// carry forward, warp, seal, cancel, withdraw. A fixed set of actors holds every role, so every
+/// credit lands on an account the invariants can see. Ghost state records what must never change.
+contract MarketHandler is SynclineSigning {
     uint256 internal constant MAX_TASKS = 2;
     uint64 internal constant ROUND_DURATION = 1 hours;
     uint64 internal constant GRACE = 30 minutes;
@@ -30,6 +34,8 @@ contract MarketHandler is TestBase {
 
     bytes32 internal constant CREDITED = keccak256("Credited(uint256,address,uint256,bytes32)");
     bytes32 internal constant FINALIZED = keccak256("RoundFinalized(uint256,uint32,bytes32,bytes32,bytes32,uint256)");
+    bytes32 internal constant BONDED = keccak256("WitnessBonded(uint256,address,uint256)");
+    bytes32 internal constant REASON_BOND = "bond-refund";
 
     SynclineMarket public immutable market;
     uint256 public currentTime;
@@ -57,6 +63,12 @@ contract MarketHandler is TestBase {
     mapping(address => uint256) public withdrawnOf;
     /// A withdraw that paid something other than the credit it held.
     uint256 public ghostBadWithdraw;
+    /// Witness bonds: posted (WitnessBonded) and refunded (Credited "bond-refund") per (task, witness).
+    mapping(uint256 => mapping(address => bool)) public bondedOnce;
+    mapping(uint256 => mapping(address => uint256)) public bondPosted;
+    mapping(uint256 => mapping(address => uint256)) public bondRefunded;
+    /// A WitnessBonded event for a witness that was already bonded, or with another amount than the spec's.
+    uint256 public ghostBadBond;
 
     /// Successful calls per action, and outcomes seen in the logs (to check that the sequences
     /// reach every part of the life cycle).
@@ -64,8 +76,9 @@ contract MarketHandler is TestBase {
     mapping(bytes32 => uint256) public outcomes;
 
     constructor(SynclineMarket m) {
-        require(CREDITED == ISynclineMarket.Credited.selector, "Credited topic");
-        require(FINALIZED == ISynclineMarket.RoundFinalized.selector, "RoundFinalized topic");
+        require(CREDITED == ISynclineEvents.Credited.selector, "Credited topic");
+        require(FINALIZED == ISynclineEvents.RoundFinalized.selector, "RoundFinalized topic");
+        require(BONDED == ISynclineEvents.WitnessBonded.selector, "WitnessBonded topic");
         market = m;
         currentTime = block.timestamp;
         for (uint256 i = 0; i < 2; ++i) {
@@ -85,7 +98,7 @@ contract MarketHandler is TestBase {
     }
 
     function _newActor(string memory name) internal returns (address a) {
-        a = address(uint160(uint256(keccak256(abi.encodePacked("syncline-invariant", name)))));
+        a = _keyedActor(string.concat("syncline-invariant", name));
         vm.deal(a, 1_000_000_000 ether);
         vm.label(a, name);
         _actors.push(a);
@@ -99,6 +112,10 @@ contract MarketHandler is TestBase {
 
     function tasks() external view returns (uint256[] memory) {
         return _tasks;
+    }
+
+    function witnessSet() external view returns (address[] memory) {
+        return _witnesses;
     }
 
     // ------------------------------------------------------------------ plumbing
@@ -136,20 +153,32 @@ contract MarketHandler is TestBase {
             bytes32 topic = logs[i].topics[0];
             if (topic == CREDITED) {
                 address account = address(uint160(uint256(logs[i].topics[2])));
-                (uint256 amount,) = abi.decode(logs[i].data, (uint256, bytes32));
+                (uint256 amount, bytes32 reason) = abi.decode(logs[i].data, (uint256, bytes32));
                 ghostCredited += amount;
                 creditedOf[account] += amount;
-            } else if (topic == ISynclineMarket.TaskSealed.selector) {
+                if (reason == REASON_BOND) {
+                    bondRefunded[uint256(logs[i].topics[1])][account] += amount;
+                    outcomes["bondRefunded"] += 1;
+                }
+            } else if (topic == BONDED) {
+                uint256 id = uint256(logs[i].topics[1]);
+                address w = address(uint160(uint256(logs[i].topics[2])));
+                uint256 amount = abi.decode(logs[i].data, (uint256));
+                if (bondedOnce[id][w] || amount != market.getSpec(id).witnessBond) ghostBadBond += 1;
+                bondedOnce[id][w] = true;
+                bondPosted[id][w] += amount;
+                outcomes["bonded"] += 1;
+            } else if (topic == ISynclineEvents.TaskSealed.selector) {
                 outcomes["sealed"] += 1;
-            } else if (topic == ISynclineMarket.TaskCancelled.selector) {
+            } else if (topic == ISynclineEvents.TaskCancelled.selector) {
                 outcomes["cancelled"] += 1;
-            } else if (topic == ISynclineMarket.TrainerEvicted.selector) {
+            } else if (topic == ISynclineEvents.TrainerEvicted.selector) {
                 outcomes["evicted"] += 1;
-            } else if (topic == ISynclineMarket.RoundCarriedForward.selector) {
+            } else if (topic == ISynclineEvents.RoundCarriedForward.selector) {
                 outcomes["carried"] += 1;
-            } else if (topic == ISynclineMarket.DissentRecorded.selector) {
+            } else if (topic == ISynclineEvents.DissentRecorded.selector) {
                 outcomes["dissent"] += 1;
-            } else if (topic == ISynclineMarket.Withdrawn.selector) {
+            } else if (topic == ISynclineEvents.Withdrawn.selector) {
                 outcomes["withdrawn"] += 1;
             } else if (topic == FINALIZED) {
                 outcomes["finalized"] += 1;
@@ -177,7 +206,7 @@ contract MarketHandler is TestBase {
 
     // ------------------------------------------------------------------ actions
 
-    function postTask(uint256 sponsorSeed, uint256 pool, uint256 fee, uint256 stake, uint256 shape)
+    function postTask(uint256 sponsorSeed, uint256 pool, uint256 fee, uint256 stake, uint256 shape, uint256 bond)
         external
         step("postTask")
     {
@@ -209,6 +238,11 @@ contract MarketHandler is TestBase {
         s.outerLrPpm = 700_000;
         s.outerMomentumPpm = 900_000;
         s.gradientBits = 16;
+        s.paramCount = uint64(bound((shape >> 64) & 0xffffffff, 1, 10_000_000));
+        s.checkpointInterval = uint32(bound((shape >> 96) & 0xff, 1, s.innerSteps));
+        // Half the tasks ask a witness bond (up to 2 ether), half none.
+        s.witnessBond = bond % 2 == 0 ? 0 : uint128(bound(bond >> 1, 1, 2 ether));
+        s.challengeBond = 0.1 ether;
         s.witnesses = _witnesses;
         uint256 budget = uint256(s.witnessFee) * s.threshold * s.rounds;
         pool = bound(pool, 1, 50 ether);
@@ -244,6 +278,28 @@ contract MarketHandler is TestBase {
         market.cancelUnderfilled(id);
     }
 
+    /// @dev `count` (1-3) witnesses, from `witnessSeed` on, post the task's bond; with `offBy` odd, one
+    /// of them first tries a wrong amount (refused). Witnesses that are bonded or not in a bondable
+    /// status are refused too.
+    function bondWitness(uint256 taskSeed, uint256 witnessSeed, uint8 count, uint256 offBy) external step("bond") {
+        (bool ok, uint256 id) = _task(taskSeed);
+        if (!ok) return;
+        uint256 amount = market.getSpec(id).witnessBond;
+        uint256 n = bound(count, 1, 3);
+        for (uint256 j = 0; j < n; ++j) {
+            address w = _witnesses[(witnessSeed + j) % _witnesses.length];
+            if (j == 0 && offBy % 2 == 1) {
+                uint256 wrong = amount + 1 + (offBy % 1 ether);
+                vm.prank(w);
+                try market.bondWitness{value: wrong}(id) {
+                    ghostBadBond += 1;
+                } catch {}
+            }
+            vm.prank(w);
+            try market.bondWitness{value: amount}(id) {} catch {}
+        }
+    }
+
     /// @dev Every active trainer whose fragment bit is not in `skipMask` commits for the open round.
     function commit(uint256 taskSeed, uint256 skipMask) external step("commit") {
         (bool ok, uint256 id) = _task(taskSeed);
@@ -251,20 +307,23 @@ contract MarketHandler is TestBase {
         TaskState memory t = market.getTaskState(id);
         if (t.status != TaskStatus.Running) return;
         address[] memory ts = market.getTrainers(id);
+        // Bits 8 and up pick who relays the signed commitments (anyone may).
+        address relayer = _actors[(skipMask >> 8) % _actors.length];
         skipMask &= 0x5; // at most fragments 0 and 2 skip, so many rounds still get commits
         for (uint256 i = 0; i < ts.length; ++i) {
             if (skipMask & (uint256(1) << i) != 0) continue;
-            vm.prank(ts[i]);
-            try market.commitSubmission(
-                id,
-                t.currentRound,
+            Commitment memory c = Commitment({
+                taskId: id,
+                round: t.currentRound,
                 // forge-lint: disable-next-line(unsafe-typecast) -- small test values, cannot truncate
-                uint16(i),
-                keccak256(abi.encode("payload", id, t.currentRound, i)),
-                keccak256(abi.encode("chunks", id, t.currentRound, i)),
-                "ipfs://grad"
-            ) {}
-                catch {}
+                fragment: uint16(i),
+                payloadHash: keccak256(abi.encode("payload", id, t.currentRound, i)),
+                chunkRoot: keccak256(abi.encode("chunks", id, t.currentRound, i)),
+                checkpointRoot: keccak256(abi.encode("checkpoints", id, t.currentRound, i))
+            });
+            bytes memory sig = _signCommitment(_keyOf(ts[i]), c, address(market));
+            vm.prank(relayer);
+            try market.commitSubmission(c, "ipfs://grad", sig) {} catch {}
         }
     }
 
@@ -304,11 +363,14 @@ contract MarketHandler is TestBase {
             mask = before.committedMask & maskSeed;
         }
         bytes32 offered = keccak256(abi.encode(root, agg, mask));
+        Vote memory v = Vote({taskId: id, round: round, stateRoot: root, aggregateRoot: agg, acceptedMask: mask});
+        bytes memory sig = _signVote(_keyOf(w), v, address(market));
         // Book what earlier calls of this step logged, so that a replay's own logs can be told apart.
         _afterStep();
         vm.recordLogs();
-        vm.prank(w);
-        try market.finalizeRound(id, round, root, agg, mask, maskSeed % 1e6) {
+        // The witness relays its own vote, or (maskSeed bit 8) a trainer relays it.
+        vm.prank((maskSeed >> 8) & 1 == 0 ? w : _trainers[(maskSeed >> 9) % _trainers.length]);
+        try market.finalizeRound(v, maskSeed % 1e6, sig) {
             if (before.status == RoundStatus.Finalized) {
                 if (offered != before.result) ghostConflictAccepted += 1;
                 if (keccak256(abi.encode(market.getRound(id, round))) != keccak256(abi.encode(before))) {
@@ -321,7 +383,9 @@ contract MarketHandler is TestBase {
             // Repeating the finalized result must succeed (idempotence), in any later task status.
             if (before.status == RoundStatus.Finalized && offered == before.result) ghostIdempotenceBroken += 1;
             // forge-lint: disable-next-line(unsafe-typecast) -- takes the selector of the revert data
-            if (bytes4(err) == ISynclineMarket.ConflictingFinalize.selector) outcomes["conflictRejected"] += 1;
+            if (bytes4(err) == ISynclineEvents.ConflictingFinalize.selector) outcomes["conflictRejected"] += 1;
+            // forge-lint: disable-next-line(unsafe-typecast) -- takes the selector of the revert data
+            if (bytes4(err) == ISynclineEvents.SynclineWitnessUnbonded.selector) outcomes["unbondedVote"] += 1;
         }
     }
 

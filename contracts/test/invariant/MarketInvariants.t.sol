@@ -4,7 +4,7 @@ pragma solidity ^0.8.24;
 import {TestBase} from "../base/TestBase.sol";
 import {MarketHandler} from "./MarketHandler.sol";
 import {SynclineMarket} from "../../src/SynclineMarket.sol";
-import {TaskSpec, TaskState, TaskStatus, TrainerRecord} from "../../src/SynclineTypes.sol";
+import {TaskSpec, TaskState, TaskStatus, TrainerRecord, WitnessRecord} from "../../src/SynclineTypes.sol";
 
 /// @notice Stateful fuzzing of the market through `MarketHandler`.
 contract MarketInvariantsTest is TestBase {
@@ -19,7 +19,8 @@ contract MarketInvariantsTest is TestBase {
 
     function setUp() public {
         vm.warp(1_700_000_000);
-        market = SynclineMarket(vm.deployCode("SynclineMarket.sol:SynclineMarket"));
+        address court = vm.deployCode("SynclineCourt.sol:SynclineCourt");
+        market = SynclineMarket(payable(vm.deployCode("SynclineMarket.sol:SynclineMarket", abi.encode(court))));
         handler = new MarketHandler(market);
         vm.label(address(handler), "MarketHandler");
     }
@@ -30,7 +31,7 @@ contract MarketInvariantsTest is TestBase {
     }
 
     function targetSelectors() public view returns (FuzzSelector[] memory targets) {
-        bytes4[] memory selectors = new bytes4[](10);
+        bytes4[] memory selectors = new bytes4[](11);
         selectors[0] = MarketHandler.postTask.selector;
         selectors[1] = MarketHandler.enroll.selector;
         selectors[2] = MarketHandler.startRun.selector;
@@ -41,20 +42,28 @@ contract MarketInvariantsTest is TestBase {
         selectors[7] = MarketHandler.seal.selector;
         selectors[8] = MarketHandler.withdraw.selector;
         selectors[9] = MarketHandler.warp.selector;
+        selectors[10] = MarketHandler.bondWitness.selector;
         targets = new FuzzSelector[](1);
         targets[0] = FuzzSelector({addr: address(handler), selectors: selectors});
     }
 
-    /// (a) The market holds exactly what it owes: task escrows plus withdrawable credits.
+    /// (a) The market holds exactly what it owes: task escrows (reward pool, fee budget, earned
+    /// fees, stakes and bonds) plus withdrawable credits.
     function invariant_balanceEqualsEscrowsPlusCredits() public view virtual {
         uint256[] memory ids = handler.tasks();
         address[] memory actors = handler.actors();
         uint256 sum;
         for (uint256 i = 0; i < ids.length; ++i) {
-            sum += market.escrowOf(ids[i]);
-            TaskStatus status = market.getTaskState(ids[i]).status;
-            if (status == TaskStatus.Sealed || status == TaskStatus.Cancelled) {
-                vm.assertEq(market.escrowOf(ids[i]), 0, "a settled task holds nothing");
+            TaskState memory t = market.getTaskState(ids[i]);
+            uint256 escrow = market.escrowOf(ids[i]);
+            vm.assertEq(
+                escrow,
+                t.rewardPool + t.feeBudget + t.feesEarned + t.stakeHeld + t.bondsHeld,
+                "escrowOf == pool + fee budget + fees earned + stakes + bonds"
+            );
+            sum += escrow;
+            if (t.status == TaskStatus.Sealed || t.status == TaskStatus.Cancelled) {
+                vm.assertEq(escrow, 0, "a settled task holds nothing");
             }
         }
         for (uint256 i = 0; i < actors.length; ++i) {
@@ -115,6 +124,38 @@ contract MarketInvariantsTest is TestBase {
                 held += r.stake;
             }
             vm.assertEq(t.stakeHeld, held, "stakeHeld == sum of stakes");
+        }
+    }
+
+    /// (e) A witness bond is posted once, at the spec's amount, and never grows or leaks: once
+    /// bonded, slashed + bond (+ what was refunded at settlement) == witnessBond; a settled task
+    /// holds no bond; the task's bondsHeld is the sum of its witnesses' bonds (no challenge open).
+    function invariant_witnessBondsConserved() public view virtual {
+        vm.assertEq(handler.ghostBadBond(), 0, "a bond was taken twice or at a wrong amount");
+        uint256[] memory ids = handler.tasks();
+        address[] memory ws = handler.witnessSet();
+        for (uint256 i = 0; i < ids.length; ++i) {
+            uint256 required = market.getSpec(ids[i]).witnessBond;
+            TaskState memory t = market.getTaskState(ids[i]);
+            bool settled = t.status == TaskStatus.Sealed || t.status == TaskStatus.Cancelled;
+            uint256 held;
+            for (uint256 j = 0; j < ws.length; ++j) {
+                WitnessRecord memory w = market.getWitness(ids[i], ws[j]);
+                uint256 refunded = handler.bondRefunded(ids[i], ws[j]);
+                vm.assertEq(w.bonded, handler.bondedOnce(ids[i], ws[j]), "bonded <=> WitnessBonded emitted");
+                if (w.bonded) {
+                    vm.assertEq(handler.bondPosted(ids[i], ws[j]), required, "posted the spec's bond");
+                    vm.assertEq(
+                        uint256(w.slashed) + w.bond + refunded, required, "slashed + bond + refunded == witnessBond"
+                    );
+                    if (!settled) vm.assertEq(uint256(w.slashed) + w.bond, required, "slashed + bond == witnessBond");
+                } else {
+                    vm.assertEq(uint256(w.bond) + w.slashed + refunded, 0, "an unbonded witness holds nothing");
+                }
+                if (settled) vm.assertEq(uint256(w.bond), 0, "bond released at settlement");
+                held += w.bond;
+            }
+            if (t.openChallenges == 0) vm.assertEq(t.bondsHeld, held, "bondsHeld == sum of witness bonds");
         }
     }
 }

@@ -1,0 +1,239 @@
+"""The challenger agent: ``syncline challenger run --config challenger.yaml``.
+
+Anyone can run it; witness agents run one by default. Every closed round still inside its
+challenge window is audited once (:mod:`syncline.challenger.audit`); each fault found is proven on
+chain with the task's challenge bond. Censorship claims are resolved after their defence period,
+undecided training claims expired after theirs, and the credit earned (bonds back plus the
+challenger's share of each slash) is withdrawn.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from prometheus_client import Counter, Gauge, start_http_server
+
+from syncline.blobstore import BlobStore
+from syncline.chain.keys import Signer
+from syncline.chain.market import MarketClient
+from syncline.challenger.audit import (
+    AggregationFraud,
+    Censorship,
+    Finding,
+    RoundAuditor,
+    TrainerEquivocation,
+    TrainingChecker,
+    TrainingFraud,
+    WitnessEquivocation,
+)
+from syncline.challenger.training import make_training_checker
+from syncline.errors import ChainError
+from syncline.observability import get_logger
+from syncline.protocol.enums import ChallengeKind, ChallengeStatus, TaskStatus
+from syncline.protocol.signed_messages import Domain
+from syncline.run.agent_config import AgentConfig
+from syncline.run.context import TaskContext
+from syncline.run.local_store import append_record
+from syncline.run.loop import pending_time, run_forever
+
+log = get_logger("syncline.challenger")
+
+FINDINGS = Counter("syncline_challenger_findings_total", "Faults found by the challenger", ["kind"])
+PROVEN = Counter("syncline_challenger_proofs_total", "Challenges the challenger brought", ["kind"])
+LATENCY = Gauge("syncline_challenger_last_proof_latency_seconds", "Seconds from the round's close to the proof")
+AUDITED = Gauge("syncline_challenger_last_audited_round", "Last round the challenger audited")
+
+
+def finding_kind(f: Finding) -> str:
+    return {
+        TrainerEquivocation: "trainer-equivocation",
+        WitnessEquivocation: "witness-equivocation",
+        AggregationFraud: "aggregation",
+        Censorship: "censorship",
+        TrainingFraud: "training",
+    }[type(f)]
+
+
+@dataclass
+class Challenger:
+    """Audits one task's rounds and brings the proofs; embeddable in other agents."""
+
+    task_id: int
+    signer: Signer
+    market: MarketClient
+    blobs: BlobStore
+    state_dir: Path | None = None
+    training_checker: TrainingChecker | None = None
+    ctx: TaskContext | None = None
+    audited: set[int] = field(default_factory=set)
+    mine: set[int] = field(default_factory=set)
+    _auditor: RoundAuditor | None = None
+
+    def _context(self) -> TaskContext:
+        if self.ctx is None:
+            self.ctx = TaskContext.load(self.market, self.blobs, self.task_id)
+        return self.ctx
+
+    def _auditor_for(self) -> RoundAuditor:
+        if self._auditor is None:
+            domain = Domain(chain_id=self.market.w3.eth.chain_id, verifying_contract=self.market.address)
+            self._auditor = RoundAuditor(self._context(), domain, self.training_checker)
+        return self._auditor
+
+    def step(self) -> None:
+        """Audit every newly closed round in its window, prove what is wrong, follow up, withdraw."""
+        t = self.market.task(self.task_id)
+        if t.status in (TaskStatus.RUNNING, TaskStatus.AWAITING_SEAL):
+            spec = self._context().spec
+            now = pending_time(self.market.w3)
+            last = t.current_round if t.status == TaskStatus.RUNNING else spec.rounds
+            for round_ in range(last):
+                if round_ in self.audited:
+                    continue
+                rr = self.market.round(self.task_id, round_)
+                self.audited.add(round_)
+                if rr.closed_at == 0 or now > rr.closed_at + spec.challenge_window_s:
+                    continue
+                findings = self._auditor_for().audit(round_)
+                AUDITED.set(round_)
+                for finding in findings:
+                    FINDINGS.labels(kind=finding_kind(finding)).inc()
+                    self._prove(finding, rr.closed_at)
+            self._follow_up(now)
+        self._withdraw()
+
+    # ------------------------------------------------------------------ proving
+
+    def _prove(self, finding: Finding, closed_at: int) -> None:
+        kind = finding_kind(finding)
+        log.info("challenger.fault_found", kind=kind, round=finding.round, detail=_describe(finding))
+        try:
+            challenge_id = self._bring(finding)
+        except ChainError as exc:
+            # Someone else proved it first (duplicate), or the window closed: nothing lost.
+            log.info(
+                "challenger.proof_skipped", kind=kind, round=finding.round, reason=exc.error_name or str(exc)[:160]
+            )
+            return
+        self.mine.add(challenge_id)
+        latency = max(0, pending_time(self.market.w3) - closed_at)
+        LATENCY.set(latency)
+        PROVEN.labels(kind=kind).inc()
+        log.info(
+            "challenger.challenge_brought", kind=kind, round=finding.round, challenge=challenge_id, latency_s=latency
+        )
+        if self.state_dir is not None:
+            append_record(
+                self.state_dir,
+                "challenges.jsonl",
+                {
+                    "challenge": challenge_id,
+                    "kind": kind,
+                    "round": finding.round,
+                    "latency_s": latency,
+                    "detail": _describe(finding),
+                    "wall_time": time.time(),
+                },
+            )
+
+    def _bring(self, finding: Finding) -> int:
+        """Send the challenge transaction for ``finding``; returns the challenge id."""
+        if isinstance(finding, TrainerEquivocation):
+            a, b = finding.onchain, finding.announced
+            return self.market.prove_trainer_equivocation(self.signer, a.message, a.signature, b.message, b.signature)
+        if isinstance(finding, WitnessEquivocation):
+            va, vb = finding.onchain, finding.announced
+            return self.market.prove_witness_equivocation(
+                self.signer, va.message, va.signature, vb.message, vb.signature
+            )
+        if isinstance(finding, AggregationFraud):
+            return self.market.prove_aggregation_fraud(self.signer, finding.opening)
+        if isinstance(finding, Censorship):
+            return self.market.challenge_censorship(self.signer, self.task_id, finding.round, finding.fragment)
+        return self.market.challenge_training(
+            self.signer, self.task_id, finding.round, finding.fragment, finding.segment
+        )
+
+    def _follow_up(self, now: int) -> None:
+        for challenge_id in sorted(self.mine):
+            c = self.market.challenge(challenge_id)
+            if c.status != ChallengeStatus.OPEN or now <= c.deadline:
+                continue
+            try:
+                if c.kind == ChallengeKind.CENSORSHIP:
+                    self.market.resolve_censorship(self.signer, challenge_id)
+                elif c.kind == ChallengeKind.TRAINING_FRAUD:
+                    self.market.expire_challenge(self.signer, challenge_id)
+            except ChainError as exc:
+                log.info(
+                    "challenger.follow_up_skipped", challenge=challenge_id, reason=exc.error_name or str(exc)[:160]
+                )
+                continue
+            after = self.market.challenge(challenge_id)
+            log.info("challenger.challenge_closed", challenge=challenge_id, status=after.status.name.lower())
+
+    def _withdraw(self) -> None:
+        if self.market.credit_of(self.signer.address) == 0:
+            return
+        amount = self.market.claim(self.signer)
+        if amount:
+            log.info("challenger.withdrew", wei=amount)
+
+
+def _describe(finding: Finding) -> dict[str, object]:
+    if isinstance(finding, TrainerEquivocation):
+        return {
+            "fragment": finding.fragment,
+            "trainer": finding.onchain.signer,
+            "onchain_payload": "0x" + finding.onchain.message.payload_hash.hex(),
+            "announced_payload": "0x" + finding.announced.message.payload_hash.hex(),
+        }
+    if isinstance(finding, WitnessEquivocation):
+        return {
+            "witness": finding.witness,
+            "onchain_state_root": "0x" + finding.onchain.message.state_root.hex(),
+            "announced_state_root": "0x" + finding.announced.message.state_root.hex(),
+        }
+    if isinstance(finding, AggregationFraud):
+        o = finding.opening
+        return {"chunk": o.chunk_index, "lo": o.lo, "hi": o.hi, "inputs": len(o.input_chunks)}
+    if isinstance(finding, Censorship):
+        return {"fragment": finding.fragment}
+    return {"fragment": finding.fragment, "segment": finding.segment, "reason": finding.reason}
+
+
+@dataclass
+class ChallengerAgent:
+    """The long-running process behind ``syncline challenger run``."""
+
+    cfg: AgentConfig
+    signer: Signer
+    market: MarketClient
+    blobs: BlobStore
+
+    def run(self, *, max_iterations: int | None = None) -> None:
+        if self.cfg.threads:
+            torch.set_num_threads(self.cfg.threads)
+        if self.cfg.metrics_port:
+            start_http_server(self.cfg.metrics_port, addr="127.0.0.1")
+        challenger = Challenger(
+            task_id=self.cfg.task_id,
+            signer=self.signer,
+            market=self.market,
+            blobs=self.blobs,
+            state_dir=self.cfg.state_dir,
+            training_checker=make_training_checker(self.cfg.training_checks, seed=int(self.signer.address, 16)),
+        )
+
+        def step() -> bool:
+            t = self.market.task(self.cfg.task_id)
+            if t.status == TaskStatus.ENROLLING:
+                return False
+            challenger.step()
+            done = t.status in (TaskStatus.SEALED, TaskStatus.CANCELLED)
+            return done and self.market.credit_of(self.signer.address) == 0
+
+        run_forever(step, poll_interval_s=self.cfg.poll_interval_s, role="challenger", max_iterations=max_iterations)

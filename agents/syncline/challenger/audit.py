@@ -1,0 +1,239 @@
+"""Independent re-checking of one closed round: every fault the court can punish.
+
+The auditor reads only the chain, the blob store and the announced (gossiped) signed messages; it
+trusts nothing a witness says. For each closed round it reports, cheapest check first:
+
+- trainer equivocation: a valid announced commitment that differs from the one committed on chain;
+- witness equivocation: a valid announced vote that differs from the vote the witness cast;
+- aggregation fraud: the finalized state is not the rule and outer step applied to the accepted
+  inputs (the proof opens the first differing chunk);
+- censorship: a committed submission that is valid but was left out (rules that keep every valid
+  input: not Krum / Multi-Krum);
+- training fraud: an accepted submission whose inner-loop segment does not re-execute to its
+  committed checkpoint (or whose payload does not derive from its last checkpoint).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from syncline.chain.market import MarketClient, RoundView
+from syncline.challenger.proofs import AggregationOpening, build_aggregation_proof
+from syncline.observability import get_logger
+from syncline.protocol.enums import AggregationRule, RoundStatus
+from syncline.protocol.quantization import QuantizedGradient
+from syncline.protocol.signed_messages import Commitment, Domain, Vote
+from syncline.protocol.sync_round import validate_submission
+from syncline.run.context import StateUnavailable, TaskContext
+from syncline.run.gossip import SignedCommitment, SignedVote, read_commitment, read_vote
+
+log = get_logger("syncline.challenger")
+
+EXCLUDING_RULES = (AggregationRule.KRUM, AggregationRule.MULTI_KRUM)
+
+
+@dataclass(frozen=True)
+class TrainerEquivocation:
+    round: int
+    fragment: int
+    onchain: SignedCommitment
+    announced: SignedCommitment
+
+
+@dataclass(frozen=True)
+class WitnessEquivocation:
+    round: int
+    witness: str
+    onchain: SignedVote
+    announced: SignedVote
+
+
+@dataclass(frozen=True)
+class AggregationFraud:
+    round: int
+    opening: AggregationOpening
+
+
+@dataclass(frozen=True)
+class Censorship:
+    round: int
+    fragment: int
+
+
+@dataclass(frozen=True)
+class TrainingFraud:
+    round: int
+    fragment: int
+    segment: int
+    reason: str
+
+
+Finding = TrainerEquivocation | WitnessEquivocation | AggregationFraud | Censorship | TrainingFraud
+
+# (ctx, round, fragment) -> (segment, reason) of the first faulty segment, or None.
+TrainingChecker = Callable[[TaskContext, int, int], "tuple[int, str] | None"]
+
+
+@dataclass
+class RoundAuditor:
+    """Finds the provable faults of one closed round."""
+
+    ctx: TaskContext
+    domain: Domain
+    training_checker: TrainingChecker | None = None
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
+
+    @property
+    def market(self) -> MarketClient:
+        return self.ctx.market
+
+    def audit(self, round_: int) -> Iterator[Finding]:
+        """Yield each fault as soon as it is found (cheapest checks first), so the caller can
+        prove an equivocation before spending minutes re-executing training segments."""
+        rr = self.market.round(self.ctx.task_id, round_)
+        yield from self.trainer_equivocations(round_, rr)
+        yield from self.witness_equivocations(round_)
+        if rr.status != RoundStatus.FINALIZED:
+            return
+        fraud = self.aggregation_fraud(round_, rr)
+        if fraud is not None:
+            # The round will be voided: its exclusions and inputs no longer matter.
+            yield fraud
+            return
+        yield from self.censorship(round_, rr)
+        rr = self.market.round(self.ctx.task_id, round_)
+        if rr.status == RoundStatus.FINALIZED:
+            yield from self.training_fraud(round_, rr)
+
+    # ------------------------------------------------------------------ equivocation
+
+    def _onchain_commitments(self, round_: int) -> dict[int, SignedCommitment]:
+        out: dict[int, SignedCommitment] = {}
+        for ev in self.market.get_logs("SubmissionCommitted", taskId=self.ctx.task_id, round=round_):
+            a = ev["args"]
+            message = Commitment(
+                task_id=self.ctx.task_id,
+                round=round_,
+                fragment=int(a["fragment"]),
+                payload_hash=bytes(a["payloadHash"]),
+                chunk_root=bytes(a["chunkRoot"]),
+                checkpoint_root=bytes(a["checkpointRoot"]),
+            )
+            out[message.fragment] = SignedCommitment(message, bytes(a["signature"]), str(a["trainer"]))
+        return out
+
+    def trainer_equivocations(self, round_: int, rr: RoundView) -> list[TrainerEquivocation]:
+        found: list[TrainerEquivocation] = []
+        for fragment, onchain in self._onchain_commitments(round_).items():
+            announced = read_commitment(self.ctx.blobs, self.domain, self.ctx.task_id, round_, fragment)
+            if announced is None or announced.signer.lower() != onchain.signer.lower():
+                continue
+            if announced.message.conflicts_with(onchain.message):
+                found.append(TrainerEquivocation(round_, fragment, onchain, announced))
+        return found
+
+    def witness_equivocations(self, round_: int) -> list[WitnessEquivocation]:
+        found: list[WitnessEquivocation] = []
+        for ev in self.market.get_logs("VoteCast", taskId=self.ctx.task_id, round=round_):
+            a = ev["args"]
+            witness = str(a["witness"])
+            message = Vote(
+                task_id=self.ctx.task_id,
+                round=round_,
+                state_root=bytes(a["stateRoot"]),
+                aggregate_root=bytes(a["aggregateRoot"]),
+                accepted_mask=int(a["acceptedMask"]),
+            )
+            onchain = SignedVote(message, bytes(a["signature"]), witness)
+            announced = read_vote(self.ctx.blobs, self.domain, self.ctx.task_id, round_, witness)
+            if announced is None or announced.signer.lower() != witness.lower():
+                continue
+            if announced.message.conflicts_with(message):
+                found.append(WitnessEquivocation(round_, witness, onchain, announced))
+        return found
+
+    # ------------------------------------------------------------------ aggregation
+
+    def _accepted_gradients(self, round_: int, mask: int) -> list[QuantizedGradient] | None:
+        """The accepted submissions' gradients in fragment order (None if one is not usable)."""
+        subs = [s for s in self.ctx.committed_submissions(round_) if mask >> s.fragment & 1]
+        out: list[QuantizedGradient] = []
+        for sub in sorted(subs, key=lambda s: s.fragment):
+            qg, reason = validate_submission(
+                sub, numel=self.ctx.layout.numel, bits=self.ctx.spec.gradient_bits, max_bytes=self.ctx.max_payload_bytes
+            )
+            if qg is None:
+                log.info("challenger.accepted_input_unusable", round=round_, fragment=sub.fragment, reason=reason)
+                return None
+            out.append(qg)
+        return out
+
+    def aggregation_fraud(self, round_: int, rr: RoundView) -> AggregationFraud | None:
+        spec = self.ctx.spec
+        if spec.aggregation.rule not in (
+            AggregationRule.MEAN,
+            AggregationRule.TRIMMED_MEAN,
+            AggregationRule.COORDINATE_MEDIAN,
+        ):
+            return None
+        if rr.accepted_mask == 0:
+            return None
+        try:
+            previous = self.ctx.fetch_state(rr.prev_state_root)
+            claimed = self.ctx.fetch_state(rr.state_root)
+        except StateUnavailable as exc:
+            log.info("challenger.state_unavailable", round=round_, reason=str(exc))
+            return None
+        accepted = self._accepted_gradients(round_, rr.accepted_mask)
+        if accepted is None:
+            return None
+        subs = [s for s in self.ctx.committed_submissions(round_) if rr.accepted_mask >> s.fragment & 1]
+        expected = self.ctx.compute_round(previous, subs)
+        if expected.state_root == claimed.state_root():
+            return None
+        opening = build_aggregation_proof(
+            task_id=self.ctx.task_id,
+            round_=round_,
+            accepted=accepted,
+            previous=previous,
+            expected=expected.state,
+            claimed=claimed,
+        )
+        return None if opening is None else AggregationFraud(round_, opening)
+
+    # ------------------------------------------------------------------ censorship
+
+    def censorship(self, round_: int, rr: RoundView) -> list[Censorship]:
+        if self.ctx.spec.aggregation.rule in EXCLUDING_RULES:
+            return []
+        left_out = rr.committed_mask & ~rr.accepted_mask
+        if left_out == 0:
+            return []
+        found: list[Censorship] = []
+        for sub in self.ctx.committed_submissions(round_):
+            if not left_out >> sub.fragment & 1:
+                continue
+            qg, reason = validate_submission(
+                sub, numel=self.ctx.layout.numel, bits=self.ctx.spec.gradient_bits, max_bytes=self.ctx.max_payload_bytes
+            )
+            if qg is not None:
+                found.append(Censorship(round_, sub.fragment))
+            else:
+                log.info("challenger.exclusion_justified", round=round_, fragment=sub.fragment, reason=reason)
+        return found
+
+    # ------------------------------------------------------------------ training
+
+    def training_fraud(self, round_: int, rr: RoundView) -> Iterator[TrainingFraud]:
+        if self.training_checker is None:
+            return
+        live = rr.accepted_mask & ~rr.revoked_mask
+        for fragment in range(256):
+            if not live >> fragment & 1:
+                continue
+            verdict = self.training_checker(self.ctx, round_, fragment)
+            if verdict is not None:
+                segment, reason = verdict
+                yield TrainingFraud(round_, fragment, segment, reason)

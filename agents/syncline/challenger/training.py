@@ -1,0 +1,61 @@
+"""How much inner-loop re-execution a challenger spends per accepted submission.
+
+- ``all``: the derivation segment, then every training segment (as much compute as the trainer
+  spent; what a dedicated challenger runs).
+- ``spot`` (the witnesses' default): the derivation segment of every submission (cheap: one
+  checkpoint and a quantization) plus, with probability ``rate``, one training segment drawn at
+  random. Witnesses draw independently (seeded by their address), so a trainer that fakes any
+  segment of any round is caught with high probability over a run at a fraction of the cost.
+- ``off``: no training checks.
+"""
+
+from __future__ import annotations
+
+import random
+
+from syncline.challenger.audit import TrainingChecker
+from syncline.errors import SynclineError
+from syncline.observability import get_logger
+from syncline.run.context import TaskContext
+from syncline.trainer.referee import check_segment, load_case, training_checker
+
+log = get_logger("syncline.challenger")
+
+MODES = ("all", "spot", "off")
+
+
+def make_training_checker(mode: str, *, seed: int = 0, rate: float = 0.5) -> TrainingChecker | None:
+    if mode not in MODES:
+        raise ValueError(f"training check mode {mode!r}: use one of {', '.join(MODES)}")
+    if mode == "off":
+        return None
+    if mode == "all":
+        return _safe(training_checker)
+    rng = random.Random(seed)
+
+    def spot(ctx: TaskContext, round_: int, fragment: int) -> tuple[int, str] | None:
+        case = load_case(ctx, round_, fragment)
+        total = case.inputs.segments
+        segments = [total]
+        if rng.random() < rate:
+            segments.append(rng.randrange(total))
+        for segment in segments:
+            verdict = check_segment(segment, case.claim, case.manifest, case.fetch, case.inputs)
+            if verdict.guilty:
+                return verdict.segment, verdict.reason
+        return None
+
+    return _safe(spot)
+
+
+def _safe(check: TrainingChecker) -> TrainingChecker:
+    """A checker that cannot judge (its inputs are not available yet) reports nothing."""
+
+    def guarded(ctx: TaskContext, round_: int, fragment: int) -> tuple[int, str] | None:
+        try:
+            return check(ctx, round_, fragment)
+        except SynclineError as exc:
+            log.info("challenger.training_check_skipped", round=round_, fragment=fragment, reason=str(exc)[:160])
+            return None
+
+    return guarded

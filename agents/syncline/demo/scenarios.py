@@ -1,0 +1,53 @@
+"""The fraud demo's scenarios: who cheats how, and which challenge must end up upheld.
+
+Kept free of heavy imports: the command line lists these names without loading torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from syncline.protocol.enums import ChallengeKind
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Who cheats how, and which challenge must end up upheld."""
+
+    misbehave: dict[str, str]
+    expect: ChallengeKind
+    story: str
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "trainer-equivocation": Scenario(
+        {"trainer-2": "equivocate"},
+        ChallengeKind.TRAINER_EQUIVOCATION,
+        "trainer-2 announces a signed commitment that differs from the one it commits on chain",
+    ),
+    "witness-equivocation": Scenario(
+        {"witness-2": "equivocate"},
+        ChallengeKind.WITNESS_EQUIVOCATION,
+        "witness-2 votes the honest result on chain but announces a signed vote for another one",
+    ),
+    "aggregation": Scenario(
+        {"witness-1": "bad-aggregate", "witness-2": "bad-aggregate"},
+        ChallengeKind.AGGREGATION_FRAUD,
+        "a colluding quorum (witness-1, witness-2) finalizes a state that is not the median step",
+    ),
+    "censorship": Scenario(
+        {"witness-1": "censor", "witness-2": "censor"},
+        ChallengeKind.CENSORSHIP,
+        "a colluding quorum leaves trainer-1's valid, on-time submission out of the aggregate",
+    ),
+    "lazy-trainer": Scenario(
+        {"trainer-2": "lazy"},
+        ChallengeKind.TRAINING_FRAUD,
+        "trainer-2 trains half its inner steps and fakes the later checkpoints",
+    ),
+    "fake-gradient": Scenario(
+        {"trainer-2": "fake-gradient"},
+        ChallengeKind.TRAINING_FRAUD,
+        "trainer-2 trains honestly but submits a gradient that does not derive from its checkpoints",
+    ),
+}

@@ -1,0 +1,188 @@
+"""Signed messages agents announce off chain, where anyone can read and check them.
+
+Before committing on chain, a trainer announces its EIP-712 signed commitment; a witness announces
+its signed vote. They travel through the blob store under well-known (untrusted) aliases; a reader
+checks the signature against the market's EIP-712 domain before believing anything. Two valid
+signatures by one key for one slot with different contents are an equivocation that
+``SynclineCourt`` slashes on its own.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from syncline.blobstore import BlobStore
+from syncline.errors import SynclineError
+from syncline.protocol.signed_messages import Commitment, Domain, Vote, recover
+
+MAX_GOSSIP_BYTES = 4096
+
+
+class GossipError(SynclineError):
+    """A gossip message is malformed or its signature does not check out."""
+
+
+@dataclass(frozen=True)
+class SignedCommitment:
+    message: Commitment
+    signature: bytes
+    signer: str
+
+
+@dataclass(frozen=True)
+class SignedVote:
+    message: Vote
+    signature: bytes
+    signer: str
+
+
+def commitment_alias(task_id: int, round_: int, fragment: int) -> str:
+    return f"gossip:commitment:{task_id}:{round_}:{fragment}"
+
+
+def vote_alias(task_id: int, round_: int, witness: str) -> str:
+    return f"gossip:vote:{task_id}:{round_}:{witness.lower()}"
+
+
+def _hex(b: bytes) -> str:
+    return "0x" + b.hex()
+
+
+def _b(value: Any, what: str, size: int | None = None) -> bytes:
+    if not isinstance(value, str) or not value.startswith("0x"):
+        raise GossipError(f"gossip field {what} must be a 0x-hex string")
+    try:
+        raw = bytes.fromhex(value[2:])
+    except ValueError:
+        raise GossipError(f"gossip field {what} is not hex") from None
+    if size is not None and len(raw) != size:
+        raise GossipError(f"gossip field {what} must be {size} bytes, got {len(raw)}")
+    return raw
+
+
+def _i(value: Any, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise GossipError(f"gossip field {what} must be a non-negative integer")
+    return value
+
+
+def encode_commitment(message: Commitment, signature: bytes) -> bytes:
+    return json.dumps(
+        {
+            "type": "Commitment",
+            "taskId": message.task_id,
+            "round": message.round,
+            "fragment": message.fragment,
+            "payloadHash": _hex(message.payload_hash),
+            "chunkRoot": _hex(message.chunk_root),
+            "checkpointRoot": _hex(message.checkpoint_root),
+            "signature": _hex(signature),
+        },
+        sort_keys=True,
+    ).encode()
+
+
+def encode_vote(message: Vote, signature: bytes) -> bytes:
+    return json.dumps(
+        {
+            "type": "Vote",
+            "taskId": message.task_id,
+            "round": message.round,
+            "stateRoot": _hex(message.state_root),
+            "aggregateRoot": _hex(message.aggregate_root),
+            "acceptedMask": message.accepted_mask,
+            "signature": _hex(signature),
+        },
+        sort_keys=True,
+    ).encode()
+
+
+def _load(data: bytes, kind: str) -> dict[str, Any]:
+    if len(data) > MAX_GOSSIP_BYTES:
+        raise GossipError(f"gossip message of {len(data)} bytes exceeds {MAX_GOSSIP_BYTES}")
+    try:
+        obj = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        raise GossipError("gossip message is not JSON") from None
+    if not isinstance(obj, dict) or obj.get("type") != kind:
+        raise GossipError(f"gossip message is not a {kind}")
+    return obj
+
+
+def decode_commitment(data: bytes, domain: Domain) -> SignedCommitment:
+    obj = _load(data, "Commitment")
+    message = Commitment(
+        task_id=_i(obj.get("taskId"), "taskId"),
+        round=_i(obj.get("round"), "round"),
+        fragment=_i(obj.get("fragment"), "fragment"),
+        payload_hash=_b(obj.get("payloadHash"), "payloadHash", 32),
+        chunk_root=_b(obj.get("chunkRoot"), "chunkRoot", 32),
+        checkpoint_root=_b(obj.get("checkpointRoot"), "checkpointRoot", 32),
+    )
+    signature = _b(obj.get("signature"), "signature", 65)
+    try:
+        signer = recover(domain, message, signature)
+    except Exception as exc:  # eth-account raises several types for bad signatures
+        raise GossipError(f"gossip commitment signature does not recover: {str(exc)[:80]}") from None
+    return SignedCommitment(message, signature, signer)
+
+
+def decode_vote(data: bytes, domain: Domain) -> SignedVote:
+    obj = _load(data, "Vote")
+    message = Vote(
+        task_id=_i(obj.get("taskId"), "taskId"),
+        round=_i(obj.get("round"), "round"),
+        state_root=_b(obj.get("stateRoot"), "stateRoot", 32),
+        aggregate_root=_b(obj.get("aggregateRoot"), "aggregateRoot", 32),
+        accepted_mask=_i(obj.get("acceptedMask"), "acceptedMask"),
+    )
+    signature = _b(obj.get("signature"), "signature", 65)
+    try:
+        signer = recover(domain, message, signature)
+    except Exception as exc:
+        raise GossipError(f"gossip vote signature does not recover: {str(exc)[:80]}") from None
+    return SignedVote(message, signature, signer)
+
+
+def announce_commitment(blobs: BlobStore, message: Commitment, signature: bytes) -> None:
+    alias = commitment_alias(message.task_id, message.round, message.fragment)
+    blobs.put(encode_commitment(message, signature), alias=alias)
+
+
+def announce_vote(blobs: BlobStore, message: Vote, signature: bytes, witness: str) -> None:
+    blobs.put(encode_vote(message, signature), alias=vote_alias(message.task_id, message.round, witness))
+
+
+def _read(blobs: BlobStore, alias: str) -> bytes | None:
+    digest = blobs.resolve(alias)
+    if digest is None:
+        return None
+    try:
+        return blobs.get(digest)
+    except SynclineError:
+        return None
+
+
+def read_commitment(
+    blobs: BlobStore, domain: Domain, task_id: int, round_: int, fragment: int
+) -> SignedCommitment | None:
+    """The announced commitment for a slot, or ``None`` if absent or invalid."""
+    data = _read(blobs, commitment_alias(task_id, round_, fragment))
+    if data is None:
+        return None
+    try:
+        return decode_commitment(data, domain)
+    except GossipError:
+        return None
+
+
+def read_vote(blobs: BlobStore, domain: Domain, task_id: int, round_: int, witness: str) -> SignedVote | None:
+    data = _read(blobs, vote_alias(task_id, round_, witness))
+    if data is None:
+        return None
+    try:
+        return decode_vote(data, domain)
+    except GossipError:
+        return None

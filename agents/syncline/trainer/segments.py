@@ -1,0 +1,92 @@
+"""Segments of a round's inner loop: the trainer's payload derivation and a referee's replays.
+
+The trainer runs :meth:`InnerLoop.run` with ``checkpoint_interval`` and derives its payload with
+:func:`encode_payload`; a referee re-runs one training segment with :func:`replay_segment` (a fresh
+CPU loop configured from the checkpoint itself) or redoes the derivation with
+:func:`derive_payload`. Both sides use the same functions, so an honest trainer's commitments are
+reproduced bit for bit on CPU (same torch build, same thread count, which the checkpoint records).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from syncline.modality.language import LanguageAdapter
+from syncline.protocol.checkpoints import Checkpoint, CheckpointError, segment_bounds
+from syncline.protocol.chunking import gradient_chunk_root
+from syncline.protocol.layout import ParameterLayout
+from syncline.protocol.quantization import quantize
+from syncline.protocol.state import TrainingState
+from syncline.run.agent_config import InnerOptimizerConfig
+from syncline.trainer.inner_loop import InnerLoop
+
+
+def encode_payload(gradient: torch.Tensor, bits: int) -> tuple[bytes, bytes]:
+    """The committed form of an outer gradient: ``(payload bytes, chunk root)``.
+
+    ``keccak(payload)`` is the submission's ``payloadHash`` and the chunk root its ``chunkRoot``.
+    """
+    qg = quantize(gradient, bits)
+    return qg.to_safetensors_bytes(), gradient_chunk_root(qg)
+
+
+def start_vector(state: TrainingState) -> torch.Tensor:
+    """The round's start weights as the trainer's model holds them (float32, canonical order):
+    what ``flat_parameters`` reads right after ``load_weights(model, state)``."""
+    return state.layout.flatten(state.to_state_dict())
+
+
+def derive_payload(start: TrainingState, final: Checkpoint, bits: int) -> tuple[bytes, bytes]:
+    """The derivation segment: the payload and chunk root an honest trainer commits for a round
+    that started from ``start`` and ended in checkpoint ``final`` (``c_S``)."""
+    final.check_layout(start.layout)
+    gradient = start_vector(start) - final.params
+    if not torch.isfinite(gradient).all():
+        raise CheckpointError("the outer gradient derived from the last checkpoint holds NaN/Inf")
+    return encode_payload(gradient, bits)
+
+
+def holds_start_state(first: Checkpoint, start: TrainingState) -> bool:
+    """Whether ``c_0``'s weights are bit for bit the round's start weights."""
+    expected = start_vector(start)
+    return first.params.shape == expected.shape and torch.equal(
+        first.params.view(torch.int32), expected.contiguous().view(torch.int32)
+    )
+
+
+def replay_config(ckpt: Checkpoint, inner_steps: int) -> InnerOptimizerConfig:
+    """The inner-optimizer config a checkpoint was taken with (``eps`` is restored separately)."""
+    hp = ckpt.optimizer
+    return InnerOptimizerConfig(
+        lr=hp.lr,
+        weight_decay=hp.weight_decay,
+        beta1=hp.beta1,
+        beta2=hp.beta2,
+        inner_steps=inner_steps,
+        batch_size=hp.batch_size,
+    )
+
+
+def replay_segment(
+    adapter: LanguageAdapter,
+    model: torch.nn.Module,
+    layout: ParameterLayout,
+    checkpoint: bytes | Checkpoint,
+    shards: Sequence[bytes],
+    *,
+    seed: int,
+    segment: int,
+    inner_steps: int,
+    interval: int,
+) -> bytes:
+    """Re-run training segment ``segment`` on CPU from ``checkpoint`` (``c_segment``).
+
+    ``model`` is a freshly built model of the task (its weights are overwritten); returns the
+    canonical bytes of the checkpoint the segment ends in, to compare with ``c_{segment+1}``.
+    """
+    ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else Checkpoint.from_bytes(checkpoint, layout=layout)
+    start, stop = segment_bounds(segment, inner_steps, interval)
+    loop = InnerLoop(adapter, model, layout, replay_config(ckpt, inner_steps), device="cpu", dtype=ckpt.dtype)
+    return loop.run_segment(ckpt, shards, seed=seed, start=start, stop=stop)

@@ -1,0 +1,68 @@
+"""A witness's duties toward the court: referee training-fraud claims against its task.
+
+For every open training-fraud challenge on the task, the witness re-executes the named segment
+from the trainer's published checkpoint (CPU, bit-exact) and votes guilty or innocent. A witness
+whose own bond was slashed cannot referee (the contract refuses it), and a vote it already cast is
+never sent twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from syncline.chain.keys import Signer
+from syncline.chain.market import MarketClient
+from syncline.errors import ChainError, SynclineError
+from syncline.observability import get_logger
+from syncline.protocol.enums import ChallengeKind, ChallengeStatus
+from syncline.run.context import TaskContext
+from syncline.trainer.referee import referee_segment
+
+log = get_logger("syncline.witness")
+
+
+@dataclass
+class RefereeDuty:
+    task_id: int
+    signer: Signer
+    market: MarketClient
+    context: Callable[[], TaskContext]
+    seen: int = 0
+    decided: set[int] = field(default_factory=set)
+
+    def step(self) -> None:
+        count = self.market.challenge_count()
+        for challenge_id in range(1, count + 1):
+            if challenge_id in self.decided:
+                continue
+            c = self.market.challenge(challenge_id)
+            if c.task_id != self.task_id or c.kind != ChallengeKind.TRAINING_FRAUD:
+                self.decided.add(challenge_id)
+                continue
+            if c.status != ChallengeStatus.OPEN:
+                self.decided.add(challenge_id)
+                continue
+            self._referee(challenge_id, c.round, c.fragment, c.segment)
+
+    def _referee(self, challenge_id: int, round_: int, fragment: int, segment: int) -> None:
+        try:
+            verdict = referee_segment(self.context(), round_, fragment, segment)
+        except SynclineError as exc:
+            # Not a verdict on the trainer: a local problem (state not yet available, etc.). Retry later.
+            log.info("witness.referee_deferred", challenge=challenge_id, reason=str(exc).splitlines()[0][:160])
+            return
+        try:
+            self.market.referee_vote(self.signer, challenge_id, verdict.guilty)
+            log.info(
+                "witness.refereed",
+                challenge=challenge_id,
+                round=round_,
+                fragment=fragment,
+                segment=segment,
+                guilty=verdict.guilty,
+                reason=verdict.reason,
+            )
+        except ChainError as exc:
+            log.info("witness.referee_skipped", challenge=challenge_id, reason=exc.error_name or str(exc)[:160])
+        self.decided.add(challenge_id)

@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: MIT
+pragma solidity ^0.8.24;
+
+import {Commitment, Vote, Challenge, AggregationProof, TrainingReceipt} from "./SynclineTypes.sol";
+import {ISynclineEvents} from "./ISynclineEvents.sol";
+
+/// @title Syncline fraud court
+/// @notice Bonded challenges against a task's trainers and witnesses. Every function is called on
+/// the market's address (the market delegates to the court module), and every challenge must be
+/// brought within `challengeWindow` of the challenged round's close, before the task seals.
+///
+/// A proven fault slashes the guilty party's whole remaining stake (trainer) or bond (witness).
+/// The challenger is credited its bond plus `CHALLENGER_SHARE_BPS` of the slash; the rest goes to
+/// the reward pool. A proven aggregation or censorship fault also invalidates the round and every
+/// round finalized after it: their rewards and witness fees are reversed and the task's state root
+/// rolls back to the round's previous state root; the run carries on from there.
+/// Each fault can be claimed once (duplicates revert `SynclineDuplicateChallenge`).
+interface ISynclineCourt is ISynclineEvents {
+    /// @notice Prove that a trainer signed two different commitments for one (task, round, fragment).
+    /// Slashes and evicts the trainer; revokes its reward for that round if it was accepted.
+    /// @dev `msg.value` must equal the task's `challengeBond`.
+    function proveTrainerEquivocation(
+        Commitment calldata a,
+        bytes calldata sigA,
+        Commitment calldata b,
+        bytes calldata sigB
+    ) external payable returns (uint256 challengeId);
+
+    /// @notice Prove that a witness signed two different votes for one (task, round). Slashes its bond.
+    function proveWitnessEquivocation(Vote calldata a, bytes calldata sigA, Vote calldata b, bytes calldata sigB)
+        external
+        payable
+        returns (uint256 challengeId);
+
+    /// @notice Prove that a finalized round's state is not the task's rule and outer step applied to
+    /// the accepted inputs, by recomputing coordinates `[lo, hi)` of one chunk in exact integer
+    /// arithmetic. Mean, TrimmedMean and CoordinateMedian only. Slashes every witness that voted
+    /// for the finalized result and invalidates the round onwards.
+    function proveAggregationFraud(AggregationProof calldata proof) external payable returns (uint256 challengeId);
+
+    /// @notice Claim that `fragment`'s on-time committed submission was left out of a finalized
+    /// round. Opens a defence period of `challengeWindow`: the exclusion is justified only by
+    /// `answerCensorship` (a malformed chunk opened against the submission's chunk root).
+    function challengeCensorship(uint256 taskId, uint32 round, uint16 fragment)
+        external
+        payable
+        returns (uint256 challengeId);
+
+    /// @notice Defend an exclusion: open chunk `chunkIndex` of the excluded submission and show
+    /// it is malformed. Rejects the challenge; its bond goes to the caller.
+    function answerCensorship(uint256 challengeId, uint32 chunkIndex, bytes calldata chunk, bytes32[] calldata proof)
+        external;
+
+    /// @notice After an unanswered defence period: uphold the censorship challenge (slash the
+    /// witnesses that voted for the result, invalidate the round onwards). Anyone may call.
+    function resolveCensorship(uint256 challengeId) external;
+
+    /// @notice Claim that an accepted submission was not produced by honest training: segment
+    /// `segment` of its inner loop (or, for `segment == ceil(innerSteps / checkpointInterval)`,
+    /// the derivation of the payload from the last checkpoint) does not reproduce the committed
+    /// checkpoint. The committee re-executes the segment and votes with `refereeVote`.
+    function challengeTraining(uint256 taskId, uint32 round, uint16 fragment, uint32 segment)
+        external
+        payable
+        returns (uint256 challengeId);
+
+    /// @notice A committee member's verdict on a training challenge. `threshold` guilty votes
+    /// slash and evict the trainer; once guilty can no longer reach `threshold`, the challenger's
+    /// bond is forfeited to the witnesses that voted innocent.
+    function refereeVote(uint256 challengeId, bool guilty) external;
+
+    /// @notice Close a training challenge the committee did not decide by its deadline; the bond
+    /// goes back to the challenger. Anyone may call.
+    function expireChallenge(uint256 challengeId) external;
+
+    /// @notice One challenge.
+    function getChallenge(uint256 challengeId) external view returns (Challenge memory);
+
+    /// @notice What a run produced and paid, readable for every task in any status (served by the
+    /// court module to keep the market under the contract size limit).
+    function getReceipt(uint256 taskId) external view returns (TrainingReceipt memory);
+
+    /// @notice Number of challenges ever opened (ids run 1..challengeCount).
+    function challengeCount() external view returns (uint256);
+}

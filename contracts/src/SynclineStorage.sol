@@ -1,0 +1,197 @@
+// SPDX-License-Identifier: MIT
+pragma solidity ^0.8.24;
+
+import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
+import {EIP712} from "@openzeppelin/contracts/utils/cryptography/EIP712.sol";
+import {ECDSA} from "@openzeppelin/contracts/utils/cryptography/ECDSA.sol";
+import {ISynclineEvents} from "./ISynclineEvents.sol";
+import {
+    TaskSpec,
+    TaskState,
+    TaskStatus,
+    TrainerRecord,
+    WitnessRecord,
+    Submission,
+    RoundRecord,
+    Commitment,
+    Vote,
+    Challenge
+} from "./SynclineTypes.sol";
+import {ShardAssignment} from "./libraries/ShardAssignment.sol";
+import {TierPolicy} from "./libraries/TierPolicy.sol";
+
+/// @title SynclineStorage
+/// @notice The one storage layout of the Syncline market, shared by `SynclineMarket` and the
+/// `SynclineCourt` module it delegates challenge calls to, plus the internal helpers both need
+/// (task lookup, credits, slashing, eviction, EIP-712 signer recovery).
+/// @dev Every state variable of the market lives here and nowhere else, so the market and the
+/// court (run by `delegatecall`) always agree on slots. Money invariant, per task:
+/// `escrowOf = rewardPool + feeBudget + feesEarned + stakeHeld + bondsHeld`, and
+/// `address(this).balance == sum of escrowOf + sum of credits`.
+abstract contract SynclineStorage is ISynclineEvents, ReentrancyGuard, EIP712 {
+    /// @notice Most trainers a task may have (fragment masks are uint256, eviction loops are bounded).
+    uint16 public constant MAX_TRAINERS = 64;
+    /// @notice Most witnesses a task may have.
+    uint256 public constant MAX_WITNESSES = 32;
+    /// @notice Longest round duration, grace window, challenge window or enrollment period.
+    uint64 public constant MAX_WINDOW = 365 days;
+    /// @notice Share of a proven fault's slash paid to the challenger, in basis points; the rest
+    /// goes to the task's reward pool.
+    uint256 public constant CHALLENGER_SHARE_BPS = 5_000;
+
+    bytes32 internal constant REASON_REWARD = "reward";
+    bytes32 internal constant REASON_STAKE = "stake-refund";
+    bytes32 internal constant REASON_FEE = "witness-fee";
+    bytes32 internal constant REASON_SPONSOR = "sponsor-refund";
+    bytes32 internal constant REASON_BOND = "bond-refund";
+    bytes32 internal constant REASON_BOUNTY = "challenge-bounty";
+    bytes32 internal constant REASON_FORFEIT = "forfeited-bond";
+
+    bytes32 internal constant COMMITMENT_TYPEHASH = keccak256(
+        "Commitment(uint256 taskId,uint32 round,uint16 fragment,bytes32 payloadHash,bytes32 chunkRoot,bytes32 checkpointRoot)"
+    );
+    bytes32 internal constant VOTE_TYPEHASH = keccak256(
+        "Vote(uint256 taskId,uint32 round,bytes32 stateRoot,bytes32 aggregateRoot,uint256 acceptedMask)"
+    );
+
+    // ------------------------------------------------------------------ storage (never reorder)
+
+    uint256 internal _taskCount;
+    mapping(uint256 taskId => TaskSpec) internal _specs;
+    mapping(uint256 taskId => TaskState) internal _tasks;
+    mapping(uint256 taskId => mapping(address witness => bool)) internal _isWitness;
+    mapping(uint256 taskId => mapping(address witness => WitnessRecord)) internal _witnessRecords;
+    mapping(uint256 taskId => mapping(address trainer => TrainerRecord)) internal _trainerRecords;
+    mapping(uint256 taskId => address[]) internal _trainersByFragment;
+    mapping(address account => uint256) internal _credits;
+
+    mapping(uint256 taskId => mapping(uint32 round => RoundRecord)) internal _rounds;
+    mapping(uint256 taskId => mapping(uint32 round => mapping(uint16 fragment => Submission))) internal _submissions;
+    mapping(uint256 taskId => mapping(uint32 round => mapping(bytes32 result => uint16))) internal _tally;
+    mapping(uint256 taskId => mapping(uint32 round => mapping(address witness => bytes32))) internal _votes;
+
+    /// @dev Challenges by id (ids start at 1).
+    uint256 internal _challengeCount;
+    mapping(uint256 challengeId => Challenge) internal _challenges;
+    /// @dev Fault key (see `_faultKey`) => challenge id that claimed it; rejects duplicates.
+    mapping(bytes32 faultKey => uint256 challengeId) internal _faults;
+    /// @dev Referee votes on training-fraud challenges.
+    mapping(uint256 challengeId => mapping(address witness => bool)) internal _refereeVoted;
+    mapping(uint256 challengeId => address[]) internal _innocentVoters;
+
+    /// @dev The EIP-712 domain is ("Syncline", "1", chain id, this market). The court module runs
+    /// by delegatecall, so `address(this)` is the market there too.
+    constructor() EIP712("Syncline", "1") {}
+
+    // ------------------------------------------------------------------ task lookup
+
+    function _requireTask(uint256 taskId) internal view returns (TaskState storage t) {
+        t = _tasks[taskId];
+        if (t.status == TaskStatus.None) revert SynclineUnknownTask(taskId);
+    }
+
+    function _requireStatus(uint256 taskId, TaskStatus required) internal view returns (TaskState storage t) {
+        t = _requireTask(taskId);
+        if (t.status != required) revert SynclineWrongTaskStatus(taskId, t.status, required);
+    }
+
+    // ------------------------------------------------------------------ money
+
+    /// @dev Moves `amount` from a task's obligations (already decremented by the caller) into `account`'s credit.
+    function _credit(uint256 taskId, address account, uint256 amount, bytes32 reason) internal {
+        if (amount == 0) return;
+        _credits[account] += amount;
+        emit Credited(taskId, account, amount, reason);
+    }
+
+    /// @dev Moves `amount` (capped at the remaining stake) of a trainer's stake into the reward pool.
+    function _slash(uint256 taskId, address trainer, uint256 amount) internal returns (uint256 slashed) {
+        TrainerRecord storage r = _trainerRecords[taskId][trainer];
+        slashed = amount > r.stake ? r.stake : amount;
+        if (slashed == 0) return 0;
+        TaskState storage t = _tasks[taskId];
+        // casting to 'uint128' is safe because slashed <= r.stake, which is a uint128
+        // forge-lint: disable-next-line(unsafe-typecast)
+        r.stake -= uint128(slashed);
+        // forge-lint: disable-next-line(unsafe-typecast)
+        r.slashed += uint128(slashed);
+        t.stakeHeld -= slashed;
+        t.rewardPool += slashed;
+        emit StakeSlashed(taskId, trainer, slashed, r.stake);
+    }
+
+    /// @dev Moves a witness's whole remaining bond into the reward pool.
+    function _slashWitness(uint256 taskId, address witness) internal returns (uint256 slashed) {
+        WitnessRecord storage w = _witnessRecords[taskId][witness];
+        slashed = w.bond;
+        if (slashed == 0) return 0;
+        TaskState storage t = _tasks[taskId];
+        w.bond = 0;
+        // casting to 'uint128' is safe because slashed was a uint128 bond
+        // forge-lint: disable-next-line(unsafe-typecast)
+        w.slashed += uint128(slashed);
+        t.bondsHeld -= slashed;
+        t.rewardPool += slashed;
+        emit WitnessSlashed(taskId, witness, slashed);
+    }
+
+    // ------------------------------------------------------------------ trainers
+
+    /// @dev Splits the shards over the non-evicted trainers in fragment order and emits the assignment.
+    function _assignShards(uint256 taskId, uint256 shardCount) internal {
+        address[] storage trainers = _trainersByFragment[taskId];
+        uint256 active = _tasks[taskId].active;
+        uint256 position = 0;
+        for (uint256 i = 0; i < trainers.length; ++i) {
+            TrainerRecord storage r = _trainerRecords[taskId][trainers[i]];
+            if (r.evicted) continue;
+            uint256 mask = ShardAssignment.maskFor(shardCount, active, position++);
+            r.shardMask = mask;
+            emit ShardsAssigned(taskId, trainers[i], r.fragment, mask);
+        }
+    }
+
+    /// @dev Marks a trainer evicted (no slash). The caller slashes and rebalances shards.
+    function _markEvicted(uint256 taskId, address trainer, uint32 round) internal {
+        TrainerRecord storage r = _trainerRecords[taskId][trainer];
+        r.evicted = true;
+        r.shardMask = 0;
+        _tasks[taskId].active -= 1;
+        emit TrainerEvicted(taskId, trainer, round);
+    }
+
+    /// @dev Evicts a trainer for missed rounds: slashes `evictionSlashBps` of its stake into the
+    /// reward pool. The rest of its stake stays bonded until the run seals. The caller rebalances.
+    function _evict(uint256 taskId, address trainer, uint32 round) internal {
+        _markEvicted(taskId, trainer, round);
+        uint256 amount = (uint256(_trainerRecords[taskId][trainer].stake) * _specs[taskId].evictionSlashBps) / TierPolicy.BPS;
+        _slash(taskId, trainer, amount);
+    }
+
+    // ------------------------------------------------------------------ signatures
+
+    /// @dev EIP-712 digest of a trainer commitment.
+    function _commitmentDigest(Commitment calldata c) internal view returns (bytes32) {
+        return _hashTypedDataV4(
+            keccak256(
+                abi.encode(
+                    COMMITMENT_TYPEHASH, c.taskId, c.round, c.fragment, c.payloadHash, c.chunkRoot, c.checkpointRoot
+                )
+            )
+        );
+    }
+
+    /// @dev EIP-712 digest of a witness vote.
+    function _voteDigest(Vote calldata v) internal view returns (bytes32) {
+        return _hashTypedDataV4(
+            keccak256(abi.encode(VOTE_TYPEHASH, v.taskId, v.round, v.stateRoot, v.aggregateRoot, v.acceptedMask))
+        );
+    }
+
+    /// @dev Signer of `digest`; reverts `SynclineBadSignature` for a malformed or malleable signature.
+    function _recover(bytes32 digest, bytes calldata signature) internal pure returns (address signer) {
+        (address recovered, ECDSA.RecoverError err,) = ECDSA.tryRecover(digest, signature);
+        if (err != ECDSA.RecoverError.NoError || recovered == address(0)) revert SynclineBadSignature();
+        return recovered;
+    }
+}

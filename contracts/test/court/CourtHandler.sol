@@ -1,0 +1,295 @@
+// SPDX-License-Identifier: MIT
+pragma solidity ^0.8.24;
+
+import {CourtTestBase} from "./CourtTestBase.sol";
+import {MerkleRef} from "./MerkleRef.sol";
+import {
+    TaskSpec,
+    TaskState,
+    TaskStatus,
+    AggregationRule,
+    RoundRecord,
+    RoundStatus,
+    Commitment,
+    Vote,
+    Challenge,
+    ChallengeKind,
+    ChallengeStatus
+} from "../../src/SynclineTypes.sol";
+
+/// @title CourtHandler
+/// @notice Drives the market and its court through random but mostly valid sequences: the run
+/// (commit, finalize, carry forward, seal, new tasks), the cheap challenge kinds (trainer and
+/// witness equivocation, censorship claim / answer / resolve, training claim / referee votes /
+/// expiry) and withdrawals. Every call bounds its inputs onto the live state and returns early
+/// when there is nothing sensible to do; a call that still reverts changes nothing.
+contract CourtHandler is CourtTestBase {
+    uint256 public current;
+    uint256 public calls;
+    mapping(bytes4 => uint256) public succeeded;
+    /// Chunk index + 1 of the malformed chunk in a submission (0: well formed).
+    mapping(uint256 => mapping(uint32 => mapping(uint16 => uint256))) public malformedAt;
+    /// Trainer stakes and witness bonds a task started with (for the invariants).
+    mapping(uint256 => uint256) public stakeOf;
+    mapping(uint256 => uint256) public witnessBondOf;
+
+    constructor() {
+        setUp();
+        _newTask();
+    }
+
+    // ------------------------------------------------------------------ views for the invariants
+
+    function allTasks() external view returns (uint256[] memory) {
+        return tasks;
+    }
+
+    function allActors() external view returns (address[] memory) {
+        return everyone;
+    }
+
+    function allWitnesses() external view returns (address[] memory) {
+        return witnesses;
+    }
+
+    function marketAddress() external view returns (address) {
+        return marketAddr;
+    }
+
+    // ------------------------------------------------------------------ task and round helpers
+
+    function _newTask() internal {
+        TaskSpec memory s = _spec(AggregationRule.Mean);
+        s.rounds = 3;
+        s.maxMissedRounds = 1;
+        current = _start(s);
+        stakeOf[current] = s.trainerStake;
+        witnessBondOf[current] = s.witnessBond;
+    }
+
+    function _state() internal view returns (TaskState memory) {
+        return market.getTaskState(current);
+    }
+
+    function _chunks(uint32 round, uint16 f, uint256 bad) internal pure returns (bytes[] memory c) {
+        c = _gradChunks(round, f);
+        if (bad != 0) c[bad - 1] = _malform(c[bad - 1], (round + f) % 6);
+    }
+
+    /// @dev A closed round of the current task still inside its challenge window, or type(uint32).max.
+    function _closedRound(uint256 seed) internal view returns (uint32) {
+        TaskState memory t = _state();
+        uint32 closed = t.status == TaskStatus.Running ? t.currentRound : market.getSpec(current).rounds;
+        if (closed == 0) return type(uint32).max;
+        return uint32(seed % closed);
+    }
+
+    function _bondedWitnesses() internal view returns (uint256[] memory out, uint256 n) {
+        out = new uint256[](witnesses.length);
+        for (uint256 i = 0; i < witnesses.length; ++i) {
+            if (market.getWitness(current, witnesses[i]).bond != 0) out[n++] = i;
+        }
+    }
+
+    function _ok(bytes4 sel) internal {
+        ++succeeded[sel];
+    }
+
+    // ------------------------------------------------------------------ the run
+
+    function commit(uint8 fragmentSeed, uint8 badSeed) external {
+        ++calls;
+        TaskState memory t = _state();
+        if (t.status != TaskStatus.Running) return;
+        uint16 f = uint16(fragmentSeed % N_TRAINERS);
+        if (block.timestamp > uint256(t.roundOpenedAt) + ROUND_DURATION) return;
+        if (market.getTrainer(current, trainers[f]).evicted) return;
+        if ((market.getRound(current, t.currentRound).committedMask >> f) & 1 == 1) return;
+        uint256 bad = badSeed % 4; // 0: well formed, 1..3: that chunk malformed
+        malformedAt[current][t.currentRound][f] = bad;
+        _commit(current, t.currentRound, f, _root(_chunks(t.currentRound, f, bad)));
+        _ok(this.commit.selector);
+    }
+
+    function finalize(uint8 maskSeed, uint8 rootSeed, uint8 pairSeed) external {
+        ++calls;
+        TaskState memory t = _state();
+        if (t.status != TaskStatus.Running) return;
+        (uint256[] memory bonded, uint256 n) = _bondedWitnesses();
+        if (n < THRESHOLD) return;
+        uint256 a = pairSeed % n;
+        uint256 b = (a + 1 + (pairSeed / 8) % (n - 1)) % n;
+        uint32 round = t.currentRound;
+        uint256 committed = market.getRound(current, round).committedMask;
+        uint256 mask = committed & uint256(maskSeed);
+        uint256 deadline = uint256(t.roundOpenedAt) + ROUND_DURATION;
+        uint256 graceEnd = deadline + GRACE;
+        if (block.timestamp <= deadline) vm.warp(deadline + 1);
+        if (block.timestamp > graceEnd + 1 days) return; // let carryForward have it
+        bytes32 root = keccak256(abi.encode("state", rootSeed % 3));
+        _vote(current, round, bonded[a], root, mask);
+        if (market.getRound(current, round).status != RoundStatus.Finalized) {
+            _vote(current, round, bonded[b], root, mask);
+        }
+        _ok(this.finalize.selector);
+    }
+
+    function carryForward() external {
+        ++calls;
+        TaskState memory t = _state();
+        if (t.status != TaskStatus.Running) return;
+        _carry(current, t.currentRound);
+        _ok(this.carryForward.selector);
+    }
+
+    function warp(uint32 dt) external {
+        ++calls;
+        vm.warp(block.timestamp + bound(dt, 0, 2 days));
+    }
+
+    function seal() external {
+        ++calls;
+        TaskState memory t = _state();
+        if (t.status != TaskStatus.AwaitingSeal || t.openChallenges != 0) return;
+        uint256 until = uint256(t.lastClosedAt) + WINDOW;
+        if (block.timestamp < until) vm.warp(until);
+        market.seal(current);
+        _ok(this.seal.selector);
+        _newTask();
+    }
+
+    function withdraw(uint8 who) external {
+        ++calls;
+        address a = everyone[who % everyone.length];
+        if (market.creditOf(a) == 0) return;
+        vm.prank(a);
+        market.withdraw();
+        _ok(this.withdraw.selector);
+    }
+
+    // ------------------------------------------------------------------ equivocation
+
+    function trainerEquivocation(uint8 fragmentSeed, uint8 roundSeed) external {
+        ++calls;
+        TaskState memory t = _state();
+        if (t.status != TaskStatus.Running && t.status != TaskStatus.AwaitingSeal) return;
+        uint16 f = uint16(fragmentSeed % N_TRAINERS);
+        uint32 round = roundSeed % 2 == 0 && t.status == TaskStatus.Running ? t.currentRound : _closedRound(roundSeed);
+        if (round == type(uint32).max) return;
+        if (market.getTrainer(current, trainers[f]).stake == 0) return;
+        Commitment memory a = _commitment(current, round, f, keccak256(abi.encode("eq-a", round)));
+        Commitment memory b = _commitment(current, round, f, keccak256(abi.encode("eq-b", round)));
+        bytes memory sa = _signC(trainers[f], a);
+        bytes memory sb = _signC(trainers[f], b);
+        vm.prank(challenger);
+        court.proveTrainerEquivocation{value: CBOND}(a, sa, b, sb);
+        _ok(this.trainerEquivocation.selector);
+    }
+
+    function witnessEquivocation(uint8 witnessSeed, uint8 roundSeed) external {
+        ++calls;
+        TaskState memory t = _state();
+        if (t.status != TaskStatus.Running && t.status != TaskStatus.AwaitingSeal) return;
+        uint256 w = witnessSeed % witnesses.length;
+        uint32 round = roundSeed % 2 == 0 && t.status == TaskStatus.Running ? t.currentRound : _closedRound(roundSeed);
+        if (round == type(uint32).max) return;
+        if (market.getWitness(current, witnesses[w]).bond == 0) return;
+        Vote memory a = Vote(current, round, keccak256("va"), bytes32(0), 1);
+        Vote memory b = Vote(current, round, keccak256("vb"), bytes32(0), 1);
+        bytes memory sa = _signV(witnesses[w], a);
+        bytes memory sb = _signV(witnesses[w], b);
+        vm.prank(challenger);
+        court.proveWitnessEquivocation{value: CBOND}(a, sa, b, sb);
+        _ok(this.witnessEquivocation.selector);
+    }
+
+    // ------------------------------------------------------------------ censorship
+
+    function challengeCensorship(uint8 roundSeed, uint8 fragmentSeed) external {
+        ++calls;
+        uint32 round = _closedRound(roundSeed);
+        if (round == type(uint32).max) return;
+        RoundRecord memory rr = market.getRound(current, round);
+        uint256 left = rr.committedMask & ~rr.acceptedMask;
+        if (rr.status != RoundStatus.Finalized || left == 0) return;
+        uint16 f = uint16(fragmentSeed % N_TRAINERS);
+        if ((left >> f) & 1 == 0) return;
+        vm.prank(challenger);
+        court.challengeCensorship{value: CBOND}(current, round, f);
+        _ok(this.challengeCensorship.selector);
+    }
+
+    /// @dev The id of an open challenge of `kind` (scanning from a random start), or 0.
+    function _openChallenge(uint256 seed, ChallengeKind kind) internal view returns (uint256) {
+        uint256 n = court.challengeCount();
+        if (n == 0) return 0;
+        for (uint256 k = 0; k < n; ++k) {
+            uint256 id = 1 + (seed + k) % n;
+            Challenge memory c = court.getChallenge(id);
+            if (c.kind == kind && c.status == ChallengeStatus.Open) return id;
+        }
+        return 0;
+    }
+
+    function answerCensorship(uint8 idSeed) external {
+        ++calls;
+        uint256 id = _openChallenge(idSeed, ChallengeKind.Censorship);
+        if (id == 0) return;
+        Challenge memory c = court.getChallenge(id);
+        uint256 bad = malformedAt[c.taskId][c.round][c.fragment];
+        if (bad == 0 || block.timestamp > c.deadline) return;
+        bytes[] memory chunks = _chunks(c.round, c.fragment, bad);
+        bytes32[] memory proof = MerkleRef.proof(MerkleRef.hashes(chunks), bad - 1);
+        vm.prank(answerer);
+        court.answerCensorship(id, uint32(bad - 1), chunks[bad - 1], proof);
+        _ok(this.answerCensorship.selector);
+    }
+
+    function resolveCensorship(uint8 idSeed) external {
+        ++calls;
+        uint256 id = _openChallenge(idSeed, ChallengeKind.Censorship);
+        if (id == 0) return;
+        uint64 deadline = court.getChallenge(id).deadline;
+        if (block.timestamp <= deadline) vm.warp(uint256(deadline) + 1);
+        court.resolveCensorship(id);
+        _ok(this.resolveCensorship.selector);
+    }
+
+    // ------------------------------------------------------------------ training
+
+    function challengeTraining(uint8 roundSeed, uint8 fragmentSeed, uint8 segmentSeed) external {
+        ++calls;
+        uint32 round = _closedRound(roundSeed);
+        if (round == type(uint32).max) return;
+        RoundRecord memory rr = market.getRound(current, round);
+        uint256 live = rr.acceptedMask & ~rr.revokedMask;
+        uint16 f = uint16(fragmentSeed % N_TRAINERS);
+        if (rr.status != RoundStatus.Finalized || (live >> f) & 1 == 0) return;
+        vm.prank(challenger);
+        court.challengeTraining{value: CBOND}(current, round, f, uint32(segmentSeed % 11));
+        _ok(this.challengeTraining.selector);
+    }
+
+    function refereeVote(uint8 idSeed, uint8 witnessSeed, bool guilty) external {
+        ++calls;
+        uint256 id = _openChallenge(idSeed, ChallengeKind.TrainingFraud);
+        if (id == 0) return;
+        Challenge memory c = court.getChallenge(id);
+        if (block.timestamp > c.deadline) return;
+        address w = witnesses[witnessSeed % witnesses.length];
+        if (market.getWitness(c.taskId, w).bond == 0) return;
+        vm.prank(w);
+        court.refereeVote(id, guilty);
+        _ok(this.refereeVote.selector);
+    }
+
+    function expireChallenge(uint8 idSeed) external {
+        ++calls;
+        uint256 id = _openChallenge(idSeed, ChallengeKind.TrainingFraud);
+        if (id == 0) return;
+        uint64 deadline = court.getChallenge(id).deadline;
+        if (block.timestamp <= deadline) vm.warp(uint256(deadline) + 1);
+        court.expireChallenge(id);
+        _ok(this.expireChallenge.selector);
+    }
+}

@@ -1,0 +1,190 @@
+// SPDX-License-Identifier: MIT
+pragma solidity ^0.8.24;
+
+import {CourtVm} from "./CourtVm.sol";
+import {CourtHandler} from "./CourtHandler.sol";
+import {ISynclineMarket} from "../../src/ISynclineMarket.sol";
+import {ISynclineCourt} from "../../src/ISynclineCourt.sol";
+import {
+    TaskSpec,
+    TaskState,
+    TaskStatus,
+    TrainerRecord,
+    WitnessRecord,
+    Challenge,
+    ChallengeKind,
+    ChallengeStatus
+} from "../../src/SynclineTypes.sol";
+
+/// @notice Stateful fuzzing of the market with its court (`CourtHandler`): runs mixed with
+/// equivocation proofs, censorship claims and training claims. After every call: the market
+/// holds exactly its obligations, slashes never exceed what was posted, witness bonds are either
+/// held or slashed, and `openChallenges` counts exactly the open asynchronous challenges.
+contract CourtInvariantsTest {
+    bool public IS_TEST = true;
+    CourtVm internal constant vm = CourtVm(address(uint160(uint256(keccak256("hevm cheat code")))));
+
+    struct FuzzSelector {
+        address addr;
+        bytes4[] selectors;
+    }
+
+    event log_named_uint(string key, uint256 val);
+
+    CourtHandler internal handler;
+    ISynclineMarket internal market;
+    ISynclineCourt internal court;
+
+    function setUp() public {
+        handler = new CourtHandler();
+        market = ISynclineMarket(handler.marketAddress());
+        court = ISynclineCourt(handler.marketAddress());
+    }
+
+    function targetContracts() public view returns (address[] memory targets) {
+        targets = new address[](1);
+        targets[0] = address(handler);
+    }
+
+    function targetSelectors() public view returns (FuzzSelector[] memory targets) {
+        bytes4[] memory s = new bytes4[](15);
+        s[0] = CourtHandler.commit.selector;
+        s[1] = CourtHandler.finalize.selector;
+        s[2] = CourtHandler.carryForward.selector;
+        s[3] = CourtHandler.warp.selector;
+        s[4] = CourtHandler.seal.selector;
+        s[5] = CourtHandler.withdraw.selector;
+        s[6] = CourtHandler.trainerEquivocation.selector;
+        s[7] = CourtHandler.witnessEquivocation.selector;
+        s[8] = CourtHandler.challengeCensorship.selector;
+        s[9] = CourtHandler.answerCensorship.selector;
+        s[10] = CourtHandler.resolveCensorship.selector;
+        s[11] = CourtHandler.challengeTraining.selector;
+        s[12] = CourtHandler.refereeVote.selector;
+        s[13] = CourtHandler.expireChallenge.selector;
+        s[14] = CourtHandler.commit.selector; // commits are the bulk of a real run
+        targets = new FuzzSelector[](1);
+        targets[0] = FuzzSelector({addr: address(handler), selectors: s});
+    }
+
+    /// balance == sum of escrowOf + sum of credits; a settled task holds nothing.
+    function invariant_moneyBalances() public view {
+        uint256[] memory ids = handler.allTasks();
+        address[] memory actors = handler.allActors();
+        uint256 sum = 0;
+        for (uint256 i = 0; i < ids.length; ++i) {
+            uint256 e = market.escrowOf(ids[i]);
+            sum += e;
+            TaskStatus st = market.getTaskState(ids[i]).status;
+            if (st == TaskStatus.Sealed || st == TaskStatus.Cancelled) vm.assertEq(e, 0, "settled task holds nothing");
+        }
+        for (uint256 i = 0; i < actors.length; ++i) {
+            sum += market.creditOf(actors[i]);
+        }
+        vm.assertEq(address(market).balance, sum, "balance == sum(escrowOf) + sum(creditOf)");
+    }
+
+    /// A trainer never loses more than it staked; until settlement stake + slashed == the stake.
+    function invariant_trainerSlashBounded() public view {
+        uint256[] memory ids = handler.allTasks();
+        for (uint256 i = 0; i < ids.length; ++i) {
+            uint256 original = handler.stakeOf(ids[i]);
+            bool settled = market.getTaskState(ids[i]).status == TaskStatus.Sealed;
+            address[] memory ts = market.getTrainers(ids[i]);
+            uint256 held = 0;
+            for (uint256 k = 0; k < ts.length; ++k) {
+                TrainerRecord memory r = market.getTrainer(ids[i], ts[k]);
+                vm.assertLe(r.slashed, original, "slashed <= original stake");
+                if (!settled) vm.assertEq(uint256(r.stake) + r.slashed, original, "stake + slashed == original");
+                else vm.assertEq(r.stake, 0, "stake paid out at seal");
+                held += r.stake;
+            }
+            vm.assertEq(market.getTaskState(ids[i]).stakeHeld, held, "stakeHeld == sum of stakes");
+        }
+    }
+
+    /// Once bonded, a witness's bond + slashed == witnessBond until the seal refunds the bond.
+    function invariant_witnessBondAccounted() public view {
+        uint256[] memory ids = handler.allTasks();
+        address[] memory ws = handler.allWitnesses();
+        for (uint256 i = 0; i < ids.length; ++i) {
+            uint256 bond = handler.witnessBondOf(ids[i]);
+            bool settled = market.getTaskState(ids[i]).status == TaskStatus.Sealed;
+            for (uint256 k = 0; k < ws.length; ++k) {
+                WitnessRecord memory w = market.getWitness(ids[i], ws[k]);
+                if (!w.bonded) continue;
+                vm.assertLe(w.slashed, bond, "slashed <= bond");
+                if (!settled) vm.assertEq(uint256(w.bond) + w.slashed, bond, "bond + slashed == witnessBond");
+                else vm.assertEq(w.bond, 0, "bond refunded at seal");
+            }
+        }
+    }
+
+    /// openChallenges == the open challenges of the task, all of them asynchronous kinds; the
+    /// held bonds are the witness bonds plus the open challenge bonds.
+    function invariant_openChallengesCounted() public view {
+        uint256[] memory ids = handler.allTasks();
+        address[] memory ws = handler.allWitnesses();
+        uint256 n = court.challengeCount();
+        for (uint256 i = 0; i < ids.length; ++i) {
+            uint256 open = 0;
+            uint256 openBonds = 0;
+            for (uint256 id = 1; id <= n; ++id) {
+                Challenge memory c = court.getChallenge(id);
+                if (c.taskId != ids[i] || c.status != ChallengeStatus.Open) continue;
+                vm.assertTrue(
+                    c.kind == ChallengeKind.Censorship || c.kind == ChallengeKind.TrainingFraud,
+                    "only asynchronous kinds stay open"
+                );
+                ++open;
+                openBonds += c.bond;
+            }
+            TaskState memory t = market.getTaskState(ids[i]);
+            vm.assertEq(t.openChallenges, open, "openChallenges == open async challenges");
+            uint256 witnessBonds = 0;
+            for (uint256 k = 0; k < ws.length; ++k) {
+                witnessBonds += market.getWitness(ids[i], ws[k]).bond;
+            }
+            vm.assertEq(t.bondsHeld, witnessBonds + openBonds, "bondsHeld == witness bonds + open challenge bonds");
+        }
+    }
+
+    /// The reward weights and earned fees stay the sums of their per-actor parts.
+    function invariant_weightsAndFeesConsistent() public view {
+        uint256[] memory ids = handler.allTasks();
+        address[] memory ws = handler.allWitnesses();
+        for (uint256 i = 0; i < ids.length; ++i) {
+            TaskState memory t = market.getTaskState(ids[i]);
+            address[] memory ts = market.getTrainers(ids[i]);
+            uint256 weight = 0;
+            for (uint256 k = 0; k < ts.length; ++k) {
+                weight += market.getTrainer(ids[i], ts[k]).acceptedWeight;
+            }
+            vm.assertEq(t.totalWeight, weight, "totalWeight == sum of accepted weights");
+            if (t.status == TaskStatus.Sealed) continue;
+            uint256 fees = 0;
+            for (uint256 k = 0; k < ws.length; ++k) {
+                fees += market.getWitness(ids[i], ws[k]).fees;
+            }
+            vm.assertEq(t.feesEarned, fees, "feesEarned == sum of witness fees");
+        }
+    }
+
+    /// Not an invariant: a summary of what the campaign exercised (shown with -vv).
+    function afterInvariant() public {
+        emit log_named_uint("handler calls", handler.calls());
+        emit log_named_uint("tasks", handler.allTasks().length);
+        emit log_named_uint("challenges", court.challengeCount());
+        emit log_named_uint("ok commit", handler.succeeded(CourtHandler.commit.selector));
+        emit log_named_uint("ok finalize", handler.succeeded(CourtHandler.finalize.selector));
+        emit log_named_uint("ok seal", handler.succeeded(CourtHandler.seal.selector));
+        emit log_named_uint("ok trainerEquivocation", handler.succeeded(CourtHandler.trainerEquivocation.selector));
+        emit log_named_uint("ok witnessEquivocation", handler.succeeded(CourtHandler.witnessEquivocation.selector));
+        emit log_named_uint("ok challengeCensorship", handler.succeeded(CourtHandler.challengeCensorship.selector));
+        emit log_named_uint("ok answerCensorship", handler.succeeded(CourtHandler.answerCensorship.selector));
+        emit log_named_uint("ok resolveCensorship", handler.succeeded(CourtHandler.resolveCensorship.selector));
+        emit log_named_uint("ok challengeTraining", handler.succeeded(CourtHandler.challengeTraining.selector));
+        emit log_named_uint("ok refereeVote", handler.succeeded(CourtHandler.refereeVote.selector));
+        emit log_named_uint("ok expireChallenge", handler.succeeded(CourtHandler.expireChallenge.selector));
+    }
+}

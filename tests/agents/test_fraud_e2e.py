@@ -1,0 +1,401 @@
+"""Every fraud scenario end to end: a real devnet run with one cheater, caught by an honest witness.
+
+``TrainingDemo`` (the code ``syncline demo --scenario NAME`` runs) with the tiny CI model and the
+scenario's ``misbehave`` map: 3 trainers and 3 witnesses (k=2) as subprocesses, 2 rounds of H=8
+AdamW steps with a checkpoint every 4. Trainers cheat from round 0, witnesses from round 1
+(``CHEAT_FROM_ROUND``), so the cheat round is the last round and nothing after it muddies the
+accounting. Nothing here sends a challenge: the honest witnesses' embedded challengers find the
+fault and prove it, and (training fraud) the witness committee referees it. Everything asserted
+is read back from the chain while it is still up, to the wei:
+
+- the expected challenge kind is upheld, brought by an honest witness (whose challenger logged it);
+- the culprit lost its whole stake (trainer, also evicted) or bond (witness), and each upheld
+  challenge credited its challenger the challenge bond plus 50% of what it slashed;
+- aggregation / censorship: the round is invalidated and the task's state root rolled back to the
+  round's ``prevStateRoot``; trainer faults: the round's reward of the culprit is revoked;
+- nobody honest was slashed, every account withdrew everything it was credited, the task's escrow
+  and the market's balance are zero.
+
+Timing (2 loaded cores): rounds of 8 s (10 s with training re-execution) leave a trainer ~5 s of
+slack; the grace window is long because a carry-forward is never wanted here (an honest witness
+that votes round 0 far ahead of the second one must not carry it forward); the challenge window
+covers detection + proof (equivocation, aggregation: about 1-4 s; training: audit of every
+segment + the committee's re-execution) with a wide margin, and it is also the censorship defence
+period, so it is what most of a run's length beyond the rounds costs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from web3 import Web3
+
+from syncline.chain.deployment import Deployment
+from syncline.chain.devnet import Devnet
+from syncline.chain.market import ChallengeView, MarketClient, RoundView, TrainerView, WitnessView
+from syncline.demo.fraud import FraudReport, check_report, collect_report
+from syncline.demo.scenarios import SCENARIOS, Scenario
+from syncline.demo.training_run import DemoPlan, TrainingDemo
+from syncline.protocol.enums import ChallengeKind, ChallengeStatus, RoundStatus, TaskStatus
+from syncline.protocol.receipt import TrainingReceipt
+from syncline.witness.agent import CHEAT_FROM_ROUND
+
+from ._agent_harness import read_jsonl, tiny_plan
+
+pytestmark = [pytest.mark.chain, pytest.mark.slow]
+
+CHALLENGER_SHARE_BPS = 5_000  # SynclineStorage.CHALLENGER_SHARE_BPS: half of a slash goes to the prover
+BPS = 10_000
+TRAINER_FAULTS = (ChallengeKind.TRAINER_EQUIVOCATION, ChallengeKind.TRAINING_FRAUD)
+ROLLBACK_FAULTS = (ChallengeKind.AGGREGATION_FRAUD, ChallengeKind.CENSORSHIP)
+
+
+def fraud_test_plan(scenario: Scenario) -> DemoPlan:
+    training = scenario.expect == ChallengeKind.TRAINING_FRAUD
+    return tiny_plan(
+        rounds=2,
+        round_duration_s=10 if training else 8,
+        grace_window_s=30,
+        challenge_window_s=20 if training else 10,
+        training_checks="all" if training else "off",
+        misbehave=dict(scenario.misbehave),
+        timeout_s=200.0,
+    )
+
+
+def cheat_round(scenario: Scenario) -> int:
+    """The first round the cheater cheats in: trainers from round 0, witnesses from round 1."""
+    return 0 if scenario.expect in TRAINER_FAULTS else CHEAT_FROM_ROUND
+
+
+# ---------------------------------------------------------------------- what the chain recorded
+
+
+@dataclass
+class Outcome:
+    """One challenge and the transaction that decided it (the proof itself for synchronous kinds)."""
+
+    view: ChallengeView
+    opened_at: int  # timestamp of the block that opened it
+    round_closed_at: int
+    resolved_at: int | None
+    resolved_bounty: int | None  # ChallengeResolved.bounty
+    credited: list[tuple[str, int, str]]  # Credited in the deciding tx: (account, amount, reason)
+    slashed: dict[str, int]  # Stake/WitnessSlashed in the deciding tx: account -> amount
+    revoked: list[tuple[int, str, int]]  # RewardRevoked in the deciding tx: (round, trainer, weight)
+    invalidated: list[tuple[int, int, str]]  # RoundsInvalidated in the deciding tx
+    state_root_after: str | None  # the task's state root right after the deciding tx
+
+
+@dataclass
+class FraudRecord:
+    task_id: int
+    names: dict[str, str]  # lower-case address -> trainer-N / witness-N
+    sponsor: str
+    report: FraudReport  # collect_report, right after the seal
+    receipt: TrainingReceipt
+    rounds: list[RoundView]
+    outcomes: list[Outcome]
+    trainers: dict[str, TrainerView]
+    witnesses: dict[str, WitnessView]
+    fragment_of: dict[str, int]
+    submission_weight: dict[tuple[int, int], int]  # (round, fragment) -> weight
+    stake_slashed: dict[str, int]  # summed StakeSlashed of the whole task
+    witness_slashed: dict[str, int]  # summed WitnessSlashed of the whole task
+    revoked: list[tuple[int, str, int]]  # every RewardRevoked of the task
+    invalidations: list[tuple[int, int, str]]  # every RoundsInvalidated of the task
+    credited: dict[str, int]  # summed Credited of the task, per account
+    withdrawn: dict[str, int]  # summed Withdrawn, per account
+    credits_left: dict[str, int]  # creditOf after the run
+    escrow: int
+    market_balance: int
+    agent_exit_codes: dict[str, int | None]
+    challenger_logs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # witness name -> challenges.jsonl
+
+    def name(self, address: str) -> str:
+        return self.names.get(address.lower(), address)
+
+    def address(self, name: str) -> str:
+        return next(a for a, n in self.names.items() if n == name)
+
+
+def _lower(value: Any) -> str:
+    return str(value).lower()
+
+
+def _hex32(value: Any) -> str:
+    return "0x" + bytes(value).hex()
+
+
+def _outcome(market: MarketClient, task_id: int, view: ChallengeView) -> Outcome:
+    w3: Web3 = market.w3
+    (opened,) = market.get_logs("ChallengeOpened", challengeId=view.challenge_id)
+    opened_at = int(w3.eth.get_block(opened["blockNumber"])["timestamp"])
+    round_closed_at = market.round(task_id, view.round).closed_at
+    resolved = market.get_logs("ChallengeResolved", challengeId=view.challenge_id)
+    if not resolved:
+        return Outcome(view, opened_at, round_closed_at, None, None, [], {}, [], [], None)
+    (ev,) = resolved
+    receipt = w3.eth.get_transaction_receipt(ev["transactionHash"])
+    block = int(ev["blockNumber"])
+    slashed: dict[str, int] = defaultdict(int)
+    for e in market.events(receipt, "StakeSlashed"):
+        slashed[_lower(e["args"]["offender"])] += int(e["args"]["amount"])
+    for e in market.events(receipt, "WitnessSlashed"):
+        slashed[_lower(e["args"]["witness"])] += int(e["args"]["amount"])
+    state = market.contract.functions.getTaskState(task_id).call(block_identifier=block)
+    return Outcome(
+        view=view,
+        opened_at=opened_at,
+        round_closed_at=round_closed_at,
+        resolved_at=int(w3.eth.get_block(block)["timestamp"]),
+        resolved_bounty=int(ev["args"]["bounty"]),
+        credited=[
+            (_lower(e["args"]["account"]), int(e["args"]["amount"]), bytes(e["args"]["reason"]).rstrip(b"\0").decode())
+            for e in market.events(receipt, "Credited")
+        ],
+        slashed=dict(slashed),
+        revoked=[
+            (int(e["args"]["round"]), _lower(e["args"]["trainer"]), int(e["args"]["weight"]))
+            for e in market.events(receipt, "RewardRevoked")
+        ],
+        invalidated=[
+            (int(e["args"]["fromRound"]), int(e["args"]["throughRound"]), _hex32(e["args"]["restoredRoot"]))
+            for e in market.events(receipt, "RoundsInvalidated")
+        ],
+        state_root_after=_hex32(state[9]),  # TaskState.stateRoot
+    )
+
+
+def _summed(logs: list[Any], account: str, amount: str = "amount") -> dict[str, int]:
+    out: dict[str, int] = defaultdict(int)
+    for e in logs:
+        out[_lower(e["args"][account])] += int(e["args"][amount])
+    return dict(out)
+
+
+class FraudDemo(TrainingDemo):
+    """``TrainingDemo`` that reads the court's record back before the devnet is torn down: the
+    fraud report right after the seal (``after_seal``), the rest once every agent has exited and
+    the sponsor has withdrawn."""
+
+    def __init__(self, workdir: Path, scenario_name: str, plan: DemoPlan):
+        super().__init__(workdir, plan)
+        self.scenario_name = scenario_name
+        self.report: FraudReport | None = None
+        self.names: dict[str, str] = {}
+        self.record: FraudRecord | None = None
+        self.after_seal = self._sealed
+
+    def _sealed(self, market: MarketClient, task_id: int, names: dict[str, str]) -> None:
+        self.report = collect_report(self.scenario_name, market, task_id, names)
+        self.names = names
+
+    def _run(self, devnet: Devnet, blob_url: str, started: float) -> TrainingReceipt:
+        receipt = super()._run(devnet, blob_url, started)
+        market = MarketClient.from_deployment(Deployment.read(self.workdir / "deployment.json"), devnet.web3())
+        self.record = self._capture(market, receipt.task_id)
+        return receipt
+
+    def _capture(self, market: MarketClient, task_id: int) -> FraudRecord:
+        assert self.report is not None, "after_seal was not called"
+        task = market.task(task_id)
+        trainers = market.trainers(task_id)
+        witnesses = [a for a, n in self.names.items() if n.startswith("witness-")]
+        trainer_views = {a.lower(): market.trainer(task_id, a) for a in trainers}
+        rounds = [market.round(task_id, r) for r in range(self.plan.rounds)]
+        weights = {}
+        for r, rr in enumerate(rounds):
+            for fragment in range(len(trainers)):
+                if rr.committed_mask >> fragment & 1:
+                    weights[(r, fragment)] = market.submission(task_id, r, fragment).weight
+        accounts = {*self.names, task.sponsor.lower()}
+        credited = _summed(market.get_logs("Credited", taskId=task_id), "account")
+        accounts |= set(credited)
+        return FraudRecord(
+            task_id=task_id,
+            names=dict(self.names),
+            sponsor=task.sponsor.lower(),
+            report=self.report,
+            receipt=market.receipt(task_id),
+            rounds=rounds,
+            outcomes=[
+                _outcome(market, task_id, market.challenge(int(e["args"]["challengeId"])))
+                for e in market.get_logs("ChallengeOpened", taskId=task_id)
+            ],
+            trainers=trainer_views,
+            witnesses={a: market.witness(task_id, a) for a in witnesses},
+            fragment_of={a: v.fragment for a, v in trainer_views.items()},
+            submission_weight=weights,
+            stake_slashed=_summed(market.get_logs("StakeSlashed", taskId=task_id), "offender"),
+            witness_slashed=_summed(market.get_logs("WitnessSlashed", taskId=task_id), "witness"),
+            revoked=[
+                (int(e["args"]["round"]), _lower(e["args"]["trainer"]), int(e["args"]["weight"]))
+                for e in market.get_logs("RewardRevoked", taskId=task_id)
+            ],
+            invalidations=[
+                (int(e["args"]["fromRound"]), int(e["args"]["throughRound"]), _hex32(e["args"]["restoredRoot"]))
+                for e in market.get_logs("RoundsInvalidated", taskId=task_id)
+            ],
+            credited=credited,
+            withdrawn=_summed(market.get_logs("Withdrawn"), "account"),
+            credits_left={a: market.credit_of(a) for a in accounts},
+            escrow=market.escrow_of(task_id),
+            market_balance=int(market.w3.eth.get_balance(Web3.to_checksum_address(market.address))),
+            agent_exit_codes={a.name: a.process.poll() for a in self.agents},
+            challenger_logs={
+                n: read_jsonl(self.workdir / "agents" / n / "challenges.jsonl")
+                for n in self.names.values()
+                if n.startswith("witness-")
+            },
+        )
+
+
+# ---------------------------------------------------------------------- the checks
+
+
+def check_upheld_by_honest_witness(record: FraudRecord, scenario: Scenario, plan: DemoPlan) -> Outcome:
+    """The expected kind is upheld on the cheat round (or later), brought by an honest witness
+    whose own challenger logged the proof; returns the first such challenge."""
+    check_report(record.report, scenario)
+    kind = scenario.expect
+    upheld = [
+        o for o in record.outcomes if o.view.kind == kind and o.view.status == ChallengeStatus.UPHELD
+    ]
+    assert upheld, [(o.view.kind.name, o.view.status.name) for o in record.outcomes]
+    first = min(upheld, key=lambda o: o.view.challenge_id)
+    assert first.view.round == cheat_round(scenario), (first.view.round, cheat_round(scenario))
+    honest_witnesses = {n for n in record.names.values() if n.startswith("witness-")} - set(scenario.misbehave)
+    for o in upheld:
+        challenger = record.name(o.view.challenger)
+        assert challenger in honest_witnesses, (challenger, honest_witnesses)
+        logged = [line for line in record.challenger_logs[challenger] if line["challenge"] == o.view.challenge_id]
+        assert len(logged) == 1, (challenger, record.challenger_logs[challenger])
+        assert logged[0]["round"] == o.view.round
+        # Within the window: the contract refuses later proofs; the challenger opens one look.
+        assert o.round_closed_at <= o.opened_at <= o.round_closed_at + plan.challenge_window_s
+    # An honest challenger is never wrong: nothing rejected (that would forfeit its bond).
+    assert all(o.view.status in (ChallengeStatus.UPHELD, ChallengeStatus.EXPIRED) for o in record.outcomes), [
+        (o.view.challenge_id, o.view.kind.name, o.view.status.name) for o in record.outcomes
+    ]
+    return first
+
+
+def check_challenger_paid(record: FraudRecord, plan: DemoPlan) -> None:
+    """Every decided challenge credited its challenger exactly its bond back, plus (upheld) half
+    of what that very transaction slashed."""
+    for o in record.outcomes:
+        c = o.view
+        assert c.bond_wei == plan.challenge_bond_wei
+        assert o.resolved_at is not None, f"challenge {c.challenge_id} was never decided"
+        to_challenger = sorted((reason, amount) for a, amount, reason in o.credited if a == c.challenger.lower())
+        if c.status == ChallengeStatus.EXPIRED:
+            assert to_challenger == [("bond-refund", c.bond_wei)]
+            continue
+        assert c.slashed_wei == sum(o.slashed.values())
+        bounty = c.slashed_wei * CHALLENGER_SHARE_BPS // BPS
+        assert o.resolved_bounty == bounty
+        expected = [("bond-refund", c.bond_wei)] + ([("challenge-bounty", bounty)] if bounty else [])
+        assert to_challenger == sorted(expected), (c.challenge_id, to_challenger, expected)
+
+
+def check_culprits_slashed_honest_spared(record: FraudRecord, scenario: Scenario, plan: DemoPlan) -> None:
+    culprits = {record.address(n) for n in scenario.misbehave}
+    total_slashed = sum(o.view.slashed_wei for o in record.outcomes if o.view.status == ChallengeStatus.UPHELD)
+    if scenario.expect in TRAINER_FAULTS:
+        (trainer,) = culprits
+        view = record.trainers[trainer]
+        assert record.stake_slashed == {trainer: plan.trainer_stake_wei}, record.stake_slashed
+        assert record.witness_slashed == {}
+        assert view.evicted and view.slashed_wei == plan.trainer_stake_wei
+        line = next(t for t in record.receipt.trainers if t.trainer.lower() == trainer)
+        assert (line.evicted, line.stake_refund_wei, line.slashed_wei) == (True, 0, plan.trainer_stake_wei)
+        assert total_slashed == plan.trainer_stake_wei
+    else:
+        assert record.witness_slashed == dict.fromkeys(culprits, plan.witness_bond_wei), record.witness_slashed
+        assert record.stake_slashed == {}
+        for w in culprits:
+            view = record.witnesses[w]
+            assert (view.bonded, view.bond_wei, view.slashed_wei) == (True, 0, plan.witness_bond_wei)
+        assert total_slashed == len(culprits) * plan.witness_bond_wei
+    for a, view in record.trainers.items():
+        if a not in culprits:
+            assert (view.evicted, view.slashed_wei) == (False, 0), record.name(a)
+    for a, wview in record.witnesses.items():
+        if a not in culprits:
+            assert (wview.bonded, wview.slashed_wei) == (True, 0), record.name(a)
+
+
+def check_consequences(record: FraudRecord, scenario: Scenario, first: Outcome) -> None:
+    r = cheat_round(scenario)
+    rr = record.rounds[r]
+    if scenario.expect in ROLLBACK_FAULTS:
+        # The round is void and the task's state went back to where the round started.
+        assert record.invalidations == first.invalidated == [(r, len(record.rounds) - 1, rr.prev_state_root)]
+        assert rr.status == RoundStatus.INVALIDATED
+        assert rr.prev_state_root == record.rounds[r - 1].state_root  # round r-1 was finalized honestly
+        assert first.state_root_after == rr.prev_state_root
+        assert record.receipt.final_state_root == rr.prev_state_root  # no round after the cheat round
+        assert record.receipt.rounds_invalidated == 1 and record.receipt.rounds_finalized == len(record.rounds) - 1
+        assert record.revoked == []
+        return
+    assert record.invalidations == []
+    assert all(x.status == RoundStatus.FINALIZED for x in record.rounds)
+    if scenario.expect in TRAINER_FAULTS:
+        (name,) = scenario.misbehave
+        trainer = record.address(name)
+        fragment = record.fragment_of[trainer]
+        # The culprit's reward for the proven round is revoked, and nobody else's.
+        assert (r, trainer, record.submission_weight[(r, fragment)]) in first.revoked
+        assert all(t == trainer for _, t, _ in record.revoked), record.revoked
+        assert rr.revoked_mask == 1 << fragment
+        for x in record.rounds:
+            assert x.revoked_mask & ~(1 << fragment) == 0
+    else:
+        assert record.revoked == []
+
+
+def check_everyone_withdrew(record: FraudRecord) -> None:
+    assert record.receipt.status == TaskStatus.SEALED
+    assert record.agent_exit_codes == dict.fromkeys(record.agent_exit_codes, 0), record.agent_exit_codes
+    assert record.credits_left == dict.fromkeys(record.credits_left, 0), record.credits_left
+    # Single task on this chain: every wei credited to an account was withdrawn by it.
+    assert record.withdrawn == record.credited, (record.withdrawn, record.credited)
+    assert record.escrow == 0
+    assert record.market_balance == 0
+
+
+def report_timing(record: FraudRecord, scenario_name: str, first: Outcome, wall_s: float) -> None:
+    decided = first.resolved_at - first.round_closed_at if first.resolved_at is not None else None
+    print(
+        f"\n[{scenario_name}] {first.view.kind.name.lower()} challenge #{first.view.challenge_id} on round "
+        f"{first.view.round} by {record.name(first.view.challenger)}: proof {first.opened_at - first.round_closed_at} s "
+        f"after the round closed, decided after {decided} s; run took {wall_s:.0f} s"
+    )
+
+
+# ---------------------------------------------------------------------- the tests
+
+
+@pytest.mark.parametrize("scenario_name", list(SCENARIOS))
+def test_fraud_scenario_caught_and_punished(scenario_name: str, state_env: Path, tmp_path: Path) -> None:
+    scenario = SCENARIOS[scenario_name]
+    plan = fraud_test_plan(scenario)
+    demo = FraudDemo(tmp_path, scenario_name, plan)
+    started = time.monotonic()
+    demo.run()
+    wall = time.monotonic() - started
+    record = demo.record
+    assert record is not None
+
+    first = check_upheld_by_honest_witness(record, scenario, plan)
+    report_timing(record, scenario_name, first, wall)
+    check_challenger_paid(record, plan)
+    check_culprits_slashed_honest_spared(record, scenario, plan)
+    check_consequences(record, scenario, first)
+    check_everyone_withdrew(record)
