@@ -59,10 +59,14 @@ def fraud_test_plan(scenario: Scenario) -> DemoPlan:
     training = scenario.expect == ChallengeKind.TRAINING_FRAUD
     return tiny_plan(
         rounds=2,
-        round_duration_s=10 if training else 8,
+        round_duration_s=8,
         grace_window_s=30,
-        challenge_window_s=20 if training else 10,
+        challenge_window_s=10 if training else 8,
         training_checks="all" if training else "off",
+        # k=3 when the culprit's own on-chain vote is half of the proof: with k=2 the other two
+        # witnesses may finalize first, and a vote matching an already finalized result is a no-op
+        # without a VoteCast event, so no challenger can see the vote the equivocator cast.
+        threshold=3 if scenario.expect == ChallengeKind.WITNESS_EQUIVOCATION else 2,
         misbehave=dict(scenario.misbehave),
         timeout_s=200.0,
     )

@@ -17,9 +17,7 @@ def _layouts() -> dict[str, list[tuple[str, str, int, str]]]:
     for contracts in output["contracts"].values():
         for name, data in contracts.items():
             if name in ("SynclineMarket", "SynclineCourt"):
-                out[name] = [
-                    (s["label"], s["slot"], s["offset"], s["type"]) for s in data["storageLayout"]["storage"]
-                ]
+                out[name] = [(s["label"], s["slot"], s["offset"], s["type"]) for s in data["storageLayout"]["storage"]]
     return out
 
 

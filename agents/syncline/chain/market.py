@@ -211,6 +211,13 @@ def result_digest(state_root: str | bytes, aggregate_root: str | bytes, accepted
     )
 
 
+# Gas floors for votes that may turn out to decide (see ``TxSender.send``): a quorum-completing
+# finalize credits every accepted trainer and witness and opens the next round (2.6 M gas with 64
+# trainers, docs/gas.md); a deciding referee verdict slashes, evicts and rebalances the shards.
+QUORUM_VOTE_GAS = 3_500_000
+DECIDING_VOTE_GAS = 1_500_000
+
+
 class MarketClient:
     """One market contract on one chain."""
 
@@ -228,9 +235,9 @@ class MarketClient:
 
     # ------------------------------------------------------------------ helpers
 
-    def _send(self, signer: Signer, name: str, *args: Any, value: int = 0) -> TxReceipt:
+    def _send(self, signer: Signer, name: str, *args: Any, value: int = 0, min_gas: int = 0) -> TxReceipt:
         fn = getattr(self.contract.functions, name)(*args)
-        return self.sender.send(signer, fn, value=value)
+        return self.sender.send(signer, fn, value=value, min_gas=min_gas)
 
     def _call(self, name: str, *args: Any) -> Any:
         fn = getattr(self.contract.functions, name)(*args)
@@ -369,7 +376,7 @@ class MarketClient:
 
     def send_vote(self, relayer: Signer, vote: Vote, signature: bytes, *, metric: int = 0) -> TxReceipt:
         """Relay an already signed vote (anyone may; the signer is the witness)."""
-        return self._send(relayer, "finalizeRound", vote.as_tuple(), metric, bytes(signature))
+        return self._send(relayer, "finalizeRound", vote.as_tuple(), metric, bytes(signature), min_gas=QUORUM_VOTE_GAS)
 
     def carry_forward(self, caller: Signer, task_id: int, round_: int) -> TxReceipt:
         return self._send(caller, "carryForward", task_id, round_)
@@ -426,7 +433,7 @@ class MarketClient:
 
     def referee_vote(self, witness: Signer, challenge_id: int, guilty: bool) -> TxReceipt:
         """A committee member's verdict on a training challenge."""
-        return self._send(witness, "refereeVote", challenge_id, guilty)
+        return self._send(witness, "refereeVote", challenge_id, guilty, min_gas=DECIDING_VOTE_GAS)
 
     def expire_challenge(self, caller: Signer, challenge_id: int) -> TxReceipt:
         """Close an undecided training challenge after its deadline (bond back to the challenger)."""

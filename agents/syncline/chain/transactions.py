@@ -107,8 +107,13 @@ class TransactionSender:
             self._chain_id = int(self.w3.eth.chain_id)
         return self._chain_id
 
-    def send(self, signer: Signer, fn: ContractFunction, *, value: int = 0) -> TxReceipt:
-        """Estimate, sign, send and wait. A revert raises ``ChainError`` naming the custom error."""
+    def send(self, signer: Signer, fn: ContractFunction, *, value: int = 0, min_gas: int = 0) -> TxReceipt:
+        """Estimate, sign, send and wait. A revert raises ``ChainError`` naming the custom error.
+
+        ``min_gas`` is a floor for calls whose cost depends on who lands first: the vote that
+        completes a quorum (or a referee verdict) does far more work than the one estimated a
+        block earlier, and would otherwise run out of gas in the race. Unused gas is not charged.
+        """
         with self._lock:
             try:
                 sender = Web3.to_checksum_address(signer.address)
@@ -121,7 +126,7 @@ class TransactionSender:
                 # Estimate against the block the transaction will land in, not the latest mined one:
                 # a deadline may have passed since the last block (devnets mine on demand).
                 estimate = fn.estimate_gas(params, block_identifier="pending")
-                params["gas"] = estimate + estimate // 5 + 20_000
+                params["gas"] = max(estimate + estimate // 5 + 20_000, min_gas)
                 tx = fn.build_transaction(params)
             except (ContractCustomError, ContractLogicError) as exc:
                 raise self._decode(exc, fn) from None

@@ -67,6 +67,8 @@ class Challenger:
     blobs: BlobStore
     state_dir: Path | None = None
     training_checker: TrainingChecker | None = None
+    # A standalone challenger withdraws what it earns; a witness claims everything itself at seal.
+    withdraw: bool = True
     ctx: TaskContext | None = None
     audited: set[int] = field(default_factory=set)
     mine: set[int] = field(default_factory=set)
@@ -103,7 +105,8 @@ class Challenger:
                     FINDINGS.labels(kind=finding_kind(finding)).inc()
                     self._prove(finding, rr.closed_at)
             self._follow_up(now)
-        self._withdraw()
+        if self.withdraw:
+            self._withdraw()
 
     # ------------------------------------------------------------------ proving
 

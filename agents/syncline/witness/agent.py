@@ -182,6 +182,7 @@ class WitnessAgent:
                 blobs=self.blobs,
                 state_dir=self.cfg.state_dir,
                 training_checker=make_training_checker(self.cfg.training_checks, seed=seed),
+                withdraw=False,
                 ctx=ctx,
             )
         for duty in (self.referee, self.challenger):

@@ -166,12 +166,57 @@ abstract contract AggregationFraudRuleTest is AggregationScenario {
         vm.assertEq(uint256(market.getRound(taskId, 0).status), uint256(RoundStatus.Invalidated), "void");
         _assertMoney();
     }
+}
 
-    /// Fuzz: any changed int64 of the finalized state is proven by any window holding it, and
-    /// never by a window that misses it.
-    /// forge-config: default.fuzz.runs = 64
+/// @notice The fuzzed windows, over the three chunk rules at once (one task per rule, their
+/// honest round-0 states computed once in `setUp`).
+contract AggregationFraudFuzzTest is CourtTestBase {
+    uint256[3] internal taskOf;
+    mapping(uint256 => bytes[]) internal honestOf;
+
+    function setUp() public override {
+        super.setUp();
+        AggregationRule[3] memory rules =
+            [AggregationRule.Mean, AggregationRule.TrimmedMean, AggregationRule.CoordinateMedian];
+        for (uint256 k = 0; k < 3; ++k) {
+            TaskSpec memory s = _spec(rules[k]);
+            taskOf[k] = _start(s);
+            _commitAll(taskOf[k], 0, ALL);
+            bytes[] memory honest = _honestState(s, 0, ALL, _initialState());
+            for (uint256 c = 0; c < CHUNKS; ++c) {
+                honestOf[k].push(honest[c]);
+            }
+        }
+    }
+
+    function _honest(uint256 k) internal view returns (bytes[] memory out) {
+        out = new bytes[](CHUNKS);
+        for (uint256 c = 0; c < CHUNKS; ++c) {
+            out[c] = honestOf[k][c];
+        }
+    }
+
+    function _finalizeClaim(uint256 taskId, bytes[] memory honest, bytes[] memory claimed) internal {
+        _pastDeadline(taskId);
+        _vote(taskId, 0, 2, _root(honest), ALL);
+        _finalize(taskId, 0, _root(claimed), ALL);
+    }
+
+    function _expectCorrect(AggregationProof memory p) internal {
+        vm.prank(challenger);
+        vm.expectRevert(
+            abi.encodeWithSelector(ISynclineEvents.SynclineAggregationCorrect.selector, p.taskId, p.round, p.chunkIndex)
+        );
+        court.proveAggregationFraud{value: CBOND}(p);
+    }
+
+    /// Fuzz: any changed int64 of the finalized state (weight or momentum, any chunk, any rule)
+    /// is proven by any window holding it, and never by a window that misses it.
+    /// forge-config: default.fuzz.runs = 128
     function testFuzz_tampered_windowed(uint256 seed, int64 rawDelta) public {
-        uint256 c = bound(seed % 7919, 0, CHUNKS - 1);
+        uint256 k = seed % 3;
+        uint256 taskId = taskOf[k];
+        uint256 c = (seed / 3) % CHUNKS;
         uint256 count = _count(c);
         uint256 j = bound(uint256(keccak256(abi.encode(seed, "j"))), 0, count - 1);
         bool momentum = (seed >> 200) & 1 == 1;
@@ -180,39 +225,42 @@ abstract contract AggregationFraudRuleTest is AggregationScenario {
         uint256 lo = bound(uint256(keccak256(abi.encode(seed, "lo"))), 0, j);
         uint256 hi = bound(uint256(keccak256(abi.encode(seed, "hi"))), j + 1, count);
 
-        bytes[] memory honest = _honest0();
+        bytes[] memory honest = _honest(k);
         bytes[] memory claimed = _tamper(honest, c, j, momentum, delta);
-        _finalizeClaim(0, honest, claimed);
+        _finalizeClaim(taskId, honest, claimed);
         bytes[][] memory inputs = _inputs(0, ALL);
         bytes[] memory prev = _initialState();
         if (j > 0) {
             uint256 lo2 = bound(lo, 0, j - 1);
-            _proveExpect(_aggProof(taskId, 0, uint32(c), uint16(lo2), uint16(j), inputs, prev, claimed), _correctErr(0, uint32(c)));
+            _expectCorrect(_aggProof(taskId, 0, uint32(c), uint16(lo2), uint16(j), inputs, prev, claimed));
         }
         if (j + 1 < count) {
-            _proveExpect(
-                _aggProof(taskId, 0, uint32(c), uint16(j + 1), uint16(hi > j + 1 ? hi : j + 2), inputs, prev, claimed),
-                _correctErr(0, uint32(c))
+            _expectCorrect(
+                _aggProof(taskId, 0, uint32(c), uint16(j + 1), uint16(hi > j + 1 ? hi : j + 2), inputs, prev, claimed)
             );
         }
-        _prove(_aggProof(taskId, 0, uint32(c), uint16(lo), uint16(hi), inputs, prev, claimed));
-        vm.assertEq(market.getTaskState(taskId).stateRoot, spec.initialStateRoot, "rolled back");
+        vm.prank(challenger);
+        court.proveAggregationFraud{value: CBOND}(
+            _aggProof(taskId, 0, uint32(c), uint16(lo), uint16(hi), inputs, prev, claimed)
+        );
+        vm.assertEq(market.getTaskState(taskId).stateRoot, _initialStateRoot(), "rolled back");
         vm.assertEq(market.creditOf(challenger), CBOND + WBOND, "bounty");
         _assertMoney();
     }
 
-    /// Fuzz: whatever window of whatever chunk, the honest state is never "proven" wrong.
-    /// forge-config: default.fuzz.runs = 64
+    /// Fuzz: whatever window of whatever chunk, under any rule, the honest state is never
+    /// "proven" wrong.
+    /// forge-config: default.fuzz.runs = 128
     function testFuzz_correctAggregation_anyWindow_reverts(uint256 seed) public {
-        uint32 c = uint32(seed % CHUNKS);
+        uint256 k = seed % 3;
+        uint256 taskId = taskOf[k];
+        uint32 c = uint32((seed / 3) % CHUNKS);
         uint256 count = _count(c);
         uint256 lo = bound(seed >> 8, 0, count - 1);
         uint256 hi = bound(seed >> 64, lo + 1, count);
-        bytes[] memory honest = _honest0();
-        _finalizeClaim(0, honest, honest);
-        _proveExpect(
-            _aggProof(taskId, 0, c, uint16(lo), uint16(hi), _inputs(0, ALL), _initialState(), honest), _correctErr(0, c)
-        );
+        bytes[] memory honest = _honest(k);
+        _finalizeClaim(taskId, honest, honest);
+        _expectCorrect(_aggProof(taskId, 0, c, uint16(lo), uint16(hi), _inputs(0, ALL), _initialState(), honest));
     }
 }
 

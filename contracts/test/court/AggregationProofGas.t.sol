@@ -288,6 +288,38 @@ contract CourtProofsGasTest is CourtTestBase {
         vm.assertEq(uint256(court.getChallenge(id3).status), uint256(ChallengeStatus.Upheld), "upheld");
     }
 
+    /// A proven round fault voids every round finalized after it: the ruling's cost grows with
+    /// the rounds since (16 trainers, all but one accepted each round).
+    function test_gas_resolveCensorship_voidsManyRounds() public {
+        uint256[3] memory rounds = [uint256(1), 4, 10];
+        for (uint256 k = 0; k < 3; ++k) {
+            TaskSpec memory s = _spec(AggregationRule.Mean);
+            s.minTrainers = 16;
+            s.maxTrainers = 16;
+            s.shardCount = 16;
+            s.rounds = uint32(rounds[k]) + 1;
+            s.challengeWindow = 30 days;
+            uint256 task = _start(s);
+            uint256 all = (uint256(1) << 16) - 1;
+            uint256 accepted = all & ~uint256(1 << 15);
+            uint256 id;
+            for (uint32 r = 0; r < rounds[k]; ++r) {
+                _commitAll(task, r, all);
+                _finalize(task, r, keccak256(abi.encode("s", r)), accepted);
+                if (r == 0) {
+                    vm.prank(challenger);
+                    id = court.challengeCensorship{value: CBOND}(task, 0, 15);
+                }
+            }
+            vm.warp(court.getChallenge(id).deadline + 1);
+            uint256 g = gasleft();
+            court.resolveCensorship(id);
+            emit log_named_uint(
+                string.concat("resolveCensorship voiding ", _itoa(rounds[k]), " rounds (16 trainers)"), g - gasleft()
+            );
+        }
+    }
+
     function test_gas_training() public {
         vm.prank(challenger);
         uint256 g = gasleft();

@@ -32,6 +32,9 @@ contract CourtHandler is CourtTestBase {
     /// Trainer stakes and witness bonds a task started with (for the invariants).
     mapping(uint256 => uint256) public stakeOf;
     mapping(uint256 => uint256) public witnessBondOf;
+    /// Censorship claims already taken (a fault key is claimed once).
+    mapping(uint256 => mapping(uint32 => mapping(uint16 => bool))) internal claimed;
+    mapping(uint256 => mapping(address => bool)) internal refereed;
 
     constructor() {
         setUp();
@@ -60,8 +63,9 @@ contract CourtHandler is CourtTestBase {
 
     function _newTask() internal {
         TaskSpec memory s = _spec(AggregationRule.Mean);
-        s.rounds = 3;
+        s.rounds = 6;
         s.maxMissedRounds = 1;
+        s.challengeWindow = 3 days;
         current = _start(s);
         stakeOf[current] = s.trainerStake;
         witnessBondOf[current] = s.witnessBond;
@@ -134,6 +138,41 @@ contract CourtHandler is CourtTestBase {
         _ok(this.finalize.selector);
     }
 
+    /// @dev A whole round in one call: the `commitSeed` fragments commit (those in `badSeed`
+    /// with one malformed chunk), then two bonded witnesses finalize `acceptSeed & committed`,
+    /// or the round is carried forward when fewer than two bonds are left.
+    function playRound(uint8 commitSeed, uint8 acceptSeed, uint8 badSeed, uint8 rootSeed) external {
+        ++calls;
+        TaskState memory t = _state();
+        if (t.status != TaskStatus.Running) return;
+        uint32 round = t.currentRound;
+        if (block.timestamp <= uint256(t.roundOpenedAt) + ROUND_DURATION) {
+            uint256 committed = market.getRound(current, round).committedMask;
+            for (uint16 f = 0; f < N_TRAINERS; ++f) {
+                if ((commitSeed >> f) & 1 == 0 || (committed >> f) & 1 == 1) continue;
+                if (market.getTrainer(current, trainers[f]).evicted) continue;
+                uint256 bad = (badSeed >> f) & 1 == 1 ? 1 + (f + round) % 3 : 0;
+                malformedAt[current][round][f] = bad;
+                _commit(current, round, f, _root(_chunks(round, f, bad)));
+            }
+        }
+        (uint256[] memory bonded, uint256 n) = _bondedWitnesses();
+        if (n < THRESHOLD) {
+            _carry(current, round);
+            _ok(this.playRound.selector);
+            return;
+        }
+        _pastDeadline(current);
+        uint256 mask = market.getRound(current, round).committedMask & uint256(acceptSeed);
+        bytes32 root = keccak256(abi.encode("state", rootSeed % 3));
+        uint256 a = rootSeed % n;
+        _vote(current, round, bonded[a], root, mask);
+        if (market.getRound(current, round).status != RoundStatus.Finalized) {
+            _vote(current, round, bonded[(a + 1) % n], root, mask);
+        }
+        _ok(this.playRound.selector);
+    }
+
     function carryForward() external {
         ++calls;
         TaskState memory t = _state();
@@ -144,14 +183,14 @@ contract CourtHandler is CourtTestBase {
 
     function warp(uint32 dt) external {
         ++calls;
-        vm.warp(block.timestamp + bound(dt, 0, 2 days));
+        vm.warp(block.timestamp + bound(dt, 0, 6 hours));
     }
 
     function seal() external {
         ++calls;
         TaskState memory t = _state();
         if (t.status != TaskStatus.AwaitingSeal || t.openChallenges != 0) return;
-        uint256 until = uint256(t.lastClosedAt) + WINDOW;
+        uint256 until = uint256(t.lastClosedAt) + market.getSpec(current).challengeWindow;
         if (block.timestamp < until) vm.warp(until);
         market.seal(current);
         _ok(this.seal.selector);
@@ -177,6 +216,8 @@ contract CourtHandler is CourtTestBase {
         uint32 round = roundSeed % 2 == 0 && t.status == TaskStatus.Running ? t.currentRound : _closedRound(roundSeed);
         if (round == type(uint32).max) return;
         if (market.getTrainer(current, trainers[f]).stake == 0) return;
+        // Mostly keep at least three trainers active, so the run stays interesting.
+        if (_state().active <= 3 && roundSeed % 4 != 0) return;
         Commitment memory a = _commitment(current, round, f, keccak256(abi.encode("eq-a", round)));
         Commitment memory b = _commitment(current, round, f, keccak256(abi.encode("eq-b", round)));
         bytes memory sa = _signC(trainers[f], a);
@@ -194,6 +235,9 @@ contract CourtHandler is CourtTestBase {
         uint32 round = roundSeed % 2 == 0 && t.status == TaskStatus.Running ? t.currentRound : _closedRound(roundSeed);
         if (round == type(uint32).max) return;
         if (market.getWitness(current, witnesses[w]).bond == 0) return;
+        // Mostly keep a bonded quorum, so rounds keep finalizing.
+        (, uint256 bondedCount) = _bondedWitnesses();
+        if (bondedCount <= THRESHOLD && roundSeed % 4 != 0) return;
         Vote memory a = Vote(current, round, keccak256("va"), bytes32(0), 1);
         Vote memory b = Vote(current, round, keccak256("vb"), bytes32(0), 1);
         bytes memory sa = _signV(witnesses[w], a);
@@ -207,16 +251,39 @@ contract CourtHandler is CourtTestBase {
 
     function challengeCensorship(uint8 roundSeed, uint8 fragmentSeed) external {
         ++calls;
-        uint32 round = _closedRound(roundSeed);
-        if (round == type(uint32).max) return;
-        RoundRecord memory rr = market.getRound(current, round);
-        uint256 left = rr.committedMask & ~rr.acceptedMask;
-        if (rr.status != RoundStatus.Finalized || left == 0) return;
-        uint16 f = uint16(fragmentSeed % N_TRAINERS);
-        if ((left >> f) & 1 == 0) return;
+        (uint32 round, uint16 f, bool found) = _target(roundSeed, fragmentSeed, false);
+        if (!found) return;
+        claimed[current][round][f] = true;
         vm.prank(challenger);
         court.challengeCensorship{value: CBOND}(current, round, f);
         _ok(this.challengeCensorship.selector);
+    }
+
+    /// @dev Scans the current task's finalized rounds still in their window (from a random
+    /// start) for a fragment left out (`accepted` false) or accepted and not revoked (true),
+    /// whose claim is not taken yet.
+    function _target(uint8 roundSeed, uint8 fragmentSeed, bool accepted)
+        internal
+        view
+        returns (uint32 round, uint16 fragment, bool found)
+    {
+        TaskState memory t = _state();
+        if (t.status != TaskStatus.Running && t.status != TaskStatus.AwaitingSeal) return (0, 0, false);
+        uint32 closed = t.status == TaskStatus.Running ? t.currentRound : market.getSpec(current).rounds;
+        uint64 window = market.getSpec(current).challengeWindow;
+        for (uint32 k = 0; k < closed; ++k) {
+            round = uint32((uint256(roundSeed) + k) % closed);
+            RoundRecord memory rr = market.getRound(current, round);
+            if (rr.status != RoundStatus.Finalized || block.timestamp > uint256(rr.closedAt) + window) continue;
+            uint256 candidates = accepted ? rr.acceptedMask & ~rr.revokedMask : rr.committedMask & ~rr.acceptedMask;
+            for (uint16 j = 0; j < N_TRAINERS; ++j) {
+                fragment = uint16((uint256(fragmentSeed) + j) % N_TRAINERS);
+                if ((candidates >> fragment) & 1 == 0) continue;
+                if (!accepted && claimed[current][round][fragment]) continue;
+                return (round, fragment, true);
+            }
+        }
+        return (0, 0, false);
     }
 
     /// @dev The id of an open challenge of `kind` (scanning from a random start), or 0.
@@ -233,16 +300,20 @@ contract CourtHandler is CourtTestBase {
 
     function answerCensorship(uint8 idSeed) external {
         ++calls;
-        uint256 id = _openChallenge(idSeed, ChallengeKind.Censorship);
-        if (id == 0) return;
-        Challenge memory c = court.getChallenge(id);
-        uint256 bad = malformedAt[c.taskId][c.round][c.fragment];
-        if (bad == 0 || block.timestamp > c.deadline) return;
-        bytes[] memory chunks = _chunks(c.round, c.fragment, bad);
-        bytes32[] memory proof = MerkleRef.proof(MerkleRef.hashes(chunks), bad - 1);
-        vm.prank(answerer);
-        court.answerCensorship(id, uint32(bad - 1), chunks[bad - 1], proof);
-        _ok(this.answerCensorship.selector);
+        uint256 n = court.challengeCount();
+        for (uint256 k = 0; k < n; ++k) {
+            uint256 id = 1 + (uint256(idSeed) + k) % n;
+            Challenge memory c = court.getChallenge(id);
+            if (c.kind != ChallengeKind.Censorship || c.status != ChallengeStatus.Open) continue;
+            uint256 bad = malformedAt[c.taskId][c.round][c.fragment];
+            if (bad == 0 || block.timestamp > c.deadline) continue;
+            bytes[] memory chunks = _chunks(c.round, c.fragment, bad);
+            bytes32[] memory proof = MerkleRef.proof(MerkleRef.hashes(chunks), bad - 1);
+            vm.prank(answerer);
+            court.answerCensorship(id, uint32(bad - 1), chunks[bad - 1], proof);
+            _ok(this.answerCensorship.selector);
+            return;
+        }
     }
 
     function resolveCensorship(uint8 idSeed) external {
@@ -250,7 +321,10 @@ contract CourtHandler is CourtTestBase {
         uint256 id = _openChallenge(idSeed, ChallengeKind.Censorship);
         if (id == 0) return;
         uint64 deadline = court.getChallenge(id).deadline;
-        if (block.timestamp <= deadline) vm.warp(uint256(deadline) + 1);
+        if (block.timestamp <= deadline) {
+            if (idSeed % 3 != 0) return; // mostly leave time for an answer
+            vm.warp(uint256(deadline) + 1);
+        }
         court.resolveCensorship(id);
         _ok(this.resolveCensorship.selector);
     }
@@ -259,12 +333,8 @@ contract CourtHandler is CourtTestBase {
 
     function challengeTraining(uint8 roundSeed, uint8 fragmentSeed, uint8 segmentSeed) external {
         ++calls;
-        uint32 round = _closedRound(roundSeed);
-        if (round == type(uint32).max) return;
-        RoundRecord memory rr = market.getRound(current, round);
-        uint256 live = rr.acceptedMask & ~rr.revokedMask;
-        uint16 f = uint16(fragmentSeed % N_TRAINERS);
-        if (rr.status != RoundStatus.Finalized || (live >> f) & 1 == 0) return;
+        (uint32 round, uint16 f, bool found) = _target(roundSeed, fragmentSeed, true);
+        if (!found) return;
         vm.prank(challenger);
         court.challengeTraining{value: CBOND}(current, round, f, uint32(segmentSeed % 11));
         _ok(this.challengeTraining.selector);
@@ -276,11 +346,15 @@ contract CourtHandler is CourtTestBase {
         if (id == 0) return;
         Challenge memory c = court.getChallenge(id);
         if (block.timestamp > c.deadline) return;
-        address w = witnesses[witnessSeed % witnesses.length];
-        if (market.getWitness(c.taskId, w).bond == 0) return;
-        vm.prank(w);
-        court.refereeVote(id, guilty);
-        _ok(this.refereeVote.selector);
+        for (uint256 k = 0; k < witnesses.length; ++k) {
+            address w = witnesses[(witnessSeed + k) % witnesses.length];
+            if (refereed[id][w] || market.getWitness(c.taskId, w).bond == 0) continue;
+            refereed[id][w] = true;
+            vm.prank(w);
+            court.refereeVote(id, guilty);
+            _ok(this.refereeVote.selector);
+            return;
+        }
     }
 
     function expireChallenge(uint8 idSeed) external {
@@ -288,7 +362,10 @@ contract CourtHandler is CourtTestBase {
         uint256 id = _openChallenge(idSeed, ChallengeKind.TrainingFraud);
         if (id == 0) return;
         uint64 deadline = court.getChallenge(id).deadline;
-        if (block.timestamp <= deadline) vm.warp(uint256(deadline) + 1);
+        if (block.timestamp <= deadline) {
+            if (idSeed % 3 != 0) return; // mostly leave time for the referees
+            vm.warp(uint256(deadline) + 1);
+        }
         court.expireChallenge(id);
         _ok(this.expireChallenge.selector);
     }

@@ -47,7 +47,7 @@ contract CourtInvariantsTest {
     }
 
     function targetSelectors() public view returns (FuzzSelector[] memory targets) {
-        bytes4[] memory s = new bytes4[](15);
+        bytes4[] memory s = new bytes4[](17);
         s[0] = CourtHandler.commit.selector;
         s[1] = CourtHandler.finalize.selector;
         s[2] = CourtHandler.carryForward.selector;
@@ -62,7 +62,9 @@ contract CourtInvariantsTest {
         s[11] = CourtHandler.challengeTraining.selector;
         s[12] = CourtHandler.refereeVote.selector;
         s[13] = CourtHandler.expireChallenge.selector;
-        s[14] = CourtHandler.commit.selector; // commits are the bulk of a real run
+        s[14] = CourtHandler.playRound.selector; // whole rounds are the bulk of a real run
+        s[15] = CourtHandler.playRound.selector;
+        s[16] = CourtHandler.playRound.selector;
         targets = new FuzzSelector[](1);
         targets[0] = FuzzSelector({addr: address(handler), selectors: s});
     }
@@ -177,6 +179,8 @@ contract CourtInvariantsTest {
         emit log_named_uint("challenges", court.challengeCount());
         emit log_named_uint("ok commit", handler.succeeded(CourtHandler.commit.selector));
         emit log_named_uint("ok finalize", handler.succeeded(CourtHandler.finalize.selector));
+        emit log_named_uint("ok playRound", handler.succeeded(CourtHandler.playRound.selector));
+        emit log_named_uint("ok carryForward", handler.succeeded(CourtHandler.carryForward.selector));
         emit log_named_uint("ok seal", handler.succeeded(CourtHandler.seal.selector));
         emit log_named_uint("ok trainerEquivocation", handler.succeeded(CourtHandler.trainerEquivocation.selector));
         emit log_named_uint("ok witnessEquivocation", handler.succeeded(CourtHandler.witnessEquivocation.selector));
