@@ -36,6 +36,11 @@ interface ISynclineCourt is ISynclineEvents {
     /// the accepted inputs, by recomputing coordinates `[lo, hi)` of one chunk in exact integer
     /// arithmetic. Mean, TrimmedMean and CoordinateMedian only. Slashes every witness that voted
     /// for the finalized result and invalidates the round onwards.
+    /// @dev Every accepted input's whole chunk is opened (its hash is what the Merkle path proves)
+    /// and its header and length are checked; quantized values are checked only inside the window,
+    /// so a malformed value proves fraud when the window contains it. A round finalized with no
+    /// accepted input must keep its previous state: send no openings, and any other state root is
+    /// proven wrong.
     function proveAggregationFraud(AggregationProof calldata proof) external payable returns (uint256 challengeId);
 
     /// @notice Claim that `fragment`'s on-time committed submission was left out of a finalized

@@ -179,19 +179,28 @@ abstract contract RoundLedger is TrainerStaking {
         t.roundsFinalized += 1;
         emit RoundFinalized(taskId, round, result, stateRoot, aggregateRoot, acceptedMask);
 
-        _creditAcceptedWork(taskId, t, round, acceptedMask);
+        _creditAcceptedWork(taskId, t, rr, round, acceptedMask);
         _earnWitnessFees(taskId, t, spec, round, result);
         _closeRound(taskId, t, spec, rr, round);
     }
 
-    /// @dev Adds each accepted submission's weight to its trainer (paid pro rata at seal).
-    function _creditAcceptedWork(uint256 taskId, TaskState storage t, uint32 round, uint256 mask) private {
+    /// @dev Adds each accepted submission's weight to its trainer (paid pro rata at seal). A
+    /// trainer evicted for a proven fault while the round was open earns nothing for it: its
+    /// submission is marked revoked instead.
+    function _creditAcceptedWork(uint256 taskId, TaskState storage t, RoundRecord storage rr, uint32 round, uint256 mask)
+        private
+    {
         uint256 total = 0;
         while (mask != 0) {
             uint16 fragment = _lowestBit(mask);
             mask &= mask - 1;
             Submission storage s = _submissions[taskId][round][fragment];
             TrainerRecord storage r = _trainerRecords[taskId][s.trainer];
+            if (r.evicted) {
+                rr.revokedMask |= uint256(1) << fragment;
+                emit RewardRevoked(taskId, round, s.trainer, s.weight);
+                continue;
+            }
             r.accepted += 1;
             r.acceptedWeight += s.weight;
             total += s.weight;

@@ -1,27 +1,33 @@
 """Every fraud scenario end to end: a real devnet run with one cheater, caught by an honest witness.
 
 ``TrainingDemo`` (the code ``syncline demo --scenario NAME`` runs) with the tiny CI model and the
-scenario's ``misbehave`` map: 3 trainers and 3 witnesses (k=2) as subprocesses, 2 rounds of H=8
-AdamW steps with a checkpoint every 4. Trainers cheat from round 0, witnesses from round 1
-(``CHEAT_FROM_ROUND``), so the cheat round is the last round and nothing after it muddies the
-accounting. Nothing here sends a challenge: the honest witnesses' embedded challengers find the
-fault and prove it, and (training fraud) the witness committee referees it. Everything asserted
-is read back from the chain while it is still up, to the wei:
+scenario's ``misbehave`` map: 3 trainers and 3 witnesses as subprocesses, 2 rounds of H=8 AdamW
+steps with a checkpoint every 4; the witnesses' challengers re-execute every training segment in
+the training-fraud scenarios and none in the others. Trainers cheat from round 0, witnesses from
+round 1 (``CHEAT_FROM_ROUND``): round 0 of a witness scenario is the honest state the cheat round
+must roll back to, and in every scenario the run ends after the first cheat round has been judged,
+so nothing after it muddies the accounting. Nothing here sends a challenge: the honest witnesses'
+embedded challengers find the fault and prove it (training fraud: the witness committee referees
+it). Everything asserted is read from the chain while it is still up, to the wei:
 
-- the expected challenge kind is upheld, brought by an honest witness (whose challenger logged it);
-- the culprit lost its whole stake (trainer, also evicted) or bond (witness), and each upheld
-  challenge credited its challenger the challenge bond plus 50% of what it slashed;
+- the expected challenge kind is upheld on the cheat round, brought by an honest witness whose own
+  challenger logged it, inside the challenge window; no challenge was rejected;
+- the culprit lost its whole stake (trainer, also evicted) or bond (witness); each upheld challenge
+  credited its challenger the challenge bond plus 50% of what that transaction slashed;
 - aggregation / censorship: the round is invalidated and the task's state root rolled back to the
-  round's ``prevStateRoot``; trainer faults: the round's reward of the culprit is revoked;
-- nobody honest was slashed, every account withdrew everything it was credited, the task's escrow
-  and the market's balance are zero.
+  round's ``prevStateRoot``; trainer faults: the culprit's reward for the round is revoked;
+- nobody honest was slashed; every ``Credited`` (per account and reason) is what the receipt and the
+  court decided, every account withdrew all of it, the task's escrow and the market are empty.
 
-Timing (2 loaded cores): rounds of 8 s (10 s with training re-execution) leave a trainer ~5 s of
-slack; the grace window is long because a carry-forward is never wanted here (an honest witness
-that votes round 0 far ahead of the second one must not carry it forward); the challenge window
-covers detection + proof (equivocation, aggregation: about 1-4 s; training: audit of every
-segment + the committee's re-execution) with a wide margin, and it is also the censorship defence
-period, so it is what most of a run's length beyond the rounds costs.
+The seconds from the cheat round's close to the proof are printed (``-s`` shows them).
+
+Timing, tuned on 2 loaded cores (about 40-55 s a scenario, ~5 min in all; most of it is agent
+start-up and the windows): 8 s rounds leave a trainer 5+ s of slack (it commits 1-3 s after a
+round opens). The grace window is long because a carry-forward is never wanted here (a slow
+witness's first vote must not make a fast one carry round 0 forward) and costs nothing unless one
+happens. The challenge window must hold the detection and the proof (observed 0-2 s after the round
+closed) and, for training fraud, the committee's votes (2-4 s); it is also the censorship defence
+period and the wait before the seal, so each extra second costs every run a second.
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ from ._agent_harness import read_jsonl, tiny_plan
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 
-CHALLENGER_SHARE_BPS = 5_000  # SynclineStorage.CHALLENGER_SHARE_BPS: half of a slash goes to the prover
+CHALLENGER_SHARE_BPS = 5_000  # half of a slash goes to the prover (checked against the contract)
 BPS = 10_000
 TRAINER_FAULTS = (ChallengeKind.TRAINER_EQUIVOCATION, ChallengeKind.TRAINING_FRAUD)
 ROLLBACK_FAULTS = (ChallengeKind.AGGREGATION_FRAUD, ChallengeKind.CENSORSHIP)
@@ -114,10 +120,12 @@ class FraudRecord:
     revoked: list[tuple[int, str, int]]  # every RewardRevoked of the task
     invalidations: list[tuple[int, int, str]]  # every RoundsInvalidated of the task
     credited: dict[str, int]  # summed Credited of the task, per account
+    credited_by_reason: dict[tuple[str, str], int]  # summed Credited of the task, per (account, reason)
     withdrawn: dict[str, int]  # summed Withdrawn, per account
     credits_left: dict[str, int]  # creditOf after the run
     escrow: int
     market_balance: int
+    challenger_share_bps: int  # the market's CHALLENGER_SHARE_BPS
     agent_exit_codes: dict[str, int | None]
     challenger_logs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # witness name -> challenges.jsonl
 
@@ -134,6 +142,11 @@ def _lower(value: Any) -> str:
 
 def _hex32(value: Any) -> str:
     return "0x" + bytes(value).hex()
+
+
+def _reason(value: Any) -> str:
+    """A ``Credited`` reason (bytes32, zero-padded ASCII)."""
+    return bytes(value).rstrip(b"\0").decode()
 
 
 def _outcome(market: MarketClient, task_id: int, view: ChallengeView) -> Outcome:
@@ -160,7 +173,7 @@ def _outcome(market: MarketClient, task_id: int, view: ChallengeView) -> Outcome
         resolved_at=int(w3.eth.get_block(block)["timestamp"]),
         resolved_bounty=int(ev["args"]["bounty"]),
         credited=[
-            (_lower(e["args"]["account"]), int(e["args"]["amount"]), bytes(e["args"]["reason"]).rstrip(b"\0").decode())
+            (_lower(e["args"]["account"]), int(e["args"]["amount"]), _reason(e["args"]["reason"]))
             for e in market.events(receipt, "Credited")
         ],
         slashed=dict(slashed),
@@ -219,7 +232,11 @@ class FraudDemo(TrainingDemo):
                 if rr.committed_mask >> fragment & 1:
                     weights[(r, fragment)] = market.submission(task_id, r, fragment).weight
         accounts = {*self.names, task.sponsor.lower()}
-        credited = _summed(market.get_logs("Credited", taskId=task_id), "account")
+        credited_logs = market.get_logs("Credited", taskId=task_id)
+        credited = _summed(credited_logs, "account")
+        by_reason: dict[tuple[str, str], int] = defaultdict(int)
+        for e in credited_logs:
+            by_reason[(_lower(e["args"]["account"]), _reason(e["args"]["reason"]))] += int(e["args"]["amount"])
         accounts |= set(credited)
         return FraudRecord(
             task_id=task_id,
@@ -247,10 +264,12 @@ class FraudDemo(TrainingDemo):
                 for e in market.get_logs("RoundsInvalidated", taskId=task_id)
             ],
             credited=credited,
+            credited_by_reason=dict(by_reason),
             withdrawn=_summed(market.get_logs("Withdrawn"), "account"),
             credits_left={a: market.credit_of(a) for a in accounts},
             escrow=market.escrow_of(task_id),
             market_balance=int(market.w3.eth.get_balance(Web3.to_checksum_address(market.address))),
+            challenger_share_bps=int(market.contract.functions.CHALLENGER_SHARE_BPS().call()),
             agent_exit_codes={a.name: a.process.poll() for a in self.agents},
             challenger_logs={
                 n: read_jsonl(self.workdir / "agents" / n / "challenges.jsonl")
@@ -264,13 +283,11 @@ class FraudDemo(TrainingDemo):
 
 
 def check_upheld_by_honest_witness(record: FraudRecord, scenario: Scenario, plan: DemoPlan) -> Outcome:
-    """The expected kind is upheld on the cheat round (or later), brought by an honest witness
-    whose own challenger logged the proof; returns the first such challenge."""
+    """The expected kind is upheld, first on the cheat round, every time brought by an honest
+    witness whose own challenger logged the proof; returns the first such challenge."""
     check_report(record.report, scenario)
     kind = scenario.expect
-    upheld = [
-        o for o in record.outcomes if o.view.kind == kind and o.view.status == ChallengeStatus.UPHELD
-    ]
+    upheld = [o for o in record.outcomes if o.view.kind == kind and o.view.status == ChallengeStatus.UPHELD]
     assert upheld, [(o.view.kind.name, o.view.status.name) for o in record.outcomes]
     first = min(upheld, key=lambda o: o.view.challenge_id)
     assert first.view.round == cheat_round(scenario), (first.view.round, cheat_round(scenario))
@@ -293,6 +310,7 @@ def check_upheld_by_honest_witness(record: FraudRecord, scenario: Scenario, plan
 def check_challenger_paid(record: FraudRecord, plan: DemoPlan) -> None:
     """Every decided challenge credited its challenger exactly its bond back, plus (upheld) half
     of what that very transaction slashed."""
+    assert record.challenger_share_bps == CHALLENGER_SHARE_BPS
     for o in record.outcomes:
         c = o.view
         assert c.bond_wei == plan.challenge_bond_wei
@@ -313,10 +331,10 @@ def check_culprits_slashed_honest_spared(record: FraudRecord, scenario: Scenario
     total_slashed = sum(o.view.slashed_wei for o in record.outcomes if o.view.status == ChallengeStatus.UPHELD)
     if scenario.expect in TRAINER_FAULTS:
         (trainer,) = culprits
-        view = record.trainers[trainer]
+        culprit = record.trainers[trainer]
         assert record.stake_slashed == {trainer: plan.trainer_stake_wei}, record.stake_slashed
         assert record.witness_slashed == {}
-        assert view.evicted and view.slashed_wei == plan.trainer_stake_wei
+        assert culprit.evicted and culprit.slashed_wei == plan.trainer_stake_wei
         line = next(t for t in record.receipt.trainers if t.trainer.lower() == trainer)
         assert (line.evicted, line.stake_refund_wei, line.slashed_wei) == (True, 0, plan.trainer_stake_wei)
         assert total_slashed == plan.trainer_stake_wei
@@ -324,15 +342,15 @@ def check_culprits_slashed_honest_spared(record: FraudRecord, scenario: Scenario
         assert record.witness_slashed == dict.fromkeys(culprits, plan.witness_bond_wei), record.witness_slashed
         assert record.stake_slashed == {}
         for w in culprits:
-            view = record.witnesses[w]
-            assert (view.bonded, view.bond_wei, view.slashed_wei) == (True, 0, plan.witness_bond_wei)
+            cw = record.witnesses[w]
+            assert (cw.bonded, cw.bond_wei, cw.slashed_wei) == (True, 0, plan.witness_bond_wei)
         assert total_slashed == len(culprits) * plan.witness_bond_wei
-    for a, view in record.trainers.items():
+    for a, tv in record.trainers.items():
         if a not in culprits:
-            assert (view.evicted, view.slashed_wei) == (False, 0), record.name(a)
-    for a, wview in record.witnesses.items():
+            assert (tv.evicted, tv.slashed_wei) == (False, 0), record.name(a)
+    for a, wv in record.witnesses.items():
         if a not in culprits:
-            assert (wview.bonded, wview.slashed_wei) == (True, 0), record.name(a)
+            assert (wv.bonded, wv.slashed_wei) == (True, 0), record.name(a)
 
 
 def check_consequences(record: FraudRecord, scenario: Scenario, first: Outcome) -> None:
@@ -364,6 +382,29 @@ def check_consequences(record: FraudRecord, scenario: Scenario, first: Outcome) 
         assert record.revoked == []
 
 
+def check_ledger(record: FraudRecord, plan: DemoPlan) -> None:
+    """Every wei the task credited, per account and reason, is what the receipt and the court
+    decided: rewards and stake refunds (trainers), fees and unslashed bonds (witnesses), challenge
+    bonds back and bounties (challengers), the rest to the sponsor. Nothing was forfeited."""
+    expected: dict[tuple[str, str], int] = defaultdict(int)
+    for t in record.receipt.trainers:
+        expected[(t.trainer.lower(), "reward")] += t.reward_wei
+        expected[(t.trainer.lower(), "stake-refund")] += t.stake_refund_wei
+    for w in record.receipt.witnesses:
+        expected[(w.witness.lower(), "witness-fee")] += w.fees_wei
+        if w.slashed_wei == 0:
+            expected[(w.witness.lower(), "bond-refund")] += plan.witness_bond_wei
+    for o in record.outcomes:
+        expected[(o.view.challenger.lower(), "bond-refund")] += o.view.bond_wei
+        if o.view.status == ChallengeStatus.UPHELD:
+            expected[(o.view.challenger.lower(), "challenge-bounty")] += (
+                o.view.slashed_wei * CHALLENGER_SHARE_BPS // BPS
+            )
+    expected[(record.sponsor, "sponsor-refund")] += record.receipt.sponsor_refund_wei
+    named = {(record.name(a), r): v for (a, r), v in record.credited_by_reason.items()}
+    assert record.credited_by_reason == {k: v for k, v in expected.items() if v}, named
+
+
 def check_everyone_withdrew(record: FraudRecord) -> None:
     assert record.receipt.status == TaskStatus.SEALED
     assert record.agent_exit_codes == dict.fromkeys(record.agent_exit_codes, 0), record.agent_exit_codes
@@ -375,11 +416,13 @@ def check_everyone_withdrew(record: FraudRecord) -> None:
 
 
 def report_timing(record: FraudRecord, scenario_name: str, first: Outcome, wall_s: float) -> None:
+    c = first.view
+    proof = first.opened_at - first.round_closed_at
     decided = first.resolved_at - first.round_closed_at if first.resolved_at is not None else None
     print(
-        f"\n[{scenario_name}] {first.view.kind.name.lower()} challenge #{first.view.challenge_id} on round "
-        f"{first.view.round} by {record.name(first.view.challenger)}: proof {first.opened_at - first.round_closed_at} s "
-        f"after the round closed, decided after {decided} s; run took {wall_s:.0f} s"
+        f"\n[{scenario_name}] {c.kind.name.lower()} challenge #{c.challenge_id} on round {c.round} by "
+        f"{record.name(c.challenger)}: proof {proof} s after the round closed, decided after {decided} s; "
+        f"run took {wall_s:.0f} s"
     )
 
 
@@ -402,4 +445,5 @@ def test_fraud_scenario_caught_and_punished(scenario_name: str, state_env: Path,
     check_challenger_paid(record, plan)
     check_culprits_slashed_honest_spared(record, scenario, plan)
     check_consequences(record, scenario, first)
+    check_ledger(record, plan)
     check_everyone_withdrew(record)

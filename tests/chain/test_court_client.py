@@ -682,3 +682,32 @@ def test_merged_abi_dedupes_and_refuses_conflicts() -> None:
     assert merged == [*market_abi, court_abi[2]]
     with pytest.raises(ChainError, match="declare function f"):
         merged_abi(market_abi, [{**fn, "stateMutability": "payable"}])
+
+
+def test_a_trainer_caught_equivocating_in_the_open_round_earns_nothing_for_it(
+    market: MarketClient,
+    w3: Web3,
+    sponsor: Signer,
+    trainers: list[Signer],
+    witnesses: list[Signer],
+    outsider: Signer,
+    spec_factory: Callable[..., TrainingTaskSpec],
+) -> None:
+    run = start_run(market, sponsor, trainers, witnesses, spec_factory)
+    task_id = run.task_id
+    t0 = trainers[0]
+    a, sig_a = market.sign_commitment(t0, task_id, 0, 0, h32("A"), h32("A chunks"), checkpoint_root("A"))
+    market.send_commitment(t0, a, "ipfs://a", sig_a)
+    b, sig_b = market.sign_commitment(t0, task_id, 0, 0, h32("B"), h32("B chunks"), checkpoint_root("B"))
+    for fragment, trainer in enumerate(trainers[1:], start=1):
+        commit(market, trainer, task_id, 0, fragment)
+    market.prove_trainer_equivocation(outsider, a, sig_a, b, sig_b)  # while round 0 is still open
+
+    # The committee still aggregates all three submissions; the evicted trainer's is not paid.
+    finalize(market, w3, witnesses[:2], task_id, 0, 0b111)
+    rr = market.round(task_id, 0)
+    assert rr.revoked_mask == 0b001
+    assert market.trainer(task_id, t0.address).accepted == 0
+    assert market.trainer(task_id, trainers[1].address).accepted == 1
+    revoked = market.get_logs("RewardRevoked", taskId=task_id, round=0)
+    assert [str(e["args"]["trainer"]) for e in revoked] == [t0.address]

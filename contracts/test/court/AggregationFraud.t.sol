@@ -3,6 +3,7 @@ pragma solidity ^0.8.24;
 
 import {CourtTestBase} from "./CourtTestBase.sol";
 import {MerkleRef} from "./MerkleRef.sol";
+import {ChunkAggregation} from "../../src/libraries/ChunkAggregation.sol";
 import {ISynclineEvents} from "../../src/ISynclineEvents.sol";
 import {
     TaskSpec,
@@ -554,6 +555,25 @@ contract AggregationFraudPathsTest is AggregationScenario {
         vm.assertEq(uint256(market.getRound(task2, 0).status), uint256(RoundStatus.Invalidated), "void");
     }
 
+    /// Limitation: `ChunkAggregation` recomputes at most 32 inputs, so a round that accepted 33
+    /// or more (a task may have 64 trainers) cannot be proven wrong: the proof reverts.
+    function test_moreThan32AcceptedInputs_unprovable() public {
+        trainers.push(_actor("trainer32"));
+        TaskSpec memory s = _spec(AggregationRule.Mean);
+        s.minTrainers = 33;
+        s.maxTrainers = 33;
+        s.shardCount = 64;
+        uint256 task2 = _start(s);
+        uint256 all = (uint256(1) << 33) - 1;
+        _commitAll(task2, 0, all);
+        bytes[] memory claimed = _tamper(_initialState(), 0, 0, false, 1);
+        _finalize(task2, 0, _root(claimed), all);
+        AggregationProof memory p = _aggProof(task2, 0, 0, 0, 1, _inputs(0, all), _initialState(), claimed);
+        vm.prank(challenger);
+        vm.expectRevert(abi.encodeWithSelector(ChunkAggregation.BadInputCount.selector, 33));
+        court.proveAggregationFraud{value: CBOND}(p);
+    }
+
     // ------------------------------------------------------------------ no accepted input
 
     /// With no accepted input the honest result is the previous state unchanged (Python's
@@ -628,7 +648,8 @@ contract AggregationFraudPathsTest is AggregationScenario {
     }
 
     function test_ruleNotChunkProvable_reverts() public {
-        AggregationRule[3] memory rules = [AggregationRule.Krum, AggregationRule.MultiKrum, AggregationRule.CenteredClip];
+        AggregationRule[3] memory rules =
+            [AggregationRule.Krum, AggregationRule.MultiKrum, AggregationRule.CenteredClip];
         for (uint256 i = 0; i < 3; ++i) {
             uint256 task2 = _start(_spec(rules[i]));
             _commitAll(task2, 0, ALL);

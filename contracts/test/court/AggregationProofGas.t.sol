@@ -172,7 +172,9 @@ contract AggregationProofGasTest is CourtTestBase {
     }
 
     function test_gas_trimmedMean_16_window32() public {
-        vm.assertLt(_measure(Case(AggregationRule.TrimmedMean, 16, 96, 128), "TrimmedMean20 n=16 w=32"), LIMIT_16, "< 3M");
+        vm.assertLt(
+            _measure(Case(AggregationRule.TrimmedMean, 16, 96, 128), "TrimmedMean20 n=16 w=32"), LIMIT_16, "< 3M"
+        );
     }
 
     function test_gas_trimmedMean_16_full() public {
@@ -255,7 +257,8 @@ contract CourtProofsGasTest is CourtTestBase {
     }
 
     function test_gas_proveWitnessEquivocation() public {
-        Vote memory a = Vote(taskId, 0, keccak256("state-0"), keccak256(abi.encode("aggregate", keccak256("state-0"))), 0x07);
+        Vote memory a =
+            Vote(taskId, 0, keccak256("state-0"), keccak256(abi.encode("aggregate", keccak256("state-0"))), 0x07);
         Vote memory b = Vote(taskId, 0, keccak256("other"), bytes32(0), 0x07);
         bytes memory sa = _signV(witnesses[0], a);
         bytes memory sb = _signV(witnesses[0], b);

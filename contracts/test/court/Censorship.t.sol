@@ -107,7 +107,10 @@ contract CensorshipTest is CourtTestBase {
         bool censored = fragment < 256 && (COMMITTED >> fragment) & 1 == 1 && (ACCEPTED >> fragment) & 1 == 0;
         if (!censored) {
             _expectChallengeRevert(
-                taskId, 0, fragment, abi.encodeWithSelector(ISynclineEvents.SynclineNotCensored.selector, taskId, 0, fragment)
+                taskId,
+                0,
+                fragment,
+                abi.encodeWithSelector(ISynclineEvents.SynclineNotCensored.selector, taskId, 0, fragment)
             );
         } else {
             _challengeCensorship(fragment);
@@ -145,7 +148,10 @@ contract CensorshipTest is CourtTestBase {
         uint64 until = market.getRound(taskId, 0).closedAt + WINDOW;
         vm.warp(until + 1);
         _expectChallengeRevert(
-            taskId, 0, 3, abi.encodeWithSelector(ISynclineEvents.SynclineChallengeWindowClosed.selector, taskId, 0, until)
+            taskId,
+            0,
+            3,
+            abi.encodeWithSelector(ISynclineEvents.SynclineChallengeWindowClosed.selector, taskId, 0, until)
         );
         vm.warp(until);
         _challengeCensorship(3);
@@ -324,8 +330,12 @@ contract CensorshipTest is CourtTestBase {
     function test_answerCensorship_wrongIds_revert() public {
         bytes[] memory chunks = _f4Chunks(1, 0);
         bytes32[] memory proof = MerkleRef.proof(MerkleRef.hashes(chunks), 1);
-        _expectAnswerRevert(0, 1, chunks[1], proof, abi.encodeWithSelector(ISynclineEvents.SynclineUnknownChallenge.selector, 0));
-        _expectAnswerRevert(1, 1, chunks[1], proof, abi.encodeWithSelector(ISynclineEvents.SynclineUnknownChallenge.selector, 1));
+        _expectAnswerRevert(
+            0, 1, chunks[1], proof, abi.encodeWithSelector(ISynclineEvents.SynclineUnknownChallenge.selector, 0)
+        );
+        _expectAnswerRevert(
+            1, 1, chunks[1], proof, abi.encodeWithSelector(ISynclineEvents.SynclineUnknownChallenge.selector, 1)
+        );
         // A training challenge's id.
         vm.prank(challenger);
         uint256 tid = court.challengeTraining{value: CBOND}(taskId, 0, 0, 0);
@@ -334,10 +344,14 @@ contract CensorshipTest is CourtTestBase {
             1,
             chunks[1],
             proof,
-            abi.encodeWithSelector(ISynclineEvents.SynclineWrongChallengeKind.selector, tid, ChallengeKind.TrainingFraud)
+            abi.encodeWithSelector(
+                ISynclineEvents.SynclineWrongChallengeKind.selector, tid, ChallengeKind.TrainingFraud
+            )
         );
         vm.expectRevert(
-            abi.encodeWithSelector(ISynclineEvents.SynclineWrongChallengeKind.selector, tid, ChallengeKind.TrainingFraud)
+            abi.encodeWithSelector(
+                ISynclineEvents.SynclineWrongChallengeKind.selector, tid, ChallengeKind.TrainingFraud
+            )
         );
         court.resolveCensorship(tid);
     }
@@ -419,6 +433,21 @@ contract CensorshipTest is CourtTestBase {
         _add(challenger, CBOND + WBOND);
         _add(sponsor, POOL + WBOND + 4 * FEE);
         _checkExpected();
+    }
+
+    /// A claim on a round another ruling voided can still be answered (the exclusion was justified).
+    function test_answerCensorship_onVoidedRound_rejects() public {
+        uint256 id3 = _challengeCensorship(3);
+        vm.warp(block.timestamp + 1 hours);
+        uint256 id4 = _challengeCensorship(4);
+        vm.warp(court.getChallenge(id3).deadline + 1);
+        court.resolveCensorship(id3);
+        vm.assertEq(uint256(market.getRound(taskId, 0).status), uint256(RoundStatus.Invalidated), "void");
+        _answer(id4, 1, _f4Chunks(1, 0));
+        _assertChallenge(id4, ChallengeKind.Censorship, ChallengeStatus.Rejected, 0);
+        vm.assertEq(market.creditOf(answerer), CBOND, "answerer paid");
+        vm.assertEq(market.getTaskState(taskId).openChallenges, 0, "closed");
+        _assertMoney();
     }
 
     /// Two claims on one round: the first upheld voids it; the second can only expire (bond back).

@@ -16,7 +16,9 @@ contract CourtAggregationHarness {
         uint32 lrPpm,
         uint32 momPpm
     ) external pure returns (bytes memory) {
-        return ChunkAggregation.recomputeStateChunk(gradientChunks, bits, rule, ruleParam, prevStateChunk, lrPpm, momPpm);
+        return ChunkAggregation.recomputeStateChunk(
+            gradientChunks, bits, rule, ruleParam, prevStateChunk, lrPpm, momPpm
+        );
     }
 
     function isWellFormedGradientChunk(bytes memory chunk, uint8 bits, uint256 count) external pure returns (bool) {

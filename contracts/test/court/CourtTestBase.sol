@@ -150,9 +150,7 @@ abstract contract CourtTestBase {
     // ------------------------------------------------------------------ EIP-712 (independent)
 
     function _domain(address verifyingContract, uint256 chainId) internal pure returns (bytes32) {
-        return keccak256(
-            abi.encode(DOMAIN_TYPEHASH, keccak256("Syncline"), keccak256("1"), chainId, verifyingContract)
-        );
+        return keccak256(abi.encode(DOMAIN_TYPEHASH, keccak256("Syncline"), keccak256("1"), chainId, verifyingContract));
     }
 
     function _commitmentDigest(Commitment memory c, address verifyingContract, uint256 chainId)

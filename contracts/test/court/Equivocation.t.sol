@@ -219,9 +219,7 @@ contract TrainerEquivocationTest is CourtTestBase {
         uint16 f = uint16(bound(fragment, 0, N_TRAINERS - 1));
         Commitment memory a = _commitment(taskId, 0, f, _gradRoot(0, f));
         Commitment memory b = Commitment(taskId, 0, f, payloadHash, chunkRoot, checkpointRoot);
-        vm.assume(
-            a.payloadHash != b.payloadHash || a.chunkRoot != b.chunkRoot || a.checkpointRoot != b.checkpointRoot
-        );
+        vm.assume(a.payloadHash != b.payloadHash || a.chunkRoot != b.chunkRoot || a.checkpointRoot != b.checkpointRoot);
         bytes memory sa = _signC(trainers[f], a);
         bytes memory sb = _signC(trainers[f], b);
         _prove(b, sb, a, sa);
@@ -336,7 +334,7 @@ contract TrainerEquivocationTest is CourtTestBase {
             sb
         );
         // And the honest signatures stop working once the chain id changes (the domain follows it).
-        (,bytes memory ha,, bytes memory hb) = _pair(taskId, 0, 0);
+        (, bytes memory ha,, bytes memory hb) = _pair(taskId, 0, 0);
         vm.chainId(999);
         vm.prank(challenger);
         vm.expectRevert();

@@ -166,7 +166,11 @@ contract TrainingFraudTest is CourtTestBase {
         uint64 until = market.getRound(taskId, 0).closedAt + WINDOW;
         vm.warp(until + 1);
         _expectChallengeRevert(
-            taskId, 0, 0, 0, abi.encodeWithSelector(ISynclineEvents.SynclineChallengeWindowClosed.selector, taskId, 0, until)
+            taskId,
+            0,
+            0,
+            0,
+            abi.encodeWithSelector(ISynclineEvents.SynclineChallengeWindowClosed.selector, taskId, 0, until)
         );
         _seal(taskId);
         _expectChallengeRevert(
@@ -373,8 +377,14 @@ contract TrainingFraudTest is CourtTestBase {
     /// (2 guilty, or 2 innocent), and the money always balances.
     function testFuzz_refereeVote_anyOrder(uint8 order, uint8 verdicts) public {
         uint256 id = _challengeTraining(0, 0);
-        uint256[3][6] memory perms =
-            [[uint256(0), 1, 2], [uint256(0), 2, 1], [uint256(1), 0, 2], [uint256(1), 2, 0], [uint256(2), 0, 1], [uint256(2), 1, 0]];
+        uint256[3][6] memory perms = [
+            [uint256(0), 1, 2],
+            [uint256(0), 2, 1],
+            [uint256(1), 0, 2],
+            [uint256(1), 2, 0],
+            [uint256(2), 0, 1],
+            [uint256(2), 1, 0]
+        ];
         uint256[3] memory p = perms[order % 6];
         uint256 guilty = 0;
         uint256 innocent = 0;
@@ -414,18 +424,32 @@ contract TrainingFraudTest is CourtTestBase {
             id, stranger, true, abi.encodeWithSelector(ISynclineEvents.SynclineNotWitness.selector, taskId, stranger)
         );
         _expectRefereeRevert(
-            id, trainers[0], false, abi.encodeWithSelector(ISynclineEvents.SynclineNotWitness.selector, taskId, trainers[0])
+            id,
+            trainers[0],
+            false,
+            abi.encodeWithSelector(ISynclineEvents.SynclineNotWitness.selector, taskId, trainers[0])
         );
         _referee(id, 0, true);
         _expectRefereeRevert(
-            id, witnesses[0], true, abi.encodeWithSelector(ISynclineEvents.SynclineAlreadyRefereed.selector, id, witnesses[0])
+            id,
+            witnesses[0],
+            true,
+            abi.encodeWithSelector(ISynclineEvents.SynclineAlreadyRefereed.selector, id, witnesses[0])
         );
         _expectRefereeRevert(
-            id, witnesses[0], false, abi.encodeWithSelector(ISynclineEvents.SynclineAlreadyRefereed.selector, id, witnesses[0])
+            id,
+            witnesses[0],
+            false,
+            abi.encodeWithSelector(ISynclineEvents.SynclineAlreadyRefereed.selector, id, witnesses[0])
         );
-        _expectRefereeRevert(0, witnesses[1], true, abi.encodeWithSelector(ISynclineEvents.SynclineUnknownChallenge.selector, 0));
         _expectRefereeRevert(
-            id + 1, witnesses[1], true, abi.encodeWithSelector(ISynclineEvents.SynclineUnknownChallenge.selector, id + 1)
+            0, witnesses[1], true, abi.encodeWithSelector(ISynclineEvents.SynclineUnknownChallenge.selector, 0)
+        );
+        _expectRefereeRevert(
+            id + 1,
+            witnesses[1],
+            true,
+            abi.encodeWithSelector(ISynclineEvents.SynclineUnknownChallenge.selector, id + 1)
         );
     }
 
@@ -454,7 +478,10 @@ contract TrainingFraudTest is CourtTestBase {
         _referee(id, 0, true);
         vm.warp(deadline + 1);
         _expectRefereeRevert(
-            id, witnesses[1], true, abi.encodeWithSelector(ISynclineEvents.SynclineChallengeDeadline.selector, id, deadline)
+            id,
+            witnesses[1],
+            true,
+            abi.encodeWithSelector(ISynclineEvents.SynclineChallengeDeadline.selector, id, deadline)
         );
     }
 
@@ -468,7 +495,10 @@ contract TrainingFraudTest is CourtTestBase {
         vm.prank(stranger);
         court.proveWitnessEquivocation{value: CBOND}(a, sa, b, sb);
         _expectRefereeRevert(
-            id, witnesses[2], false, abi.encodeWithSelector(ISynclineEvents.SynclineWitnessUnbonded.selector, taskId, witnesses[2])
+            id,
+            witnesses[2],
+            false,
+            abi.encodeWithSelector(ISynclineEvents.SynclineWitnessUnbonded.selector, taskId, witnesses[2])
         );
         // The two bonded referees still decide.
         _referee(id, 0, false);
@@ -539,7 +569,10 @@ contract TrainingFraudTest is CourtTestBase {
         // w0 and w1 were slashed by the censorship ruling; only w2 can still referee: it can
         // neither reach 2 guilty votes nor 2 innocent ones, so the claim expires.
         _expectRefereeRevert(
-            id, witnesses[0], true, abi.encodeWithSelector(ISynclineEvents.SynclineWitnessUnbonded.selector, taskId, witnesses[0])
+            id,
+            witnesses[0],
+            true,
+            abi.encodeWithSelector(ISynclineEvents.SynclineWitnessUnbonded.selector, taskId, witnesses[0])
         );
         _referee(id, 2, true);
         vm.warp(court.getChallenge(id).deadline + 1);
