@@ -46,7 +46,7 @@ from syncline.protocol.checkpoints import (
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.spec import TrainingTaskSpec
 from syncline.protocol.state import TrainingState
-from syncline.run.context import TaskContext
+from syncline.run.context import StateUnavailable, TaskContext
 from syncline.trainer.agent import ZERO_ADDRESS, round_seed
 from syncline.trainer.segments import derive_payload, holds_start_state, replay_segment
 
@@ -324,7 +324,16 @@ def _round_start_state(
 ) -> TrainingState:
     """The start state whose weights checkpoint 0 holds, among the legitimate ones; the first
     legitimate one when none matches (segment 0 then reports the mismatch)."""
-    states = [ctx.fetch_state(root) for root in _round_start_roots(ctx, round_)]
+    states: list[TrainingState] = []
+    missing: StateUnavailable | None = None
+    for root in _round_start_roots(ctx, round_):
+        try:
+            states.append(ctx.fetch_state(root))
+        except StateUnavailable as exc:  # judged on the roots whose state is available
+            missing = exc
+    if not states:
+        assert missing is not None
+        raise missing
     if len(states) == 1 or manifest is None:
         return states[0]
     try:
