@@ -3,8 +3,8 @@
 * ``tiny_plan``: a ``DemoPlan`` small enough for CI (Llama with 26.7k parameters).
 * ``capture_run``: everything the assertions need, read from the chain and the blob service
   while they are still up (the demo tears both down when it returns).
-* ``replay_from_payloads``: a witness's computation redone in the test process from the
-  committed payloads (cross-process determinism of aggregation + outer step).
+* ``replay_from_payloads``: a witness's computation (``TaskContext.compute_round``) redone in the
+  test process from the committed payloads (cross-process determinism of aggregation + outer step).
 * ``simulate_trainers``: an uninterrupted run of the trainers' computation in the test process
   (the reference the restart test compares against).
 * ``ManualRun``: the demo's building blocks, driven step by step so a test can SIGKILL and
@@ -20,12 +20,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import torch
 from eth_utils import keccak
 
 from syncline.blobstore import BlobService, BlobStore, HttpBlobStore, LocalBlobStore
@@ -34,19 +33,15 @@ from syncline.chain.devnet import Devnet, chain_time, start_anvil
 from syncline.chain.keys import Signer, from_private_key
 from syncline.chain.market import MarketClient, RoundView, TaskView, WitnessView
 from syncline.demo.training_run import AgentProcess, DemoPlan, TrainingDemo, _template
-from syncline.protocol.chunking import gradient_chunk_root
-from syncline.protocol.quantization import quantize
 from syncline.protocol.state import TrainingState
-from syncline.protocol.sync_round import CommittedSubmission, RoundResult, compute_round
+from syncline.protocol.sync_round import CommittedSubmission, RoundResult
 from syncline.run.agent_config import InnerOptimizerConfig
-from syncline.run.context import MAX_PAYLOAD_OVERHEAD, TaskContext
+from syncline.run.context import TaskContext
 from syncline.run.loop import pending_time
 from syncline.sponsor.task_builder import publish_language_task
 from syncline.trainer.agent import round_seed
-from syncline.trainer.inner_loop import InnerLoop
-
-ZERO_ADDRESS = "0x0000000000000000000000000000000000000000"
-ZERO32 = "0x" + "00" * 32
+from syncline.trainer.inner_loop import InnerLoop, replay_environment
+from syncline.trainer.segments import encode_payload
 
 SHARD_COUNT = 6
 VOCAB_SIZE = 512
@@ -129,12 +124,6 @@ class RunRecord:
     withdrawn: dict[str, list[int]] = field(default_factory=dict)
 
 
-def witness_payload_limit(ctx: TaskContext) -> int:
-    """The payload size cap a witness applies (TaskContext.max_payload_bytes)."""
-    numel = ctx.layout.numel
-    return numel * (ctx.spec.gradient_bits // 8) + numel // 128 + MAX_PAYLOAD_OVERHEAD
-
-
 def capture_run(market: MarketClient, blobs: BlobStore, task_id: int, accounts: list[str]) -> RunRecord:
     ctx = TaskContext.load(market, blobs, task_id)
     for i in range(len(ctx.spec.dataset.shard_hashes)):
@@ -143,23 +132,13 @@ def capture_run(market: MarketClient, blobs: BlobStore, task_id: int, accounts: 
     initial = ctx.fetch_state(ctx.spec.initial_state_root)
     task = market.task(task_id)
     rounds = [market.round(task_id, r) for r in range(ctx.spec.rounds)]
-    limit = witness_payload_limit(ctx)
-    submissions: dict[int, list[CommittedSubmission]] = {}
-    committers: dict[tuple[int, int], str] = {}
-    for r, rr in enumerate(rounds):
-        subs = []
-        for fragment in range(256):
-            if not rr.committed_mask >> fragment & 1:
-                continue
-            s = market.submission(task_id, r, fragment)
-            payload = blobs.fetch(s.uri, expected_digest=s.payload_hash, max_bytes=limit)
-            subs.append(
-                CommittedSubmission(
-                    fragment, bytes.fromhex(s.payload_hash[2:]), bytes.fromhex(s.chunk_root[2:]), payload
-                )
-            )
-            committers[(r, fragment)] = s.trainer
-        submissions[r] = subs
+    submissions = {r: ctx.committed_submissions(r, rr.committed_mask) for r, rr in enumerate(rounds)}
+    unfetched = [(r, s.fragment, s.fetch_error) for r, subs in submissions.items() for s in subs if s.payload is None]
+    assert not unfetched, unfetched
+    committers = {
+        (int(e["args"]["round"]), int(e["args"]["fragment"])): str(e["args"]["trainer"])
+        for e in market.get_logs("SubmissionCommitted", from_block=0, taskId=task_id)
+    }
     trainers = market.trainers(task_id)
     views = {a: market.trainer(task_id, a) for a in trainers}
     witnesses = list(ctx.spec.witnesses)
@@ -196,38 +175,16 @@ def capture_run(market: MarketClient, blobs: BlobStore, task_id: int, accounts: 
     )
 
 
-def _round_kwargs(ctx: TaskContext) -> dict[str, Any]:
-    spec = ctx.spec
-    return {
-        "rule": spec.aggregation.rule,
-        "rule_param": spec.aggregation.rule_param,
-        "bits": spec.gradient_bits,
-        "lr_ppm": round(spec.outer_optimizer.lr * 1_000_000),
-        "momentum_ppm": round(spec.outer_optimizer.momentum * 1_000_000),
-        "max_payload_bytes": witness_payload_limit(ctx),
-    }
-
-
 def replay_from_payloads(record: RunRecord) -> list[RoundResult]:
-    """compute_round over each round's committed payloads, chained from the spec's initial state."""
+    """The witnesses' compute_round over each round's committed payloads, chained from the spec's
+    initial state."""
     state = record.initial_state
     out = []
     for r in range(len(record.rounds)):
-        result = compute_round(state, record.submissions[r], **_round_kwargs(record.ctx))
+        result = record.ctx.compute_round(state, record.submissions[r])
         out.append(result)
         state = result.state
     return out
-
-
-@contextlib.contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """Agents run with ``threads: 1``; reproduce that for bit-exact float results."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 @dataclass
@@ -239,9 +196,10 @@ class Simulation:
 
 def simulate_trainers(record: RunRecord, inner: InnerOptimizerConfig) -> Simulation:
     """The whole run, uninterrupted, in this process: one InnerLoop (model + AdamW) per fragment,
-    the agents' batch seeds, quantization and compute_round. No chain, no blobs, no restarts."""
+    the agents' batch seeds, quantization and compute_round. No chain, no blobs, no restarts.
+    Agents run with ``threads: 1``; so does this, for bit-exact float results."""
     ctx = record.ctx
-    with torch_threads(1):
+    with replay_environment(1):
         loops = {
             f: InnerLoop(ctx.adapter, ctx.build_model(), ctx.layout, inner) for f in sorted(record.fragment_shards)
         }
@@ -253,11 +211,10 @@ def simulate_trainers(record: RunRecord, inner: InnerOptimizerConfig) -> Simulat
             for f, loop in loops.items():
                 shards = [ctx.shard(i) for i in record.fragment_shards[f]]
                 work = loop.run(state, shards, seed=round_seed(record.task_id, r, f))
-                qg = quantize(work.pseudo_gradient, ctx.spec.gradient_bits)
-                payload = qg.to_safetensors_bytes()
+                payload, chunk_root = encode_payload(work.pseudo_gradient, ctx.spec.gradient_bits)
                 payloads[(r, f)] = payload
-                subs.append(CommittedSubmission(f, keccak(payload), gradient_chunk_root(qg), payload))
-            result = compute_round(state, subs, **_round_kwargs(ctx))
+                subs.append(CommittedSubmission(f, keccak(payload), chunk_root, payload))
+            result = ctx.compute_round(state, subs)
             results.append(result)
             state = result.state
     return Simulation(results, payloads, loops)

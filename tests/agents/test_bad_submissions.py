@@ -34,7 +34,7 @@ from syncline.protocol.quantization import QuantizedGradient, quantize
 from syncline.protocol.state import TrainingState
 from syncline.protocol.sync_round import CommittedSubmission, RoundResult, compute_round, validate_submission
 from syncline.run.agent_config import config_from_mapping
-from syncline.run.context import MAX_PAYLOAD_OVERHEAD
+from syncline.run.context import max_payload_bytes
 from syncline.sponsor.task_builder import publish_language_task
 from syncline.trainer.agent import TrainerAgent
 from syncline.trainer.inner_loop import RoundWork
@@ -43,7 +43,7 @@ from ._agent_harness import tiny_plan
 
 BITS = 8
 NUMEL = 900  # 4 chunks, the last one short
-LIMIT = NUMEL * (BITS // 8) + NUMEL // 128 + MAX_PAYLOAD_OVERHEAD  # what a witness allows
+LIMIT = max_payload_bytes(NUMEL, BITS)  # what a witness allows
 ROUND: dict[str, Any] = {
     "rule": AggregationRule.COORDINATE_MEDIAN,
     "rule_param": 0,
@@ -278,7 +278,11 @@ def test_trainer_sends_nothing_for_a_non_finite_gradient(previous: TrainingState
     )
     signer = from_private_key("0x" + "11" * 32)
     agent = TrainerAgent(cfg, signer, market, blobs)  # type: ignore[arg-type]
-    agent.ctx = SimpleNamespace(task_id=1, spec=SimpleNamespace(gradient_bits=BITS, inner_steps=8), shard=lambda i: b"")  # type: ignore[assignment]
+    agent.ctx = SimpleNamespace(
+        task_id=1,
+        spec=SimpleNamespace(gradient_bits=BITS, inner_steps=8, checkpoint_interval_steps=8),
+        shard=lambda i: b"",
+    )  # type: ignore[assignment]
     agent.inner = Inner()  # type: ignore[assignment]
     agent._state = previous
     with pytest.raises(ValueError, match="NaN or Inf"):

@@ -4,8 +4,9 @@ same bytes, hence the same keccak, in every process.
 A trainer commits ``keccak(payload)`` on chain and a re-executor (``round_seed`` exists so that
 anyone can recompute a trainer's round from public data) can only check a commitment by
 re-encoding the gradient it recomputed; the exported model's ``weights_keccak`` is the keccak of
-the state encoding. Both encoders go through ``safetensors.torch.save``, whose ``__metadata__``
-map is serialized in Rust ``HashMap`` order, which is randomized per map instance.
+the state encoding. Both encoders go through ``fixed_point.write_safetensors`` (sorted header,
+fixed padding): the reference ``safetensors.torch.save`` serializes its ``__metadata__`` map in
+Rust ``HashMap`` order, which is randomized per map instance.
 """
 
 from __future__ import annotations

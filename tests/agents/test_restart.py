@@ -24,19 +24,17 @@ from syncline.protocol.enums import RoundStatus, TaskStatus
 from syncline.protocol.quantization import QuantizedGradient, quantize
 from syncline.run.agent_config import load_agent_config
 from syncline.run.context import TaskContext
-from syncline.trainer.agent import round_seed
-from syncline.trainer.inner_loop import InnerLoop
+from syncline.trainer.agent import ZERO_ADDRESS, round_seed
+from syncline.trainer.inner_loop import InnerLoop, replay_environment
+from syncline.trainer.referee import ZERO32
 from syncline.witness.agent import WitnessAgent
 
 from ._agent_harness import (
-    ZERO32,
-    ZERO_ADDRESS,
     ManualRun,
     capture_run,
     read_jsonl,
     simulate_trainers,
     tiny_plan,
-    torch_threads,
     wait_for,
 )
 
@@ -140,7 +138,7 @@ def test_sigkilled_trainer_and_witness_resume_to_the_reference_roots(tmp_path: P
                 assert torch.equal(saved["state"][index][slot], value), (index, slot)
         # ... and it mattered: a fresh AdamW in round 1 would have committed another gradient.
         ctx = record.ctx
-        with torch_threads(1):
+        with replay_environment(1):
             fresh = InnerLoop(ctx.adapter, ctx.build_model(), ctx.layout, inner)
             shards = [ctx.shard(i) for i in record.fragment_shards[fragment]]
             work = fresh.run(reference.results[0].state, shards, seed=round_seed(task, KILL_ROUND, fragment))
@@ -166,7 +164,7 @@ def test_sigkilled_trainer_and_witness_resume_to_the_reference_roots(tmp_path: P
         agent._send = lambda what, call: sent.append((what, call()))  # type: ignore[assignment,method-assign,misc,operator]
         before = ([m.round(task, r) for r in range(rounds)], m.task(task), m.witness(task, witness), len(record.votes))
         n_lines = len(lines)
-        with torch_threads(1):
+        with replay_environment(1):
             for r in range(rounds):
                 previous = record.initial_state.state_root_hex if r == 0 else record.rounds[r - 1].state_root
                 agent._vote(r, previous)

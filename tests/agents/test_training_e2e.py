@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from eth_utils import keccak
 
 from syncline.protocol.chunking import gradient_chunk_root
 from syncline.protocol.enums import RoundStatus, TaskStatus
@@ -19,6 +20,7 @@ from syncline.protocol.quantization import QuantizedGradient
 from syncline.protocol.receipt import TrainingReceipt
 from syncline.protocol.state import TrainingState
 from syncline.run.agent_config import load_agent_config
+from syncline.trainer.inner_loop import replay_environment
 
 from ._agent_harness import (
     RecordingDemo,
@@ -27,7 +29,6 @@ from ._agent_harness import (
     replay_from_payloads,
     simulate_trainers,
     tiny_plan,
-    torch_threads,
 )
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
@@ -98,16 +99,16 @@ def test_state_roots_agree_across_chain_witnesses_and_replay(
 def test_trainers_are_deterministic_across_processes(finished_run: tuple[TrainingReceipt, RunRecord, Path]) -> None:
     """Every committed gradient is bit-identical to the same training redone in this process.
 
-    Compared as decoded int8 values + exponents and as the committed chunk root: the safetensors
-    *encoding* of equal gradients is not canonical (see test_payload_encoding.py)."""
+    Compared byte for byte (the payload encoding is canonical, see test_payload_encoding.py), as
+    the committed payload hash and as the committed chunk root."""
     _, record, workdir = finished_run
     inner = load_agent_config(workdir / "agents" / "trainer-1" / "trainer.yaml").inner
     sim = simulate_trainers(record, inner)
     for r, subs in record.submissions.items():
         for sub in subs:
-            ours = QuantizedGradient.from_safetensors_bytes(sim.payloads[(r, sub.fragment)])
-            assert QuantizedGradient.from_safetensors_bytes(sub.payload or b"") == ours, (r, sub.fragment)
-            assert sub.chunk_root == gradient_chunk_root(ours), (r, sub.fragment)
+            where, ours = (r, sub.fragment), sim.payloads[(r, sub.fragment)]
+            assert sub.payload == ours and sub.payload_hash == keccak(ours), where
+            assert sub.chunk_root == gradient_chunk_root(QuantizedGradient.from_safetensors_bytes(ours)), where
     assert ["0x" + x.state_root.hex() for x in sim.results] == [r.state_root for r in record.rounds]
 
 
@@ -119,7 +120,7 @@ def test_validation_loss_decreases(finished_run: tuple[TrainingReceipt, RunRecor
     # The metric the witnesses voted with is the loss of the finalized state (recomputed here).
     ctx = record.ctx
     final = replay_from_payloads(record)[-1].state
-    with torch_threads(1):
+    with replay_environment(1):
         loss = ctx.adapter.evaluate(ctx.build_model(final), ctx.validation_shard(), batch_size=16, max_batches=8)
     assert loss == pytest.approx(losses[-1], abs=1e-5)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import struct
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -22,7 +21,6 @@ from syncline.protocol.checkpoints import (
     checkpoint_hash,
     checkpoint_root,
     checkpoint_steps,
-    interval_of,
     manifest_alias,
     manifest_root_alias,
     segment_bounds,
@@ -87,12 +85,6 @@ def test_bad_intervals_are_refused(inner_steps: int, interval: int) -> None:
 def test_segment_out_of_range() -> None:
     with pytest.raises(CheckpointError, match=r"out of range 0\.\.2"):
         segment_bounds(3, 8, 3)
-
-
-def test_interval_of_spec_defaults_to_one_segment() -> None:
-    assert interval_of(SimpleNamespace(inner_steps=8)) == 8
-    assert interval_of(SimpleNamespace(inner_steps=8, checkpoint_interval=0)) == 8
-    assert interval_of(SimpleNamespace(inner_steps=8, checkpoint_interval=2)) == 2
 
 
 # ---------------------------------------------------------------------- encoding

@@ -73,6 +73,26 @@ def _dataset(n: int) -> DatasetManifest:
     return DatasetManifest(shard_hashes=tuple(h32(f"shard-{i}") for i in range(n)))
 
 
+YEAR_S = 365 * 86400  # TaskEscrow.MAX_WINDOW
+
+
+def _zero(name: str, field: str) -> BadSpec:
+    """``name = 0``, which ``postTask`` refuses as ``SynclineZeroSpecField(field)``."""
+    return BadSpec(
+        lambda ws: {name: 0}, f"{name} must be positive", "SynclineZeroSpecField", lambda ws: {"field": field}
+    )
+
+
+def _too_long(name: str, field: str, value: int) -> BadSpec:
+    """A window ``name = value`` over 365 days, which ``postTask`` refuses as ``SynclineWindowTooLong``."""
+    return BadSpec(
+        lambda ws: {name: value},
+        f"{name}={value} exceeds",
+        "SynclineWindowTooLong",
+        lambda ws: {"field": field, "value": value, "max": YEAR_S},
+    )
+
+
 BAD_SPECS: dict[str, BadSpec] = {
     "k=0": BadSpec(
         lambda ws: {"threshold": 0},
@@ -104,27 +124,10 @@ BAD_SPECS: dict[str, BadSpec] = {
         "SynclineZeroWitness",
         lambda ws: {"index": 1},
     ),
-    "zero-rounds": BadSpec(
-        lambda ws: {"rounds": 0}, "rounds must be positive", "SynclineZeroSpecField", lambda ws: {"field": "rounds"}
-    ),
-    "zero-inner-steps": BadSpec(
-        lambda ws: {"inner_steps": 0},
-        "inner_steps must be positive",
-        "SynclineZeroSpecField",
-        lambda ws: {"field": "innerSteps"},
-    ),
-    "zero-round-duration": BadSpec(
-        lambda ws: {"round_duration_s": 0},
-        "round_duration_s must be positive",
-        "SynclineZeroSpecField",
-        lambda ws: {"field": "roundDuration"},
-    ),
-    "zero-stake": BadSpec(
-        lambda ws: {"trainer_stake_wei": 0},
-        "trainer_stake_wei must be positive",
-        "SynclineZeroSpecField",
-        lambda ws: {"field": "trainerStake"},
-    ),
+    "zero-rounds": _zero("rounds", "rounds"),
+    "zero-inner-steps": _zero("inner_steps", "innerSteps"),
+    "zero-round-duration": _zero("round_duration_s", "roundDuration"),
+    "zero-stake": _zero("trainer_stake_wei", "trainerStake"),
     "zero-reward-pool": BadSpec(
         lambda ws: {"reward_pool_wei": 0},
         "reward_pool_wei must be positive",
@@ -222,24 +225,9 @@ BAD_SPECS: dict[str, BadSpec] = {
         "SynclineSlashBpsTooHigh",
         lambda ws: {"bps": 10_001},
     ),
-    "round-duration-over-365-days": BadSpec(
-        lambda ws: {"round_duration_s": 365 * 86400 + 1},
-        "round_duration_s=31536001 exceeds",
-        "SynclineWindowTooLong",
-        lambda ws: {"field": "roundDuration", "value": 365 * 86400 + 1, "max": 365 * 86400},
-    ),
-    "grace-window-over-365-days": BadSpec(
-        lambda ws: {"grace_window_s": 2**64 - 1},
-        "grace_window_s=18446744073709551615 exceeds",
-        "SynclineWindowTooLong",
-        lambda ws: {"field": "graceWindow", "value": 2**64 - 1, "max": 365 * 86400},
-    ),
-    "challenge-window-over-365-days": BadSpec(
-        lambda ws: {"challenge_window_s": 400 * 86400},
-        "challenge_window_s=34560000 exceeds",
-        "SynclineWindowTooLong",
-        lambda ws: {"field": "challengeWindow", "value": 400 * 86400, "max": 365 * 86400},
-    ),
+    "round-duration-over-365-days": _too_long("round_duration_s", "roundDuration", YEAR_S + 1),
+    "grace-window-over-365-days": _too_long("grace_window_s", "graceWindow", 2**64 - 1),
+    "challenge-window-over-365-days": _too_long("challenge_window_s", "challengeWindow", 400 * 86400),
     "zero-param-count": BadSpec(
         lambda ws: {"param_count": 0},
         "param_count must be positive: it is the model's parameter count",

@@ -44,7 +44,7 @@ import re
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -52,6 +52,7 @@ from eth_utils import keccak
 
 from syncline.errors import SynclineError
 from syncline.protocol import merkle
+from syncline.protocol.fixed_point import padded_json
 from syncline.protocol.layout import ParameterLayout
 
 CHECKPOINT_FORMAT = "syncline-checkpoint-v1"
@@ -71,11 +72,6 @@ _HEADER_KEYS = ("adam_steps", "dtype", "format", "layout", "numel", "optimizer",
 
 class CheckpointError(SynclineError, ValueError):
     """A checkpoint, a manifest or a segment argument is malformed or does not match its commitment."""
-
-
-class _HasInnerSteps(Protocol):
-    @property
-    def inner_steps(self) -> int: ...
 
 
 # ---------------------------------------------------------------------- segments
@@ -116,13 +112,6 @@ def checkpoint_steps(inner_steps: int, interval: int) -> tuple[int, ...]:
     """The step index of every checkpoint: ``(0, interval, 2 * interval, ..., inner_steps)``."""
     count = segment_count(inner_steps, interval)
     return tuple(min(s * interval, inner_steps) for s in range(count + 1))
-
-
-def interval_of(spec: _HasInnerSteps) -> int:
-    """A task's checkpoint interval: ``spec.checkpoint_interval``, where 0 (or a spec without the
-    field) means one segment of ``inner_steps``."""
-    interval = getattr(spec, "checkpoint_interval", 0) or spec.inner_steps
-    return int(interval)
 
 
 # ---------------------------------------------------------------------- one checkpoint
@@ -223,8 +212,7 @@ class Checkpoint:
             "step": self.step,
             "threads": self.threads,
         }
-        text = json.dumps(header, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("ascii")
-        return text + b" " * (-len(text) % 8)
+        return padded_json(header)
 
     def to_bytes(self) -> bytes:
         """The canonical encoding (the same checkpoint always gives the same bytes)."""

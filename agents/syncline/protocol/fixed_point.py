@@ -188,6 +188,14 @@ _ST_DTYPES: dict[torch.dtype, tuple[str, int]] = {
 _NP_LE: dict[torch.dtype, str] = {torch.int8: "<i1", torch.uint8: "<u1", torch.int16: "<i2", torch.int64: "<i8"}
 
 
+def padded_json(obj: object) -> bytes:
+    """Canonical JSON of a header: sorted keys, no whitespace, ASCII, no NaN, padded with spaces to
+    a multiple of 8 bytes (so the data after it stays aligned). Safetensors payloads and states,
+    and inner-loop checkpoints, write their headers with it."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("ascii")
+    return text + b" " * (-len(text) % 8)
+
+
 def write_safetensors(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]) -> bytes:
     """Canonical safetensors bytes: the same tensors and metadata always give the same bytes.
 
@@ -210,8 +218,7 @@ def write_safetensors(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str
         }
         chunks.append(raw)
         offset += len(raw)
-    text = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
+    text = padded_json(header)
     return len(text).to_bytes(8, "little") + text + b"".join(chunks)
 
 

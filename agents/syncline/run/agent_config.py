@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args, get_type_hints
 
 import yaml
 
@@ -95,50 +95,43 @@ def load_agent_config(path: Path, overrides: Mapping[str, Any] | None = None) ->
     return config_from_mapping(raw)
 
 
-_STR, _INT, _FLOAT, _BOOL = "a string", "an integer", "a number", "true or false"
-_FIELD_KINDS: dict[str, str] = {
-    "node_rpc": _STR,
-    "task_id": _INT,
-    "deployment": _STR,
-    "blob_store": _STR,
-    "state_dir": _STR,
-    "key_env": _STR,
-    "keystore": _STR,
-    "metrics_port": _INT,
-    "poll_interval_s": _FLOAT,
-    "misbehave": _STR,
-    "device": _STR,
-    "dtype": _STR,
-    "gradient_checkpointing": _BOOL,
-    "threads": _INT,
-    "eval_batches": _INT,
-    "eval_batch_size": _INT,
-    "challenge": _BOOL,
-    "training_checks": _STR,
-    "inner.optimizer": _STR,
-    "inner.lr": _FLOAT,
-    "inner.weight_decay": _FLOAT,
-    "inner.beta1": _FLOAT,
-    "inner.beta2": _FLOAT,
-    "inner.inner_steps": _INT,
-    "inner.batch_size": _INT,
+_KINDS: dict[object, str] = {
+    str: "a string",
+    Path: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
 }
-_OPTIONAL = {"keystore", "metrics_port", "misbehave", "threads"}
 
 
-def _check_kind(name: str, value: object) -> None:
-    """One-line ConfigError naming the field when ``value`` has the wrong type (bool is not a number)."""
-    if value is None and name in _OPTIONAL:
-        return
-    kind = _FIELD_KINDS[name]
-    ok = {
-        _STR: isinstance(value, str | Path),
-        _INT: isinstance(value, int) and not isinstance(value, bool),
-        _FLOAT: isinstance(value, int | float) and not isinstance(value, bool),
-        _BOOL: isinstance(value, bool),
-    }[kind]
-    if not ok:
-        raise ConfigError(f"{name}: expected {kind}, got {value!r}")
+def _field_kinds(cls: type) -> dict[str, tuple[str, bool]]:
+    """``field -> (kind, optional)`` read from a config dataclass's annotations (``X | None`` is
+    optional); fields of another type (a nested config) are left out."""
+    kinds: dict[str, tuple[str, bool]] = {}
+    for name, hint in get_type_hints(cls).items():
+        options = [a for a in get_args(hint) if a is not type(None)] or [hint]
+        if len(options) == 1 and options[0] in _KINDS:
+            kinds[name] = (_KINDS[options[0]], type(None) in get_args(hint))
+    return kinds
+
+
+def _check_kinds(cls: type, values: Mapping[str, Any], prefix: str = "") -> None:
+    """One-line ConfigError naming the first field whose value has the wrong type (bool is not a number)."""
+    kinds = _field_kinds(cls)
+    for name, value in values.items():
+        if name not in kinds:
+            continue
+        kind, optional = kinds[name]
+        if value is None and optional:
+            continue
+        ok = {
+            "a string": isinstance(value, str | Path),
+            "an integer": isinstance(value, int) and not isinstance(value, bool),
+            "a number": isinstance(value, int | float) and not isinstance(value, bool),
+            "true or false": isinstance(value, bool),
+        }[kind]
+        if not ok:
+            raise ConfigError(f"{prefix}{name}: expected {kind}, got {value!r}")
 
 
 def config_from_mapping(raw: Mapping[str, Any]) -> AgentConfig:
@@ -155,10 +148,8 @@ def config_from_mapping(raw: Mapping[str, Any]) -> AgentConfig:
         bad = sorted(set(inner) - inner_known)
         if bad:
             raise ConfigError(f"unknown inner field(s): {', '.join(bad)}")
-        for key, value in data.items():
-            _check_kind(key, value)
-        for key, value in inner.items():
-            _check_kind(f"inner.{key}", value)
+        _check_kinds(AgentConfig, data)
+        _check_kinds(InnerOptimizerConfig, inner, "inner.")
         for key in ("deployment", "state_dir", "keystore"):
             if data.get(key) is not None:
                 data[key] = Path(data[key])

@@ -120,13 +120,15 @@ class TaskContext:
 
     @property
     def max_payload_bytes(self) -> int:
-        """Largest outer-gradient payload a witness accepts: values, one exponent per chunk, header room."""
-        numel = self.layout.numel
-        return numel * (self.spec.gradient_bits // 8) + numel // 128 + MAX_PAYLOAD_OVERHEAD
+        """Largest outer-gradient payload a witness accepts (:func:`max_payload_bytes`)."""
+        return max_payload_bytes(self.layout.numel, self.spec.gradient_bits)
 
-    def committed_submissions(self, round_: int) -> list[CommittedSubmission]:
-        """Every commitment of ``round_`` with its payload fetched and hash-checked (or the fetch error)."""
-        committed = self.market.round(self.task_id, round_).committed_mask
+    def committed_submissions(self, round_: int, committed_mask: int | None = None) -> list[CommittedSubmission]:
+        """Every commitment of ``round_`` with its payload fetched and hash-checked (or the fetch error).
+
+        ``committed_mask`` is the round's ``committedMask`` when the caller has already read it.
+        """
+        committed = self.market.round(self.task_id, round_).committed_mask if committed_mask is None else committed_mask
         out: list[CommittedSubmission] = []
         for fragment in range(256):
             if not committed >> fragment & 1:
@@ -178,6 +180,12 @@ class TaskContext:
 
 class StateUnavailable(SynclineError):
     """The state blob for a root cannot be found or does not match it (yet)."""
+
+
+def max_payload_bytes(numel: int, bits: int) -> int:
+    """Largest outer-gradient payload a witness accepts for ``numel`` coordinates quantized to
+    ``bits``: the values, one exponent per chunk and room for the header."""
+    return numel * (bits // 8) + numel // 128 + MAX_PAYLOAD_OVERHEAD
 
 
 def model_config(spec: TrainingTaskSpec) -> dict[str, Any]:

@@ -19,16 +19,10 @@ from eth_utils import keccak
 
 from syncline.blobstore import BlobStore
 from syncline.chain.keys import Signer
-from syncline.chain.market import MarketClient
+from syncline.chain.market import MarketClient, RoundView
 from syncline.errors import ChainError
 from syncline.observability import get_logger
-from syncline.protocol.checkpoints import (
-    CheckpointManifest,
-    checkpoint_hash,
-    interval_of,
-    manifest_alias,
-    manifest_root_alias,
-)
+from syncline.protocol.checkpoints import CheckpointManifest, manifest_alias, manifest_root_alias
 from syncline.protocol.enums import RoundStatus, TaskStatus
 from syncline.protocol.signed_messages import Commitment
 from syncline.protocol.state import TrainingState
@@ -139,28 +133,24 @@ class TrainerAgent:
             )
         return self.inner
 
-    def _optimizer_path(self, round_: int) -> Path:
-        return self.cfg.state_dir / "optimizer" / f"before-round-{round_}.pt"
+    def _saved_optimizers(self) -> list[tuple[int, Path]]:
+        """``(round, path)`` of every AdamW state saved as ``optimizer/before-round-<round>.pt``, in round order."""
+        files = (self.cfg.state_dir / "optimizer").glob("before-round-*.pt")
+        return sorted((int(p.stem.removeprefix("before-round-")), p) for p in files)
 
     def _restore_optimizer(self, inner: InnerLoop, round_: int) -> None:
         """Load the AdamW state saved for the start of ``round_`` (a restart resumes bit-exactly)."""
         if self._optimizer_round == round_:
             return
-        directory = self.cfg.state_dir / "optimizer"
-        saved = (
-            sorted((int(p.stem.removeprefix("before-round-")), p) for p in directory.glob("before-round-*.pt"))
-            if directory.exists()
-            else []
-        )
-        usable = [(r, p) for r, p in saved if r <= round_]
+        usable = [(r, p) for r, p in self._saved_optimizers() if r <= round_]
         if usable and inner.load(usable[-1][1]):
             log.info("trainer.resumed", optimizer_state=f"before round {usable[-1][0]}", round=round_)
         self._optimizer_round = round_
 
     def _save_optimizer(self, inner: InnerLoop, next_round: int) -> None:
-        inner.save(self._optimizer_path(next_round))
-        for old in (self.cfg.state_dir / "optimizer").glob("before-round-*.pt"):
-            if int(old.stem.removeprefix("before-round-")) < next_round - 1:
+        inner.save(self.cfg.state_dir / "optimizer" / f"before-round-{next_round}.pt")
+        for r, old in self._saved_optimizers():
+            if r < next_round - 1:
                 old.unlink(missing_ok=True)
         self._optimizer_round = next_round
 
@@ -168,7 +158,7 @@ class TrainerAgent:
         ctx = self.ctx
         assert ctx is not None
         try:
-            state = self._sync_state(round_, state_root)
+            state = self._sync_state(round_, fragment, state_root)
         except StateUnavailable as exc:
             log.info("trainer.waiting_for_state", round=round_, reason=str(exc))
             return
@@ -177,7 +167,7 @@ class TrainerAgent:
         if self._wall_started is None:
             self._wall_started = time.perf_counter()  # utilization counts from the first round trained
         self.metrics.round.set(round_)
-        interval = interval_of(ctx.spec)
+        interval = ctx.spec.checkpoint_interval_steps
         work = inner.run(
             state,
             [ctx.shard(i) for i in shards],
@@ -196,7 +186,7 @@ class TrainerAgent:
         checkpoint_root = self._publish_checkpoints(round_, fragment, interval, work.checkpoints)
         try:
             message, signature = self.market.sign_commitment(
-                self.signer, ctx.task_id, round_, fragment, keccak(payload), chunk_root, checkpoint_root
+                self.signer, ctx.task_id, round_, fragment, ref.digest, chunk_root, checkpoint_root
             )
             self._announce(message, signature)
             self.market.send_commitment(self.signer, message, ref.uri, signature)
@@ -278,25 +268,26 @@ class TrainerAgent:
         manifest = CheckpointManifest(
             interval=interval,
             inner_steps=ctx.spec.inner_steps,
-            hashes=tuple(checkpoint_hash(c) for c in checkpoints),
+            hashes=tuple(bytes.fromhex(r.digest[2:]) for r in refs),  # a blob's digest is its checkpoint hash
             uris=tuple(r.uri for r in refs),
         )
         root = manifest.root
         data = manifest.to_json()
         self.blobs.put(data, alias=manifest_alias(ctx.task_id, round_, fragment))
         self.blobs.put(data, alias=manifest_root_alias(root))
-        self._checkpoint_bytes_sent += sum(len(c) for c in checkpoints) + 2 * len(data)
+        size = sum(r.size for r in refs)
+        self._checkpoint_bytes_sent += size + 2 * len(data)
         log.info(
             "trainer.checkpoints",
             round=round_,
             fragment=fragment,
             checkpoints=len(checkpoints),
-            kib=round(sum(len(c) for c in checkpoints) / 1024, 1),
+            kib=round(size / 1024, 1),
             root="0x" + root.hex(),
         )
         return root
 
-    def _sync_state(self, round_: int, state_root: str) -> TrainingState:
+    def _sync_state(self, round_: int, fragment: int, state_root: str) -> TrainingState:
         """The state to train from, fetched with as few bytes as possible.
 
         If the trainer holds the state the last round started from and the round's payloads are
@@ -310,10 +301,14 @@ class TrainerAgent:
         assert ctx is not None
         if self._state is not None and self._state.state_root_hex == state_root.lower():
             return self._state
-        committed = bin(self.market.round(ctx.task_id, round_ - 1).committed_mask).count("1") if round_ > 0 else 0
-        payload_bytes = committed * ctx.spec.gradient_bits // 8
-        if self._state is not None and round_ > 0 and payload_bytes < STATE_BYTES_PER_PARAM:
-            derived = self._derive_from_payloads(round_ - 1, state_root)
+        if self._state is not None and round_ > 0:
+            rr = self.market.round(ctx.task_id, round_ - 1)
+            payload_bytes = bin(rr.committed_mask).count("1") * ctx.spec.gradient_bits // 8
+            derived = (
+                self._derive_from_payloads(round_ - 1, rr, fragment, state_root)
+                if payload_bytes < STATE_BYTES_PER_PARAM
+                else None
+            )
             if derived is not None:
                 self._state = derived
                 return derived
@@ -322,16 +317,15 @@ class TrainerAgent:
         self._state = state
         return state
 
-    def _derive_from_payloads(self, round_: int, state_root: str) -> TrainingState | None:
+    def _derive_from_payloads(self, round_: int, rr: RoundView, fragment: int, state_root: str) -> TrainingState | None:
+        """The state round ``round_`` (read as ``rr``) finalized with, recomputed from its payloads."""
         ctx = self.ctx
         assert ctx is not None and self._state is not None
-        rr = self.market.round(ctx.task_id, round_)
         if rr.status != RoundStatus.FINALIZED or rr.state_root.lower() != state_root.lower():
             return None
-        subs = ctx.committed_submissions(round_)
+        subs = ctx.committed_submissions(round_, rr.committed_mask)
         if any(s.payload is None for s in subs):
             return None
-        fragment = self.market.trainer(ctx.task_id, self.signer.address).fragment
         result = ctx.compute_round(self._state, subs)
         self._bytes_received += sum(len(s.payload or b"") for s in subs if s.fragment != fragment)
         if "0x" + result.state_root.hex() != state_root.lower():

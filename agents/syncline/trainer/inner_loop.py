@@ -15,6 +15,7 @@ import contextlib
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import islice
 from pathlib import Path
 
@@ -104,7 +105,6 @@ class InnerLoop:
             betas=(cfg.beta1, cfg.beta2),
             weight_decay=cfg.weight_decay,
         )
-        self._layout_digest: bytes | None = None
 
     def _autocast(self) -> contextlib.AbstractContextManager[object]:
         if self.dtype == "bf16":
@@ -184,11 +184,9 @@ class InnerLoop:
 
     # ------------------------------------------------------------------ checkpoints
 
-    @property
+    @cached_property
     def layout_digest(self) -> bytes:
-        if self._layout_digest is None:
-            self._layout_digest = self.layout.digest()
-        return self._layout_digest
+        return self.layout.digest()
 
     def hyperparameters(self) -> InnerHyperparameters:
         group = self.optimizer.param_groups[0]
@@ -263,19 +261,14 @@ class InnerLoop:
             except RuntimeError:
                 raise CheckpointError("checkpoint rng_state is not a valid torch CPU generator state") from None
 
-    def run_segment(
-        self, checkpoint: bytes | Checkpoint, shards: Sequence[bytes], *, seed: int, start: int, stop: int
-    ) -> bytes:
-        """Re-run steps ``[start, stop)`` of a round from ``checkpoint`` (taken after ``start`` steps).
+    def run_segment(self, ckpt: Checkpoint, shards: Sequence[bytes], *, seed: int, start: int, stop: int) -> bytes:
+        """Re-run steps ``[start, stop)`` of a round from ``ckpt`` (taken after ``start`` steps).
 
         The batches are those of the trainer's run: the first ``start`` batches of the round's
         seeded stream are skipped. Runs with the checkpoint's thread count (restoring the
         caller's threads and CPU generator afterwards) and returns the canonical bytes of the
         checkpoint after step ``stop``.
         """
-        ckpt = (
-            checkpoint if isinstance(checkpoint, Checkpoint) else Checkpoint.from_bytes(checkpoint, layout=self.layout)
-        )
         steps = self.cfg.inner_steps
         if not 0 <= start < stop <= steps:
             raise CheckpointError(f"segment [{start}, {stop}) is not within the round's {steps} steps")

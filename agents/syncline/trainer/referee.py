@@ -5,7 +5,8 @@ the hashes of checkpoints ``c_0 .. c_S``, see :mod:`syncline.protocol.checkpoint
 
 * ``s < S`` (training): fetch ``c_s``, check it against the manifest (itself checked against the
   committed root), re-run steps ``[s * interval, min((s + 1) * interval, H))`` on the trainer's
-  shards with the trainer's batches, and compare the hash of the result with ``hash(c_{s+1})``.
+  shards with the trainer's batches, and compare the hash of the result with ``hash(c_{s+1})``
+  (when its shards were reassigned while the round was open, a replay on any set it held counts).
   Segment 0 also checks that ``c_0`` holds the round's start weights.
 * ``s == S`` (derivation): fetch ``c_S`` and check that the committed payload hash and chunk root
   are those of the payload derived from ``c_S`` and the round's start state.
@@ -22,11 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from eth_utils import keccak
 
 from syncline.blobstore import BlobStore
+from syncline.chain.market import SubmissionView
 from syncline.errors import SynclineError
 from syncline.modality.language import LanguageAdapter
 from syncline.observability import get_logger
@@ -37,14 +40,12 @@ from syncline.protocol.checkpoints import (
     CheckpointError,
     CheckpointManifest,
     checkpoint_hash,
-    interval_of,
     manifest_alias,
     manifest_root_alias,
     segment_bounds,
     segment_count,
 )
 from syncline.protocol.layout import ParameterLayout
-from syncline.protocol.spec import TrainingTaskSpec
 from syncline.protocol.state import TrainingState
 from syncline.run.context import StateUnavailable, TaskContext
 from syncline.trainer.agent import ZERO_ADDRESS, round_seed
@@ -80,10 +81,20 @@ class Claim:
     chunk_root: bytes
     checkpoint_root: bytes
 
+    @classmethod
+    def of(cls, sub: SubmissionView) -> Claim:
+        """The claim of a submission as the chain client reads it (``0x``-hex fields)."""
+        return cls(*(bytes.fromhex(h[2:]) for h in (sub.payload_hash, sub.chunk_root, sub.checkpoint_root)))
+
 
 @dataclass(frozen=True)
 class ReplayInputs:
-    """Everything public a referee needs to redo a trainer's round."""
+    """Everything public a referee needs to redo a trainer's round.
+
+    ``shards`` are the trainer's shards when it committed; ``other_shards`` the other shard sets
+    it held while the round was open (its shards were reassigned, e.g. after another trainer's
+    eviction, between the round's opening and its commit): it may honestly have trained on any.
+    """
 
     adapter: LanguageAdapter
     build_model: Callable[[], torch.nn.Module]
@@ -94,6 +105,7 @@ class ReplayInputs:
     interval: int
     gradient_bits: int
     start_state: TrainingState
+    other_shards: Sequence[Sequence[bytes]] = ()
 
     @property
     def segments(self) -> int:
@@ -219,27 +231,28 @@ def _check_training(
         return _guilty(segment, total, f"checkpoint {segment} claims step {ckpt.step}, expected {start}")
     if segment == 0 and not holds_start_state(ckpt, inputs.start_state):
         return _guilty(segment, total, "checkpoint 0 does not hold the round's start weights")
-    try:
-        replayed = replay_segment(
-            inputs.adapter,
-            inputs.build_model(),
-            inputs.layout,
-            ckpt,
-            inputs.shards,
-            seed=inputs.seed,
-            segment=segment,
-            inner_steps=inputs.inner_steps,
-            interval=inputs.interval,
-        )
-    except CheckpointError as exc:  # e.g. a generator state torch refuses
-        return _guilty(segment, total, f"checkpoint {segment} cannot be replayed: {_one_line(exc)}")
-    if checkpoint_hash(replayed) != manifest.hashes[segment + 1]:
-        return _guilty(
-            segment,
-            total,
-            f"re-running steps {start}..{stop - 1} from checkpoint {segment} does not give checkpoint {segment + 1}",
-        )
-    return Verdict(segment, total, False, f"steps {start}..{stop - 1} re-run bit-exactly")
+    for shards in (inputs.shards, *inputs.other_shards):
+        try:
+            replayed = replay_segment(
+                inputs.adapter,
+                inputs.build_model(),
+                inputs.layout,
+                ckpt,
+                shards,
+                seed=inputs.seed,
+                segment=segment,
+                inner_steps=inputs.inner_steps,
+                interval=inputs.interval,
+            )
+        except CheckpointError as exc:  # e.g. a generator state torch refuses
+            return _guilty(segment, total, f"checkpoint {segment} cannot be replayed: {_one_line(exc)}")
+        if checkpoint_hash(replayed) == manifest.hashes[segment + 1]:
+            return Verdict(segment, total, False, f"steps {start}..{stop - 1} re-run bit-exactly")
+    return _guilty(
+        segment,
+        total,
+        f"re-running steps {start}..{stop - 1} from checkpoint {segment} does not give checkpoint {segment + 1}",
+    )
 
 
 def find_faulty(
@@ -263,35 +276,9 @@ class RefereeCase:
     """One submission with everything needed to referee it."""
 
     claim: Claim
-    manifest: bytes | None
+    manifest: bytes | CheckpointManifest | None
     fetch: CheckpointFetcher
     inputs: ReplayInputs
-
-
-def _b32(value: object, what: str) -> bytes:
-    if isinstance(value, bytes | bytearray) and len(value) == 32:
-        return bytes(value)
-    if isinstance(value, str):
-        text = value[2:] if value.startswith("0x") else value
-        try:
-            raw = bytes.fromhex(text)
-        except ValueError:
-            raw = b""
-        if len(raw) == 32:
-            return raw
-    raise RefereeError(f"{what} is not a 32-byte value: {value!r}")
-
-
-def submission_checkpoint_root(sub: object) -> bytes:
-    """The ``checkpointRoot`` of a chain submission view (the one place that reads the field)."""
-    value = getattr(sub, "checkpoint_root", None)
-    if value is None:
-        raise RefereeError("the chain client's submission has no checkpoint_root (contract without checkpointRoot?)")
-    return _b32(value, "checkpoint root")
-
-
-def _interval(spec: TrainingTaskSpec) -> int:
-    return interval_of(spec)
 
 
 def _round_start_roots(ctx: TaskContext, round_: int) -> list[str]:
@@ -304,9 +291,8 @@ def _round_start_roots(ctx: TaskContext, round_: int) -> list[str]:
     ``round_ - 1`` recorded, the witnesses finalize on the restored one. Both are honest.
     """
     roots: list[str] = []
-    rr = ctx.market.round(ctx.task_id, round_)
-    prev = str(getattr(rr, "prev_state_root", "") or "").lower()
-    if prev and prev != ZERO32:
+    prev = ctx.market.round(ctx.task_id, round_).prev_state_root.lower()
+    if prev != ZERO32:
         roots.append(prev)
     if round_ == 0:
         roots.append(ctx.spec.initial_state_root.lower())
@@ -320,10 +306,11 @@ def _round_start_roots(ctx: TaskContext, round_: int) -> list[str]:
 
 
 def _round_start_state(
-    ctx: TaskContext, round_: int, manifest: bytes | None, fetch: CheckpointFetcher
-) -> TrainingState:
+    ctx: TaskContext, round_: int, manifest: bytes | CheckpointManifest | None, fetch: CheckpointFetcher
+) -> tuple[TrainingState, bytes | None]:
     """The start state whose weights checkpoint 0 holds, among the legitimate ones; the first
-    legitimate one when none matches (segment 0 then reports the mismatch)."""
+    legitimate one when none matches (segment 0 then reports the mismatch). Also returns the bytes
+    of checkpoint 0 when telling several start states apart needed them (None otherwise)."""
     states: list[TrainingState] = []
     missing: StateUnavailable | None = None
     for root in _round_start_roots(ctx, round_):
@@ -334,40 +321,54 @@ def _round_start_state(
     if not states:
         assert missing is not None
         raise missing
-    if len(states) == 1 or manifest is None:
-        return states[0]
+    if len(states) == 1 or not isinstance(manifest, CheckpointManifest):
+        return states[0], None
     try:
-        first = Checkpoint.from_bytes(fetch(CheckpointManifest.from_json(manifest), 0), layout=ctx.layout)
+        data = fetch(manifest, 0)
+        first = Checkpoint.from_bytes(data, layout=ctx.layout, max_bytes=max_checkpoint_bytes(ctx.layout))
     except (SynclineError, ValueError):
-        return states[0]
-    for state in states:
-        if holds_start_state(first, state):
-            return state
-    return states[0]
+        return states[0], None
+    return next((s for s in states if holds_start_state(first, s)), states[0]), data
 
 
-def _assigned_shards(ctx: TaskContext, round_: int, fragment: int, trainer: str) -> list[int]:
-    """The shards ``trainer`` held when it committed (the last ``ShardsAssigned`` before its
-    ``SubmissionCommitted``); the current assignment when the logs cannot tell."""
-    current = ctx.market.trainer(ctx.task_id, trainer).shards
+def _serving_first(fetch: CheckpointFetcher, first: bytes) -> CheckpointFetcher:
+    """``fetch``, except that checkpoint 0 comes from bytes already downloaded."""
+    return lambda manifest, index: first if index == 0 else fetch(manifest, index)
+
+
+def _shard_assignments(ctx: TaskContext, round_: int, fragment: int, trainer: str) -> list[list[int]]:
+    """The shard sets ``trainer`` may have trained round ``round_`` on, most likely first: the one
+    it held when it committed (the last ``ShardsAssigned`` before its ``SubmissionCommitted``), then
+    the earlier ones back to the one it held when the round opened (a reassignment while the round
+    was open lands under a trainer already training). The current assignment when the logs cannot tell."""
     try:
         commits = ctx.market.get_logs("SubmissionCommitted", taskId=ctx.task_id, round=round_, fragment=fragment)
-        assigned = ctx.market.get_logs("ShardsAssigned", taskId=ctx.task_id, trainer=trainer)
+        opened = ctx.market.get_logs("RoundOpened", taskId=ctx.task_id, round=round_) if commits else []
+        assigned = ctx.market.get_logs("ShardsAssigned", taskId=ctx.task_id, trainer=trainer) if commits else []
     except Exception as exc:  # an ABI without these events, or a node that prunes logs
         log.info("referee.shards_from_current_assignment", reason=_one_line(exc))
-        return current
-    if not commits:
-        return current
-    at = (commits[-1]["blockNumber"], commits[-1]["logIndex"])
-    masks = [int(e["args"]["shardMask"]) for e in assigned if (e["blockNumber"], e["logIndex"]) < at]
-    if not masks:
-        return current
-    return [i for i in range(256) if masks[-1] >> i & 1]
+        commits = opened = assigned = []
+    if commits:
+        committed_at = _position(commits[-1])
+        opened_at = _position(opened[-1]) if opened else (-1, -1)
+        before = [e for e in assigned if _position(e) < committed_at]
+        at_open = [e for e in before if _position(e) <= opened_at][-1:]
+        during = [e for e in before if _position(e) > opened_at]
+        masks = dict.fromkeys(int(e["args"]["shardMask"]) for e in reversed(at_open + during))
+        if masks:
+            return [[i for i in range(256) if mask >> i & 1] for mask in masks]
+    return [ctx.market.trainer(ctx.task_id, trainer).shards]
 
 
-def _fetch_manifest(blobs: BlobStore, root: bytes, aliases: Sequence[str]) -> bytes | None:
-    """The first manifest found under ``aliases`` that opens ``root``; else the first one found
-    (the referee then reports why it fails); None when no alias resolves to a readable blob."""
+def _position(event: Any) -> tuple[int, int]:
+    """Where a log entry lies in the chain's history."""
+    return int(event["blockNumber"]), int(event["logIndex"])
+
+
+def _fetch_manifest(blobs: BlobStore, root: bytes, aliases: Sequence[str]) -> bytes | CheckpointManifest | None:
+    """The first manifest found under ``aliases`` that opens ``root``, parsed; else the bytes of
+    the first one found (the referee then reports why they fail); None when no alias resolves to
+    a readable blob."""
     found: list[bytes] = []
     for alias in aliases:
         try:
@@ -378,8 +379,9 @@ def _fetch_manifest(blobs: BlobStore, root: bytes, aliases: Sequence[str]) -> by
         if data is None:
             continue
         try:
-            CheckpointManifest.from_json(data).verify_against(root)
-            return data
+            manifest = CheckpointManifest.from_json(data)
+            manifest.verify_against(root)
+            return manifest
         except CheckpointError:
             found.append(data)
     return found[0] if found else None
@@ -401,25 +403,24 @@ def load_case(
     sub = ctx.market.submission(ctx.task_id, round_, fragment)
     if sub.trainer == ZERO_ADDRESS:
         raise RefereeError(f"task {ctx.task_id} round {round_} fragment {fragment}: no submission")
-    claim = Claim(
-        payload_hash=_b32(sub.payload_hash, "payload hash"),
-        chunk_root=_b32(sub.chunk_root, "chunk root"),
-        checkpoint_root=submission_checkpoint_root(sub),
-    )
+    claim = Claim.of(sub)
     aliases = (manifest_root_alias(claim.checkpoint_root), manifest_alias(ctx.task_id, round_, fragment))
     manifest = _fetch_manifest(ctx.blobs, claim.checkpoint_root, aliases)
     fetch = blob_fetcher(ctx.blobs, ctx.layout)
     if start_state is None:
-        start_state = _round_start_state(ctx, round_, manifest, fetch)
-    indices = list(shards) if shards is not None else _assigned_shards(ctx, round_, fragment, sub.trainer)
+        start_state, first = _round_start_state(ctx, round_, manifest, fetch)
+        if first is not None:  # checkpoint 0 is already here: do not download it again
+            fetch = _serving_first(fetch, first)
+    held = [list(shards)] if shards is not None else _shard_assignments(ctx, round_, fragment, sub.trainer)
     inputs = ReplayInputs(
         adapter=ctx.adapter,
         build_model=ctx.build_model,
         layout=ctx.layout,
-        shards=[ctx.shard(i) for i in indices],
+        shards=[ctx.shard(i) for i in held[0]],
+        other_shards=[[ctx.shard(i) for i in indices] for indices in held[1:]],
         seed=round_seed(ctx.task_id, round_, fragment),
         inner_steps=ctx.spec.inner_steps,
-        interval=_interval(ctx.spec),
+        interval=ctx.spec.checkpoint_interval_steps,
         gradient_bits=ctx.spec.gradient_bits,
         start_state=start_state,
     )

@@ -73,7 +73,7 @@ def replay_segment(
     adapter: LanguageAdapter,
     model: torch.nn.Module,
     layout: ParameterLayout,
-    checkpoint: bytes | Checkpoint,
+    checkpoint: Checkpoint,
     shards: Sequence[bytes],
     *,
     seed: int,
@@ -86,7 +86,8 @@ def replay_segment(
     ``model`` is a freshly built model of the task (its weights are overwritten); returns the
     canonical bytes of the checkpoint the segment ends in, to compare with ``c_{segment+1}``.
     """
-    ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else Checkpoint.from_bytes(checkpoint, layout=layout)
     start, stop = segment_bounds(segment, inner_steps, interval)
-    loop = InnerLoop(adapter, model, layout, replay_config(ckpt, inner_steps), device="cpu", dtype=ckpt.dtype)
-    return loop.run_segment(ckpt, shards, seed=seed, start=start, stop=stop)
+    loop = InnerLoop(
+        adapter, model, layout, replay_config(checkpoint, inner_steps), device="cpu", dtype=checkpoint.dtype
+    )
+    return loop.run_segment(checkpoint, shards, seed=seed, start=start, stop=stop)
