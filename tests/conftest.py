@@ -30,6 +30,7 @@ from syncline.chain.deployment import Deployment, deploy_market
 from syncline.chain.devnet import Devnet, start_anvil
 from syncline.chain.keys import Signer, from_private_key
 from syncline.chain.market import MarketClient
+from syncline.errors import ChainError
 from syncline.protocol.enums import AggregationRule, Modality, Tier
 from syncline.protocol.spec import (
     AggregationSpec,
@@ -68,6 +69,51 @@ def checkpoint_root(label: str) -> str:
 def bond_witnesses(market: MarketClient, task_id: int, witnesses: list[Signer]) -> list[Any]:
     """Every witness posts the task's witness bond (needed before voting); returns the receipts."""
     return [market.bond_witness(w, task_id) for w in witnesses]
+
+
+def start_task(
+    market: MarketClient, sponsor: Signer, spec: TrainingTaskSpec, witnesses: list[Signer], trainers: list[Signer]
+) -> tuple[int, list[Any]]:
+    """Post ``spec``, bond every witness and enroll every trainer (fragments in list order; the run
+    starts once ``max_trainers`` have enrolled). Returns the task id and every receipt."""
+    task_id, receipt = market.post_task(sponsor, spec, SPEC_URI)
+    receipts = [receipt, *bond_witnesses(market, task_id, witnesses)]
+    receipts += [market.enroll(t, task_id)[1] for t in trainers]
+    return task_id, receipts
+
+
+def commit(market: MarketClient, trainer: Signer, task_id: int, round_: int, fragment: int, tag: str = "") -> Any:
+    """Commit a stand-in submission: distinct placeholder hashes per (task, round, fragment, tag)."""
+    label = f"{task_id}/{round_}/{fragment}{tag}"
+    return market.commit_submission(
+        trainer,
+        task_id,
+        round_,
+        fragment,
+        h32(f"payload/{label}"),
+        h32(f"chunks/{label}"),
+        f"ipfs://g/{label}",
+        checkpoint_root=checkpoint_root(label),
+    )
+
+
+def travel_past(w3: Web3, timestamp: int) -> None:
+    """Mine a block after ``timestamp`` (at ``timestamp + 1``, or one second on if the chain is already later)."""
+    devnet_mod.set_next_timestamp(w3, max(timestamp + 1, devnet_mod.chain_time(w3) + 1))
+
+
+def check_error(err: ChainError, name: str, args: dict[str, Any]) -> None:
+    """``err`` is one decoded line naming the custom error ``name`` and exactly its values ``args``
+    (addresses compared case-insensitively)."""
+    assert err.error_name == name, str(err)
+    assert _lowered(err.error_args) == _lowered(args), str(err)
+    assert "\n" not in str(err)
+    rendered = ", ".join(f"{k}={v}" for k, v in err.error_args.items())
+    assert f"{name}({rendered})" in str(err)
+
+
+def _lowered(args: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.lower() if isinstance(v, str) else v for k, v in args.items()}
 
 
 def shard_mask(shard_count: int, active: int, position: int) -> int:

@@ -16,11 +16,10 @@ import pytest
 import torch
 from web3 import Web3
 
-from conftest import SPEC_URI, bond_witnesses, checkpoint_root, h32
-from syncline.chain.devnet import chain_time, set_next_timestamp
+from conftest import checkpoint_root, h32, start_task, travel_past
 from syncline.chain.keys import Signer
-from syncline.chain.market import MarketClient
-from syncline.challenger.proofs import AggregationOpening, build_aggregation_proof, first_differing_chunk
+from syncline.chain.market import AggregationProof, MarketClient
+from syncline.challenger.proofs import build_aggregation_proof, first_differing_chunk
 from syncline.errors import ChainError
 from syncline.protocol.aggregation import make_rule
 from syncline.protocol.chunking import gradient_chunk_root, verify_chunk
@@ -79,10 +78,7 @@ def _finalized_round(
         aggregation=AggregationSpec(rule=rule, trim_fraction=param / 10_000),
         min_trainers=3,
     )
-    task_id, _ = market.post_task(sponsor, spec, SPEC_URI)
-    bond_witnesses(market, task_id, witnesses)
-    for t in trainers:
-        market.enroll(t, task_id)
+    task_id, _ = start_task(market, sponsor, spec, witnesses, trainers)
     grads = _gradients(len(trainers))
     for fragment, (trainer, qg) in enumerate(zip(trainers, grads, strict=True)):
         market.commit_submission(
@@ -101,7 +97,7 @@ def _finalized_round(
         weights = honest.weights.clone()
         weights[300] += 1  # chunk 1, coordinate 44
         claimed = TrainingState(layout=honest.layout, weights=weights, momentum=honest.momentum)
-    set_next_timestamp(w3, max(market.round_deadline(task_id) + 1, chain_time(w3) + 1))
+    travel_past(w3, market.round_deadline(task_id))
     for w in witnesses[:2]:
         market.finalize_round(w, task_id, 0, claimed.state_root(), h32("aggregate"), 0b111)
     assert market.round(task_id, 0).status == RoundStatus.FINALIZED
@@ -128,8 +124,8 @@ def test_python_proof_of_a_wrong_aggregate_is_upheld(
     )
     assert opening is not None
     assert (opening.chunk_index, opening.lo, opening.hi) == (1, 44, 76)
-    for content, proof in zip(opening.input_chunks, opening.input_proofs, strict=True):
-        assert any(verify_chunk(gradient_chunk_root(q), 1, content, proof, 3) for q in grads)
+    for qg, content, proof in zip(grads, opening.input_chunks, opening.input_proofs, strict=True):
+        assert verify_chunk(gradient_chunk_root(qg), 1, content, proof, 3)  # each input against its own root
 
     bond = market.witness_bond(task_id)
     challenge_id = market.prove_aggregation_fraud(outsider, opening)
@@ -192,7 +188,7 @@ def test_a_forged_opening_is_refused(
     assert opening is not None
     forged_input = bytearray(opening.input_chunks[0])
     forged_input[5] ^= 1
-    forged: list[AggregationOpening] = [
+    forged: list[AggregationProof] = [
         replace(opening, input_chunks=(bytes(forged_input), *opening.input_chunks[1:])),
         replace(opening, prev_chunk=opening.claimed_chunk),
         replace(opening, chunk_index=0),

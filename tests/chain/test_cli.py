@@ -13,7 +13,7 @@ import pytest
 from web3 import Web3
 
 from syncline.chain.deployment import Deployment
-from syncline.chain.devnet import start_anvil
+from syncline.chain.devnet import is_running, start_anvil
 from syncline.chain.market import MarketClient
 from syncline.paths import repo_root
 
@@ -39,14 +39,6 @@ def _env(state_dir: Path, **extra: str) -> dict[str, str]:
     return {**os.environ, "SYNCLINE_STATE_DIR": str(state_dir), **extra}
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def test_devnet_up_status_down(tmp_path: Path) -> None:
     env = _env(tmp_path)
     up = _syncline("devnet", "up", env=env)
@@ -67,7 +59,7 @@ def test_devnet_up_status_down(tmp_path: Path) -> None:
     finally:
         down = _syncline("devnet", "down", env=env)
     assert down.returncode == 0, down.stderr
-    assert not _alive(anvil_pid) and not _alive(blob_pid)
+    assert not is_running(anvil_pid) and not is_running(blob_pid)
     assert json.loads(_syncline("devnet", "status", env=env).stdout)["running"] is False
 
 

@@ -27,9 +27,8 @@ from eth_abi import encode
 from eth_utils import keccak
 from web3 import Web3
 
-from conftest import SPEC_URI, GasMeter, bond_witnesses, checkpoint_root, h32
+from conftest import GasMeter, check_error, checkpoint_root, commit, h32, start_task, travel_past
 from syncline.chain.deployment import Deployment, merged_abi
-from syncline.chain.devnet import chain_time, set_next_timestamp
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
 from syncline.chain.toolchain import compile_contracts
@@ -61,36 +60,12 @@ def start_run(
     trainers: list[Signer],
     witnesses: list[Signer],
     spec_factory: Callable[..., TrainingTaskSpec],
-    gas: GasMeter | None = None,
     **overrides: Any,
 ) -> Run:
     spec = spec_factory(**overrides)
-    task_id, receipt = market.post_task(sponsor, spec, SPEC_URI)
-    receipts = [receipt, *bond_witnesses(market, task_id, witnesses)]
-    receipts += [market.enroll(t, task_id)[1] for t in trainers]
-    if gas is not None:
-        for r in receipts:
-            gas.add(r)
+    task_id, _ = start_task(market, sponsor, spec, witnesses, trainers)
     assert market.task(task_id).status == TaskStatus.RUNNING
     return Run(task_id, spec)
-
-
-def commit(market: MarketClient, trainer: Signer, task_id: int, rnd: int, fragment: int, tag: str = "") -> Any:
-    return market.commit_submission(
-        trainer,
-        task_id,
-        rnd,
-        fragment,
-        h32(f"payload/{task_id}/{rnd}/{fragment}{tag}"),
-        h32(f"chunks/{task_id}/{rnd}/{fragment}{tag}"),
-        f"ipfs://g/{rnd}/{fragment}{tag}",
-        checkpoint_root=checkpoint_root(f"{task_id}/{rnd}/{fragment}{tag}"),
-    )
-
-
-def travel_past(w3: Web3, timestamp: int) -> None:
-    """Mine a block at ``timestamp + 1``."""
-    set_next_timestamp(w3, max(timestamp + 1, chain_time(w3) + 1))
 
 
 def finalize(
@@ -117,16 +92,6 @@ def fault_key(*parts: tuple[str, int]) -> str:
     """``keccak256(abi.encode(...))`` of a challenge's fault, as ``SynclineDuplicateChallenge`` reports it."""
     types, values = zip(*parts, strict=True)
     return "0x" + keccak(encode(list(types), list(values))).hex()
-
-
-def check_error(err: ChainError, name: str, args: dict[str, Any]) -> None:
-    """One decoded line naming the custom error and exactly its values."""
-    assert err.error_name == name, str(err)
-    lowered = {k: v.lower() if isinstance(v, str) else v for k, v in err.error_args.items()}
-    assert lowered == {k: v.lower() if isinstance(v, str) else v for k, v in args.items()}, str(err)
-    assert "\n" not in str(err)
-    rendered = ", ".join(f"{k}={v}" for k, v in err.error_args.items())
-    assert f"{name}({rendered})" in str(err)
 
 
 def money_invariant(

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from web3 import Web3
 
-from conftest import ETH, SPEC_URI, GasMeter, checkpoint_root, h32, shard_mask
+from conftest import ETH, SPEC_URI, GasMeter, commit, h32, shard_mask
 from syncline.chain.devnet import chain_time, set_next_timestamp
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient, result_digest
@@ -41,22 +41,6 @@ def travel_to(w3: Web3, timestamp: int) -> None:
     assert timestamp > chain_time(w3), "time travel only goes forward"
     set_next_timestamp(w3, timestamp)
     assert chain_time(w3) == timestamp
-
-
-def commit(market: MarketClient, gas: GasMeter, trainer: Signer, task_id: int, rnd: int, fragment: int) -> Any:
-    payload = h32(f"payload/{task_id}/{rnd}/{fragment}")
-    chunks = h32(f"chunks/{task_id}/{rnd}/{fragment}")
-    receipt = market.commit_submission(
-        trainer,
-        task_id,
-        rnd,
-        fragment,
-        payload,
-        chunks,
-        f"ipfs://outer-gradient/{rnd}/{fragment}",
-        checkpoint_root=checkpoint_root(f"{task_id}/{rnd}/{fragment}"),
-    )
-    return gas.add(receipt)
 
 
 def deadline_of(market: MarketClient, task_id: int) -> int:
@@ -136,7 +120,7 @@ def test_full_lifecycle_every_wei_accounted(
 
     # ------------------------------------------------------------------ round 0: everyone commits
     for fragment, trainer in enumerate(trainers):
-        receipt = commit(market, gas, trainer, task_id, 0, fragment)
+        receipt = gas.add(commit(market, trainer, task_id, 0, fragment))
         (committed,) = market.events(receipt, "SubmissionCommitted")
         assert committed["args"]["weight"] == 2
     assert market.submission(task_id, 0, 2).trainer == t2.address
@@ -199,8 +183,8 @@ def test_full_lifecycle_every_wei_accounted(
     assert_money_invariant(task_id)
 
     # ------------------------------------------------------------------ round 1: T2 misses, dissent
-    commit(market, gas, t0, task_id, 1, 0)
-    commit(market, gas, t1, task_id, 1, 1)
+    gas.add(commit(market, t0, task_id, 1, 0))
+    gas.add(commit(market, t1, task_id, 1, 1))
     travel_to(w3, deadline_of(market, task_id) + 1)
     s1, a1, m1 = h32("state/1"), h32("aggregate/1"), 0b01  # the committee rejects T1's gradient
     sx, ax, mx = h32("state/1-dissent"), h32("aggregate/1-dissent"), 0b11
@@ -229,8 +213,8 @@ def test_full_lifecycle_every_wei_accounted(
     assert_money_invariant(task_id)
 
     # ------------------------------------------------------------------ round 2: no quorum -> carry forward
-    commit(market, gas, t0, task_id, 2, 0)
-    commit(market, gas, t1, task_id, 2, 1)
+    gas.add(commit(market, t0, task_id, 2, 0))
+    gas.add(commit(market, t1, task_id, 2, 1))
     deadline2 = deadline_of(market, task_id)
     opened2 = market.task(task_id).round_opened_at
     assert deadline2 == opened2 + spec.round_duration_s
@@ -284,12 +268,12 @@ def test_full_lifecycle_every_wei_accounted(
 
     # ------------------------------------------------------------------ round 3: the evicted trainer is out
     with pytest.raises(ChainError) as err:
-        commit(market, gas, t2, task_id, 3, 2)
+        commit(market, t2, task_id, 3, 2)
     assert err.value.error_name == "SynclineNotActiveTrainer"
     assert err.value.error_args["taskId"] == task_id
     assert Web3.to_checksum_address(str(err.value.error_args["caller"])) == t2.address
     for fragment, trainer in ((0, t0), (1, t1)):
-        receipt = commit(market, gas, trainer, task_id, 3, fragment)
+        receipt = gas.add(commit(market, trainer, task_id, 3, fragment))
         assert market.events(receipt, "SubmissionCommitted")[0]["args"]["weight"] == 3
     travel_to(w3, deadline_of(market, task_id) + 1)
     s3, a3, m3 = h32("state/3"), h32("aggregate/3"), 0b11

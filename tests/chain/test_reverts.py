@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from web3 import Web3
 
-from conftest import SPEC_URI, bond_witnesses, checkpoint_root, h32
+from conftest import SPEC_URI, check_error, checkpoint_root, commit, h32, start_task
 from syncline.chain.devnet import chain_time, set_next_timestamp
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
@@ -29,20 +29,10 @@ def reverts(w3: Web3, signer: Signer, name: str, args: dict[str, Any]) -> Iterat
     nonce = w3.eth.get_transaction_count(signer.address)
     with pytest.raises(ChainError) as info:
         yield info
-    err = info.value
-    assert err.error_name == name
-    assert _normalized(err.error_args) == _normalized(args)
-    text = str(err)
-    assert "\n" not in text
-    rendered = ", ".join(f"{k}={v}" for k, v in err.error_args.items())
-    assert f"{name}({rendered})" in text
+    check_error(info.value, name, args)
     for value in args.values():
-        assert str(value).lower() in text.lower()
+        assert str(value).lower() in str(info.value).lower()
     assert w3.eth.get_transaction_count(signer.address) == nonce
-
-
-def _normalized(args: dict[str, Any]) -> dict[str, Any]:
-    return {k: v.lower() if isinstance(v, str) else v for k, v in args.items()}
 
 
 @pytest.fixture
@@ -53,24 +43,8 @@ def running_task(
     witnesses: list[Signer],
     spec_factory: Callable[..., Any],
 ) -> int:
-    task_id, _ = market.post_task(sponsor, spec_factory(), SPEC_URI)
-    bond_witnesses(market, task_id, witnesses)
-    for trainer in trainers:
-        market.enroll(trainer, task_id)
+    task_id, _ = start_task(market, sponsor, spec_factory(), witnesses, trainers)
     return task_id
-
-
-def _commit(market: MarketClient, trainer: Signer, task_id: int, rnd: int, fragment: int, tag: str = "") -> Any:
-    return market.commit_submission(
-        trainer,
-        task_id,
-        rnd,
-        fragment,
-        h32(f"p{rnd}{fragment}{tag}"),
-        h32(f"c{rnd}{fragment}{tag}"),
-        "ipfs://g",
-        checkpoint_root=checkpoint_root(f"{rnd}{fragment}{tag}"),
-    )
 
 
 def test_wrong_stake(
@@ -92,7 +66,7 @@ def test_late_submission(market: MarketClient, w3: Web3, trainers: list[Signer],
     set_next_timestamp(w3, deadline + 1)
     assert chain_time(w3) > deadline
     with reverts(w3, trainers[0], "SynclineSubmissionLate", {"taskId": running_task, "round": 0, "deadline": deadline}):
-        _commit(market, trainers[0], running_task, 0, 0)
+        commit(market, trainers[0], running_task, 0, 0)
     assert market.round(running_task, 0).committed_mask == 0
 
 
@@ -101,16 +75,16 @@ def test_submission_exactly_at_the_deadline_is_on_time(
 ) -> None:
     deadline = market.round_deadline(running_task)
     w3.provider.make_request("evm_setNextBlockTimestamp", [deadline])
-    _commit(market, trainers[0], running_task, 0, 0)
+    commit(market, trainers[0], running_task, 0, 0)
     assert market.submission(running_task, 0, 0).committed_at == deadline
     assert market.round(running_task, 0).committed_mask == 0b1
 
 
 def test_duplicate_submission(market: MarketClient, w3: Web3, trainers: list[Signer], running_task: int) -> None:
-    _commit(market, trainers[1], running_task, 0, 1)
+    commit(market, trainers[1], running_task, 0, 1)
     first = market.submission(running_task, 0, 1)
     with reverts(w3, trainers[1], "SynclineDuplicateSubmission", {"taskId": running_task, "round": 0, "fragment": 1}):
-        _commit(market, trainers[1], running_task, 0, 1, tag="again")
+        commit(market, trainers[1], running_task, 0, 1, tag="again")
     assert market.submission(running_task, 0, 1) == first
 
 
@@ -122,7 +96,7 @@ def test_unassigned_fragment(market: MarketClient, w3: Web3, trainers: list[Sign
         "SynclineUnassignedFragment",
         {"taskId": running_task, "fragment": 3, "caller": trainers[0].address},
     ):
-        _commit(market, trainers[0], running_task, 0, 3)
+        commit(market, trainers[0], running_task, 0, 3)
     # another trainer's fragment: the signature does not recover to the trainer holding it
     with reverts(
         w3,
@@ -130,7 +104,7 @@ def test_unassigned_fragment(market: MarketClient, w3: Web3, trainers: list[Sign
         "SynclineWrongSigner",
         {"signer": trainers[0].address, "expected": trainers[1].address},
     ):
-        _commit(market, trainers[0], running_task, 0, 1)
+        commit(market, trainers[0], running_task, 0, 1)
     assert market.submission(running_task, 0, 1).trainer == "0x" + "00" * 20
 
 
@@ -212,7 +186,7 @@ def test_witness_bond_rules(
     # an unbonded witness cannot vote
     for trainer in trainers:
         market.enroll(trainer, task_id)
-    _commit(market, trainers[0], task_id, 0, 0)
+    commit(market, trainers[0], task_id, 0, 0)
     set_next_timestamp(w3, market.round_deadline(task_id) + 1)
     with reverts(w3, witnesses[1], "SynclineWitnessUnbonded", {"taskId": task_id, "witness": witnesses[1].address}):
         market.finalize_round(witnesses[1], task_id, 0, h32("s"), h32("a"), 0b1)
@@ -234,7 +208,7 @@ def test_not_a_witness(
 def test_round_still_open(
     market: MarketClient, w3: Web3, witnesses: list[Signer], trainers: list[Signer], running_task: int
 ) -> None:
-    _commit(market, trainers[0], running_task, 0, 0)
+    commit(market, trainers[0], running_task, 0, 0)
     deadline = market.round_deadline(running_task)
     with reverts(
         w3, witnesses[0], "SynclineRoundStillOpen", {"taskId": running_task, "round": 0, "deadline": deadline}
@@ -307,8 +281,8 @@ def test_wrong_round_and_witness_cannot_change_vote(
     market: MarketClient, w3: Web3, trainers: list[Signer], witnesses: list[Signer], running_task: int
 ) -> None:
     with reverts(w3, trainers[0], "SynclineWrongRound", {"taskId": running_task, "round": 1, "currentRound": 0}):
-        _commit(market, trainers[0], running_task, 1, 0)
-    _commit(market, trainers[0], running_task, 0, 0)
+        commit(market, trainers[0], running_task, 1, 0)
+    commit(market, trainers[0], running_task, 0, 0)
     set_next_timestamp(w3, market.round_deadline(running_task) + 1)
     market.finalize_round(witnesses[0], running_task, 0, h32("s"), h32("a"), 0b1)
     previous = market.vote_of(running_task, 0, witnesses[0].address)
@@ -380,7 +354,7 @@ def test_enrollment_and_cancel_boundaries(
 def test_finalize_boundary(
     market: MarketClient, w3: Web3, trainers: list[Signer], witnesses: list[Signer], running_task: int
 ) -> None:
-    _commit(market, trainers[0], running_task, 0, 0)
+    commit(market, trainers[0], running_task, 0, 0)
     d = market.round_deadline(running_task)
     vote, signature = market.sign_vote(witnesses[0], running_task, 0, h32("s"), h32("a"), 1)
     fn = market.contract.functions.finalizeRound(vote.as_tuple(), 0, signature)
@@ -419,11 +393,8 @@ def test_seal_boundary(
     spec_factory: Callable[..., Any],
 ) -> None:
     spec = spec_factory(rounds=1)
-    task_id, _ = market.post_task(sponsor, spec, SPEC_URI)
-    bond_witnesses(market, task_id, witnesses)
-    for trainer in trainers:
-        market.enroll(trainer, task_id)
-    _commit(market, trainers[0], task_id, 0, 0)
+    task_id, _ = start_task(market, sponsor, spec, witnesses, trainers)
+    commit(market, trainers[0], task_id, 0, 0)
     set_next_timestamp(w3, market.round_deadline(task_id) + 1)
     market.finalize_round(witnesses[0], task_id, 0, h32("s"), h32("a"), 0b1)
     receipt = market.finalize_round(witnesses[1], task_id, 0, h32("s"), h32("a"), 0b1)
@@ -452,7 +423,7 @@ def _let_time_pass_without_mining(w3: Web3, seconds: int) -> None:
 def test_witness_can_finalize_once_the_deadline_has_passed_even_if_no_block_was_mined(
     market: MarketClient, w3: Web3, trainers: list[Signer], witnesses: list[Signer], running_task: int
 ) -> None:
-    _commit(market, trainers[0], running_task, 0, 0)
+    commit(market, trainers[0], running_task, 0, 0)
     d = market.round_deadline(running_task)
     _let_time_pass_without_mining(w3, d - chain_time(w3) + 5)
     assert chain_time(w3) < d < int(w3.eth.get_block("pending")["timestamp"])
@@ -467,6 +438,6 @@ def test_commit_that_lands_after_the_deadline_names_the_error(
     d = market.round_deadline(running_task)
     _let_time_pass_without_mining(w3, d - chain_time(w3) + 5)
     with pytest.raises(ChainError) as info:
-        _commit(market, trainers[0], running_task, 0, 0)
+        commit(market, trainers[0], running_task, 0, 0)
     assert info.value.error_name == "SynclineSubmissionLate", str(info.value)
     assert info.value.error_args == {"taskId": running_task, "round": 0, "deadline": d}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from web3 import Web3
 from web3.contract import Contract
@@ -153,16 +153,6 @@ class ChallengeView:
     slashed_wei: int
 
 
-class AggregationProofLike(Protocol):
-    """Anything that encodes as the ``AggregationProof`` struct (``AggregationProof`` below, or a
-    challenger's own opening type with the same fields and ``as_tuple``)."""
-
-    @property
-    def task_id(self) -> int: ...
-
-    def as_tuple(self) -> tuple[Any, ...]: ...
-
-
 @dataclass(frozen=True)
 class AggregationProof:
     """Opening of one chunk for ``proveAggregationFraud`` (mirrors the Solidity struct).
@@ -211,7 +201,7 @@ def result_digest(state_root: str | bytes, aggregate_root: str | bytes, accepted
     )
 
 
-# Gas floors for votes that may turn out to decide (see ``TxSender.send``): a quorum-completing
+# Gas floors for votes that may turn out to decide (see ``TransactionSender.send``): a quorum-completing
 # finalize credits every accepted trainer and witness and opens the next round (2.6 M gas with 64
 # trainers, docs/gas.md); a deciding referee verdict slashes, evicts and rebalances the shards.
 QUORUM_VOTE_GAS = 3_500_000
@@ -409,7 +399,7 @@ class MarketClient:
             challenger, a.task_id, "proveWitnessEquivocation", a.as_tuple(), bytes(sig_a), b.as_tuple(), bytes(sig_b)
         )
 
-    def prove_aggregation_fraud(self, challenger: Signer, proof: AggregationProofLike) -> int:
+    def prove_aggregation_fraud(self, challenger: Signer, proof: AggregationProof) -> int:
         """Recompute one chunk of a finalized round on chain; a mismatch slashes the voters and invalidates."""
         return self._open_challenge(challenger, proof.task_id, "proveAggregationFraud", proof.as_tuple())
 

@@ -18,7 +18,7 @@ from prometheus_client import Counter, Gauge, start_http_server
 
 from syncline.blobstore import BlobStore
 from syncline.chain.keys import Signer
-from syncline.chain.market import MarketClient
+from syncline.chain.market import MarketClient, TaskView
 from syncline.challenger.audit import (
     AggregationFraud,
     Censorship,
@@ -33,7 +33,6 @@ from syncline.challenger.training import make_training_checker
 from syncline.errors import ChainError
 from syncline.observability import get_logger
 from syncline.protocol.enums import ChallengeKind, ChallengeStatus, TaskStatus
-from syncline.protocol.signed_messages import Domain
 from syncline.run.agent_config import AgentConfig
 from syncline.run.context import TaskContext
 from syncline.run.local_store import append_record
@@ -57,6 +56,17 @@ def finding_kind(f: Finding) -> str:
     }[type(f)]
 
 
+def fault_of(f: Finding) -> tuple[str, int, object]:
+    """The fault a finding proves, as the court keys it: kind, round and the accused slot."""
+    if isinstance(f, WitnessEquivocation):
+        return finding_kind(f), f.round, f.witness.lower()
+    if isinstance(f, TrainingFraud):
+        return finding_kind(f), f.round, (f.fragment, f.segment)
+    if isinstance(f, (TrainerEquivocation, Censorship)):
+        return finding_kind(f), f.round, f.fragment
+    return finding_kind(f), f.round, None
+
+
 @dataclass
 class Challenger:
     """Audits one task's rounds and brings the proofs; embeddable in other agents."""
@@ -71,6 +81,10 @@ class Challenger:
     withdraw: bool = True
     ctx: TaskContext | None = None
     audited: set[int] = field(default_factory=set)
+    # Findings already proven (or lost to a faster challenger): never brought twice.
+    brought: set[tuple[str, int, object]] = field(default_factory=set)
+    # Censorship and training challenges this challenger brought that are still open (they need a
+    # follow-up after their deadline); proofs decided in their own transaction are not kept.
     mine: set[int] = field(default_factory=set)
     _auditor: RoundAuditor | None = None
 
@@ -81,13 +95,14 @@ class Challenger:
 
     def _auditor_for(self) -> RoundAuditor:
         if self._auditor is None:
-            domain = Domain(chain_id=self.market.w3.eth.chain_id, verifying_contract=self.market.address)
-            self._auditor = RoundAuditor(self._context(), domain, self.training_checker)
+            self._auditor = RoundAuditor(self._context(), self.market.domain(), self.training_checker)
         return self._auditor
 
-    def step(self) -> None:
-        """Audit every newly closed round in its window, prove what is wrong, follow up, withdraw."""
-        t = self.market.task(self.task_id)
+    def step(self, task: TaskView | None = None) -> None:
+        """Audit every newly closed round in its window, prove what is wrong, follow up, withdraw.
+
+        ``task`` is the task's view if the caller has just read it (saves reading it again)."""
+        t = task or self.market.task(self.task_id)
         if t.status in (TaskStatus.RUNNING, TaskStatus.AWAITING_SEAL):
             spec = self._context().spec
             now = pending_time(self.market.w3)
@@ -96,14 +111,20 @@ class Challenger:
                 if round_ in self.audited:
                     continue
                 rr = self.market.round(self.task_id, round_)
-                self.audited.add(round_)
                 if rr.closed_at == 0 or now > rr.closed_at + spec.challenge_window_s:
+                    self.audited.add(round_)
                     continue
-                findings = self._auditor_for().audit(round_)
-                AUDITED.set(round_)
-                for finding in findings:
+                auditor = self._auditor_for()
+                for finding in auditor.audit(round_):
+                    key = fault_of(finding)
+                    if key in self.brought:
+                        continue  # a re-audit of a round that could not be judged whole before
                     FINDINGS.labels(kind=finding_kind(finding)).inc()
                     self._prove(finding, rr.closed_at)
+                    self.brought.add(key)
+                AUDITED.set(round_)
+                if not auditor.incomplete:
+                    self.audited.add(round_)
             self._follow_up(now)
         if self.withdraw:
             self._withdraw()
@@ -121,7 +142,8 @@ class Challenger:
                 "challenger.proof_skipped", kind=kind, round=finding.round, reason=exc.error_name or str(exc)[:160]
             )
             return
-        self.mine.add(challenge_id)
+        if isinstance(finding, (Censorship, TrainingFraud)):
+            self.mine.add(challenge_id)
         latency = max(0, pending_time(self.market.w3) - closed_at)
         LATENCY.set(latency)
         PROVEN.labels(kind=kind).inc()
@@ -163,7 +185,10 @@ class Challenger:
     def _follow_up(self, now: int) -> None:
         for challenge_id in sorted(self.mine):
             c = self.market.challenge(challenge_id)
-            if c.status != ChallengeStatus.OPEN or now <= c.deadline:
+            if c.status != ChallengeStatus.OPEN:
+                self.mine.discard(challenge_id)
+                continue
+            if now <= c.deadline:
                 continue
             try:
                 if c.kind == ChallengeKind.CENSORSHIP:
@@ -177,10 +202,9 @@ class Challenger:
                 continue
             after = self.market.challenge(challenge_id)
             log.info("challenger.challenge_closed", challenge=challenge_id, status=after.status.name.lower())
+            self.mine.discard(challenge_id)
 
     def _withdraw(self) -> None:
-        if self.market.credit_of(self.signer.address) == 0:
-            return
         amount = self.market.claim(self.signer)
         if amount:
             log.info("challenger.withdrew", wei=amount)
@@ -235,7 +259,7 @@ class ChallengerAgent:
             t = self.market.task(self.cfg.task_id)
             if t.status == TaskStatus.ENROLLING:
                 return False
-            challenger.step()
+            challenger.step(t)
             done = t.status in (TaskStatus.SEALED, TaskStatus.CANCELLED)
             return done and self.market.credit_of(self.signer.address) == 0
 

@@ -15,22 +15,25 @@ trusts nothing a witness says. For each closed round it reports, cheapest check 
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from syncline.chain.market import MarketClient, RoundView
-from syncline.challenger.proofs import AggregationOpening, build_aggregation_proof
+from syncline.chain.market import AggregationProof, MarketClient, RoundView
+from syncline.challenger.proofs import build_aggregation_proof
+from syncline.errors import SynclineError
 from syncline.observability import get_logger
 from syncline.protocol.enums import AggregationRule, RoundStatus
 from syncline.protocol.quantization import QuantizedGradient
 from syncline.protocol.signed_messages import Commitment, Domain, Vote
-from syncline.protocol.sync_round import validate_submission
+from syncline.protocol.sync_round import CommittedSubmission, validate_submission
 from syncline.run.context import StateUnavailable, TaskContext
 from syncline.run.gossip import SignedCommitment, SignedVote, read_commitment, read_vote
 
 log = get_logger("syncline.challenger")
 
+# Rules whose aggregate the court recomputes chunk by chunk (``proveAggregationFraud``).
+PROVABLE_RULES = (AggregationRule.MEAN, AggregationRule.TRIMMED_MEAN, AggregationRule.COORDINATE_MEDIAN)
+# Rules that may leave valid inputs out: no censorship claim against them.
 EXCLUDING_RULES = (AggregationRule.KRUM, AggregationRule.MULTI_KRUM)
 
 
@@ -53,7 +56,7 @@ class WitnessEquivocation:
 @dataclass(frozen=True)
 class AggregationFraud:
     round: int
-    opening: AggregationOpening
+    opening: AggregationProof
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,9 @@ class RoundAuditor:
     ctx: TaskContext
     domain: Domain
     training_checker: TrainingChecker | None = None
-    rng: random.Random = field(default_factory=lambda: random.Random(0))
+    # Set by ``audit`` when a check could not judge yet (a state or checkpoint blob not available):
+    # the caller audits the round again later instead of treating it as clean.
+    incomplete: bool = False
 
     @property
     def market(self) -> MarketClient:
@@ -92,20 +97,41 @@ class RoundAuditor:
     def audit(self, round_: int) -> Iterator[Finding]:
         """Yield each fault as soon as it is found (cheapest checks first), so the caller can
         prove an equivocation before spending minutes re-executing training segments."""
+        self.incomplete = False
         rr = self.market.round(self.ctx.task_id, round_)
-        yield from self.trainer_equivocations(round_, rr)
+        yield from self.trainer_equivocations(round_)
         yield from self.witness_equivocations(round_)
         if rr.status != RoundStatus.FINALIZED:
             return
-        fraud = self.aggregation_fraud(round_, rr)
-        if fraud is not None:
-            # The round will be voided: its exclusions and inputs no longer matter.
-            yield fraud
-            return
-        yield from self.censorship(round_, rr)
+        accepted, left_out = self._inputs(round_, rr)
+        if accepted:
+            fraud = self.aggregation_fraud(round_, rr, accepted)
+            if fraud is not None:
+                # The round will be voided: its exclusions and inputs no longer matter.
+                yield fraud
+                return
+        yield from self.censorship(round_, left_out)
         rr = self.market.round(self.ctx.task_id, round_)
         if rr.status == RoundStatus.FINALIZED:
             yield from self.training_fraud(round_, rr)
+
+    def _inputs(self, round_: int, rr: RoundView) -> tuple[list[CommittedSubmission], list[CommittedSubmission]]:
+        """The submissions the aggregation and censorship checks need, every payload fetched once:
+        the accepted ones (if the rule is provable) and the left-out ones (if the rule keeps every
+        valid input); ascending fragment order."""
+        rule = self.ctx.spec.aggregation.rule
+        accepted = rr.accepted_mask if rule in PROVABLE_RULES else 0
+        left_out = 0 if rule in EXCLUDING_RULES else rr.committed_mask & ~rr.accepted_mask
+        if accepted == 0 and left_out == 0:
+            return [], []
+        subs = self.ctx.committed_submissions(round_, rr.committed_mask)
+        return [s for s in subs if accepted >> s.fragment & 1], [s for s in subs if left_out >> s.fragment & 1]
+
+    def _validate(self, sub: CommittedSubmission) -> tuple[QuantizedGradient | None, str | None]:
+        ctx = self.ctx
+        return validate_submission(
+            sub, numel=ctx.layout.numel, bits=ctx.spec.gradient_bits, max_bytes=ctx.max_payload_bytes
+        )
 
     # ------------------------------------------------------------------ equivocation
 
@@ -124,7 +150,7 @@ class RoundAuditor:
             out[message.fragment] = SignedCommitment(message, bytes(a["signature"]), str(a["trainer"]))
         return out
 
-    def trainer_equivocations(self, round_: int, rr: RoundView) -> list[TrainerEquivocation]:
+    def trainer_equivocations(self, round_: int) -> list[TrainerEquivocation]:
         found: list[TrainerEquivocation] = []
         for fragment, onchain in self._onchain_commitments(round_).items():
             announced = read_commitment(self.ctx.blobs, self.domain, self.ctx.task_id, round_, fragment)
@@ -156,47 +182,40 @@ class RoundAuditor:
 
     # ------------------------------------------------------------------ aggregation
 
-    def _accepted_gradients(self, round_: int, mask: int) -> list[QuantizedGradient] | None:
-        """The accepted submissions' gradients in fragment order (None if one is not usable)."""
-        subs = [s for s in self.ctx.committed_submissions(round_) if mask >> s.fragment & 1]
-        out: list[QuantizedGradient] = []
-        for sub in sorted(subs, key=lambda s: s.fragment):
-            qg, reason = validate_submission(
-                sub, numel=self.ctx.layout.numel, bits=self.ctx.spec.gradient_bits, max_bytes=self.ctx.max_payload_bytes
-            )
-            if qg is None:
-                log.info("challenger.accepted_input_unusable", round=round_, fragment=sub.fragment, reason=reason)
-                return None
-            out.append(qg)
-        return out
-
-    def aggregation_fraud(self, round_: int, rr: RoundView) -> AggregationFraud | None:
-        spec = self.ctx.spec
-        if spec.aggregation.rule not in (
-            AggregationRule.MEAN,
-            AggregationRule.TRIMMED_MEAN,
-            AggregationRule.COORDINATE_MEDIAN,
-        ):
-            return None
-        if rr.accepted_mask == 0:
-            return None
+    def aggregation_fraud(
+        self, round_: int, rr: RoundView, accepted: list[CommittedSubmission]
+    ) -> AggregationFraud | None:
+        """Recompute the round from its accepted inputs; a different state root is proven by
+        opening the first differing chunk (the finalized state is fetched only then)."""
         try:
             previous = self.ctx.fetch_state(rr.prev_state_root)
+        except StateUnavailable as exc:
+            log.info("challenger.state_unavailable", round=round_, reason=str(exc))
+            self.incomplete = True
+            return None
+        expected = self.ctx.compute_round(previous, accepted)
+        if "0x" + expected.state_root.hex() == rr.state_root:
+            return None
+        if expected.rejected:
+            # An accepted input the court cannot open: no chunk proof can be built on it.
+            for fragment, reason in expected.rejected.items():
+                log.info("challenger.accepted_input_unusable", round=round_, fragment=fragment, reason=reason)
+            return None
+        try:
             claimed = self.ctx.fetch_state(rr.state_root)
         except StateUnavailable as exc:
             log.info("challenger.state_unavailable", round=round_, reason=str(exc))
+            self.incomplete = True
             return None
-        accepted = self._accepted_gradients(round_, rr.accepted_mask)
-        if accepted is None:
-            return None
-        subs = [s for s in self.ctx.committed_submissions(round_) if rr.accepted_mask >> s.fragment & 1]
-        expected = self.ctx.compute_round(previous, subs)
-        if expected.state_root == claimed.state_root():
-            return None
+        gradients: list[QuantizedGradient] = []
+        for sub in accepted:
+            qg, _ = self._validate(sub)
+            assert qg is not None  # compute_round rejected none of them
+            gradients.append(qg)
         opening = build_aggregation_proof(
             task_id=self.ctx.task_id,
             round_=round_,
-            accepted=accepted,
+            accepted=gradients,
             previous=previous,
             expected=expected.state,
             claimed=claimed,
@@ -205,19 +224,11 @@ class RoundAuditor:
 
     # ------------------------------------------------------------------ censorship
 
-    def censorship(self, round_: int, rr: RoundView) -> list[Censorship]:
-        if self.ctx.spec.aggregation.rule in EXCLUDING_RULES:
-            return []
-        left_out = rr.committed_mask & ~rr.accepted_mask
-        if left_out == 0:
-            return []
+    def censorship(self, round_: int, left_out: list[CommittedSubmission]) -> list[Censorship]:
+        """Left-out submissions that are valid (the rule keeps every valid input)."""
         found: list[Censorship] = []
-        for sub in self.ctx.committed_submissions(round_):
-            if not left_out >> sub.fragment & 1:
-                continue
-            qg, reason = validate_submission(
-                sub, numel=self.ctx.layout.numel, bits=self.ctx.spec.gradient_bits, max_bytes=self.ctx.max_payload_bytes
-            )
+        for sub in left_out:
+            qg, reason = self._validate(sub)
             if qg is not None:
                 found.append(Censorship(round_, sub.fragment))
             else:
@@ -233,7 +244,12 @@ class RoundAuditor:
         for fragment in range(256):
             if not live >> fragment & 1:
                 continue
-            verdict = self.training_checker(self.ctx, round_, fragment)
+            try:
+                verdict = self.training_checker(self.ctx, round_, fragment)
+            except SynclineError as exc:  # its checkpoints or start state are not available yet
+                log.info("challenger.training_check_deferred", round=round_, fragment=fragment, reason=str(exc)[:160])
+                self.incomplete = True
+                continue
             if verdict is not None:
                 segment, reason = verdict
                 yield TrainingFraud(round_, fragment, segment, reason)

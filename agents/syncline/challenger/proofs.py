@@ -13,76 +13,38 @@ under 3M gas for 16 inputs with any rule it supports.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
-from eth_utils import keccak
 
-from syncline.protocol import merkle
-from syncline.protocol.chunking import CHUNK_SIZE, chunk_bounds, gradient_chunk_contents, state_chunk_contents
+from syncline.chain.market import AggregationProof
+from syncline.protocol.chunking import (
+    CHUNK_SIZE,
+    chunk_bounds,
+    chunk_proof,
+    gradient_chunk_contents,
+    gradient_chunk_hashes,
+    state_chunk_contents,
+    state_chunk_hashes,
+)
 from syncline.protocol.quantization import QuantizedGradient
 from syncline.protocol.state import TrainingState
 
 DEFAULT_WINDOW = 32
 
 
-@dataclass(frozen=True)
-class AggregationOpening:
-    """The fields of the on-chain ``AggregationProof`` struct."""
-
-    task_id: int
-    round: int
-    chunk_index: int
-    lo: int
-    hi: int
-    input_chunks: tuple[bytes, ...]
-    input_proofs: tuple[tuple[bytes, ...], ...]
-    prev_chunk: bytes
-    prev_proof: tuple[bytes, ...]
-    claimed_chunk: bytes
-    claimed_proof: tuple[bytes, ...]
-
-    def as_tuple(self) -> tuple[object, ...]:
-        """ABI tuple in the struct's field order."""
-        return (
-            self.task_id,
-            self.round,
-            self.chunk_index,
-            self.lo,
-            self.hi,
-            list(self.input_chunks),
-            [list(p) for p in self.input_proofs],
-            self.prev_chunk,
-            list(self.prev_proof),
-            self.claimed_chunk,
-            list(self.claimed_proof),
-        )
-
-
-def first_differing_chunk(expected: TrainingState, claimed: TrainingState) -> int | None:
-    """Index of the first state chunk whose content differs, or ``None`` if the states are equal."""
+def first_difference(expected: TrainingState, claimed: TrainingState) -> int | None:
+    """Index of the first coordinate whose weight or momentum differs, or ``None`` if the states are equal."""
     if expected.layout.numel != claimed.layout.numel:
         raise ValueError("states of different sizes cannot be compared chunk by chunk")
     differs = (expected.weights != claimed.weights) | (expected.momentum != claimed.momentum)
     where = torch.nonzero(differs, as_tuple=False)
-    if where.numel() == 0:
-        return None
-    return int(where[0, 0]) // CHUNK_SIZE
+    return None if where.numel() == 0 else int(where[0, 0])
 
 
-def coordinate_window(
-    expected: TrainingState, claimed: TrainingState, chunk_index: int, window: int = DEFAULT_WINDOW
-) -> tuple[int, int]:
-    """``[lo, hi)`` within the chunk: at most ``window`` coordinates starting at the first difference."""
-    start, stop = chunk_bounds(chunk_index, expected.layout.numel)
-    differs = (expected.weights[start:stop] != claimed.weights[start:stop]) | (
-        expected.momentum[start:stop] != claimed.momentum[start:stop]
-    )
-    where = torch.nonzero(differs, as_tuple=False)
-    if where.numel() == 0:
-        raise ValueError(f"chunk {chunk_index} does not differ")
-    lo = int(where[0, 0])
-    return lo, min(lo + window, stop - start)
+def first_differing_chunk(expected: TrainingState, claimed: TrainingState) -> int | None:
+    """Index of the first state chunk whose content differs, or ``None`` if the states are equal."""
+    first = first_difference(expected, claimed)
+    return None if first is None else first // CHUNK_SIZE
 
 
 def build_aggregation_proof(
@@ -95,38 +57,43 @@ def build_aggregation_proof(
     claimed: TrainingState,
     window: int = DEFAULT_WINDOW,
     chunk_index: int | None = None,
-) -> AggregationOpening | None:
-    """Open the first chunk where ``claimed`` (finalized) differs from ``expected`` (recomputed).
+) -> AggregationProof | None:
+    """Open the first chunk where ``claimed`` (finalized) differs from ``expected`` (recomputed),
+    with at most ``window`` coordinates starting at the first difference.
 
     ``accepted`` are the accepted submissions' gradients in ascending fragment order. Returns
-    ``None`` when the two states are identical (no fraud to prove).
+    ``None`` when the two states are identical (no fraud to prove). An explicit ``chunk_index``
+    opens that chunk from its first coordinate instead (tests: proving an honest chunk fails).
     """
     if chunk_index is None:
-        chunk_index = first_differing_chunk(expected, claimed)
-        if chunk_index is None:
+        first = first_difference(expected, claimed)
+        if first is None:
             return None
-        lo, hi = coordinate_window(expected, claimed, chunk_index, window)
+        chunk_index = first // CHUNK_SIZE
+        lo = first - chunk_index * CHUNK_SIZE
     else:
-        start, stop = chunk_bounds(chunk_index, expected.layout.numel)
-        lo, hi = 0, min(window, stop - start)
-    inputs: list[bytes] = []
-    proofs: list[tuple[bytes, ...]] = []
-    for qg in accepted:
-        contents = gradient_chunk_contents(qg)
-        inputs.append(contents[chunk_index])
-        proofs.append(tuple(merkle.proof([keccak(c) for c in contents], chunk_index)))
-    prev_contents = state_chunk_contents(previous.weights, previous.momentum)
-    claimed_contents = state_chunk_contents(claimed.weights, claimed.momentum)
-    return AggregationOpening(
+        lo = 0
+    start, stop = chunk_bounds(chunk_index, expected.layout.numel)
+    hi = min(lo + window, stop - start)
+    prev_chunk, prev_proof = _open_state(previous, chunk_index)
+    claimed_chunk, claimed_proof = _open_state(claimed, chunk_index)
+    return AggregationProof(
         task_id=task_id,
         round=round_,
         chunk_index=chunk_index,
         lo=lo,
         hi=hi,
-        input_chunks=tuple(inputs),
-        input_proofs=tuple(proofs),
-        prev_chunk=prev_contents[chunk_index],
-        prev_proof=tuple(merkle.proof([keccak(c) for c in prev_contents], chunk_index)),
-        claimed_chunk=claimed_contents[chunk_index],
-        claimed_proof=tuple(merkle.proof([keccak(c) for c in claimed_contents], chunk_index)),
+        input_chunks=tuple(gradient_chunk_contents(qg)[chunk_index] for qg in accepted),
+        input_proofs=tuple(tuple(chunk_proof(gradient_chunk_hashes(qg), chunk_index)) for qg in accepted),
+        prev_chunk=prev_chunk,
+        prev_proof=prev_proof,
+        claimed_chunk=claimed_chunk,
+        claimed_proof=claimed_proof,
     )
+
+
+def _open_state(state: TrainingState, index: int) -> tuple[bytes, tuple[bytes, ...]]:
+    """State chunk ``index`` (the chunk encoding of its coordinate slice) and its proof against the state root."""
+    start, stop = chunk_bounds(index, state.layout.numel)
+    (content,) = state_chunk_contents(state.weights[start:stop], state.momentum[start:stop])
+    return content, tuple(chunk_proof(state_chunk_hashes(state.weights, state.momentum), index))

@@ -14,7 +14,6 @@ from __future__ import annotations
 import random
 
 from syncline.challenger.audit import TrainingChecker
-from syncline.errors import SynclineError
 from syncline.observability import get_logger
 from syncline.run.context import TaskContext
 from syncline.trainer.referee import check_segment, load_case, training_checker
@@ -30,7 +29,7 @@ def make_training_checker(mode: str, *, seed: int = 0, rate: float = 0.5) -> Tra
     if mode == "off":
         return None
     if mode == "all":
-        return _safe(training_checker)
+        return training_checker
     rng = random.Random(seed)
 
     def spot(ctx: TaskContext, round_: int, fragment: int) -> tuple[int, str] | None:
@@ -45,17 +44,4 @@ def make_training_checker(mode: str, *, seed: int = 0, rate: float = 0.5) -> Tra
                 return verdict.segment, verdict.reason
         return None
 
-    return _safe(spot)
-
-
-def _safe(check: TrainingChecker) -> TrainingChecker:
-    """A checker that cannot judge (its inputs are not available yet) reports nothing."""
-
-    def guarded(ctx: TaskContext, round_: int, fragment: int) -> tuple[int, str] | None:
-        try:
-            return check(ctx, round_, fragment)
-        except SynclineError as exc:
-            log.info("challenger.training_check_skipped", round=round_, fragment=fragment, reason=str(exc)[:160])
-            return None
-
-    return guarded
+    return spot

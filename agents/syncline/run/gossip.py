@@ -10,14 +10,17 @@ signatures by one key for one slot with different contents are an equivocation t
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from syncline.blobstore import BlobStore
 from syncline.errors import SynclineError
 from syncline.protocol.signed_messages import Commitment, Domain, Vote, recover
 
 MAX_GOSSIP_BYTES = 4096
+
+T = TypeVar("T")
 
 
 class GossipError(SynclineError):
@@ -111,6 +114,16 @@ def _load(data: bytes, kind: str) -> dict[str, Any]:
     return obj
 
 
+def _signature(obj: dict[str, Any], domain: Domain, message: Commitment | Vote) -> tuple[bytes, str]:
+    """The message's signature and the address it recovers to under ``domain``."""
+    signature = _b(obj.get("signature"), "signature", 65)
+    try:
+        signer = recover(domain, message, signature)
+    except Exception as exc:  # eth-account raises several types for bad signatures
+        raise GossipError(f"gossip {obj['type'].lower()} signature does not recover: {str(exc)[:80]}") from None
+    return signature, signer
+
+
 def decode_commitment(data: bytes, domain: Domain) -> SignedCommitment:
     obj = _load(data, "Commitment")
     message = Commitment(
@@ -121,12 +134,7 @@ def decode_commitment(data: bytes, domain: Domain) -> SignedCommitment:
         chunk_root=_b(obj.get("chunkRoot"), "chunkRoot", 32),
         checkpoint_root=_b(obj.get("checkpointRoot"), "checkpointRoot", 32),
     )
-    signature = _b(obj.get("signature"), "signature", 65)
-    try:
-        signer = recover(domain, message, signature)
-    except Exception as exc:  # eth-account raises several types for bad signatures
-        raise GossipError(f"gossip commitment signature does not recover: {str(exc)[:80]}") from None
-    return SignedCommitment(message, signature, signer)
+    return SignedCommitment(message, *_signature(obj, domain, message))
 
 
 def decode_vote(data: bytes, domain: Domain) -> SignedVote:
@@ -138,12 +146,7 @@ def decode_vote(data: bytes, domain: Domain) -> SignedVote:
         aggregate_root=_b(obj.get("aggregateRoot"), "aggregateRoot", 32),
         accepted_mask=_i(obj.get("acceptedMask"), "acceptedMask"),
     )
-    signature = _b(obj.get("signature"), "signature", 65)
-    try:
-        signer = recover(domain, message, signature)
-    except Exception as exc:
-        raise GossipError(f"gossip vote signature does not recover: {str(exc)[:80]}") from None
-    return SignedVote(message, signature, signer)
+    return SignedVote(message, *_signature(obj, domain, message))
 
 
 def announce_commitment(blobs: BlobStore, message: Commitment, signature: bytes) -> None:
@@ -155,13 +158,14 @@ def announce_vote(blobs: BlobStore, message: Vote, signature: bytes, witness: st
     blobs.put(encode_vote(message, signature), alias=vote_alias(message.task_id, message.round, witness))
 
 
-def _read(blobs: BlobStore, alias: str) -> bytes | None:
+def _read(blobs: BlobStore, alias: str, decode: Callable[[bytes, Domain], T], domain: Domain) -> T | None:
+    """The message announced under ``alias``, or ``None`` if absent, unreadable or invalid."""
     digest = blobs.resolve(alias)
     if digest is None:
         return None
     try:
-        return blobs.get(digest)
-    except SynclineError:
+        return decode(blobs.get(digest), domain)
+    except SynclineError:  # a blob store error, or a GossipError
         return None
 
 
@@ -169,20 +173,9 @@ def read_commitment(
     blobs: BlobStore, domain: Domain, task_id: int, round_: int, fragment: int
 ) -> SignedCommitment | None:
     """The announced commitment for a slot, or ``None`` if absent or invalid."""
-    data = _read(blobs, commitment_alias(task_id, round_, fragment))
-    if data is None:
-        return None
-    try:
-        return decode_commitment(data, domain)
-    except GossipError:
-        return None
+    return _read(blobs, commitment_alias(task_id, round_, fragment), decode_commitment, domain)
 
 
 def read_vote(blobs: BlobStore, domain: Domain, task_id: int, round_: int, witness: str) -> SignedVote | None:
-    data = _read(blobs, vote_alias(task_id, round_, witness))
-    if data is None:
-        return None
-    try:
-        return decode_vote(data, domain)
-    except GossipError:
-        return None
+    """The vote ``witness`` announced for a round, or ``None`` if absent or invalid."""
+    return _read(blobs, vote_alias(task_id, round_, witness), decode_vote, domain)

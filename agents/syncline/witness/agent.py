@@ -24,7 +24,7 @@ from eth_utils import keccak
 
 from syncline.blobstore import BlobStore
 from syncline.chain.keys import Signer
-from syncline.chain.market import MarketClient
+from syncline.chain.market import MarketClient, TaskView
 from syncline.challenger.agent import Challenger
 from syncline.challenger.training import make_training_checker
 from syncline.errors import ChainError
@@ -79,7 +79,7 @@ class WitnessAgent:
             return False
         if self.ctx is None:
             self.ctx = TaskContext.load(self.market, self.blobs, task_id)
-        self._court_duties()
+        self._court_duties(t)
         spec = self.ctx.spec
         now = pending_time(self.market.w3)
         if t.status == TaskStatus.AWAITING_SEAL:
@@ -167,12 +167,12 @@ class WitnessAgent:
         announce_vote(self.blobs, other, other_signature, self.signer.address)
         log.warning("witness.misbehaving", mode="equivocate", round=vote.round)
 
-    def _court_duties(self) -> None:
+    def _court_duties(self, task: TaskView) -> None:
         """Referee open training claims; unless misbehaving, audit closed rounds and prove faults."""
         ctx = self.ctx
         assert ctx is not None
         if self.referee is None:
-            self.referee = RefereeDuty(self.cfg.task_id, self.signer, self.market, lambda: ctx)
+            self.referee = RefereeDuty(ctx, self.signer)
         if self.challenger is None and self.cfg.challenge and self.cfg.misbehave is None:
             seed = int(self.signer.address, 16)
             self.challenger = Challenger(
@@ -185,13 +185,17 @@ class WitnessAgent:
                 withdraw=False,
                 ctx=ctx,
             )
-        for duty in (self.referee, self.challenger):
-            if duty is None:
-                continue
-            try:
-                duty.step()
-            except (ChainError, StateUnavailable) as exc:
-                log.info("witness.court_duty_deferred", reason=str(exc).splitlines()[0][:160])
+        self._defer_on_error(self.referee.step)
+        if self.challenger is not None:
+            challenger = self.challenger
+            self._defer_on_error(lambda: challenger.step(task))
+
+    def _defer_on_error(self, duty: Callable[[], None]) -> None:
+        """Run a court duty; a chain or state problem defers it to the next step."""
+        try:
+            duty()
+        except (ChainError, StateUnavailable) as exc:
+            log.info("witness.court_duty_deferred", reason=str(exc).splitlines()[0][:160])
 
     def _validation_loss(self, result: RoundResult) -> float:
         ctx = self.ctx

@@ -8,7 +8,6 @@ never sent twice.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from syncline.chain.keys import Signer
@@ -24,30 +23,29 @@ log = get_logger("syncline.witness")
 
 @dataclass
 class RefereeDuty:
-    task_id: int
+    ctx: TaskContext
     signer: Signer
-    market: MarketClient
-    context: Callable[[], TaskContext]
-    seen: int = 0
+    # Challenges with nothing (more) to do here: other tasks or kinds, closed, or already voted on.
     decided: set[int] = field(default_factory=set)
 
+    @property
+    def market(self) -> MarketClient:
+        return self.ctx.market
+
     def step(self) -> None:
-        count = self.market.challenge_count()
-        for challenge_id in range(1, count + 1):
+        for challenge_id in range(1, self.market.challenge_count() + 1):
             if challenge_id in self.decided:
                 continue
             c = self.market.challenge(challenge_id)
-            if c.task_id != self.task_id or c.kind != ChallengeKind.TRAINING_FRAUD:
-                self.decided.add(challenge_id)
-                continue
-            if c.status != ChallengeStatus.OPEN:
+            ours = c.task_id == self.ctx.task_id and c.kind == ChallengeKind.TRAINING_FRAUD
+            if not ours or c.status != ChallengeStatus.OPEN:
                 self.decided.add(challenge_id)
                 continue
             self._referee(challenge_id, c.round, c.fragment, c.segment)
 
     def _referee(self, challenge_id: int, round_: int, fragment: int, segment: int) -> None:
         try:
-            verdict = referee_segment(self.context(), round_, fragment, segment)
+            verdict = referee_segment(self.ctx, round_, fragment, segment)
         except SynclineError as exc:
             # Not a verdict on the trainer: a local problem (state not yet available, etc.). Retry later.
             log.info("witness.referee_deferred", challenge=challenge_id, reason=str(exc).splitlines()[0][:160])
