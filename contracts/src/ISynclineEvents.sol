@@ -1,20 +1,7 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
-import {
-    TaskSpec,
-    TaskState,
-    TaskStatus,
-    Tier,
-    AggregationRule,
-    RoundRecord,
-    Submission,
-    ChallengeKind,
-    ChallengeStatus,
-    TrainerRecord,
-    WitnessRecord,
-    TrainingReceipt
-} from "./SynclineTypes.sol";
+import {TaskStatus, Tier, AggregationRule, ChallengeKind, ChallengeStatus} from "./SynclineTypes.sol";
 
 /// @title Syncline errors and events
 /// @notice Everything the market and its court module revert with or emit, in one place so that
@@ -151,7 +138,9 @@ interface ISynclineEvents {
         bytes signature
     );
     /// @notice A vote differed from the first vote of the round.
-    event DissentRecorded(uint256 indexed taskId, uint32 indexed round, address indexed witness, bytes32 result, bytes32 firstVote);
+    event DissentRecorded(
+        uint256 indexed taskId, uint32 indexed round, address indexed witness, bytes32 result, bytes32 firstVote
+    );
     /// @notice k matching votes finalized the round.
     event RoundFinalized(
         uint256 indexed taskId,
@@ -172,7 +161,9 @@ interface ISynclineEvents {
     /// @notice The last round closed; the run waits for its challenge window, then can be sealed.
     event RunCompleted(uint256 indexed taskId, bytes32 finalStateRoot, uint64 challengeWindowEnds);
     /// @notice The run sealed; rewards, fees and stake refunds were credited.
-    event TaskSealed(uint256 indexed taskId, bytes32 finalStateRoot, uint256 rewardsPaid, uint256 feesPaid, uint256 sponsorRefund);
+    event TaskSealed(
+        uint256 indexed taskId, bytes32 finalStateRoot, uint256 rewardsPaid, uint256 feesPaid, uint256 sponsorRefund
+    );
     /// @notice The task never filled; everyone was refunded.
     event TaskCancelled(uint256 indexed taskId, uint16 enrolled, uint256 sponsorRefund);
     /// @notice `amount` was added to `account`'s withdrawable credit.

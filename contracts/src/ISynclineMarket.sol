@@ -4,14 +4,10 @@ pragma solidity ^0.8.24;
 import {
     TaskSpec,
     TaskState,
-    TaskStatus,
-    Tier,
-    AggregationRule,
     RoundRecord,
     Submission,
     TrainerRecord,
     WitnessRecord,
-    TrainingReceipt,
     Commitment,
     Vote
 } from "./SynclineTypes.sol";

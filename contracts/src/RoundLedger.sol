@@ -22,7 +22,6 @@ import {ShardAssignment} from "./libraries/ShardAssignment.sol";
 /// idempotent finalize and fork detection, carry-forward after the grace window, missed-round
 /// accounting and eviction.
 abstract contract RoundLedger is TrainerStaking {
-
     /// @inheritdoc ISynclineMarket
     function commitSubmission(Commitment calldata c, string calldata uri, bytes calldata signature) external {
         uint256 taskId = c.taskId;
@@ -187,9 +186,13 @@ abstract contract RoundLedger is TrainerStaking {
     /// @dev Adds each accepted submission's weight to its trainer (paid pro rata at seal). A
     /// trainer evicted for a proven fault while the round was open earns nothing for it: its
     /// submission is marked revoked instead.
-    function _creditAcceptedWork(uint256 taskId, TaskState storage t, RoundRecord storage rr, uint32 round, uint256 mask)
-        private
-    {
+    function _creditAcceptedWork(
+        uint256 taskId,
+        TaskState storage t,
+        RoundRecord storage rr,
+        uint32 round,
+        uint256 mask
+    ) private {
         uint256 total = 0;
         while (mask != 0) {
             uint16 fragment = _lowestBit(mask);
@@ -225,9 +228,13 @@ abstract contract RoundLedger is TrainerStaking {
     }
 
     /// @dev Missed-round accounting and eviction for the closed round, then opens the next one.
-    function _closeRound(uint256 taskId, TaskState storage t, TaskSpec storage spec, RoundRecord storage rr, uint32 round)
-        private
-    {
+    function _closeRound(
+        uint256 taskId,
+        TaskState storage t,
+        TaskSpec storage spec,
+        RoundRecord storage rr,
+        uint32 round
+    ) private {
         address[] storage trainers = _trainersByFragment[taskId];
         bool evicted = false;
         for (uint256 i = 0; i < trainers.length; ++i) {
@@ -255,16 +262,6 @@ abstract contract RoundLedger is TrainerStaking {
             t.currentRound = round + 1;
             t.roundOpenedAt = uint64(block.timestamp);
             emit RoundOpened(taskId, round + 1, uint64(block.timestamp), uint64(block.timestamp) + spec.roundDuration);
-        }
-    }
-
-    function _lowestBit(uint256 mask) private pure returns (uint16 index) {
-        // unchecked: mask != 0, so index stays below 256.
-        unchecked {
-            while (mask & 1 == 0) {
-                mask >>= 1;
-                ++index;
-            }
         }
     }
 }

@@ -25,6 +25,7 @@ import {
 } from "./SynclineTypes.sol";
 import {ChunkAggregation} from "./libraries/ChunkAggregation.sol";
 import {ChunkMerkle} from "./libraries/ChunkMerkle.sol";
+import {ShardAssignment} from "./libraries/ShardAssignment.sol";
 import {TierPolicy} from "./libraries/TierPolicy.sol";
 
 /// @title SynclineCourt
@@ -56,13 +57,14 @@ contract SynclineCourt is ISynclineCourt, SynclineStorage {
         Commitment calldata b,
         bytes calldata sigB
     ) external payable onlyDelegated returns (uint256 challengeId) {
-        if (a.taskId != b.taskId || a.round != b.round || a.fragment != b.fragment) revert SynclineNotEquivocation();
+        if (a.taskId != b.taskId || a.round != b.round || a.fragment != b.fragment) {
+            revert SynclineNotEquivocation();
+        }
         bytes32 digestA = _commitmentDigest(a);
         bytes32 digestB = _commitmentDigest(b);
         if (digestA == digestB) revert SynclineNotEquivocation();
         uint256 taskId = a.taskId;
-        TaskState storage t = _requireOpenForChallenges(taskId);
-        _requireWindow(taskId, a.round, false);
+        (TaskState storage t,) = _requireChallengeable(taskId, a.round, false);
         if (a.fragment >= t.enrolled) revert SynclineNotEquivocation();
         address trainer = _trainersByFragment[taskId][a.fragment];
         address signerA = _recover(digestA, sigA);
@@ -80,9 +82,7 @@ contract SynclineCourt is ISynclineCourt, SynclineStorage {
             trainer,
             keccak256(abi.encode(ChallengeKind.TrainerEquivocation, taskId, a.round, a.fragment))
         );
-        uint256 slashed = _punishTrainer(taskId, trainer, a.round);
-        _revokeReward(taskId, a.round, a.fragment);
-        _uphold(challengeId, slashed);
+        _uphold(challengeId, _convictTrainer(taskId, a.round, a.fragment, trainer));
     }
 
     /// @inheritdoc ISynclineCourt
@@ -97,8 +97,7 @@ contract SynclineCourt is ISynclineCourt, SynclineStorage {
         bytes32 digestB = _voteDigest(b);
         if (digestA == digestB) revert SynclineNotEquivocation();
         uint256 taskId = a.taskId;
-        _requireOpenForChallenges(taskId);
-        _requireWindow(taskId, a.round, false);
+        _requireChallengeable(taskId, a.round, false);
         address witness = _recover(digestA, sigA);
         if (!_isWitness[taskId][witness]) revert SynclineNotWitness(taskId, witness);
         address signerB = _recover(digestB, sigB);
@@ -128,14 +127,15 @@ contract SynclineCourt is ISynclineCourt, SynclineStorage {
     {
         uint256 taskId = proof.taskId;
         uint32 round = proof.round;
-        _requireOpenForChallenges(taskId);
-        RoundRecord storage rr = _requireFinalizedInWindow(taskId, round);
+        (, RoundRecord storage rr) = _requireChallengeable(taskId, round, true);
         TaskSpec storage spec = _specs[taskId];
         if (
             spec.rule != AggregationRule.Mean && spec.rule != AggregationRule.TrimmedMean
                 && spec.rule != AggregationRule.CoordinateMedian
         ) revert SynclineRuleNotChunkProvable(spec.rule);
-        if (!_recomputationDiffers(proof, rr, spec)) revert SynclineAggregationCorrect(taskId, round, proof.chunkIndex);
+        if (!_recomputationDiffers(proof, rr, spec)) {
+            revert SynclineAggregationCorrect(taskId, round, proof.chunkIndex);
+        }
 
         challengeId = _open(
             ChallengeKind.AggregationFraud,
@@ -146,9 +146,7 @@ contract SynclineCourt is ISynclineCourt, SynclineStorage {
             address(0),
             keccak256(abi.encode(ChallengeKind.AggregationFraud, taskId, round))
         );
-        uint256 slashed = _slashVoters(taskId, round, rr.result);
-        _invalidateFrom(taskId, round);
-        _uphold(challengeId, slashed);
+        _uphold(challengeId, _convictRound(taskId, round, rr.result));
     }
 
     /// @dev Verifies every opening, then recomputes coordinates `[lo, hi)` of the chunk and
@@ -162,8 +160,7 @@ contract SynclineCourt is ISynclineCourt, SynclineStorage {
         view
         returns (bool)
     {
-        uint256 chunkCount = (uint256(spec.paramCount) + ChunkAggregation.CHUNK_SIZE - 1) / ChunkAggregation.CHUNK_SIZE;
-        uint256 count = _chunkCoordinates(spec.paramCount, p.chunkIndex, chunkCount);
+        (uint256 chunkCount, uint256 count) = _chunkShape(spec.paramCount, p.chunkIndex);
         uint256 n = p.inputChunks.length;
         uint256 mask = rr.acceptedMask;
         if (mask == 0) {
@@ -172,7 +169,8 @@ contract SynclineCourt is ISynclineCourt, SynclineStorage {
             if (n != 0 || p.inputProofs.length != 0) revert SynclineBadOpening(p.taskId, p.round, p.chunkIndex);
             return rr.stateRoot != rr.prevStateRoot;
         }
-        if (count == 0 || p.lo >= p.hi || p.hi > count || n != _popcount(mask) || p.inputProofs.length != n) {
+        if (count == 0 || p.lo >= p.hi || p.hi > count || n != ShardAssignment.count(mask) || p.inputProofs.length != n)
+        {
             revert SynclineBadOpening(p.taskId, p.round, p.chunkIndex);
         }
 
@@ -222,12 +220,13 @@ contract SynclineCourt is ISynclineCourt, SynclineStorage {
         return bytes.concat(chunk[8 * lo:8 * hi], chunk[8 * (count + lo):8 * (count + hi)]);
     }
 
-    /// @dev Coordinates in chunk `index` (0 if the index is out of range).
-    function _chunkCoordinates(uint64 paramCount, uint32 index, uint256 chunkCount) private pure returns (uint256) {
-        if (index >= chunkCount) return 0;
-        uint256 start = uint256(index) * ChunkAggregation.CHUNK_SIZE;
-        uint256 rest = uint256(paramCount) - start;
-        return rest < ChunkAggregation.CHUNK_SIZE ? rest : ChunkAggregation.CHUNK_SIZE;
+    /// @dev Number of chunks of a `paramCount`-parameter state, and the coordinates in chunk
+    /// `index` (0 if the index is out of range).
+    function _chunkShape(uint64 paramCount, uint32 index) private pure returns (uint256 chunkCount, uint256 count) {
+        chunkCount = (uint256(paramCount) + ChunkAggregation.CHUNK_SIZE - 1) / ChunkAggregation.CHUNK_SIZE;
+        if (index >= chunkCount) return (chunkCount, 0);
+        uint256 rest = uint256(paramCount) - uint256(index) * ChunkAggregation.CHUNK_SIZE;
+        count = rest < ChunkAggregation.CHUNK_SIZE ? rest : ChunkAggregation.CHUNK_SIZE;
     }
 
     // ------------------------------------------------------------------ censorship
@@ -239,12 +238,13 @@ contract SynclineCourt is ISynclineCourt, SynclineStorage {
         onlyDelegated
         returns (uint256 challengeId)
     {
-        _requireOpenForChallenges(taskId);
-        RoundRecord storage rr = _requireFinalizedInWindow(taskId, round);
+        (, RoundRecord storage rr) = _requireChallengeable(taskId, round, true);
         // Krum and Multi-Krum exclude valid inputs by design (whole-vector distances the chain
         // cannot check), so an exclusion under them is no provable censorship.
         AggregationRule rule = _specs[taskId].rule;
-        if (rule == AggregationRule.Krum || rule == AggregationRule.MultiKrum) revert SynclineRuleNotChunkProvable(rule);
+        if (rule == AggregationRule.Krum || rule == AggregationRule.MultiKrum) {
+            revert SynclineRuleNotChunkProvable(rule);
+        }
         uint256 bit = uint256(1) << fragment;
         if (rr.committedMask & bit == 0 || rr.acceptedMask & bit != 0) {
             revert SynclineNotCensored(taskId, round, fragment);
@@ -268,8 +268,7 @@ contract SynclineCourt is ISynclineCourt, SynclineStorage {
         Challenge storage c = _requireOpen(challengeId, ChallengeKind.Censorship);
         if (block.timestamp > c.deadline) revert SynclineChallengeDeadline(challengeId, c.deadline);
         TaskSpec storage spec = _specs[c.taskId];
-        uint256 chunkCount = (uint256(spec.paramCount) + ChunkAggregation.CHUNK_SIZE - 1) / ChunkAggregation.CHUNK_SIZE;
-        uint256 count = _chunkCoordinates(spec.paramCount, chunkIndex, chunkCount);
+        (uint256 chunkCount, uint256 count) = _chunkShape(spec.paramCount, chunkIndex);
         if (count == 0) revert SynclineBadOpening(c.taskId, c.round, chunkIndex);
         bytes32 root = _submissions[c.taskId][c.round][c.fragment].chunkRoot;
         if (!ChunkMerkle.verify(root, chunkIndex, chunkCount, keccak256(chunk), proof)) {
@@ -279,7 +278,6 @@ contract SynclineCourt is ISynclineCourt, SynclineStorage {
             revert SynclineChunkWellFormed(challengeId, chunkIndex);
         }
         _reject(challengeId, c);
-        _releaseBond(c);
         _credit(c.taskId, msg.sender, c.bond, REASON_FORFEIT);
     }
 
@@ -293,11 +291,7 @@ contract SynclineCourt is ISynclineCourt, SynclineStorage {
             _expire(challengeId, c);
             return;
         }
-        TaskState storage t = _tasks[c.taskId];
-        t.openChallenges -= 1;
-        uint256 slashed = _slashVoters(c.taskId, c.round, rr.result);
-        _invalidateFrom(c.taskId, c.round);
-        _uphold(challengeId, slashed);
+        _uphold(challengeId, _convictRound(c.taskId, c.round, rr.result));
     }
 
     // ------------------------------------------------------------------ training fraud
@@ -309,10 +303,11 @@ contract SynclineCourt is ISynclineCourt, SynclineStorage {
         onlyDelegated
         returns (uint256 challengeId)
     {
-        _requireOpenForChallenges(taskId);
-        RoundRecord storage rr = _requireFinalizedInWindow(taskId, round);
+        (, RoundRecord storage rr) = _requireChallengeable(taskId, round, true);
         uint256 bit = uint256(1) << fragment;
-        if (rr.acceptedMask & bit == 0 || rr.revokedMask & bit != 0) revert SynclineNotAccepted(taskId, round, fragment);
+        if (rr.acceptedMask & bit == 0 || rr.revokedMask & bit != 0) {
+            revert SynclineNotAccepted(taskId, round, fragment);
+        }
         TaskSpec storage spec = _specs[taskId];
         uint32 segments = (spec.innerSteps + spec.checkpointInterval - 1) / spec.checkpointInterval;
         if (segment > segments) revert SynclineBadSegment(segment, segments);
@@ -336,29 +331,30 @@ contract SynclineCourt is ISynclineCourt, SynclineStorage {
         if (_specs[taskId].witnessBond != 0 && _witnessRecords[taskId][msg.sender].bond == 0) {
             revert SynclineWitnessUnbonded(taskId, msg.sender);
         }
-        if (_refereeVoted[challengeId][msg.sender]) revert SynclineAlreadyRefereed(challengeId, msg.sender);
-        _refereeVoted[challengeId][msg.sender] = true;
+        if (_refereeVerdicts[challengeId][msg.sender] != RefereeVerdict.None) {
+            revert SynclineAlreadyRefereed(challengeId, msg.sender);
+        }
+        _refereeVerdicts[challengeId][msg.sender] = guilty ? RefereeVerdict.Guilty : RefereeVerdict.Innocent;
         emit RefereeVoted(challengeId, msg.sender, guilty);
 
         TaskSpec storage spec = _specs[taskId];
         if (guilty) {
             if (++c.guiltyVotes < spec.threshold) return;
-            _tasks[taskId].openChallenges -= 1;
-            uint256 slashed = _punishTrainer(taskId, c.accused, c.round);
-            _revokeReward(taskId, c.round, c.fragment);
-            _uphold(challengeId, slashed);
+            _uphold(challengeId, _convictTrainer(taskId, c.round, c.fragment, c.accused));
         } else {
-            _innocentVoters[challengeId].push(msg.sender);
-            if (++c.innocentVotes <= spec.witnesses.length - spec.threshold) return;
-            // Guilty can no longer reach the threshold: the bond pays the referees' re-execution.
+            uint256 innocent = ++c.innocentVotes;
+            if (innocent <= spec.witnesses.length - spec.threshold) return;
+            // Guilty can no longer reach the threshold: the bond pays the referees' re-execution,
+            // split between those that voted innocent (the dust goes to the reward pool).
             _reject(challengeId, c);
-            _releaseBond(c);
-            address[] storage voters = _innocentVoters[challengeId];
-            uint256 share = c.bond / voters.length;
-            for (uint256 i = 0; i < voters.length; ++i) {
-                _credit(taskId, voters[i], share, REASON_FORFEIT);
+            uint256 share = c.bond / innocent;
+            address[] storage referees = spec.witnesses;
+            for (uint256 i = 0; i < referees.length; ++i) {
+                if (_refereeVerdicts[challengeId][referees[i]] == RefereeVerdict.Innocent) {
+                    _credit(taskId, referees[i], share, REASON_FORFEIT);
+                }
             }
-            _tasks[taskId].rewardPool += c.bond - share * voters.length;
+            _tasks[taskId].rewardPool += c.bond - share * innocent;
         }
     }
 
@@ -392,11 +388,11 @@ contract SynclineCourt is ISynclineCourt, SynclineStorage {
         receipt.rewardPool = t.status == TaskStatus.Sealed ? t.sealedPool : t.rewardPool;
         receipt.sponsorRefund = t.sponsorRefund;
 
+        bool settled = t.status == TaskStatus.Sealed || t.status == TaskStatus.Cancelled;
         address[] storage trainers = _trainersByFragment[taskId];
         receipt.trainers = new TrainerReceipt[](trainers.length);
         for (uint256 i = 0; i < trainers.length; ++i) {
             TrainerRecord storage r = _trainerRecords[taskId][trainers[i]];
-            bool settled = t.status == TaskStatus.Sealed || t.status == TaskStatus.Cancelled;
             receipt.trainers[i] = TrainerReceipt({
                 trainer: trainers[i],
                 fragment: r.fragment,
@@ -433,35 +429,27 @@ contract SynclineCourt is ISynclineCourt, SynclineStorage {
 
     // ------------------------------------------------------------------ checks
 
-    /// @dev Challenges are heard while the run is running or waiting to seal.
-    function _requireOpenForChallenges(uint256 taskId) private view returns (TaskState storage t) {
+    /// @dev A challenge is heard while the run is running or waiting to seal, and until
+    /// `challengeWindow` after the challenged round closed; an open round (equivocation only,
+    /// `mustBeFinalized` false) can be challenged while it is open.
+    function _requireChallengeable(uint256 taskId, uint32 round, bool mustBeFinalized)
+        private
+        view
+        returns (TaskState storage t, RoundRecord storage rr)
+    {
         t = _requireTask(taskId);
         if (t.status != TaskStatus.Running && t.status != TaskStatus.AwaitingSeal) {
             revert SynclineWrongTaskStatus(taskId, t.status, TaskStatus.Running);
         }
-    }
-
-    /// @dev A closed round's challenge window ends `challengeWindow` after it closed; an open
-    /// round (equivocation only, `mustBeFinalized` false) can be challenged while it is open.
-    function _requireWindow(uint256 taskId, uint32 round, bool mustBeFinalized)
-        private
-        view
-        returns (RoundRecord storage rr)
-    {
         rr = _rounds[taskId][round];
         if (mustBeFinalized && rr.status != RoundStatus.Finalized) revert SynclineRoundNotFinalized(taskId, round);
-        TaskState storage t = _tasks[taskId];
         if (rr.closedAt == 0) {
             bool current = t.status == TaskStatus.Running && round == t.currentRound;
             if (!current) revert SynclineRoundNotFinalized(taskId, round);
-            return rr;
+            return (t, rr);
         }
         uint64 until = rr.closedAt + _specs[taskId].challengeWindow;
         if (block.timestamp > until) revert SynclineChallengeWindowClosed(taskId, round, until);
-    }
-
-    function _requireFinalizedInWindow(uint256 taskId, uint32 round) private view returns (RoundRecord storage) {
-        return _requireWindow(taskId, round, true);
     }
 
     function _requireOpen(uint256 challengeId, ChallengeKind kind) private view returns (Challenge storage c) {
@@ -506,51 +494,59 @@ contract SynclineCourt is ISynclineCourt, SynclineStorage {
         c.bond = msg.value;
         TaskState storage t = _tasks[taskId];
         t.bondsHeld += msg.value;
-        bool asynchronous = kind == ChallengeKind.Censorship || kind == ChallengeKind.TrainingFraud;
-        if (asynchronous) t.openChallenges += 1;
+        if (_isAsynchronous(kind)) t.openChallenges += 1;
         emit ChallengeOpened(challengeId, taskId, round, kind, msg.sender, accused, fragment, segment, deadline);
     }
 
+    /// @dev The kinds decided in a later transaction (a defence or referee period): while open
+    /// they count in `openChallenges`, which holds back the seal.
+    function _isAsynchronous(ChallengeKind kind) private pure returns (bool) {
+        return kind == ChallengeKind.Censorship || kind == ChallengeKind.TrainingFraud;
+    }
+
+    /// @dev Every way out of `Open` goes through here: records `status`, takes the bond out of
+    /// the task's obligations (the caller credits it) and closes the `openChallenges` count.
+    function _close(Challenge storage c, ChallengeStatus status) private returns (TaskState storage t) {
+        c.status = status;
+        t = _tasks[c.taskId];
+        t.bondsHeld -= c.bond;
+        if (_isAsynchronous(c.kind)) t.openChallenges -= 1;
+    }
+
     /// @dev Upheld: the challenger gets its bond back plus its share of what was slashed (the
-    /// slash is already in the reward pool). The caller has already closed `openChallenges`.
+    /// slash is already in the reward pool).
     function _uphold(uint256 challengeId, uint256 slashed) private {
         Challenge storage c = _challenges[challengeId];
-        TaskState storage t = _tasks[c.taskId];
+        TaskState storage t = _close(c, ChallengeStatus.Upheld);
         uint256 bounty = (slashed * CHALLENGER_SHARE_BPS) / TierPolicy.BPS;
-        c.status = ChallengeStatus.Upheld;
         c.slashed = slashed;
         t.rewardPool -= bounty;
-        t.bondsHeld -= c.bond;
         _credit(c.taskId, c.challenger, c.bond, REASON_BOND);
         _credit(c.taskId, c.challenger, bounty, REASON_BOUNTY);
         emit ChallengeResolved(challengeId, c.taskId, ChallengeStatus.Upheld, slashed, bounty);
     }
 
-    /// @dev Rejected: the caller pays the forfeited bond out after `_releaseBond`.
+    /// @dev Rejected: the caller pays the forfeited bond out.
     function _reject(uint256 challengeId, Challenge storage c) private {
-        c.status = ChallengeStatus.Rejected;
-        _tasks[c.taskId].openChallenges -= 1;
+        _close(c, ChallengeStatus.Rejected);
         emit ChallengeResolved(challengeId, c.taskId, ChallengeStatus.Rejected, 0, 0);
     }
 
     /// @dev Expired (nobody decided in time, or the round was voided by another proof): bond back.
     function _expire(uint256 challengeId, Challenge storage c) private {
-        c.status = ChallengeStatus.Expired;
-        _tasks[c.taskId].openChallenges -= 1;
-        _releaseBond(c);
+        _close(c, ChallengeStatus.Expired);
         _credit(c.taskId, c.challenger, c.bond, REASON_BOND);
         emit ChallengeResolved(challengeId, c.taskId, ChallengeStatus.Expired, 0, 0);
     }
 
-    function _releaseBond(Challenge storage c) private {
-        _tasks[c.taskId].bondsHeld -= c.bond;
-    }
-
     // ------------------------------------------------------------------ consequences
 
-    /// @dev Slashes a trainer's whole remaining stake and evicts it (rebalancing shards while the
-    /// run is running).
-    function _punishTrainer(uint256 taskId, address trainer, uint32 round) private returns (uint256 slashed) {
+    /// @dev A proven trainer fault: slashes the trainer's whole remaining stake, evicts it
+    /// (rebalancing shards while the run is running) and revokes its reward for `round`.
+    function _convictTrainer(uint256 taskId, uint32 round, uint16 fragment, address trainer)
+        private
+        returns (uint256 slashed)
+    {
         TrainerRecord storage r = _trainerRecords[taskId][trainer];
         slashed = _slash(taskId, trainer, r.stake);
         if (!r.evicted) {
@@ -558,6 +554,7 @@ contract SynclineCourt is ISynclineCourt, SynclineStorage {
             TaskState storage t = _tasks[taskId];
             if (t.status == TaskStatus.Running && t.active > 0) _assignShards(taskId, _specs[taskId].shardCount);
         }
+        _revokeReward(taskId, round, fragment);
     }
 
     /// @dev Takes back an accepted submission's weight (its share of the pool at seal).
@@ -574,12 +571,14 @@ contract SynclineCourt is ISynclineCourt, SynclineStorage {
         emit RewardRevoked(taskId, round, s.trainer, s.weight);
     }
 
-    /// @dev Slashes the bond of every witness whose vote is the round's finalized result.
-    function _slashVoters(uint256 taskId, uint32 round, bytes32 result) private returns (uint256 slashed) {
+    /// @dev A proven round fault (its finalized `result` is wrong): slashes the bond of every
+    /// witness that voted for it, then voids the round onwards (`_invalidateFrom`).
+    function _convictRound(uint256 taskId, uint32 round, bytes32 result) private returns (uint256 slashed) {
         address[] storage witnesses = _specs[taskId].witnesses;
         for (uint256 i = 0; i < witnesses.length; ++i) {
             if (_votes[taskId][round][witnesses[i]] == result) slashed += _slashWitness(taskId, witnesses[i]);
         }
+        _invalidateFrom(taskId, round);
     }
 
     /// @dev Voids `round` and every round finalized after it (their rewards and witness fees are
@@ -626,25 +625,6 @@ contract SynclineCourt is ISynclineCourt, SynclineStorage {
             w.fees -= fee;
             t.feesEarned -= fee;
             t.feeBudget += fee;
-        }
-    }
-
-    // ------------------------------------------------------------------ bits
-
-    function _popcount(uint256 mask) private pure returns (uint256 n) {
-        while (mask != 0) {
-            mask &= mask - 1;
-            ++n;
-        }
-    }
-
-    function _lowestBit(uint256 mask) private pure returns (uint16 index) {
-        // unchecked: mask != 0, so index stays below 256.
-        unchecked {
-            while (mask & 1 == 0) {
-                mask >>= 1;
-                ++index;
-            }
         }
     }
 }

@@ -3,13 +3,7 @@ pragma solidity ^0.8.24;
 
 import {ISynclineMarket} from "./ISynclineMarket.sol";
 import {RoundLedger} from "./RoundLedger.sol";
-import {
-    TaskSpec,
-    TaskState,
-    TaskStatus,
-    TrainerRecord,
-    WitnessRecord
-} from "./SynclineTypes.sol";
+import {TaskSpec, TaskState, TaskStatus, TrainerRecord} from "./SynclineTypes.sol";
 
 /// @title SynclineMarket
 /// @notice The deployable Syncline training market: task escrow, trainer staking, sync rounds with a

@@ -50,9 +50,15 @@ abstract contract SynclineStorage is ISynclineEvents, ReentrancyGuard, EIP712 {
     bytes32 internal constant COMMITMENT_TYPEHASH = keccak256(
         "Commitment(uint256 taskId,uint32 round,uint16 fragment,bytes32 payloadHash,bytes32 chunkRoot,bytes32 checkpointRoot)"
     );
-    bytes32 internal constant VOTE_TYPEHASH = keccak256(
-        "Vote(uint256 taskId,uint32 round,bytes32 stateRoot,bytes32 aggregateRoot,uint256 acceptedMask)"
-    );
+    bytes32 internal constant VOTE_TYPEHASH =
+        keccak256("Vote(uint256 taskId,uint32 round,bytes32 stateRoot,bytes32 aggregateRoot,uint256 acceptedMask)");
+
+    /// @dev A committee member's verdict on a training-fraud challenge (`None`: not voted).
+    enum RefereeVerdict {
+        None,
+        Guilty,
+        Innocent
+    }
 
     // ------------------------------------------------------------------ storage (never reorder)
 
@@ -73,11 +79,11 @@ abstract contract SynclineStorage is ISynclineEvents, ReentrancyGuard, EIP712 {
     /// @dev Challenges by id (ids start at 1).
     uint256 internal _challengeCount;
     mapping(uint256 challengeId => Challenge) internal _challenges;
-    /// @dev Fault key (see `_faultKey`) => challenge id that claimed it; rejects duplicates.
+    /// @dev Fault key (what a challenge claims: its kind and slot, see `SynclineCourt`) =>
+    /// challenge id that claimed it; rejects duplicates.
     mapping(bytes32 faultKey => uint256 challengeId) internal _faults;
-    /// @dev Referee votes on training-fraud challenges.
-    mapping(uint256 challengeId => mapping(address witness => bool)) internal _refereeVoted;
-    mapping(uint256 challengeId => address[]) internal _innocentVoters;
+    /// @dev Referee verdicts on training-fraud challenges (a rejection pays the innocent voters).
+    mapping(uint256 challengeId => mapping(address witness => RefereeVerdict)) internal _refereeVerdicts;
 
     /// @dev The EIP-712 domain is ("Syncline", "1", chain id, this market). The court module runs
     /// by delegatecall, so `address(this)` is the market there too.
@@ -164,7 +170,8 @@ abstract contract SynclineStorage is ISynclineEvents, ReentrancyGuard, EIP712 {
     /// reward pool. The rest of its stake stays bonded until the run seals. The caller rebalances.
     function _evict(uint256 taskId, address trainer, uint32 round) internal {
         _markEvicted(taskId, trainer, round);
-        uint256 amount = (uint256(_trainerRecords[taskId][trainer].stake) * _specs[taskId].evictionSlashBps) / TierPolicy.BPS;
+        uint256 amount =
+            (uint256(_trainerRecords[taskId][trainer].stake) * _specs[taskId].evictionSlashBps) / TierPolicy.BPS;
         _slash(taskId, trainer, amount);
     }
 
@@ -193,5 +200,18 @@ abstract contract SynclineStorage is ISynclineEvents, ReentrancyGuard, EIP712 {
         (address recovered, ECDSA.RecoverError err,) = ECDSA.tryRecover(digest, signature);
         if (err != ECDSA.RecoverError.NoError || recovered == address(0)) revert SynclineBadSignature();
         return recovered;
+    }
+
+    // ------------------------------------------------------------------ bits
+
+    /// @dev Index of the lowest set bit of a non-zero mask (masks are fragment sets).
+    function _lowestBit(uint256 mask) internal pure returns (uint16 index) {
+        // unchecked: mask != 0, so index stays below 256.
+        unchecked {
+            while (mask & 1 == 0) {
+                mask >>= 1;
+                ++index;
+            }
+        }
     }
 }

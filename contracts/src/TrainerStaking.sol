@@ -4,8 +4,6 @@ pragma solidity ^0.8.24;
 import {ISynclineMarket} from "./ISynclineMarket.sol";
 import {TaskEscrow} from "./TaskEscrow.sol";
 import {TaskSpec, TaskState, TaskStatus, TrainerRecord} from "./SynclineTypes.sol";
-import {ShardAssignment} from "./libraries/ShardAssignment.sol";
-import {TierPolicy} from "./libraries/TierPolicy.sol";
 
 /// @title TrainerStaking
 /// @notice Enrollment with an exact stake bond, run start, deterministic shard assignment,
@@ -15,7 +13,9 @@ abstract contract TrainerStaking is TaskEscrow {
     function enroll(uint256 taskId) external payable returns (uint16 fragment) {
         TaskState storage t = _requireStatus(taskId, TaskStatus.Enrolling);
         TaskSpec storage spec = _specs[taskId];
-        if (block.timestamp > spec.enrollmentDeadline) revert SynclineEnrollmentClosed(taskId, spec.enrollmentDeadline);
+        if (block.timestamp > spec.enrollmentDeadline) {
+            revert SynclineEnrollmentClosed(taskId, spec.enrollmentDeadline);
+        }
         if (msg.value != spec.trainerStake) revert SynclineWrongStake(msg.value, spec.trainerStake);
         if (_isWitness[taskId][msg.sender]) revert SynclineWitnessCannotTrain(taskId, msg.sender);
         TrainerRecord storage r = _trainerRecords[taskId][msg.sender];

@@ -319,7 +319,7 @@ contract RoundLedgerTest is SynclineTest {
     /// A signature is bound to one market deployment.
     function test_commitSubmission_replayOtherMarket_reverts() public {
         SynclineMarket first = market;
-        SynclineMarket second = _deployMarket(court);
+        SynclineMarket second = _deployMarket(courtModule);
         market = second;
         uint256 twin = _postAndStart();
         market = first;
@@ -549,7 +549,7 @@ contract RoundLedgerTest is SynclineTest {
 
     function test_finalizeRound_replayOtherMarket_reverts() public {
         SynclineMarket first = market;
-        SynclineMarket second = _deployMarket(court);
+        SynclineMarket second = _deployMarket(courtModule);
         market = second;
         uint256 twin = _postAndStart();
         market = first;
@@ -1013,7 +1013,7 @@ contract RoundLedgerTest is SynclineTest {
         _warpPastGrace(id);
         uint64 now_ = uint64(block.timestamp);
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineEvents.RunCompleted(id, _stateRoot(id, 1), now_ + CHALLENGE);
+        emit ISynclineEvents.RunCompleted(id, _stateRoot(id, 1), now_ + CHALLENGE_WINDOW);
         market.carryForward(id, 2);
         _assertStatus(id, TaskStatus.AwaitingSeal, "awaiting seal");
         vm.assertEq(uint256(market.getTaskState(id).currentRound), 2, "current round stays the last one");
@@ -1033,7 +1033,7 @@ contract RoundLedgerTest is SynclineTest {
         uint64 now_ = uint64(block.timestamp);
         _prepareQuorum(id, 2, mask);
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineEvents.RunCompleted(id, _stateRoot(id, 2), now_ + CHALLENGE);
+        emit ISynclineEvents.RunCompleted(id, _stateRoot(id, 2), now_ + CHALLENGE_WINDOW);
         _closeQuorum(id, 2, mask);
         TaskState memory t = market.getTaskState(id);
         vm.assertEq(uint256(t.status), uint256(TaskStatus.AwaitingSeal), "awaiting seal");

@@ -74,7 +74,7 @@ contract SynclineMarketTest is SynclineTest {
         uint256 id = _postAndStart();
         _runAllRounds(id);
         uint64 until = uint64(_sealTime(id));
-        vm.assertEq(uint256(until), block.timestamp + CHALLENGE, "window starts when the last round closes");
+        vm.assertEq(uint256(until), block.timestamp + CHALLENGE_WINDOW, "window starts when the last round closes");
         vm.warp(uint256(until) - 1);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineChallengeWindowOpen.selector, id, until));
         market.seal(id);
@@ -84,11 +84,13 @@ contract SynclineMarketTest is SynclineTest {
         uint256 id = _postAndStart();
         _runAllRounds(id);
         uint64 closed = market.getTaskState(id).lastClosedAt;
-        offset = bound(offset, 0, 2 * uint256(CHALLENGE));
+        offset = bound(offset, 0, 2 * uint256(CHALLENGE_WINDOW));
         vm.warp(closed + offset);
-        if (offset < CHALLENGE) {
+        if (offset < CHALLENGE_WINDOW) {
             vm.expectRevert(
-                abi.encodeWithSelector(ISynclineEvents.SynclineChallengeWindowOpen.selector, id, closed + CHALLENGE)
+                abi.encodeWithSelector(
+                    ISynclineEvents.SynclineChallengeWindowOpen.selector, id, closed + CHALLENGE_WINDOW
+                )
             );
             market.seal(id);
         } else {
@@ -501,11 +503,11 @@ contract SynclineMarketTest is SynclineTest {
     }
 
     function test_constructor_withCourt_succeeds() public {
-        (address deployed, bytes memory err) = _rawDeploy(court);
+        (address deployed, bytes memory err) = _rawDeploy(courtModule);
         vm.assertTrue(deployed != address(0), "deployed");
         vm.assertEq(err.length, 0, "no revert");
-        vm.assertEq(SynclineMarket(payable(deployed)).COURT(), court, "COURT");
-        vm.assertEq(market.COURT(), court, "fixture market's COURT");
+        vm.assertEq(SynclineMarket(payable(deployed)).COURT(), courtModule, "COURT");
+        vm.assertEq(market.COURT(), courtModule, "fixture market's COURT");
         // Calls the market does not implement run in the court, on the market's storage.
         vm.assertEq(ISynclineCourt(deployed).challengeCount(), 0, "served through the fallback");
     }

@@ -31,4 +31,4 @@ def test_market_and_court_share_one_storage_layout() -> None:
 def test_court_declares_no_storage_of_its_own() -> None:
     # Every variable comes from SynclineStorage (or its OpenZeppelin bases): nothing appended.
     labels = [entry[0] for entry in _layouts()["SynclineCourt"]]
-    assert labels[-1] == "_innocentVoters"
+    assert labels[-1] == "_refereeVerdicts"

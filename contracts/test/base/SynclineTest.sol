@@ -42,7 +42,7 @@ abstract contract SynclineTest is SynclineSigning {
     uint64 internal constant PARAM_COUNT = 1_000_000;
     uint64 internal constant ROUND_DURATION = 1 hours;
     uint64 internal constant GRACE = 30 minutes;
-    uint64 internal constant CHALLENGE = 1 days;
+    uint64 internal constant CHALLENGE_WINDOW = 1 days;
     uint64 internal constant ENROLL_PERIOD = 1 days;
     uint16 internal constant MIN_TRAINERS = 2;
     uint16 internal constant MAX_TRAINERS = 4;
@@ -58,7 +58,10 @@ abstract contract SynclineTest is SynclineSigning {
     string internal constant URI = "ipfs://bafy-outer-gradient";
 
     SynclineMarket internal market;
-    address internal court;
+    /// @dev The deployed `SynclineCourt` module (its code; calls to it go through the market).
+    address internal courtModule;
+    /// @dev The market, addressed through its court functions (served by the module).
+    ISynclineCourt internal court;
     address internal sponsor;
     address internal stranger;
     address[] internal witnesses;
@@ -66,10 +69,11 @@ abstract contract SynclineTest is SynclineSigning {
 
     function setUp() public virtual {
         vm.warp(T0);
-        court = _deployCourt();
-        vm.label(court, "SynclineCourt");
-        market = _deployMarket(court);
+        courtModule = _deployCourt();
+        vm.label(courtModule, "SynclineCourt");
+        market = _deployMarket(courtModule);
         vm.label(address(market), "SynclineMarket");
+        court = ISynclineCourt(address(market));
         sponsor = _actor("sponsor");
         stranger = _actor("stranger");
         for (uint256 i = 0; i < N_WITNESSES; ++i) {
@@ -86,14 +90,14 @@ abstract contract SynclineTest is SynclineSigning {
     }
 
     /// @dev A market (from its artifact, so the test contracts do not embed its creation code).
-    function _deployMarket(address courtModule) internal returns (SynclineMarket) {
-        return SynclineMarket(payable(vm.deployCode("SynclineMarket.sol:SynclineMarket", abi.encode(courtModule))));
+    function _deployMarket(address module) internal returns (SynclineMarket) {
+        return SynclineMarket(payable(vm.deployCode("SynclineMarket.sol:SynclineMarket", abi.encode(module))));
     }
 
     // ------------------------------------------------------------------ generic helpers
 
     /// @dev A fresh funded EOA with a private key (see `_keyOf`) and a label.
-    function _actor(string memory name) internal returns (address a) {
+    function _actor(string memory name) internal virtual returns (address a) {
         a = _keyedActor(string.concat("syncline-actor", name));
         vm.deal(a, ACTOR_FUNDS);
         vm.label(a, name);
@@ -145,7 +149,7 @@ abstract contract SynclineTest is SynclineSigning {
         s.rounds = ROUNDS;
         s.roundDuration = ROUND_DURATION;
         s.graceWindow = GRACE;
-        s.challengeWindow = CHALLENGE;
+        s.challengeWindow = CHALLENGE_WINDOW;
         s.enrollmentDeadline = uint64(block.timestamp) + ENROLL_PERIOD;
         s.trainerStake = STAKE;
         s.minTrainers = MIN_TRAINERS;
@@ -392,7 +396,7 @@ abstract contract SynclineTest is SynclineSigning {
 
     /// @dev The task's `TrainingReceipt` (served by the court module through the market's fallback).
     function _receipt(uint256 taskId) internal view returns (TrainingReceipt memory) {
-        return ISynclineCourt(address(market)).getReceipt(taskId);
+        return court.getReceipt(taskId);
     }
 
     function _status(uint256 taskId) internal view returns (TaskStatus) {

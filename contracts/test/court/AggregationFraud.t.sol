@@ -20,13 +20,43 @@ import {
     AggregationProof
 } from "../../src/SynclineTypes.sol";
 
-/// @notice Shared scenario of the aggregation-fraud tests: a 5-trainer, 600-parameter task (chunks
-/// of 256, 256 and 88 coordinates) whose round 0 inputs are real int8 gradient chunks committed by
-/// their Merkle roots, with the honest new state recomputed by `ChunkAggregation`.
-abstract contract AggregationScenario is CourtTestBase {
+/// @notice What every aggregation-fraud test uses: sending proofs and finalizing a claimed state.
+abstract contract AggregationTestBase is CourtTestBase {
+    /// @dev `which` of `SynclineBadMerkleProof` for the previous and the claimed state openings.
     uint256 internal constant PREV = type(uint256).max - 1;
     uint256 internal constant CLAIMED = type(uint256).max;
 
+    /// @dev Witness 2 votes the honest root first (a dissent later), then 0 and 1 finalize `claimed`.
+    function _finalizeClaim(uint256 task, uint32 round, bytes[] memory honest, bytes[] memory claimed) internal {
+        _pastDeadline(task);
+        _vote(task, round, 2, _root(honest), ALL);
+        _finalize(task, round, _root(claimed), ALL);
+    }
+
+    function _prove(AggregationProof memory p) internal returns (uint256) {
+        vm.prank(challenger);
+        return court.proveAggregationFraud{value: CHALLENGE_BOND}(p);
+    }
+
+    function _proveExpect(AggregationProof memory p, bytes memory err) internal {
+        vm.prank(challenger);
+        vm.expectRevert(err);
+        court.proveAggregationFraud{value: CHALLENGE_BOND}(p);
+    }
+
+    /// @dev A proof against a chunk the committee got right is refused.
+    function _expectCorrect(AggregationProof memory p) internal {
+        _proveExpect(
+            p,
+            abi.encodeWithSelector(ISynclineEvents.SynclineAggregationCorrect.selector, p.taskId, p.round, p.chunkIndex)
+        );
+    }
+}
+
+/// @notice Shared scenario of the aggregation-fraud tests: a 5-trainer, 600-parameter task (chunks
+/// of 256, 256 and 88 coordinates) whose round 0 inputs are real int8 gradient chunks committed by
+/// their Merkle roots, with the honest new state recomputed by `ChunkAggregation`.
+abstract contract AggregationScenario is AggregationTestBase {
     uint256 internal taskId;
     TaskSpec internal spec;
 
@@ -41,24 +71,6 @@ abstract contract AggregationScenario is CourtTestBase {
 
     function _honest0() internal view returns (bytes[] memory) {
         return _honestState(spec, 0, ALL, _initialState());
-    }
-
-    /// @dev Witness 2 votes the honest root first (a dissent later), then 0 and 1 finalize `claimed`.
-    function _finalizeClaim(uint32 round, bytes[] memory honest, bytes[] memory claimed) internal {
-        _pastDeadline(taskId);
-        _vote(taskId, round, 2, _root(honest), ALL);
-        _finalize(taskId, round, _root(claimed), ALL);
-    }
-
-    function _proveExpect(AggregationProof memory p, bytes memory err) internal {
-        vm.prank(challenger);
-        vm.expectRevert(err);
-        court.proveAggregationFraud{value: CBOND}(p);
-    }
-
-    function _prove(AggregationProof memory p) internal returns (uint256) {
-        vm.prank(challenger);
-        return court.proveAggregationFraud{value: CBOND}(p);
     }
 
     function _correctErr(uint32 round, uint32 ci) internal view returns (bytes memory) {
@@ -76,7 +88,7 @@ abstract contract AggregationFraudRuleTest is AggregationScenario {
     /// Correct aggregation: every chunk, full window and partial windows → SynclineAggregationCorrect.
     function test_correctAggregation_everyChunk_reverts() public {
         bytes[] memory honest = _honest0();
-        _finalizeClaim(0, honest, honest);
+        _finalizeClaim(taskId, 0, honest, honest);
         bytes[][] memory inputs = _inputs(0, ALL);
         bytes[] memory prev = _initialState();
         for (uint32 c = 0; c < CHUNKS; ++c) {
@@ -94,7 +106,7 @@ abstract contract AggregationFraudRuleTest is AggregationScenario {
     function test_tamperedWeight_provesFraud_andSettles() public {
         bytes[] memory honest = _honest0();
         bytes[] memory claimed = _tamper(honest, 1, 100, false, 1);
-        _finalizeClaim(0, honest, claimed);
+        _finalizeClaim(taskId, 0, honest, claimed);
         // Round 1 builds on the bad state and finalizes too.
         _commitAll(taskId, 1, ALL);
         _finalize(taskId, 1, keccak256("round-1-state"), ALL);
@@ -102,14 +114,16 @@ abstract contract AggregationFraudRuleTest is AggregationScenario {
         vm.assertEq(market.getTaskState(taskId).totalWeight, 10 * WEIGHT, "both rounds credited");
 
         AggregationProof memory p = _aggProof(taskId, 0, 1, 96, 128, _inputs(0, ALL), _initialState(), claimed);
-        vm.expectEmit(true, true, true, true, marketAddr);
-        emit ISynclineEvents.WitnessSlashed(taskId, witnesses[0], WBOND);
-        vm.expectEmit(true, true, true, true, marketAddr);
-        emit ISynclineEvents.WitnessSlashed(taskId, witnesses[1], WBOND);
-        vm.expectEmit(true, true, true, true, marketAddr);
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineEvents.WitnessSlashed(taskId, witnesses[0], WITNESS_BOND);
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineEvents.WitnessSlashed(taskId, witnesses[1], WITNESS_BOND);
+        vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.RoundsInvalidated(taskId, 0, 1, spec.initialStateRoot);
-        vm.expectEmit(true, true, true, true, marketAddr);
-        emit ISynclineEvents.ChallengeResolved(1, taskId, ChallengeStatus.Upheld, 2 * uint256(WBOND), WBOND);
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineEvents.ChallengeResolved(
+            1, taskId, ChallengeStatus.Upheld, 2 * uint256(WITNESS_BOND), WITNESS_BOND
+        );
         uint256 id = _prove(p);
 
         Challenge memory c = court.getChallenge(id);
@@ -117,10 +131,10 @@ abstract contract AggregationFraudRuleTest is AggregationScenario {
         vm.assertEq(uint256(c.status), uint256(ChallengeStatus.Upheld), "upheld");
         vm.assertEq(c.segment, 1, "segment records the chunk index");
         vm.assertEq(c.accused, address(0), "round fault");
-        vm.assertEq(c.slashed, 2 * uint256(WBOND), "two bonds");
+        vm.assertEq(c.slashed, 2 * uint256(WITNESS_BOND), "two bonds");
         vm.assertEq(market.getWitness(taskId, witnesses[0]).bond, 0, "w0 slashed");
         vm.assertEq(market.getWitness(taskId, witnesses[1]).bond, 0, "w1 slashed");
-        vm.assertEq(market.getWitness(taskId, witnesses[2]).bond, WBOND, "w2 (dissent) kept");
+        vm.assertEq(market.getWitness(taskId, witnesses[2]).bond, WITNESS_BOND, "w2 (dissent) kept");
         vm.assertEq(market.getWitness(taskId, witnesses[0]).fees, 0, "w0 fees reversed");
         vm.assertEq(market.getWitness(taskId, witnesses[0]).matched, 0, "w0 matches reversed");
         vm.assertEq(uint256(market.getRound(taskId, 0).status), uint256(RoundStatus.Invalidated), "round 0 void");
@@ -132,23 +146,23 @@ abstract contract AggregationFraudRuleTest is AggregationScenario {
         vm.assertEq(t.totalWeight, 0, "rewards reversed");
         vm.assertEq(t.feesEarned, 0, "fees reversed");
         vm.assertEq(t.feeBudget, _feeBudget(spec), "fee budget back");
-        vm.assertEq(t.rewardPool, POOL + WBOND, "pool: slashes minus bounty");
+        vm.assertEq(t.rewardPool, POOL + WITNESS_BOND, "pool: slashes minus bounty");
         for (uint256 i = 0; i < N_TRAINERS; ++i) {
             TrainerRecord memory r = market.getTrainer(taskId, trainers[i]);
             vm.assertEq(r.accepted, 0, "accepted reversed");
             vm.assertEq(r.acceptedWeight, 0, "weight reversed");
             vm.assertEq(r.stake, STAKE, "trainers keep their stake");
         }
-        vm.assertEq(market.creditOf(challenger), CBOND + WBOND, "challenger: bond + 50%");
+        vm.assertEq(market.creditOf(challenger), CHALLENGE_BOND + WITNESS_BOND, "challenger: bond + 50%");
         _assertMoney();
 
         _seal(taskId);
         for (uint256 i = 0; i < N_TRAINERS; ++i) {
             _add(trainers[i], STAKE);
         }
-        _add(witnesses[2], WBOND);
-        _add(challenger, CBOND + WBOND);
-        _add(sponsor, POOL + WBOND + _feeBudget(spec));
+        _add(witnesses[2], WITNESS_BOND);
+        _add(challenger, CHALLENGE_BOND + WITNESS_BOND);
+        _add(sponsor, POOL + WITNESS_BOND + _feeBudget(spec));
         _checkExpected();
         vm.assertEq(court.getReceipt(taskId).finalStateRoot, spec.initialStateRoot, "receipt root");
         vm.assertEq(court.getReceipt(taskId).roundsInvalidated, 2, "receipt invalidated");
@@ -158,7 +172,7 @@ abstract contract AggregationFraudRuleTest is AggregationScenario {
     function test_tamperedMomentum_lastChunk_provesFraud() public {
         bytes[] memory honest = _honest0();
         bytes[] memory claimed = _tamper(honest, 2, 87, true, -3);
-        _finalizeClaim(0, honest, claimed);
+        _finalizeClaim(taskId, 0, honest, claimed);
         bytes[][] memory inputs = _inputs(0, ALL);
         // A window that misses it does not prove anything...
         _proveExpect(_aggProof(taskId, 0, 2, 0, 87, inputs, _initialState(), claimed), _correctErr(0, 2));
@@ -171,7 +185,7 @@ abstract contract AggregationFraudRuleTest is AggregationScenario {
 
 /// @notice The fuzzed windows, over the three chunk rules at once (one task per rule, their
 /// honest round-0 states computed once in `setUp`).
-contract AggregationFraudFuzzTest is CourtTestBase {
+contract AggregationFraudFuzzTest is AggregationTestBase {
     uint256[3] internal taskOf;
     mapping(uint256 => bytes[]) internal honestOf;
 
@@ -197,20 +211,6 @@ contract AggregationFraudFuzzTest is CourtTestBase {
         }
     }
 
-    function _finalizeClaim(uint256 taskId, bytes[] memory honest, bytes[] memory claimed) internal {
-        _pastDeadline(taskId);
-        _vote(taskId, 0, 2, _root(honest), ALL);
-        _finalize(taskId, 0, _root(claimed), ALL);
-    }
-
-    function _expectCorrect(AggregationProof memory p) internal {
-        vm.prank(challenger);
-        vm.expectRevert(
-            abi.encodeWithSelector(ISynclineEvents.SynclineAggregationCorrect.selector, p.taskId, p.round, p.chunkIndex)
-        );
-        court.proveAggregationFraud{value: CBOND}(p);
-    }
-
     /// Fuzz: any changed int64 of the finalized state (weight or momentum, any chunk, any rule)
     /// is proven by any window holding it, and never by a window that misses it.
     /// forge-config: default.fuzz.runs = 128
@@ -228,7 +228,7 @@ contract AggregationFraudFuzzTest is CourtTestBase {
 
         bytes[] memory honest = _honest(k);
         bytes[] memory claimed = _tamper(honest, c, j, momentum, delta);
-        _finalizeClaim(taskId, honest, claimed);
+        _finalizeClaim(taskId, 0, honest, claimed);
         bytes[][] memory inputs = _inputs(0, ALL);
         bytes[] memory prev = _initialState();
         if (j > 0) {
@@ -240,12 +240,9 @@ contract AggregationFraudFuzzTest is CourtTestBase {
                 _aggProof(taskId, 0, uint32(c), uint16(j + 1), uint16(hi > j + 1 ? hi : j + 2), inputs, prev, claimed)
             );
         }
-        vm.prank(challenger);
-        court.proveAggregationFraud{value: CBOND}(
-            _aggProof(taskId, 0, uint32(c), uint16(lo), uint16(hi), inputs, prev, claimed)
-        );
+        _prove(_aggProof(taskId, 0, uint32(c), uint16(lo), uint16(hi), inputs, prev, claimed));
         vm.assertEq(market.getTaskState(taskId).stateRoot, _initialStateRoot(), "rolled back");
-        vm.assertEq(market.creditOf(challenger), CBOND + WBOND, "bounty");
+        vm.assertEq(market.creditOf(challenger), CHALLENGE_BOND + WITNESS_BOND, "bounty");
         _assertMoney();
     }
 
@@ -260,7 +257,7 @@ contract AggregationFraudFuzzTest is CourtTestBase {
         uint256 lo = bound(seed >> 8, 0, count - 1);
         uint256 hi = bound(seed >> 64, lo + 1, count);
         bytes[] memory honest = _honest(k);
-        _finalizeClaim(taskId, honest, honest);
+        _finalizeClaim(taskId, 0, honest, honest);
         _expectCorrect(_aggProof(taskId, 0, c, uint16(lo), uint16(hi), _inputs(0, ALL), _initialState(), honest));
     }
 }
@@ -293,7 +290,7 @@ contract AggregationFraudPathsTest is AggregationScenario {
     function _tamperedRound0() internal returns (AggregationProof memory p, bytes[] memory claimed) {
         bytes[] memory honest = _honest0();
         claimed = _tamper(honest, 1, 100, false, 1);
-        _finalizeClaim(0, honest, claimed);
+        _finalizeClaim(taskId, 0, honest, claimed);
         p = _aggProof(taskId, 0, 1, 96, 128, _inputs(0, ALL), _initialState(), claimed);
     }
 
@@ -441,17 +438,16 @@ contract AggregationFraudPathsTest is AggregationScenario {
         bytes[] memory honest = _honest0();
         bytes[] memory claimed = _honest0();
         claimed[1] = bytes.concat(honest[1], new bytes(16));
-        _finalizeClaim(0, honest, claimed);
+        _finalizeClaim(taskId, 0, honest, claimed);
         _prove(_aggProof(taskId, 0, 1, 0, 32, _inputs(0, ALL), _initialState(), claimed));
         vm.assertEq(uint256(market.getRound(taskId, 0).status), uint256(RoundStatus.Invalidated), "void");
-        // The honest chunks of the same state still cannot be challenged (a fresh scenario).
     }
 
     function test_claimedChunkShort_provesFraud() public {
         bytes[] memory honest = _honest0();
         bytes[] memory claimed = _honest0();
         claimed[2] = new bytes(8);
-        _finalizeClaim(0, honest, claimed);
+        _finalizeClaim(taskId, 0, honest, claimed);
         _prove(_aggProof(taskId, 0, 2, 0, 1, _inputs(0, ALL), _initialState(), claimed));
         vm.assertEq(market.getTaskState(taskId).stateRoot, spec.initialStateRoot, "rolled back");
     }
@@ -468,9 +464,7 @@ contract AggregationFraudPathsTest is AggregationScenario {
         bytes[] memory claimed = _initialState();
         _finalize(task2, 0, _root(claimed), ALL);
         AggregationProof memory p = _aggProof(task2, 0, 1, 0, 32, _inputs(0, ALL), bad, claimed);
-        vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineBadOpening.selector, task2, 0, 1));
-        court.proveAggregationFraud{value: CBOND}(p);
+        _proveExpect(p, abi.encodeWithSelector(ISynclineEvents.SynclineBadOpening.selector, task2, 0, 1));
     }
 
     // ------------------------------------------------------------------ malformed accepted inputs
@@ -513,12 +507,9 @@ contract AggregationFraudPathsTest is AggregationScenario {
         bytes[] memory claimed = _honest0(); // chunks 0 and 1 are computed from well-formed inputs only
         _finalize(task2, 0, _root(claimed), ALL);
         AggregationProof memory p = _aggProof(task2, 0, 0, 0, 256, inputs, prev, claimed);
-        vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineAggregationCorrect.selector, task2, 0, 0));
-        court.proveAggregationFraud{value: CBOND}(p);
+        _expectCorrect(p);
         p = _aggProof(task2, 0, 2, 0, 8, inputs, prev, claimed);
-        vm.prank(challenger);
-        court.proveAggregationFraud{value: CBOND}(p);
+        _prove(p);
         vm.assertEq(uint256(market.getRound(task2, 0).status), uint256(RoundStatus.Invalidated), "void");
     }
 
@@ -544,14 +535,9 @@ contract AggregationFraudPathsTest is AggregationScenario {
         bytes[] memory claimed = _honest0();
         claimed[0] = agg.recomputeStateChunk(patched, 8, uint8(spec.rule), spec.ruleParam, prev[0], LR_PPM, MOM_PPM);
         _finalize(task2, 0, _root(claimed), ALL);
-        vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineAggregationCorrect.selector, task2, 0, 0));
-        court.proveAggregationFraud{value: CBOND}(_aggProof(task2, 0, 0, 8, 256, inputs, prev, claimed));
-        vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineAggregationCorrect.selector, task2, 0, 0));
-        court.proveAggregationFraud{value: CBOND}(_aggProof(task2, 0, 0, 0, 7, inputs, prev, claimed));
-        vm.prank(challenger);
-        court.proveAggregationFraud{value: CBOND}(_aggProof(task2, 0, 0, 7, 8, inputs, prev, claimed));
+        _expectCorrect(_aggProof(task2, 0, 0, 8, 256, inputs, prev, claimed));
+        _expectCorrect(_aggProof(task2, 0, 0, 0, 7, inputs, prev, claimed));
+        _prove(_aggProof(task2, 0, 0, 7, 8, inputs, prev, claimed));
         vm.assertEq(uint256(market.getRound(task2, 0).status), uint256(RoundStatus.Invalidated), "void");
     }
 
@@ -569,9 +555,7 @@ contract AggregationFraudPathsTest is AggregationScenario {
         bytes[] memory claimed = _tamper(_initialState(), 0, 0, false, 1);
         _finalize(task2, 0, _root(claimed), all);
         AggregationProof memory p = _aggProof(task2, 0, 0, 0, 1, _inputs(0, all), _initialState(), claimed);
-        vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(ChunkAggregation.BadInputCount.selector, 33));
-        court.proveAggregationFraud{value: CBOND}(p);
+        _proveExpect(p, abi.encodeWithSelector(ChunkAggregation.BadInputCount.selector, 33));
     }
 
     // ------------------------------------------------------------------ no accepted input
@@ -586,7 +570,7 @@ contract AggregationFraudPathsTest is AggregationScenario {
         _prove(p);
         vm.assertEq(uint256(market.getRound(taskId, 0).status), uint256(RoundStatus.Invalidated), "void");
         vm.assertEq(market.getTaskState(taskId).stateRoot, spec.initialStateRoot, "rolled back");
-        vm.assertEq(market.creditOf(challenger), CBOND + WBOND, "bounty");
+        vm.assertEq(market.creditOf(challenger), CHALLENGE_BOND + WITNESS_BOND, "bounty");
         _assertMoney();
     }
 
@@ -628,7 +612,7 @@ contract AggregationFraudPathsTest is AggregationScenario {
 
     function test_windowExpired_reverts() public {
         (AggregationProof memory p,) = _tamperedRound0();
-        uint64 until = market.getRound(taskId, 0).closedAt + WINDOW;
+        uint64 until = market.getRound(taskId, 0).closedAt + CHALLENGE_WINDOW;
         vm.warp(until + 1);
         _proveExpect(
             p, abi.encodeWithSelector(ISynclineEvents.SynclineChallengeWindowClosed.selector, taskId, 0, until)
@@ -640,11 +624,13 @@ contract AggregationFraudPathsTest is AggregationScenario {
     function test_wrongBond_reverts() public {
         (AggregationProof memory p,) = _tamperedRound0();
         vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongBond.selector, 0, CBOND));
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongBond.selector, 0, CHALLENGE_BOND));
         court.proveAggregationFraud(p);
         vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongBond.selector, CBOND + 1, CBOND));
-        court.proveAggregationFraud{value: CBOND + 1}(p);
+        vm.expectRevert(
+            abi.encodeWithSelector(ISynclineEvents.SynclineWrongBond.selector, CHALLENGE_BOND + 1, CHALLENGE_BOND)
+        );
+        court.proveAggregationFraud{value: CHALLENGE_BOND + 1}(p);
     }
 
     function test_ruleNotChunkProvable_reverts() public {
@@ -655,9 +641,7 @@ contract AggregationFraudPathsTest is AggregationScenario {
             _commitAll(task2, 0, ALL);
             _finalize(task2, 0, keccak256("krum-state"), ALL);
             AggregationProof memory p = _aggProof(task2, 0, 0, 0, 1, _inputs(0, ALL), _initialState(), _initialState());
-            vm.prank(challenger);
-            vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineRuleNotChunkProvable.selector, rules[i]));
-            court.proveAggregationFraud{value: CBOND}(p);
+            _proveExpect(p, abi.encodeWithSelector(ISynclineEvents.SynclineRuleNotChunkProvable.selector, rules[i]));
         }
     }
 
@@ -685,11 +669,9 @@ contract AggregationFraudPathsTest is AggregationScenario {
         _commitAll(taskId, 1, ALL);
         bytes[] memory honest1 = _honestState(spec, 1, ALL, honest0);
         bytes[] memory claimed1 = _tamper(honest1, 0, 0, true, 1 << 30);
-        _pastDeadline(taskId);
-        _vote(taskId, 1, 2, _root(honest1), ALL);
-        _finalize(taskId, 1, _root(claimed1), ALL);
+        _finalizeClaim(taskId, 1, honest1, claimed1);
         AggregationProof memory p = _aggProof(taskId, 1, 0, 0, 1, _inputs(1, ALL), honest0, claimed1);
-        vm.expectEmit(true, true, true, true, marketAddr);
+        vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.RoundsInvalidated(taskId, 1, 1, _root(honest0));
         _prove(p);
         vm.assertEq(market.getTaskState(taskId).stateRoot, _root(honest0), "round 0 state");
@@ -697,17 +679,12 @@ contract AggregationFraudPathsTest is AggregationScenario {
         // Round 0 itself is correct.
         _proveExpect(_aggProof(taskId, 0, 1, 0, 256, _inputs(0, ALL), _initialState(), honest0), _correctErr(0, 1));
         _seal(taskId);
-        uint256 pool = POOL + WBOND;
-        uint256 paid = 0;
-        for (uint256 i = 0; i < N_TRAINERS; ++i) {
-            uint256 reward = _share(pool, WEIGHT, 5 * WEIGHT);
-            paid += reward;
-            _add(trainers[i], reward + STAKE);
-        }
+        uint256 pool = POOL + WITNESS_BOND;
+        uint256 paid = _addTrainerPayouts(pool, _weights(WEIGHT), 0);
         _add(witnesses[0], FEE);
         _add(witnesses[1], FEE);
-        _add(witnesses[2], WBOND);
-        _add(challenger, CBOND + WBOND);
+        _add(witnesses[2], WITNESS_BOND);
+        _add(challenger, CHALLENGE_BOND + WITNESS_BOND);
         _add(sponsor, pool - paid + 2 * FEE);
         _checkExpected();
     }
@@ -717,7 +694,7 @@ contract AggregationFraudPathsTest is AggregationScenario {
     function test_fraudWhileRunning_runContinues() public {
         (AggregationProof memory p,) = _tamperedRound0();
         vm.assertEq(uint256(market.getTaskState(taskId).status), uint256(TaskStatus.Running), "running");
-        vm.expectEmit(true, true, true, true, marketAddr);
+        vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.RoundsInvalidated(taskId, 0, 0, spec.initialStateRoot);
         _prove(p);
         TaskState memory t = market.getTaskState(taskId);
@@ -733,9 +710,9 @@ contract AggregationFraudPathsTest is AggregationScenario {
         for (uint256 i = 0; i < N_TRAINERS; ++i) {
             _add(trainers[i], STAKE);
         }
-        _add(witnesses[2], WBOND);
-        _add(challenger, CBOND + WBOND);
-        _add(sponsor, POOL + WBOND + _feeBudget(spec));
+        _add(witnesses[2], WITNESS_BOND);
+        _add(challenger, CHALLENGE_BOND + WITNESS_BOND);
+        _add(sponsor, POOL + WITNESS_BOND + _feeBudget(spec));
         _checkExpected();
     }
 }

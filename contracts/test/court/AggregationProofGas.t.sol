@@ -111,7 +111,7 @@ contract AggregationProofGasTest is CourtTestBase {
         uint256 cd = _calldataGas(abi.encodeCall(ISynclineCourt.proveAggregationFraud, (p)));
         vm.prank(challenger);
         uint256 before = gasleft();
-        court.proveAggregationFraud{value: CBOND}(p);
+        court.proveAggregationFraud{value: CHALLENGE_BOND}(p);
         used = before - gasleft();
         vm.assertEq(uint256(market.getRound(p.taskId, 0).status), uint256(RoundStatus.Invalidated), "proven");
         emit log_named_uint(string.concat(label, " gas"), used);
@@ -125,7 +125,7 @@ contract AggregationProofGasTest is CourtTestBase {
         bytes memory data = abi.encodeCall(ISynclineCourt.proveAggregationFraud, (p));
         vm.prank(challenger);
         uint256 before = gasleft();
-        (bool ok,) = marketAddr.call{value: CBOND}(data);
+        (bool ok,) = address(market).call{value: CHALLENGE_BOND}(data);
         used = before - gasleft();
         vm.assertFalse(ok, "meant to revert");
     }
@@ -152,7 +152,7 @@ contract AggregationProofGasTest is CourtTestBase {
         p.hi = 128;
         vm.prank(challenger);
         uint256 before = gasleft();
-        court.proveAggregationFraud{value: CBOND}(p);
+        court.proveAggregationFraud{value: CHALLENGE_BOND}(p);
         uint256 total = before - gasleft();
         emit log_named_uint("breakdown: call + checks + prev/claimed openings", openings);
         emit log_named_uint("breakdown: + 15 input openings and scans (reverts at the 16th)", inputs - openings);
@@ -252,8 +252,10 @@ contract CourtProofsGasTest is CourtTestBase {
         bytes memory sb = _signC(trainers[2], b);
         vm.prank(challenger);
         uint256 g = gasleft();
-        court.proveTrainerEquivocation{value: CBOND}(a, sa, b, sb);
+        court.proveTrainerEquivocation{value: CHALLENGE_BOND}(a, sa, b, sb);
         _log("proveTrainerEquivocation (accepted, revoked, 4 trainers rebalanced)", g);
+        vm.assertEq(market.getRound(taskId, 0).revokedMask, 1 << 2, "accepted and revoked");
+        vm.assertEq(market.getTrainer(taskId, trainers[0]).shardMask, 0x003, "4 trainers rebalanced");
     }
 
     function test_gas_proveWitnessEquivocation() public {
@@ -264,17 +266,18 @@ contract CourtProofsGasTest is CourtTestBase {
         bytes memory sb = _signV(witnesses[0], b);
         vm.prank(challenger);
         uint256 g = gasleft();
-        court.proveWitnessEquivocation{value: CBOND}(a, sa, b, sb);
+        court.proveWitnessEquivocation{value: CHALLENGE_BOND}(a, sa, b, sb);
         _log("proveWitnessEquivocation", g);
+        vm.assertEq(market.getWitness(taskId, witnesses[0]).slashed, WITNESS_BOND, "bond slashed");
     }
 
     function test_gas_censorship() public {
         vm.prank(challenger);
         uint256 g = gasleft();
-        uint256 id3 = court.challengeCensorship{value: CBOND}(taskId, 0, 3);
+        uint256 id3 = court.challengeCensorship{value: CHALLENGE_BOND}(taskId, 0, 3);
         _log("challengeCensorship", g);
         vm.prank(challenger);
-        uint256 id4 = court.challengeCensorship{value: CBOND}(taskId, 0, 4);
+        uint256 id4 = court.challengeCensorship{value: CHALLENGE_BOND}(taskId, 0, 4);
         bytes[] memory chunks = _f4();
         bytes32[] memory proof = MerkleRef.proof(MerkleRef.hashes(chunks), 1);
         vm.prank(answerer);
@@ -311,7 +314,7 @@ contract CourtProofsGasTest is CourtTestBase {
                 _finalize(task, r, keccak256(abi.encode("s", r)), accepted);
                 if (r == 0) {
                     vm.prank(challenger);
-                    id = court.challengeCensorship{value: CBOND}(task, 0, 15);
+                    id = court.challengeCensorship{value: CHALLENGE_BOND}(task, 0, 15);
                 }
             }
             vm.warp(court.getChallenge(id).deadline + 1);
@@ -320,13 +323,14 @@ contract CourtProofsGasTest is CourtTestBase {
             emit log_named_uint(
                 string.concat("resolveCensorship voiding ", _itoa(rounds[k]), " rounds (16 trainers)"), g - gasleft()
             );
+            vm.assertEq(market.getTaskState(task).roundsInvalidated, rounds[k], "rounds voided");
         }
     }
 
     function test_gas_training() public {
         vm.prank(challenger);
         uint256 g = gasleft();
-        uint256 id = court.challengeTraining{value: CBOND}(taskId, 0, 1, 3);
+        uint256 id = court.challengeTraining{value: CHALLENGE_BOND}(taskId, 0, 1, 3);
         _log("challengeTraining", g);
         vm.prank(witnesses[0]);
         g = gasleft();
@@ -339,7 +343,7 @@ contract CourtProofsGasTest is CourtTestBase {
         vm.assertEq(uint256(court.getChallenge(id).status), uint256(ChallengeStatus.Upheld), "upheld");
 
         vm.prank(challenger);
-        uint256 id2 = court.challengeTraining{value: CBOND}(taskId, 0, 2, 3);
+        uint256 id2 = court.challengeTraining{value: CHALLENGE_BOND}(taskId, 0, 2, 3);
         vm.prank(witnesses[0]);
         court.refereeVote(id2, false);
         vm.prank(witnesses[1]);
@@ -349,8 +353,8 @@ contract CourtProofsGasTest is CourtTestBase {
         vm.assertEq(uint256(court.getChallenge(id2).status), uint256(ChallengeStatus.Rejected), "rejected");
 
         vm.prank(challenger);
-        uint256 id3 = court.challengeTraining{value: CBOND}(taskId, 0, 0, 3);
-        vm.warp(block.timestamp + WINDOW + 1);
+        uint256 id3 = court.challengeTraining{value: CHALLENGE_BOND}(taskId, 0, 0, 3);
+        vm.warp(block.timestamp + CHALLENGE_WINDOW + 1);
         g = gasleft();
         court.expireChallenge(id3);
         _log("expireChallenge", g);

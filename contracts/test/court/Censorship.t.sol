@@ -45,14 +45,13 @@ contract CensorshipTest is CourtTestBase {
     }
 
     function _challengeCensorship(uint16 fragment) internal returns (uint256) {
-        vm.prank(challenger);
-        return court.challengeCensorship{value: CBOND}(taskId, 0, fragment);
+        return _challengeCensorship(taskId, 0, fragment);
     }
 
     function _expectChallengeRevert(uint256 task, uint32 round, uint16 fragment, bytes memory err) internal {
         vm.prank(challenger);
         vm.expectRevert(err);
-        court.challengeCensorship{value: CBOND}(task, round, fragment);
+        court.challengeCensorship{value: CHALLENGE_BOND}(task, round, fragment);
     }
 
     function _answer(uint256 id, uint32 ci, bytes[] memory chunks) internal {
@@ -72,8 +71,8 @@ contract CensorshipTest is CourtTestBase {
     // ------------------------------------------------------------------ challenge
 
     function test_challengeCensorship_opens() public {
-        uint64 deadline = uint64(block.timestamp) + WINDOW;
-        vm.expectEmit(true, true, true, true, marketAddr);
+        uint64 deadline = uint64(block.timestamp) + CHALLENGE_WINDOW;
+        vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.ChallengeOpened(
             1, taskId, 0, ChallengeKind.Censorship, challenger, address(0), 3, 0, deadline
         );
@@ -83,10 +82,10 @@ contract CensorshipTest is CourtTestBase {
         vm.assertEq(uint256(c.status), uint256(ChallengeStatus.Open), "open");
         vm.assertEq(c.fragment, 3, "fragment");
         vm.assertEq(c.deadline, deadline, "deadline");
-        vm.assertEq(c.bond, CBOND, "bond");
+        vm.assertEq(c.bond, CHALLENGE_BOND, "bond");
         TaskState memory t = market.getTaskState(taskId);
         vm.assertEq(t.openChallenges, 1, "openChallenges");
-        vm.assertEq(t.bondsHeld, 3 * uint256(WBOND) + CBOND, "bond held");
+        vm.assertEq(t.bondsHeld, 3 * uint256(WITNESS_BOND) + CHALLENGE_BOND, "bond held");
         vm.assertEq(market.creditOf(challenger), 0, "nothing credited yet");
         _assertMoney();
     }
@@ -131,7 +130,7 @@ contract CensorshipTest is CourtTestBase {
 
     function test_challengeCensorship_wrongBond_reverts() public {
         vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongBond.selector, 1, CBOND));
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongBond.selector, 1, CHALLENGE_BOND));
         court.challengeCensorship{value: 1}(taskId, 0, 3);
     }
 
@@ -145,7 +144,7 @@ contract CensorshipTest is CourtTestBase {
         _expectChallengeRevert(
             taskId, 1, 3, abi.encodeWithSelector(ISynclineEvents.SynclineRoundNotFinalized.selector, taskId, 1)
         );
-        uint64 until = market.getRound(taskId, 0).closedAt + WINDOW;
+        uint64 until = market.getRound(taskId, 0).closedAt + CHALLENGE_WINDOW;
         vm.warp(until + 1);
         _expectChallengeRevert(
             taskId,
@@ -172,8 +171,7 @@ contract CensorshipTest is CourtTestBase {
         uint256 task3 = _startRule(AggregationRule.CenteredClip);
         _commitAll(task3, 0, ALL);
         _finalize(task3, 0, keccak256("clip"), 0x0f);
-        vm.prank(challenger);
-        court.challengeCensorship{value: CBOND}(task3, 0, 4);
+        _challengeCensorship(task3, 0, 4);
     }
 
     function test_challengeCensorship_wrongTaskStatus_reverts() public {
@@ -196,16 +194,16 @@ contract CensorshipTest is CourtTestBase {
     function test_answerCensorship_malformedChunk_rejects_andSettles() public {
         uint256 id = _challengeCensorship(4);
         bytes[] memory chunks = _f4Chunks(1, 0);
-        vm.expectEmit(true, true, true, true, marketAddr);
+        vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.ChallengeResolved(id, taskId, ChallengeStatus.Rejected, 0, 0);
-        vm.expectEmit(true, true, true, true, marketAddr);
-        emit ISynclineEvents.Credited(taskId, answerer, CBOND, REASON_FORFEIT);
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineEvents.Credited(taskId, answerer, CHALLENGE_BOND, REASON_FORFEIT);
         _answer(id, 1, chunks);
         _assertChallenge(id, ChallengeKind.Censorship, ChallengeStatus.Rejected, 0);
         TaskState memory t = market.getTaskState(taskId);
         vm.assertEq(t.openChallenges, 0, "closed");
-        vm.assertEq(t.bondsHeld, 3 * uint256(WBOND), "challenge bond released");
-        vm.assertEq(market.creditOf(answerer), CBOND, "answerer paid");
+        vm.assertEq(t.bondsHeld, 3 * uint256(WITNESS_BOND), "challenge bond released");
+        vm.assertEq(market.creditOf(answerer), CHALLENGE_BOND, "answerer paid");
         vm.assertEq(uint256(market.getRound(taskId, 0).status), uint256(RoundStatus.Finalized), "round stands");
         // Answered once: no second answer, no resolve.
         bytes32[] memory proof = MerkleRef.proof(MerkleRef.hashes(chunks), 1);
@@ -218,23 +216,17 @@ contract CensorshipTest is CourtTestBase {
         );
         _commitAll(taskId, 1, ALL);
         _finalize(taskId, 1, keccak256("state-1"), ALL);
-        vm.warp(block.timestamp + WINDOW + 1);
+        vm.warp(block.timestamp + CHALLENGE_WINDOW + 1);
         vm.expectRevert(
             abi.encodeWithSelector(ISynclineEvents.SynclineChallengeNotOpen.selector, id, ChallengeStatus.Rejected)
         );
         court.resolveCensorship(id);
         _seal(taskId);
-        uint256[5] memory w = [uint256(4), 4, 2, 2, 2];
-        uint256 paid = 0;
-        for (uint256 i = 0; i < 5; ++i) {
-            uint256 reward = _share(POOL, w[i], 14);
-            paid += reward;
-            _add(trainers[i], reward + STAKE);
-        }
-        _add(witnesses[0], 2 * FEE + WBOND);
-        _add(witnesses[1], 2 * FEE + WBOND);
-        _add(witnesses[2], WBOND);
-        _add(answerer, CBOND);
+        uint256 paid = _addTrainerPayouts(POOL, [uint256(4), 4, 2, 2, 2], 0);
+        _add(witnesses[0], 2 * FEE + WITNESS_BOND);
+        _add(witnesses[1], 2 * FEE + WITNESS_BOND);
+        _add(witnesses[2], WITNESS_BOND);
+        _add(answerer, CHALLENGE_BOND);
         _add(sponsor, POOL - paid);
         _checkExpected();
     }
@@ -246,11 +238,10 @@ contract CensorshipTest is CourtTestBase {
         uint256 task2 = _startRule(AggregationRule.Mean);
         _commitRound0(task2, ci, kind);
         _finalize(task2, 0, keccak256("state-0"), ACCEPTED);
-        vm.prank(challenger);
-        uint256 id = court.challengeCensorship{value: CBOND}(task2, 0, 4);
+        uint256 id = _challengeCensorship(task2, 0, 4);
         _answer(id, uint32(ci), _f4Chunks(ci, kind));
         _assertChallenge(id, ChallengeKind.Censorship, ChallengeStatus.Rejected, 0);
-        vm.assertEq(market.creditOf(answerer), CBOND, "answerer paid");
+        vm.assertEq(market.creditOf(answerer), CHALLENGE_BOND, "answerer paid");
         _assertMoney();
     }
 
@@ -262,8 +253,7 @@ contract CensorshipTest is CourtTestBase {
         _commit(task2, 0, 0, _gradRoot(0, 0));
         _commit(task2, 0, 4, _root(chunks));
         _finalize(task2, 0, keccak256("s"), 1);
-        vm.prank(challenger);
-        uint256 id = court.challengeCensorship{value: CBOND}(task2, 0, 4);
+        uint256 id = _challengeCensorship(task2, 0, 4);
         _answer(id, 2, chunks);
         _assertChallenge(id, ChallengeKind.Censorship, ChallengeStatus.Rejected, 0);
     }
@@ -337,8 +327,7 @@ contract CensorshipTest is CourtTestBase {
             1, 1, chunks[1], proof, abi.encodeWithSelector(ISynclineEvents.SynclineUnknownChallenge.selector, 1)
         );
         // A training challenge's id.
-        vm.prank(challenger);
-        uint256 tid = court.challengeTraining{value: CBOND}(taskId, 0, 0, 0);
+        uint256 tid = _challengeTraining(taskId, 0, 0, 0);
         _expectAnswerRevert(
             tid,
             1,
@@ -364,12 +353,12 @@ contract CensorshipTest is CourtTestBase {
             ISynclineCourt.answerCensorship, (id, uint32(1), chunks[1], MerkleRef.proof(MerkleRef.hashes(chunks), 1))
         );
         vm.prank(answerer);
-        (bool ok,) = marketAddr.call{value: 1}(data);
+        (bool ok,) = address(market).call{value: 1}(data);
         vm.assertFalse(ok, "answer with value refused");
-        vm.warp(block.timestamp + WINDOW + 1);
-        (ok,) = marketAddr.call{value: 1}(abi.encodeCall(ISynclineCourt.resolveCensorship, (id)));
+        vm.warp(block.timestamp + CHALLENGE_WINDOW + 1);
+        (ok,) = address(market).call{value: 1}(abi.encodeCall(ISynclineCourt.resolveCensorship, (id)));
         vm.assertFalse(ok, "resolve with value refused");
-        (ok,) = marketAddr.call(abi.encodeCall(ISynclineCourt.resolveCensorship, (id)));
+        (ok,) = address(market).call(abi.encodeCall(ISynclineCourt.resolveCensorship, (id)));
         vm.assertTrue(ok, "resolve without value");
     }
 
@@ -380,7 +369,7 @@ contract CensorshipTest is CourtTestBase {
         bytes[] memory chunks = _f4Chunks(1, 0);
         vm.prank(challenger);
         court.answerCensorship(id, 1, chunks[1], MerkleRef.proof(MerkleRef.hashes(chunks), 1));
-        vm.assertEq(market.creditOf(challenger), CBOND, "bond back to the challenger");
+        vm.assertEq(market.creditOf(challenger), CHALLENGE_BOND, "bond back to the challenger");
     }
 
     // ------------------------------------------------------------------ resolve
@@ -404,34 +393,36 @@ contract CensorshipTest is CourtTestBase {
         _commitAll(taskId, 1, ALL);
         _finalize(taskId, 1, keccak256("state-1"), ALL);
         // The last window has passed, but the open claim blocks the seal.
-        vm.warp(uint256(market.getTaskState(taskId).lastClosedAt) + WINDOW);
+        vm.warp(uint256(market.getTaskState(taskId).lastClosedAt) + CHALLENGE_WINDOW);
         vm.assertGt(block.timestamp, court.getChallenge(id).deadline, "past the defence period");
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineChallengesOpen.selector, taskId, 1));
         market.seal(taskId);
 
-        vm.expectEmit(true, true, true, true, marketAddr);
+        vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.RoundsInvalidated(taskId, 0, 1, _initialStateRoot());
-        vm.expectEmit(true, true, true, true, marketAddr);
-        emit ISynclineEvents.ChallengeResolved(id, taskId, ChallengeStatus.Upheld, 2 * uint256(WBOND), WBOND);
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineEvents.ChallengeResolved(
+            id, taskId, ChallengeStatus.Upheld, 2 * uint256(WITNESS_BOND), WITNESS_BOND
+        );
         vm.prank(stranger);
         court.resolveCensorship(id);
 
-        _assertChallenge(id, ChallengeKind.Censorship, ChallengeStatus.Upheld, 2 * uint256(WBOND));
+        _assertChallenge(id, ChallengeKind.Censorship, ChallengeStatus.Upheld, 2 * uint256(WITNESS_BOND));
         TaskState memory t = market.getTaskState(taskId);
         vm.assertEq(t.openChallenges, 0, "closed");
         vm.assertEq(t.stateRoot, _initialStateRoot(), "rolled back");
         vm.assertEq(t.roundsInvalidated, 2, "both rounds void");
         vm.assertEq(t.totalWeight, 0, "no reward left");
-        vm.assertEq(market.getWitness(taskId, witnesses[2]).bond, WBOND, "w2 did not vote: kept");
+        vm.assertEq(market.getWitness(taskId, witnesses[2]).bond, WITNESS_BOND, "w2 did not vote: kept");
         _assertMoney();
 
         _seal(taskId);
         for (uint256 i = 0; i < N_TRAINERS; ++i) {
             _add(trainers[i], STAKE);
         }
-        _add(witnesses[2], WBOND);
-        _add(challenger, CBOND + WBOND);
-        _add(sponsor, POOL + WBOND + 4 * FEE);
+        _add(witnesses[2], WITNESS_BOND);
+        _add(challenger, CHALLENGE_BOND + WITNESS_BOND);
+        _add(sponsor, POOL + WITNESS_BOND + 4 * FEE);
         _checkExpected();
     }
 
@@ -445,7 +436,7 @@ contract CensorshipTest is CourtTestBase {
         vm.assertEq(uint256(market.getRound(taskId, 0).status), uint256(RoundStatus.Invalidated), "void");
         _answer(id4, 1, _f4Chunks(1, 0));
         _assertChallenge(id4, ChallengeKind.Censorship, ChallengeStatus.Rejected, 0);
-        vm.assertEq(market.creditOf(answerer), CBOND, "answerer paid");
+        vm.assertEq(market.creditOf(answerer), CHALLENGE_BOND, "answerer paid");
         vm.assertEq(market.getTaskState(taskId).openChallenges, 0, "closed");
         _assertMoney();
     }
@@ -454,14 +445,14 @@ contract CensorshipTest is CourtTestBase {
     function test_resolveCensorship_roundAlreadyVoid_expires() public {
         uint256 id3 = _challengeCensorship(3);
         vm.prank(stranger);
-        uint256 id4 = court.challengeCensorship{value: CBOND}(taskId, 0, 4);
-        vm.warp(block.timestamp + WINDOW + 1);
+        uint256 id4 = court.challengeCensorship{value: CHALLENGE_BOND}(taskId, 0, 4);
+        vm.warp(block.timestamp + CHALLENGE_WINDOW + 1);
         court.resolveCensorship(id3);
-        vm.expectEmit(true, true, true, true, marketAddr);
+        vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.ChallengeResolved(id4, taskId, ChallengeStatus.Expired, 0, 0);
         court.resolveCensorship(id4);
         _assertChallenge(id4, ChallengeKind.Censorship, ChallengeStatus.Expired, 0);
-        vm.assertEq(market.creditOf(stranger), CBOND, "bond back");
+        vm.assertEq(market.creditOf(stranger), CHALLENGE_BOND, "bond back");
         vm.assertEq(market.getTaskState(taskId).openChallenges, 0, "closed");
         _assertMoney();
         // An answer is still possible for an open claim on a voided round, but this one is closed.

@@ -29,9 +29,6 @@ contract CourtHandler is CourtTestBase {
     mapping(bytes4 => uint256) public succeeded;
     /// Chunk index + 1 of the malformed chunk in a submission (0: well formed).
     mapping(uint256 => mapping(uint32 => mapping(uint16 => uint256))) public malformedAt;
-    /// Trainer stakes and witness bonds a task started with (for the invariants).
-    mapping(uint256 => uint256) public stakeOf;
-    mapping(uint256 => uint256) public witnessBondOf;
     /// Censorship claims already taken (a fault key is claimed once).
     mapping(uint256 => mapping(uint32 => mapping(uint16 => bool))) internal claimed;
     mapping(uint256 => mapping(address => bool)) internal refereed;
@@ -56,7 +53,7 @@ contract CourtHandler is CourtTestBase {
     }
 
     function marketAddress() external view returns (address) {
-        return marketAddr;
+        return address(market);
     }
 
     // ------------------------------------------------------------------ task and round helpers
@@ -67,8 +64,6 @@ contract CourtHandler is CourtTestBase {
         s.maxMissedRounds = 1;
         s.challengeWindow = 3 days;
         current = _start(s);
-        stakeOf[current] = s.trainerStake;
-        witnessBondOf[current] = s.witnessBond;
     }
 
     function _state() internal view returns (TaskState memory) {
@@ -223,7 +218,7 @@ contract CourtHandler is CourtTestBase {
         bytes memory sa = _signC(trainers[f], a);
         bytes memory sb = _signC(trainers[f], b);
         vm.prank(challenger);
-        court.proveTrainerEquivocation{value: CBOND}(a, sa, b, sb);
+        court.proveTrainerEquivocation{value: CHALLENGE_BOND}(a, sa, b, sb);
         _ok(this.trainerEquivocation.selector);
     }
 
@@ -243,7 +238,7 @@ contract CourtHandler is CourtTestBase {
         bytes memory sa = _signV(witnesses[w], a);
         bytes memory sb = _signV(witnesses[w], b);
         vm.prank(challenger);
-        court.proveWitnessEquivocation{value: CBOND}(a, sa, b, sb);
+        court.proveWitnessEquivocation{value: CHALLENGE_BOND}(a, sa, b, sb);
         _ok(this.witnessEquivocation.selector);
     }
 
@@ -254,8 +249,7 @@ contract CourtHandler is CourtTestBase {
         (uint32 round, uint16 f, bool found) = _target(roundSeed, fragmentSeed, false);
         if (!found) return;
         claimed[current][round][f] = true;
-        vm.prank(challenger);
-        court.challengeCensorship{value: CBOND}(current, round, f);
+        _challengeCensorship(current, round, f);
         _ok(this.challengeCensorship.selector);
     }
 
@@ -335,8 +329,7 @@ contract CourtHandler is CourtTestBase {
         ++calls;
         (uint32 round, uint16 f, bool found) = _target(roundSeed, fragmentSeed, true);
         if (!found) return;
-        vm.prank(challenger);
-        court.challengeTraining{value: CBOND}(current, round, f, uint32(segmentSeed % 11));
+        _challengeTraining(current, round, f, uint32(segmentSeed % 11));
         _ok(this.challengeTraining.selector);
     }
 

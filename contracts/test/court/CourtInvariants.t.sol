@@ -1,15 +1,13 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
-import {CourtVm} from "./CourtVm.sol";
+import {InvariantChecks} from "../invariant/InvariantChecks.sol";
 import {CourtHandler} from "./CourtHandler.sol";
 import {ISynclineMarket} from "../../src/ISynclineMarket.sol";
 import {ISynclineCourt} from "../../src/ISynclineCourt.sol";
 import {
-    TaskSpec,
     TaskState,
     TaskStatus,
-    TrainerRecord,
     WitnessRecord,
     Challenge,
     ChallengeKind,
@@ -20,15 +18,7 @@ import {
 /// equivocation proofs, censorship claims and training claims. After every call: the market
 /// holds exactly its obligations, slashes never exceed what was posted, witness bonds are either
 /// held or slashed, and `openChallenges` counts exactly the open asynchronous challenges.
-contract CourtInvariantsTest {
-    bool public IS_TEST = true;
-    CourtVm internal constant vm = CourtVm(address(uint160(uint256(keccak256("hevm cheat code")))));
-
-    struct FuzzSelector {
-        address addr;
-        bytes4[] selectors;
-    }
-
+contract CourtInvariantsTest is InvariantChecks {
     event log_named_uint(string key, uint256 val);
 
     CourtHandler internal handler;
@@ -69,40 +59,16 @@ contract CourtInvariantsTest {
         targets[0] = FuzzSelector({addr: address(handler), selectors: s});
     }
 
-    /// balance == sum of escrowOf + sum of credits; a settled task holds nothing.
+    /// balance == sum of escrowOf + sum of credits; each escrow is the sum of its buckets; a
+    /// settled task holds nothing.
     function invariant_moneyBalances() public view {
-        uint256[] memory ids = handler.allTasks();
-        address[] memory actors = handler.allActors();
-        uint256 sum = 0;
-        for (uint256 i = 0; i < ids.length; ++i) {
-            uint256 e = market.escrowOf(ids[i]);
-            sum += e;
-            TaskStatus st = market.getTaskState(ids[i]).status;
-            if (st == TaskStatus.Sealed || st == TaskStatus.Cancelled) vm.assertEq(e, 0, "settled task holds nothing");
-        }
-        for (uint256 i = 0; i < actors.length; ++i) {
-            sum += market.creditOf(actors[i]);
-        }
-        vm.assertEq(address(market).balance, sum, "balance == sum(escrowOf) + sum(creditOf)");
+        _checkBalanceEqualsEscrowsPlusCredits(market, handler.allTasks(), handler.allActors());
     }
 
-    /// A trainer never loses more than it staked; until settlement stake + slashed == the stake.
+    /// A trainer never loses more than it staked (only an evicted one loses anything); until
+    /// settlement stake + slashed == the stake; stakeHeld is the sum of the stakes.
     function invariant_trainerSlashBounded() public view {
-        uint256[] memory ids = handler.allTasks();
-        for (uint256 i = 0; i < ids.length; ++i) {
-            uint256 original = handler.stakeOf(ids[i]);
-            bool settled = market.getTaskState(ids[i]).status == TaskStatus.Sealed;
-            address[] memory ts = market.getTrainers(ids[i]);
-            uint256 held = 0;
-            for (uint256 k = 0; k < ts.length; ++k) {
-                TrainerRecord memory r = market.getTrainer(ids[i], ts[k]);
-                vm.assertLe(r.slashed, original, "slashed <= original stake");
-                if (!settled) vm.assertEq(uint256(r.stake) + r.slashed, original, "stake + slashed == original");
-                else vm.assertEq(r.stake, 0, "stake paid out at seal");
-                held += r.stake;
-            }
-            vm.assertEq(market.getTaskState(ids[i]).stakeHeld, held, "stakeHeld == sum of stakes");
-        }
+        _checkSlashNeverExceedsStake(market, handler.allTasks());
     }
 
     /// Once bonded, a witness's bond + slashed == witnessBond until the seal refunds the bond.
@@ -110,7 +76,7 @@ contract CourtInvariantsTest {
         uint256[] memory ids = handler.allTasks();
         address[] memory ws = handler.allWitnesses();
         for (uint256 i = 0; i < ids.length; ++i) {
-            uint256 bond = handler.witnessBondOf(ids[i]);
+            uint256 bond = market.getSpec(ids[i]).witnessBond;
             bool settled = market.getTaskState(ids[i]).status == TaskStatus.Sealed;
             for (uint256 k = 0; k < ws.length; ++k) {
                 WitnessRecord memory w = market.getWitness(ids[i], ws[k]);

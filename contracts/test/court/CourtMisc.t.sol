@@ -48,12 +48,12 @@ contract CourtMiscTest is CourtTestBase {
         // With the bond attached, the payable ones refuse it too.
         for (uint256 i = 0; i < 3; ++i) {
             vm.prank(challenger);
-            (bool ok, bytes memory ret) = courtModule.call{value: CBOND}(calls[i]);
+            (bool ok, bytes memory ret) = courtModule.call{value: CHALLENGE_BOND}(calls[i]);
             vm.assertFalse(ok, "direct call with value accepted");
             vm.assertEq(ret, expected, "SynclineCourtDirectCall with value");
         }
         vm.prank(challenger);
-        (bool ok3, bytes memory ret3) = courtModule.call{value: CBOND}(calls[6]);
+        (bool ok3, bytes memory ret3) = courtModule.call{value: CHALLENGE_BOND}(calls[6]);
         vm.assertFalse(ok3, "challengeTraining with value");
         vm.assertEq(ret3, expected, "challengeTraining: SynclineCourtDirectCall");
         vm.assertEq(courtModule.balance, 0, "the module holds nothing");
@@ -66,11 +66,10 @@ contract CourtMiscTest is CourtTestBase {
         _finalize(taskId, 0, keccak256("s"), 0x0f);
         vm.prank(challenger);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineCourtDirectCall.selector));
-        ISynclineCourt(courtModule).challengeCensorship{value: CBOND}(taskId, 0, 4);
+        ISynclineCourt(courtModule).challengeCensorship{value: CHALLENGE_BOND}(taskId, 0, 4);
         vm.assertEq(ISynclineCourt(courtModule).challengeCount(), 0, "module storage unused");
         // Through the market the same call works.
-        vm.prank(challenger);
-        court.challengeCensorship{value: CBOND}(taskId, 0, 4);
+        _challengeCensorship(taskId, 0, 4);
         vm.assertEq(court.challengeCount(), 1, "one challenge on the market");
     }
 
@@ -84,9 +83,9 @@ contract CourtMiscTest is CourtTestBase {
 
     /// A selector neither the market nor the court knows is refused (the court has no fallback).
     function test_unknownSelector_reverts() public {
-        (bool ok,) = marketAddr.call(abi.encodeWithSelector(bytes4(0xdeadbeef), uint256(1)));
+        (bool ok,) = address(market).call(abi.encodeWithSelector(bytes4(0xdeadbeef), uint256(1)));
         vm.assertFalse(ok, "unknown selector accepted");
-        (ok,) = marketAddr.call{value: 1}(hex"00");
+        (ok,) = address(market).call{value: 1}(hex"00");
         vm.assertFalse(ok, "short calldata with value accepted");
     }
 
@@ -111,10 +110,8 @@ contract CourtMiscTest is CourtTestBase {
         vm.assertEq(r.witnesses.length, N_WITNESSES, "witnesses listed");
         vm.assertEq(r.witnesses[0].bond, 0, "not bonded yet");
         vm.assertEq(r.rewardPool, POOL, "pool");
-        _bondWitnesses(taskId);
-        for (uint256 i = 0; i < N_TRAINERS; ++i) {
-            _enroll(taskId, trainers[i]);
-        }
+        _bondAll(taskId);
+        _enrollMany(taskId, N_TRAINERS);
         _commitAll(taskId, 0, ALL);
         _finalize(taskId, 0, keccak256("s0"), ALL);
         r = court.getReceipt(taskId);
@@ -122,7 +119,7 @@ contract CourtMiscTest is CourtTestBase {
         vm.assertEq(r.trainers.length, N_TRAINERS, "trainers");
         vm.assertEq(r.trainers[0].stakeRefund, 0, "no refund while running");
         vm.assertEq(r.trainers[0].accepted, 1, "accepted");
-        vm.assertEq(r.witnesses[0].bond, WBOND, "bond posted");
+        vm.assertEq(r.witnesses[0].bond, WITNESS_BOND, "bond posted");
         vm.assertEq(r.witnesses[0].fees, FEE, "fee");
         vm.assertEq(r.roundsFinalized, 1, "finalized");
         vm.assertEq(r.finalStateRoot, keccak256("s0"), "state root");

@@ -1,22 +1,15 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
-import {CourtVm} from "./CourtVm.sol";
+import {SynclineTest} from "../base/SynclineTest.sol";
 import {MerkleRef} from "./MerkleRef.sol";
-import {CourtAggregationHarness} from "./CourtHarness.sol";
-import {ISynclineMarket} from "../../src/ISynclineMarket.sol";
-import {ISynclineCourt} from "../../src/ISynclineCourt.sol";
+import {ChunkAggregationHarness} from "../harness/ChunkAggregationHarness.sol";
 import {
     TaskSpec,
-    TaskState,
     TaskStatus,
     Tier,
     AggregationRule,
-    Modality,
-    RoundRecord,
     RoundStatus,
-    TrainerRecord,
-    WitnessRecord,
     Commitment,
     Vote,
     Challenge,
@@ -26,49 +19,21 @@ import {
 } from "../../src/SynclineTypes.sol";
 
 /// @title CourtTestBase
-/// @notice Self-contained base of the court tests (no forge-std, independent of the shared
-/// `contracts/test/base`): deploys `SynclineCourt` and a `SynclineMarket` delegating to it, makes
-/// actors from private keys (`vm.addr`), signs `Commitment`/`Vote` EIP-712 messages itself (domain
-/// separator computed here from ("Syncline", "1", chainid, market) and the type strings), posts
-/// tasks, enrolls trainers, bonds witnesses, commits and finalizes rounds, and builds real
-/// round data: int8 gradient chunks, state chunks, Merkle trees and proofs, and the honest new
-/// state recomputed with `ChunkAggregation`.
-abstract contract CourtTestBase {
-    bool public IS_TEST = true;
-    CourtVm internal constant vm = CourtVm(address(uint160(uint256(keccak256("hevm cheat code")))));
-
-    uint256 internal constant SECP256K1_N = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141;
-    bytes32 internal constant DOMAIN_TYPEHASH =
-        keccak256("EIP712Domain(string name,string version,uint256 chainId,address verifyingContract)");
-    bytes32 internal constant COMMITMENT_TYPEHASH = keccak256(
-        "Commitment(uint256 taskId,uint32 round,uint16 fragment,bytes32 payloadHash,bytes32 chunkRoot,bytes32 checkpointRoot)"
-    );
-    bytes32 internal constant VOTE_TYPEHASH =
-        keccak256("Vote(uint256 taskId,uint32 round,bytes32 stateRoot,bytes32 aggregateRoot,uint256 acceptedMask)");
-
+/// @notice Base of the court tests, on the shared market test base (`SynclineTest`: the market
+/// and its court module, actors with private keys, EIP-712 signing checked against an independent
+/// implementation, the generic life-cycle helpers). Adds the court fixture: a challenger and an
+/// answerer, 32 trainers, a 5-trainer task over 600 parameters with bonded witnesses, money checks
+/// over every actor and task, and real round data: int8 gradient chunks, state chunks, Merkle
+/// trees and proofs, and the honest new state recomputed with `ChunkAggregation`.
+abstract contract CourtTestBase is SynclineTest {
     // ------------------------------------------------------------------ fixture constants
+    // (the pool, stake, fee, shards, windows, quorum and bonds are the shared ones of `SynclineTest`)
 
-    uint256 internal constant T0 = 1_700_000_000;
-    uint256 internal constant FUNDS = 1_000_000 ether;
-    uint256 internal constant POOL = 10 ether;
-    uint128 internal constant STAKE = 1 ether;
-    uint128 internal constant FEE = 0.01 ether;
-    uint128 internal constant WBOND = 0.5 ether;
-    uint128 internal constant CBOND = 0.1 ether;
-    uint16 internal constant SHARDS = 10;
-    uint32 internal constant ROUNDS = 2;
-    uint32 internal constant INNER_STEPS = 500;
-    uint32 internal constant CKPT_INTERVAL = 50;
+    uint32 internal constant COURT_ROUNDS = 2;
     /// 600 parameters: chunks of 256, 256 and 88 coordinates.
     uint64 internal constant PARAMS = 600;
     uint256 internal constant CHUNKS = 3;
-    uint64 internal constant ROUND_DURATION = 1 hours;
-    uint64 internal constant GRACE = 30 minutes;
-    uint64 internal constant WINDOW = 1 days;
-    uint64 internal constant ENROLL_PERIOD = 1 days;
     uint16 internal constant N_TRAINERS = 5;
-    uint256 internal constant N_WITNESSES = 3;
-    uint8 internal constant THRESHOLD = 2;
     uint32 internal constant LR_PPM = 700_000;
     uint32 internal constant MOM_PPM = 900_000;
     uint32 internal constant TRIM_BPS = 2_000;
@@ -81,198 +46,63 @@ abstract contract CourtTestBase {
     bytes32 internal constant REASON_BOUNTY = "challenge-bounty";
     bytes32 internal constant REASON_FORFEIT = "forfeited-bond";
 
-    // ------------------------------------------------------------------ deployment and actors
-
-    address internal courtModule;
-    address internal marketAddr;
-    ISynclineMarket internal market;
-    ISynclineCourt internal court;
-    CourtAggregationHarness internal agg;
-
-    address internal sponsor;
+    ChunkAggregationHarness internal agg;
     address internal challenger;
     address internal answerer;
-    address internal stranger;
-    address[] internal witnesses;
-    address[] internal trainers;
-    mapping(address => uint256) internal keyOf;
     /// Every actor (for the money check: sum of credits).
     address[] internal everyone;
     /// Every task posted (for the money check: sum of escrows).
     uint256[] internal tasks;
 
-    function setUp() public virtual {
-        vm.warp(T0);
-        courtModule = vm.deployCode("SynclineCourt.sol:SynclineCourt");
-        marketAddr = vm.deployCode("SynclineMarket.sol:SynclineMarket", abi.encode(courtModule));
-        market = ISynclineMarket(marketAddr);
-        court = ISynclineCourt(marketAddr);
-        agg = new CourtAggregationHarness();
-        vm.label(courtModule, "SynclineCourt");
-        vm.label(marketAddr, "SynclineMarket");
-        sponsor = _actor("sponsor");
+    function setUp() public virtual override {
+        super.setUp();
+        agg = ChunkAggregationHarness(vm.deployCode("ChunkAggregationHarness.sol:ChunkAggregationHarness"));
         challenger = _actor("challenger");
         answerer = _actor("answerer");
-        stranger = _actor("stranger");
-        for (uint256 i = 0; i < N_WITNESSES; ++i) {
-            witnesses.push(_actor(string.concat("witness", _itoa(i))));
-        }
-        for (uint256 i = 0; i < 32; ++i) {
+        for (uint256 i = trainers.length; i < 32; ++i) {
             trainers.push(_actor(string.concat("trainer", _itoa(i))));
         }
     }
 
-    function _actor(string memory name) internal returns (address a) {
-        uint256 pk = (uint256(keccak256(abi.encodePacked("court-actor", name))) % (SECP256K1_N - 1)) + 1;
-        a = vm.addr(pk);
-        keyOf[a] = pk;
-        vm.deal(a, FUNDS);
-        vm.label(a, name);
+    /// @dev Every actor is registered for the money checks.
+    function _actor(string memory name) internal virtual override returns (address a) {
+        a = super._actor(name);
         everyone.push(a);
-    }
-
-    function _itoa(uint256 v) internal pure returns (string memory) {
-        if (v == 0) return "0";
-        bytes memory b;
-        while (v != 0) {
-            b = abi.encodePacked(bytes1(uint8(48 + (v % 10))), b);
-            v /= 10;
-        }
-        return string(b);
-    }
-
-    function bound(uint256 x, uint256 lo, uint256 hi) internal pure returns (uint256) {
-        require(lo <= hi, "bound");
-        if (x >= lo && x <= hi) return x;
-        return lo + (x % (hi - lo + 1));
-    }
-
-    // ------------------------------------------------------------------ EIP-712 (independent)
-
-    function _domain(address verifyingContract, uint256 chainId) internal pure returns (bytes32) {
-        return keccak256(abi.encode(DOMAIN_TYPEHASH, keccak256("Syncline"), keccak256("1"), chainId, verifyingContract));
-    }
-
-    function _commitmentDigest(Commitment memory c, address verifyingContract, uint256 chainId)
-        internal
-        pure
-        returns (bytes32)
-    {
-        bytes32 structHash = keccak256(
-            abi.encode(COMMITMENT_TYPEHASH, c.taskId, c.round, c.fragment, c.payloadHash, c.chunkRoot, c.checkpointRoot)
-        );
-        return keccak256(abi.encodePacked(hex"1901", _domain(verifyingContract, chainId), structHash));
-    }
-
-    function _voteDigest(Vote memory v, address verifyingContract, uint256 chainId) internal pure returns (bytes32) {
-        bytes32 structHash =
-            keccak256(abi.encode(VOTE_TYPEHASH, v.taskId, v.round, v.stateRoot, v.aggregateRoot, v.acceptedMask));
-        return keccak256(abi.encodePacked(hex"1901", _domain(verifyingContract, chainId), structHash));
-    }
-
-    function _sig(uint256 pk, bytes32 digest) internal pure returns (bytes memory) {
-        (uint8 v, bytes32 r, bytes32 s) = vm.sign(pk, digest);
-        return abi.encodePacked(r, s, v);
-    }
-
-    /// @dev `signer`'s signature of `c` for this market on the current chain.
-    function _signC(address signer, Commitment memory c) internal view returns (bytes memory) {
-        return _sig(keyOf[signer], _commitmentDigest(c, marketAddr, block.chainid));
-    }
-
-    function _signV(address signer, Vote memory v) internal view returns (bytes memory) {
-        return _sig(keyOf[signer], _voteDigest(v, marketAddr, block.chainid));
-    }
-
-    /// @dev The high-s twin of a signature (same signer under raw ecrecover; refused by the market).
-    function _malleate(bytes memory sig) internal pure returns (bytes memory) {
-        bytes32 r;
-        bytes32 s;
-        uint8 v;
-        assembly ("memory-safe") {
-            r := mload(add(sig, 0x20))
-            s := mload(add(sig, 0x40))
-            v := byte(0, mload(add(sig, 0x60)))
-        }
-        return abi.encodePacked(r, bytes32(SECP256K1_N - uint256(s)), v == 27 ? uint8(28) : uint8(27));
     }
 
     // ------------------------------------------------------------------ specs and tasks
 
-    function _witnessArray() internal view returns (address[] memory ws) {
-        ws = new address[](witnesses.length);
-        for (uint256 i = 0; i < witnesses.length; ++i) {
-            ws[i] = witnesses[i];
-        }
-    }
-
-    /// @dev A valid spec: 5 trainers (the run starts at the 5th), 2 shards each, 2-of-3 witnesses
-    /// bonded `WBOND`, `ROUNDS` rounds, 600 parameters, Verified tier for the robust rules.
+    /// @dev The shared bonded spec (`_bondedSpec`) made the court fixture: 5 trainers (the run
+    /// starts at the 5th), 2 shards each, `COURT_ROUNDS` rounds over a real 600-parameter initial
+    /// state, `rule` (Verified tier for the robust rules), no eviction within the run.
     function _spec(AggregationRule rule) internal view returns (TaskSpec memory s) {
+        s = _bondedSpec();
         s.specHash = keccak256("court-spec");
         s.specURI = "ipfs://court-spec";
-        s.modelHash = keccak256("model");
-        s.datasetRoot = keccak256("dataset");
         s.initialStateRoot = _initialStateRoot();
-        s.modality = Modality.Language;
         s.tier = rule == AggregationRule.Mean ? Tier.Open : Tier.Verified;
         s.rule = rule;
         s.ruleParam = rule == AggregationRule.TrimmedMean ? TRIM_BPS : (rule == AggregationRule.CenteredClip ? 1 : 0);
-        s.shardCount = SHARDS;
-        s.innerSteps = INNER_STEPS;
-        s.rounds = ROUNDS;
-        s.roundDuration = ROUND_DURATION;
-        s.graceWindow = GRACE;
-        s.challengeWindow = WINDOW;
-        s.enrollmentDeadline = uint64(block.timestamp) + ENROLL_PERIOD;
-        s.trainerStake = STAKE;
+        s.rounds = COURT_ROUNDS;
         s.minTrainers = N_TRAINERS;
         s.maxTrainers = N_TRAINERS;
         s.maxMissedRounds = 10;
-        s.evictionSlashBps = 2_500;
-        s.threshold = THRESHOLD;
-        s.witnessFee = FEE;
         s.outerLrPpm = LR_PPM;
         s.outerMomentumPpm = MOM_PPM;
-        s.gradientBits = 8;
         s.paramCount = PARAMS;
-        s.checkpointInterval = CKPT_INTERVAL;
-        s.witnessBond = WBOND;
-        s.challengeBond = CBOND;
-        s.witnesses = _witnessArray();
     }
 
-    function _feeBudget(TaskSpec memory s) internal pure returns (uint256) {
-        return uint256(s.witnessFee) * s.threshold * s.rounds;
-    }
-
+    /// @dev Posts `s` with a `POOL` reward pool and registers it for the money checks.
     function _post(TaskSpec memory s) internal returns (uint256 taskId) {
-        vm.prank(sponsor);
-        taskId = market.postTask{value: POOL + _feeBudget(s)}(s);
+        taskId = _post(s, POOL);
         tasks.push(taskId);
-    }
-
-    function _bondWitnesses(uint256 taskId) internal {
-        uint256 bond = market.getSpec(taskId).witnessBond;
-        for (uint256 i = 0; i < witnesses.length; ++i) {
-            vm.prank(witnesses[i]);
-            market.bondWitness{value: bond}(taskId);
-        }
-    }
-
-    function _enroll(uint256 taskId, address trainer) internal returns (uint16 fragment) {
-        uint256 stake = market.getSpec(taskId).trainerStake;
-        vm.prank(trainer);
-        fragment = market.enroll{value: stake}(taskId);
     }
 
     /// @dev Posts `s`, bonds every witness and enrolls `maxTrainers` trainers (the run starts).
     function _start(TaskSpec memory s) internal returns (uint256 taskId) {
         taskId = _post(s);
-        if (s.witnessBond != 0) _bondWitnesses(taskId);
-        for (uint256 i = 0; i < s.maxTrainers; ++i) {
-            _enroll(taskId, trainers[i]);
-        }
+        if (s.witnessBond != 0) _bondAll(taskId);
+        _enrollMany(taskId, s.maxTrainers);
     }
 
     function _startRule(AggregationRule rule) internal returns (uint256) {
@@ -298,11 +128,7 @@ abstract contract CourtTestBase {
 
     /// @dev The trainer of `fragment` signs and relays its commitment of `chunkRoot`.
     function _commit(uint256 taskId, uint32 round, uint16 fragment, bytes32 chunkRoot) internal {
-        address trainer = market.getTrainers(taskId)[fragment];
-        Commitment memory c = _commitment(taskId, round, fragment, chunkRoot);
-        bytes memory sig = _signC(trainer, c);
-        vm.prank(trainer);
-        market.commitSubmission(c, "ipfs://gradient", sig);
+        _commitSigned(market.getTrainers(taskId)[fragment], _commitment(taskId, round, fragment, chunkRoot));
     }
 
     /// @dev Every fragment in `mask` commits its real gradient chunk root for `round`.
@@ -312,24 +138,18 @@ abstract contract CourtTestBase {
         }
     }
 
-    function _vote(uint256 taskId, uint32 round, uint256 witness, bytes32 stateRoot, uint256 mask)
+    /// @dev The vote for `(stateRoot, mask)` (its aggregate root derived from the state root).
+    function _voteMsg(uint256 taskId, uint32 round, bytes32 stateRoot, uint256 mask)
         internal
-        returns (Vote memory v)
+        pure
+        returns (Vote memory)
     {
-        v = Vote({
-            taskId: taskId,
-            round: round,
-            stateRoot: stateRoot,
-            aggregateRoot: keccak256(abi.encode("aggregate", stateRoot)),
-            acceptedMask: mask
-        });
-        bytes memory sig = _signV(witnesses[witness], v);
-        vm.prank(witnesses[witness]);
-        market.finalizeRound(v, 1_000_000, sig);
+        return _voteMsg(taskId, round, stateRoot, keccak256(abi.encode("aggregate", stateRoot)), mask);
     }
 
-    function _deadline(uint256 taskId) internal view returns (uint256) {
-        return uint256(market.getTaskState(taskId).roundOpenedAt) + market.getSpec(taskId).roundDuration;
+    /// @dev Witness number `witness` signs and sends its vote for `(stateRoot, mask)`.
+    function _vote(uint256 taskId, uint32 round, uint256 witness, bytes32 stateRoot, uint256 mask) internal {
+        _voteWithMetric(_voteMsg(taskId, round, stateRoot, mask), witnesses[witness], 1_000_000);
     }
 
     function _pastDeadline(uint256 taskId) internal {
@@ -439,12 +259,8 @@ abstract contract CourtTestBase {
 
     /// @dev Fragments of `mask`, ascending.
     function _fragments(uint256 mask) internal pure returns (uint16[] memory out) {
+        out = new uint16[](_popcount(mask));
         uint256 n = 0;
-        for (uint256 f = 0; f < 256; ++f) {
-            if (mask >> f & 1 == 1) ++n;
-        }
-        out = new uint16[](n);
-        n = 0;
         for (uint256 f = 0; f < 256; ++f) {
             if (mask >> f & 1 == 1) out[n++] = uint16(f);
         }
@@ -553,8 +369,26 @@ abstract contract CourtTestBase {
 
     // ------------------------------------------------------------------ challenges
 
-    function _challenge(uint256 id) internal view returns (Challenge memory) {
-        return court.getChallenge(id);
+    /// @dev The challenger claims `fragment` was left out of `round` (with the bond).
+    function _challengeCensorship(uint256 taskId, uint32 round, uint16 fragment) internal returns (uint256) {
+        vm.prank(challenger);
+        return court.challengeCensorship{value: CHALLENGE_BOND}(taskId, round, fragment);
+    }
+
+    /// @dev The challenger claims `segment` of `fragment`'s accepted training in `round` is wrong
+    /// (with the bond).
+    function _challengeTraining(uint256 taskId, uint32 round, uint16 fragment, uint32 segment)
+        internal
+        returns (uint256)
+    {
+        vm.prank(challenger);
+        return court.challengeTraining{value: CHALLENGE_BOND}(taskId, round, fragment, segment);
+    }
+
+    /// @dev Witness number `w` referees training challenge `id`.
+    function _referee(uint256 id, uint256 w, bool guilty) internal {
+        vm.prank(witnesses[w]);
+        court.refereeVote(id, guilty);
     }
 
     function _assertChallenge(uint256 id, ChallengeKind kind, ChallengeStatus status, uint256 slashed) internal view {
@@ -564,34 +398,20 @@ abstract contract CourtTestBase {
         vm.assertEq(c.slashed, slashed, "challenge slashed");
     }
 
-    /// @dev Number of logs the market emitted with `topic0`.
-    function _countTopic(CourtVm.Log[] memory logs, bytes32 topic0) internal view returns (uint256 n) {
-        for (uint256 i = 0; i < logs.length; ++i) {
-            if (logs[i].emitter == marketAddr && logs[i].topics.length > 0 && logs[i].topics[0] == topic0) ++n;
-        }
-    }
-
     // ------------------------------------------------------------------ money
 
-    /// @dev The market holds exactly the tasks' obligations plus the pull credits, and each
-    /// task's escrow is the sum of its buckets.
+    /// @dev The market holds exactly the obligations of every task posted plus the pull credits
+    /// of every actor.
     function _assertMoney() internal view {
-        uint256 sum = 0;
-        for (uint256 i = 0; i < tasks.length; ++i) {
-            sum += market.escrowOf(tasks[i]);
-        }
-        for (uint256 i = 0; i < everyone.length; ++i) {
-            sum += market.creditOf(everyone[i]);
-        }
-        vm.assertEq(marketAddr.balance, sum, "balance == sum(escrowOf) + sum(creditOf)");
+        _assertMoneyInvariant(tasks, everyone);
     }
 
     /// @dev Waits out the last challenge window and seals; the task then holds nothing.
     function _seal(uint256 taskId) internal {
-        uint256 until = uint256(market.getTaskState(taskId).lastClosedAt) + market.getSpec(taskId).challengeWindow;
+        uint256 until = _sealTime(taskId);
         if (block.timestamp < until) vm.warp(until);
         market.seal(taskId);
-        vm.assertEq(uint256(market.getTaskState(taskId).status), uint256(TaskStatus.Sealed), "sealed");
+        _assertStatus(taskId, TaskStatus.Sealed, "sealed");
         vm.assertEq(market.escrowOf(taskId), 0, "a sealed task holds nothing");
         _assertMoney();
     }
@@ -606,11 +426,11 @@ abstract contract CourtTestBase {
             for (uint256 k = 0; k < who.length; ++k) {
                 if (who[k] == a) expected += amounts[k];
             }
-            vm.assertEq(market.creditOf(a), expected, string.concat("credit of ", vm_label(a)));
+            vm.assertEq(market.creditOf(a), expected, string.concat("credit of ", _nameOf(a)));
         }
     }
 
-    function vm_label(address a) internal view returns (string memory) {
+    function _nameOf(address a) internal view returns (string memory) {
         if (a == sponsor) return "sponsor";
         if (a == challenger) return "challenger";
         if (a == answerer) return "answerer";
@@ -640,5 +460,30 @@ abstract contract CourtTestBase {
     /// @dev Pro-rata reward of `weight` out of `total` from `pool`, as `seal` computes it.
     function _share(uint256 pool, uint256 weight, uint256 total) internal pure returns (uint256) {
         return total == 0 ? 0 : (pool * weight) / total;
+    }
+
+    /// @dev Books what the seal pays the fixture's trainers: trainer i its pro-rata reward of
+    /// `pool` for `weights[i]` (out of their sum) plus its stake, unless it is in `slashedMask`
+    /// (stake slashed away). Returns the rewards paid (the sponsor gets `pool` minus that back).
+    function _addTrainerPayouts(uint256 pool, uint256[N_TRAINERS] memory weights, uint256 slashedMask)
+        internal
+        returns (uint256 paid)
+    {
+        uint256 total = 0;
+        for (uint256 i = 0; i < N_TRAINERS; ++i) {
+            total += weights[i];
+        }
+        for (uint256 i = 0; i < N_TRAINERS; ++i) {
+            uint256 reward = _share(pool, weights[i], total);
+            paid += reward;
+            _add(trainers[i], reward + ((slashedMask >> i) & 1 == 1 ? 0 : STAKE));
+        }
+    }
+
+    /// @dev `weight` for every fixture trainer.
+    function _weights(uint256 weight) internal pure returns (uint256[N_TRAINERS] memory w) {
+        for (uint256 i = 0; i < N_TRAINERS; ++i) {
+            w[i] = weight;
+        }
     }
 }

@@ -46,7 +46,7 @@ contract TrainerEquivocationTest is CourtTestBase {
         returns (uint256)
     {
         vm.prank(challenger);
-        return court.proveTrainerEquivocation{value: CBOND}(a, sa, b, sb);
+        return court.proveTrainerEquivocation{value: CHALLENGE_BOND}(a, sa, b, sb);
     }
 
     function _expectProveRevert(
@@ -58,20 +58,12 @@ contract TrainerEquivocationTest is CourtTestBase {
     ) internal {
         vm.prank(challenger);
         vm.expectRevert(err);
-        court.proveTrainerEquivocation{value: CBOND}(a, sa, b, sb);
+        court.proveTrainerEquivocation{value: CHALLENGE_BOND}(a, sa, b, sb);
     }
 
+    /// @dev The signer the market recovers from `sig` over `c`.
     function _recovered(Commitment memory c, bytes memory sig) internal view returns (address) {
-        bytes32 digest = _commitmentDigest(c, marketAddr, block.chainid);
-        bytes32 r;
-        bytes32 s;
-        uint8 v;
-        assembly ("memory-safe") {
-            r := mload(add(sig, 0x20))
-            s := mload(add(sig, 0x40))
-            v := byte(0, mload(add(sig, 0x60)))
-        }
-        return ecrecover(digest, v, r, s);
+        return _ecrecover(_commitmentDigest(c, address(market), block.chainid), sig);
     }
 
     // ------------------------------------------------------------------ proven
@@ -84,15 +76,15 @@ contract TrainerEquivocationTest is CourtTestBase {
         _finalize(taskId, 0, s0, ALL);
         (Commitment memory a, bytes memory sa, Commitment memory b, bytes memory sb) = _pair(taskId, 0, 2);
         address cheat = trainers[2];
-        uint256 balanceBefore = marketAddr.balance;
+        uint256 balanceBefore = address(market).balance;
 
-        vm.expectEmit(true, true, true, true, marketAddr);
+        vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.StakeSlashed(taskId, cheat, STAKE, 0);
-        vm.expectEmit(true, true, true, true, marketAddr);
+        vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.TrainerEvicted(taskId, cheat, 0);
-        vm.expectEmit(true, true, true, true, marketAddr);
+        vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.RewardRevoked(taskId, 0, cheat, 2);
-        vm.expectEmit(true, true, true, true, marketAddr);
+        vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.ChallengeResolved(1, taskId, ChallengeStatus.Upheld, STAKE, STAKE / 2);
         uint256 id = _prove(a, sa, b, sb);
 
@@ -106,10 +98,10 @@ contract TrainerEquivocationTest is CourtTestBase {
         vm.assertEq(c.challenger, challenger, "challenger");
         vm.assertEq(c.accused, cheat, "accused");
         vm.assertEq(c.taskId, taskId, "taskId");
-        vm.assertEq(c.bond, CBOND, "bond");
+        vm.assertEq(c.bond, CHALLENGE_BOND, "bond");
         vm.assertEq(c.slashed, STAKE, "slashed");
         vm.assertEq(c.openedAt, block.timestamp, "openedAt");
-        vm.assertEq(c.deadline, block.timestamp + WINDOW, "deadline");
+        vm.assertEq(c.deadline, block.timestamp + CHALLENGE_WINDOW, "deadline");
 
         TrainerRecord memory r = market.getTrainer(taskId, cheat);
         vm.assertEq(r.stake, 0, "stake gone");
@@ -128,8 +120,8 @@ contract TrainerEquivocationTest is CourtTestBase {
         vm.assertEq(t.stakeHeld, (N_TRAINERS - 1) * uint256(STAKE), "stakeHeld");
         vm.assertEq(t.openChallenges, 0, "synchronous: nothing open");
         vm.assertEq(t.stateRoot, s0, "state root untouched");
-        vm.assertEq(market.creditOf(challenger), CBOND + STAKE / 2, "challenger: bond + 50%");
-        vm.assertEq(marketAddr.balance, balanceBefore + CBOND, "bond received");
+        vm.assertEq(market.creditOf(challenger), CHALLENGE_BOND + STAKE / 2, "challenger: bond + 50%");
+        vm.assertEq(address(market).balance, balanceBefore + CHALLENGE_BOND, "bond received");
         _assertMoney();
         // The other trainers share the 10 shards: 2, 3, 2, 3.
         vm.assertEq(market.getTrainer(taskId, trainers[0]).shardMask, 0x003, "f0 shards");
@@ -144,18 +136,11 @@ contract TrainerEquivocationTest is CourtTestBase {
         _seal(taskId);
 
         uint256 pool = POOL + STAKE - STAKE / 2;
-        uint256[5] memory w = [uint256(4), 5, 0, 4, 5];
-        uint256 total = 18;
-        uint256 paid = 0;
-        for (uint256 i = 0; i < 5; ++i) {
-            uint256 reward = _share(pool, w[i], total);
-            paid += reward;
-            _add(trainers[i], reward + (i == 2 ? 0 : STAKE));
-        }
-        _add(witnesses[0], 2 * FEE + WBOND);
-        _add(witnesses[1], 2 * FEE + WBOND);
-        _add(witnesses[2], WBOND);
-        _add(challenger, CBOND + STAKE / 2);
+        uint256 paid = _addTrainerPayouts(pool, [uint256(4), 5, 0, 4, 5], 1 << 2);
+        _add(witnesses[0], 2 * FEE + WITNESS_BOND);
+        _add(witnesses[1], 2 * FEE + WITNESS_BOND);
+        _add(witnesses[2], WITNESS_BOND);
+        _add(challenger, CHALLENGE_BOND + STAKE / 2);
         _add(sponsor, pool - paid);
         _checkExpected();
         vm.assertEq(court.getReceipt(taskId).trainers[2].slashed, STAKE, "receipt slashed");
@@ -171,7 +156,7 @@ contract TrainerEquivocationTest is CourtTestBase {
         vm.assertEq(uint256(court.getChallenge(id).status), uint256(ChallengeStatus.Upheld), "upheld");
         vm.assertEq(market.getTrainer(taskId, trainers[1]).stake, 0, "slashed");
         vm.assertTrue(market.getTrainer(taskId, trainers[1]).evicted, "evicted");
-        vm.assertEq(_countTopic(vm.getRecordedLogs(), ISynclineEvents.RewardRevoked.selector), 0, "no RewardRevoked");
+        vm.assertEq(_countLogs(vm.getRecordedLogs(), ISynclineEvents.RewardRevoked.selector), 0, "no RewardRevoked");
         vm.assertEq(market.getRound(taskId, 0).revokedMask, 0, "nothing revoked yet");
         // The evicted trainer cannot commit any more.
         Commitment memory c = _commitment(taskId, 1, 1, keccak256("x"));
@@ -194,17 +179,13 @@ contract TrainerEquivocationTest is CourtTestBase {
         vm.assertEq(market.getTrainer(taskId, trainers[0]).shardMask, 0x003, "no rebalance after the run");
         _seal(taskId);
         uint256 pool = POOL + STAKE / 2;
-        uint256 total = 9 * WEIGHT;
-        uint256 paid = 0;
-        for (uint256 i = 0; i < 5; ++i) {
-            uint256 reward = _share(pool, i == 4 ? WEIGHT : 2 * WEIGHT, total);
-            paid += reward;
-            _add(trainers[i], reward + (i == 4 ? 0 : STAKE));
-        }
-        _add(witnesses[0], 2 * FEE + WBOND);
-        _add(witnesses[1], 2 * FEE + WBOND);
-        _add(witnesses[2], WBOND);
-        _add(challenger, CBOND + STAKE / 2);
+        uint256[N_TRAINERS] memory w = _weights(2 * WEIGHT);
+        w[4] = WEIGHT;
+        uint256 paid = _addTrainerPayouts(pool, w, 1 << 4);
+        _add(witnesses[0], 2 * FEE + WITNESS_BOND);
+        _add(witnesses[1], 2 * FEE + WITNESS_BOND);
+        _add(witnesses[2], WITNESS_BOND);
+        _add(challenger, CHALLENGE_BOND + STAKE / 2);
         _add(sponsor, pool - paid);
         _checkExpected();
     }
@@ -224,7 +205,7 @@ contract TrainerEquivocationTest is CourtTestBase {
         bytes memory sb = _signC(trainers[f], b);
         _prove(b, sb, a, sa);
         vm.assertEq(market.getTrainer(taskId, trainers[f]).slashed, STAKE, "slashed");
-        vm.assertEq(market.creditOf(challenger), CBOND + STAKE / 2, "bounty");
+        vm.assertEq(market.creditOf(challenger), CHALLENGE_BOND + STAKE / 2, "bounty");
         _assertMoney();
     }
 
@@ -303,7 +284,7 @@ contract TrainerEquivocationTest is CourtTestBase {
         address signer = vm.addr(pk);
         vm.assume(signer != trainers[2]);
         (Commitment memory a, bytes memory sa, Commitment memory b,) = _pair(taskId, 0, 2);
-        bytes memory sb = _sig(pk, _commitmentDigest(b, marketAddr, block.chainid));
+        bytes memory sb = _signDigest(pk, _commitmentDigest(b, address(market), block.chainid));
         _expectProveRevert(
             abi.encodeWithSelector(ISynclineEvents.SynclineWrongSigner.selector, signer, trainers[2]), a, sa, b, sb
         );
@@ -323,9 +304,9 @@ contract TrainerEquivocationTest is CourtTestBase {
 
     function test_proveTrainerEquivocation_replayFromAnotherChain_reverts() public {
         (Commitment memory a,, Commitment memory b,) = _pair(taskId, 0, 0);
-        uint256 pk = keyOf[trainers[0]];
-        bytes memory sa = _sig(pk, _commitmentDigest(a, marketAddr, 999));
-        bytes memory sb = _sig(pk, _commitmentDigest(b, marketAddr, 999));
+        uint256 pk = _keyOf(trainers[0]);
+        bytes memory sa = _signDigest(pk, _commitmentDigest(a, address(market), 999));
+        bytes memory sb = _signDigest(pk, _commitmentDigest(b, address(market), 999));
         _expectProveRevert(
             abi.encodeWithSelector(ISynclineEvents.SynclineWrongSigner.selector, _recovered(a, sa), trainers[0]),
             a,
@@ -336,9 +317,13 @@ contract TrainerEquivocationTest is CourtTestBase {
         // And the honest signatures stop working once the chain id changes (the domain follows it).
         (, bytes memory ha,, bytes memory hb) = _pair(taskId, 0, 0);
         vm.chainId(999);
-        vm.prank(challenger);
-        vm.expectRevert();
-        court.proveTrainerEquivocation{value: CBOND}(a, ha, b, hb);
+        _expectProveRevert(
+            abi.encodeWithSelector(ISynclineEvents.SynclineWrongSigner.selector, _recovered(a, ha), trainers[0]),
+            a,
+            ha,
+            b,
+            hb
+        );
         // Signed on 999, they work on 999.
         _prove(a, sa, b, sb);
         vm.assertEq(market.getTrainer(taskId, trainers[0]).slashed, STAKE, "proven on its own chain");
@@ -347,9 +332,9 @@ contract TrainerEquivocationTest is CourtTestBase {
     function test_proveTrainerEquivocation_replayFromAnotherMarket_reverts() public {
         address other = vm.deployCode("SynclineMarket.sol:SynclineMarket", abi.encode(courtModule));
         (Commitment memory a,, Commitment memory b,) = _pair(taskId, 0, 0);
-        uint256 pk = keyOf[trainers[0]];
-        bytes memory sa = _sig(pk, _commitmentDigest(a, other, block.chainid));
-        bytes memory sb = _sig(pk, _commitmentDigest(b, other, block.chainid));
+        uint256 pk = _keyOf(trainers[0]);
+        bytes memory sa = _signDigest(pk, _commitmentDigest(a, other, block.chainid));
+        bytes memory sb = _signDigest(pk, _commitmentDigest(b, other, block.chainid));
         _expectProveRevert(
             abi.encodeWithSelector(ISynclineEvents.SynclineWrongSigner.selector, _recovered(a, sa), trainers[0]),
             a,
@@ -373,7 +358,7 @@ contract TrainerEquivocationTest is CourtTestBase {
 
     function test_proveTrainerEquivocation_windowBoundary() public {
         _finalize(taskId, 0, keccak256("s0"), ALL);
-        uint64 until = market.getRound(taskId, 0).closedAt + WINDOW;
+        uint64 until = market.getRound(taskId, 0).closedAt + CHALLENGE_WINDOW;
         (Commitment memory a, bytes memory sa, Commitment memory b, bytes memory sb) = _pair(taskId, 0, 3);
         vm.warp(until + 1);
         _expectProveRevert(
@@ -396,10 +381,12 @@ contract TrainerEquivocationTest is CourtTestBase {
 
     function test_proveTrainerEquivocation_wrongBond_reverts() public {
         (Commitment memory a, bytes memory sa, Commitment memory b, bytes memory sb) = _pair(taskId, 0, 0);
-        uint256[3] memory wrong = [uint256(0), CBOND - 1, CBOND + 1];
+        uint256[3] memory wrong = [uint256(0), CHALLENGE_BOND - 1, CHALLENGE_BOND + 1];
         for (uint256 i = 0; i < 3; ++i) {
             vm.prank(challenger);
-            vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongBond.selector, wrong[i], CBOND));
+            vm.expectRevert(
+                abi.encodeWithSelector(ISynclineEvents.SynclineWrongBond.selector, wrong[i], CHALLENGE_BOND)
+            );
             court.proveTrainerEquivocation{value: wrong[i]}(a, sa, b, sb);
         }
     }
@@ -484,16 +471,6 @@ contract WitnessEquivocationTest is CourtTestBase {
         _commitAll(taskId, 0, ALL);
     }
 
-    function _voteMsg(uint256 task, uint32 round, bytes32 stateRoot, uint256 mask) internal pure returns (Vote memory) {
-        return Vote({
-            taskId: task,
-            round: round,
-            stateRoot: stateRoot,
-            aggregateRoot: keccak256(abi.encode("aggregate", stateRoot)),
-            acceptedMask: mask
-        });
-    }
-
     function _pair(uint256 task, uint32 round, uint256 w)
         internal
         view
@@ -507,7 +484,7 @@ contract WitnessEquivocationTest is CourtTestBase {
 
     function _prove(Vote memory a, bytes memory sa, Vote memory b, bytes memory sb) internal returns (uint256) {
         vm.prank(challenger);
-        return court.proveWitnessEquivocation{value: CBOND}(a, sa, b, sb);
+        return court.proveWitnessEquivocation{value: CHALLENGE_BOND}(a, sa, b, sb);
     }
 
     function _expectProveRevert(bytes memory err, Vote memory a, bytes memory sa, Vote memory b, bytes memory sb)
@@ -515,20 +492,12 @@ contract WitnessEquivocationTest is CourtTestBase {
     {
         vm.prank(challenger);
         vm.expectRevert(err);
-        court.proveWitnessEquivocation{value: CBOND}(a, sa, b, sb);
+        court.proveWitnessEquivocation{value: CHALLENGE_BOND}(a, sa, b, sb);
     }
 
+    /// @dev The signer the market recovers from `sig` over `v`.
     function _recovered(Vote memory v, bytes memory sig) internal view returns (address) {
-        bytes32 digest = _voteDigest(v, marketAddr, block.chainid);
-        bytes32 r;
-        bytes32 s;
-        uint8 vv;
-        assembly ("memory-safe") {
-            r := mload(add(sig, 0x20))
-            s := mload(add(sig, 0x40))
-            vv := byte(0, mload(add(sig, 0x60)))
-        }
-        return ecrecover(digest, vv, r, s);
+        return _ecrecover(_voteDigest(v, address(market), block.chainid), sig);
     }
 
     /// The witness voted one result on chain and signed another: its bond is slashed, the
@@ -539,24 +508,24 @@ contract WitnessEquivocationTest is CourtTestBase {
         vm.prank(witnesses[0]);
         market.finalizeRound(a, 0, sa);
 
-        vm.expectEmit(true, true, true, true, marketAddr);
-        emit ISynclineEvents.WitnessSlashed(taskId, witnesses[0], WBOND);
-        vm.expectEmit(true, true, true, true, marketAddr);
-        emit ISynclineEvents.ChallengeResolved(1, taskId, ChallengeStatus.Upheld, WBOND, WBOND / 2);
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineEvents.WitnessSlashed(taskId, witnesses[0], WITNESS_BOND);
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineEvents.ChallengeResolved(1, taskId, ChallengeStatus.Upheld, WITNESS_BOND, WITNESS_BOND / 2);
         uint256 id = _prove(a, sa, b, sb);
 
         Challenge memory c = court.getChallenge(id);
         vm.assertEq(uint256(c.kind), uint256(ChallengeKind.WitnessEquivocation), "kind");
         vm.assertEq(uint256(c.status), uint256(ChallengeStatus.Upheld), "upheld");
         vm.assertEq(c.accused, witnesses[0], "accused");
-        vm.assertEq(c.slashed, WBOND, "slashed");
+        vm.assertEq(c.slashed, WITNESS_BOND, "slashed");
         WitnessRecord memory w = market.getWitness(taskId, witnesses[0]);
         vm.assertEq(w.bond, 0, "bond gone");
-        vm.assertEq(w.slashed, WBOND, "slashed");
+        vm.assertEq(w.slashed, WITNESS_BOND, "slashed");
         vm.assertTrue(w.bonded, "still marked bonded");
         TaskState memory t = market.getTaskState(taskId);
-        vm.assertEq(t.rewardPool, POOL + WBOND - WBOND / 2, "pool");
-        vm.assertEq(t.bondsHeld, 2 * uint256(WBOND), "two bonds left, no challenge bond");
+        vm.assertEq(t.rewardPool, POOL + WITNESS_BOND - WITNESS_BOND / 2, "pool");
+        vm.assertEq(t.bondsHeld, 2 * uint256(WITNESS_BOND), "two bonds left, no challenge bond");
         _assertMoney();
 
         // The vote it cast before the proof still counts toward the quorum (its fee is earned)...
@@ -571,28 +540,23 @@ contract WitnessEquivocationTest is CourtTestBase {
         market.finalizeRound(v1, 0, s1);
         _finalizeBy(taskId, 1, keccak256("s1"), ALL, 1, 2);
         _seal(taskId);
-        uint256 pool = POOL + WBOND / 2;
-        uint256 paid = 0;
-        for (uint256 i = 0; i < 5; ++i) {
-            uint256 reward = _share(pool, 2 * WEIGHT, 10 * WEIGHT);
-            paid += reward;
-            _add(trainers[i], reward + STAKE);
-        }
+        uint256 pool = POOL + WITNESS_BOND / 2;
+        uint256 paid = _addTrainerPayouts(pool, _weights(2 * WEIGHT), 0);
         _add(witnesses[0], FEE);
-        _add(witnesses[1], 2 * FEE + WBOND);
-        _add(witnesses[2], FEE + WBOND);
-        _add(challenger, CBOND + WBOND / 2);
+        _add(witnesses[1], 2 * FEE + WITNESS_BOND);
+        _add(witnesses[2], FEE + WITNESS_BOND);
+        _add(challenger, CHALLENGE_BOND + WITNESS_BOND / 2);
         _add(sponsor, pool - paid);
         _checkExpected();
-        vm.assertEq(court.getReceipt(taskId).witnesses[0].slashed, WBOND, "receipt slashed");
-        vm.assertEq(court.getReceipt(taskId).witnesses[0].bond, WBOND, "receipt bond posted");
+        vm.assertEq(court.getReceipt(taskId).witnesses[0].slashed, WITNESS_BOND, "receipt slashed");
+        vm.assertEq(court.getReceipt(taskId).witnesses[0].bond, WITNESS_BOND, "receipt bond posted");
     }
 
     /// Two signed votes never sent on chain prove it too, for the open round.
     function test_proveWitnessEquivocation_offChainVotes_openRound() public {
         (Vote memory a, bytes memory sa, Vote memory b, bytes memory sb) = _pair(taskId, 0, 2);
         _prove(a, sa, b, sb);
-        vm.assertEq(market.getWitness(taskId, witnesses[2]).slashed, WBOND, "slashed");
+        vm.assertEq(market.getWitness(taskId, witnesses[2]).slashed, WITNESS_BOND, "slashed");
         _assertMoney();
     }
 
@@ -650,16 +614,16 @@ contract WitnessEquivocationTest is CourtTestBase {
 
     function test_proveWitnessEquivocation_replays_revert() public {
         (Vote memory a,, Vote memory b,) = _pair(taskId, 0, 0);
-        uint256 pk = keyOf[witnesses[0]];
+        uint256 pk = _keyOf(witnesses[0]);
         // Another chain.
-        bytes memory sa = _sig(pk, _voteDigest(a, marketAddr, 999));
-        bytes memory sb = _sig(pk, _voteDigest(b, marketAddr, 999));
+        bytes memory sa = _signDigest(pk, _voteDigest(a, address(market), 999));
+        bytes memory sb = _signDigest(pk, _voteDigest(b, address(market), 999));
         _expectProveRevert(
             abi.encodeWithSelector(ISynclineEvents.SynclineNotWitness.selector, taskId, _recovered(a, sa)), a, sa, b, sb
         );
         // Another market.
-        sa = _sig(pk, _voteDigest(a, address(0xBEEF), block.chainid));
-        sb = _sig(pk, _voteDigest(b, address(0xBEEF), block.chainid));
+        sa = _signDigest(pk, _voteDigest(a, address(0xBEEF), block.chainid));
+        sb = _signDigest(pk, _voteDigest(b, address(0xBEEF), block.chainid));
         _expectProveRevert(
             abi.encodeWithSelector(ISynclineEvents.SynclineNotWitness.selector, taskId, _recovered(a, sa)), a, sa, b, sb
         );
@@ -679,7 +643,7 @@ contract WitnessEquivocationTest is CourtTestBase {
             abi.encodeWithSelector(ISynclineEvents.SynclineRoundNotFinalized.selector, taskId, 1), a, sa, b, sb
         );
         _finalize(taskId, 0, keccak256("s0"), ALL);
-        uint64 until = market.getRound(taskId, 0).closedAt + WINDOW;
+        uint64 until = market.getRound(taskId, 0).closedAt + CHALLENGE_WINDOW;
         (a, sa, b, sb) = _pair(taskId, 0, 2);
         vm.warp(until + 1);
         _expectProveRevert(
@@ -696,11 +660,13 @@ contract WitnessEquivocationTest is CourtTestBase {
     function test_proveWitnessEquivocation_wrongBond_reverts() public {
         (Vote memory a, bytes memory sa, Vote memory b, bytes memory sb) = _pair(taskId, 0, 0);
         vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongBond.selector, 0, CBOND));
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongBond.selector, 0, CHALLENGE_BOND));
         court.proveWitnessEquivocation(a, sa, b, sb);
         vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongBond.selector, CBOND * 2, CBOND));
-        court.proveWitnessEquivocation{value: CBOND * 2}(a, sa, b, sb);
+        vm.expectRevert(
+            abi.encodeWithSelector(ISynclineEvents.SynclineWrongBond.selector, CHALLENGE_BOND * 2, CHALLENGE_BOND)
+        );
+        court.proveWitnessEquivocation{value: CHALLENGE_BOND * 2}(a, sa, b, sb);
     }
 
     function test_proveWitnessEquivocation_nothingToSlash_reverts() public {
@@ -719,9 +685,7 @@ contract WitnessEquivocationTest is CourtTestBase {
     /// A witness that never bonded (or a task that asks no bond) has nothing to slash.
     function test_proveWitnessEquivocation_unbonded_reverts() public {
         uint256 task2 = _post(_spec(AggregationRule.Mean));
-        for (uint256 i = 0; i < N_TRAINERS; ++i) {
-            _enroll(task2, trainers[i]);
-        }
+        _enrollMany(task2, N_TRAINERS);
         (Vote memory a, bytes memory sa, Vote memory b, bytes memory sb) = _pair(task2, 0, 0);
         _expectProveRevert(
             abi.encodeWithSelector(ISynclineEvents.SynclineNothingToSlash.selector, task2, witnesses[0]), a, sa, b, sb

@@ -33,8 +33,7 @@ contract TrainingFraudTest is CourtTestBase {
     }
 
     function _challengeTraining(uint16 fragment, uint32 segment) internal returns (uint256) {
-        vm.prank(challenger);
-        return court.challengeTraining{value: CBOND}(taskId, 0, fragment, segment);
+        return _challengeTraining(taskId, 0, fragment, segment);
     }
 
     function _expectChallengeRevert(uint256 task, uint32 round, uint16 fragment, uint32 segment, bytes memory err)
@@ -42,12 +41,7 @@ contract TrainingFraudTest is CourtTestBase {
     {
         vm.prank(challenger);
         vm.expectRevert(err);
-        court.challengeTraining{value: CBOND}(task, round, fragment, segment);
-    }
-
-    function _referee(uint256 id, uint256 w, bool guilty) internal {
-        vm.prank(witnesses[w]);
-        court.refereeVote(id, guilty);
+        court.challengeTraining{value: CHALLENGE_BOND}(task, round, fragment, segment);
     }
 
     function _expectRefereeRevert(uint256 id, address who, bool guilty, bytes memory err) internal {
@@ -59,8 +53,8 @@ contract TrainingFraudTest is CourtTestBase {
     // ------------------------------------------------------------------ challenge
 
     function test_challengeTraining_opens() public {
-        uint64 deadline = uint64(block.timestamp) + WINDOW;
-        vm.expectEmit(true, true, true, true, marketAddr);
+        uint64 deadline = uint64(block.timestamp) + CHALLENGE_WINDOW;
+        vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.ChallengeOpened(
             1, taskId, 0, ChallengeKind.TrainingFraud, challenger, trainers[2], 2, 7, deadline
         );
@@ -113,8 +107,7 @@ contract TrainingFraudTest is CourtTestBase {
         uint256 task2 = _start(s);
         _commitAll(task2, 0, ALL);
         _finalize(task2, 0, keccak256("s"), ALL);
-        vm.prank(challenger);
-        court.challengeTraining{value: CBOND}(task2, 0, 0, 17);
+        _challengeTraining(task2, 0, 0, 17);
         _expectChallengeRevert(
             task2, 0, 0, 18, abi.encodeWithSelector(ISynclineEvents.SynclineBadSegment.selector, 18, 17)
         );
@@ -142,7 +135,7 @@ contract TrainingFraudTest is CourtTestBase {
             taskId, 0, 2, 3, abi.encodeWithSelector(ISynclineEvents.SynclineDuplicateChallenge.selector, key, id)
         );
         // Still a duplicate once it is resolved.
-        vm.warp(block.timestamp + WINDOW / 2);
+        vm.warp(block.timestamp + CHALLENGE_WINDOW / 2);
         _referee(id, 0, false);
         _referee(id, 1, false);
         _expectChallengeRevert(
@@ -154,7 +147,7 @@ contract TrainingFraudTest is CourtTestBase {
 
     function test_challengeTraining_bondRoundWindowStatus_revert() public {
         vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongBond.selector, 0, CBOND));
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongBond.selector, 0, CHALLENGE_BOND));
         court.challengeTraining(taskId, 0, 0, 0);
         _expectChallengeRevert(
             taskId, 1, 0, 0, abi.encodeWithSelector(ISynclineEvents.SynclineRoundNotFinalized.selector, taskId, 1)
@@ -163,7 +156,7 @@ contract TrainingFraudTest is CourtTestBase {
         _expectChallengeRevert(
             taskId, 1, 0, 0, abi.encodeWithSelector(ISynclineEvents.SynclineRoundNotFinalized.selector, taskId, 1)
         );
-        uint64 until = market.getRound(taskId, 0).closedAt + WINDOW;
+        uint64 until = market.getRound(taskId, 0).closedAt + CHALLENGE_WINDOW;
         vm.warp(until + 1);
         _expectChallengeRevert(
             taskId,
@@ -190,20 +183,20 @@ contract TrainingFraudTest is CourtTestBase {
     /// reward; the challenger gets bond + 50%; the seal pays everyone to the wei.
     function test_refereeVote_guiltyQuorum_upholds_andSettles() public {
         uint256 id = _challengeTraining(2, 4);
-        vm.expectEmit(true, true, true, true, marketAddr);
+        vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.RefereeVoted(id, witnesses[0], true);
         _referee(id, 0, true);
         Challenge memory c = court.getChallenge(id);
         vm.assertEq(uint256(c.status), uint256(ChallengeStatus.Open), "one vote is not enough");
         vm.assertEq(c.guiltyVotes, 1, "guiltyVotes");
 
-        vm.expectEmit(true, true, true, true, marketAddr);
+        vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.StakeSlashed(taskId, trainers[2], STAKE, 0);
-        vm.expectEmit(true, true, true, true, marketAddr);
+        vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.TrainerEvicted(taskId, trainers[2], 0);
-        vm.expectEmit(true, true, true, true, marketAddr);
+        vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.RewardRevoked(taskId, 0, trainers[2], 2);
-        vm.expectEmit(true, true, true, true, marketAddr);
+        vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.ChallengeResolved(id, taskId, ChallengeStatus.Upheld, STAKE, STAKE / 2);
         _referee(id, 1, true);
 
@@ -215,7 +208,7 @@ contract TrainingFraudTest is CourtTestBase {
         TaskState memory t = market.getTaskState(taskId);
         vm.assertEq(t.openChallenges, 0, "closed");
         vm.assertEq(t.rewardPool, POOL + STAKE / 2, "pool keeps the other half");
-        vm.assertEq(market.creditOf(challenger), CBOND + STAKE / 2, "challenger");
+        vm.assertEq(market.creditOf(challenger), CHALLENGE_BOND + STAKE / 2, "challenger");
         // The third referee is too late to matter.
         _expectRefereeRevert(
             id,
@@ -230,17 +223,11 @@ contract TrainingFraudTest is CourtTestBase {
         _finalize(taskId, 1, keccak256("state-1"), rest);
         _seal(taskId);
         uint256 pool = POOL + STAKE / 2;
-        uint256[5] memory w = [uint256(4), 5, 0, 4, 5];
-        uint256 paid = 0;
-        for (uint256 i = 0; i < 5; ++i) {
-            uint256 reward = _share(pool, w[i], 18);
-            paid += reward;
-            _add(trainers[i], reward + (i == 2 ? 0 : STAKE));
-        }
-        _add(witnesses[0], 2 * FEE + WBOND);
-        _add(witnesses[1], 2 * FEE + WBOND);
-        _add(witnesses[2], WBOND);
-        _add(challenger, CBOND + STAKE / 2);
+        uint256 paid = _addTrainerPayouts(pool, [uint256(4), 5, 0, 4, 5], 1 << 2);
+        _add(witnesses[0], 2 * FEE + WITNESS_BOND);
+        _add(witnesses[1], 2 * FEE + WITNESS_BOND);
+        _add(witnesses[2], WITNESS_BOND);
+        _add(challenger, CHALLENGE_BOND + STAKE / 2);
         _add(sponsor, pool - paid);
         _checkExpected();
     }
@@ -249,9 +236,8 @@ contract TrainingFraudTest is CourtTestBase {
     function test_openTrainingClaim_blocksSeal() public {
         _commitAll(taskId, 1, ALL);
         _finalize(taskId, 1, keccak256("state-1"), ALL);
-        vm.prank(challenger);
-        uint256 id = court.challengeTraining{value: CBOND}(taskId, 1, 0, 0);
-        vm.warp(uint256(market.getTaskState(taskId).lastClosedAt) + WINDOW);
+        uint256 id = _challengeTraining(taskId, 1, 0, 0);
+        vm.warp(uint256(market.getTaskState(taskId).lastClosedAt) + CHALLENGE_WINDOW);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineChallengesOpen.selector, taskId, 1));
         market.seal(taskId);
         vm.warp(court.getChallenge(id).deadline + 1);
@@ -263,24 +249,20 @@ contract TrainingFraudTest is CourtTestBase {
     function test_refereeVote_upheldAwaitingSeal() public {
         _commitAll(taskId, 1, ALL);
         _finalize(taskId, 1, keccak256("state-1"), ALL);
-        vm.prank(challenger);
-        uint256 id = court.challengeTraining{value: CBOND}(taskId, 1, 3, SEGMENTS);
+        uint256 id = _challengeTraining(taskId, 1, 3, SEGMENTS);
         _referee(id, 2, true);
         _referee(id, 0, true);
         vm.assertEq(market.getTrainer(taskId, trainers[3]).acceptedWeight, WEIGHT, "round 0 kept");
         vm.assertEq(market.getTrainer(taskId, trainers[0]).shardMask, 0x003, "no rebalance");
         _seal(taskId);
         uint256 pool = POOL + STAKE / 2;
-        uint256 paid = 0;
-        for (uint256 i = 0; i < 5; ++i) {
-            uint256 reward = _share(pool, i == 3 ? WEIGHT : 2 * WEIGHT, 9 * WEIGHT);
-            paid += reward;
-            _add(trainers[i], reward + (i == 3 ? 0 : STAKE));
-        }
-        _add(witnesses[0], 2 * FEE + WBOND);
-        _add(witnesses[1], 2 * FEE + WBOND);
-        _add(witnesses[2], WBOND);
-        _add(challenger, CBOND + STAKE / 2);
+        uint256[N_TRAINERS] memory w = _weights(2 * WEIGHT);
+        w[3] = WEIGHT;
+        uint256 paid = _addTrainerPayouts(pool, w, 1 << 3);
+        _add(witnesses[0], 2 * FEE + WITNESS_BOND);
+        _add(witnesses[1], 2 * FEE + WITNESS_BOND);
+        _add(witnesses[2], WITNESS_BOND);
+        _add(challenger, CHALLENGE_BOND + STAKE / 2);
         _add(sponsor, pool - paid);
         _checkExpected();
     }
@@ -294,12 +276,12 @@ contract TrainingFraudTest is CourtTestBase {
         bytes memory sa = _signC(trainers[2], a);
         bytes memory sb = _signC(trainers[2], b);
         vm.prank(stranger);
-        court.proveTrainerEquivocation{value: CBOND}(a, sa, b, sb);
+        court.proveTrainerEquivocation{value: CHALLENGE_BOND}(a, sa, b, sb);
         _referee(id, 0, true);
         _referee(id, 1, true);
         _assertChallenge(id, ChallengeKind.TrainingFraud, ChallengeStatus.Upheld, 0);
-        vm.assertEq(market.creditOf(challenger), CBOND, "bond only");
-        vm.assertEq(market.creditOf(stranger), CBOND + STAKE / 2, "the equivocation proof took the stake");
+        vm.assertEq(market.creditOf(challenger), CHALLENGE_BOND, "bond only");
+        vm.assertEq(market.creditOf(stranger), CHALLENGE_BOND + STAKE / 2, "the equivocation proof took the stake");
         vm.assertEq(market.getTrainer(taskId, trainers[2]).acceptedWeight, 0, "round 0 revoked");
         _assertMoney();
     }
@@ -313,12 +295,12 @@ contract TrainingFraudTest is CourtTestBase {
         _referee(id, 2, true);
         _referee(id, 0, false);
         vm.assertEq(uint256(court.getChallenge(id).status), uint256(ChallengeStatus.Open), "still open");
-        vm.expectEmit(true, true, true, true, marketAddr);
+        vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.ChallengeResolved(id, taskId, ChallengeStatus.Rejected, 0, 0);
-        vm.expectEmit(true, true, true, true, marketAddr);
-        emit ISynclineEvents.Credited(taskId, witnesses[0], CBOND / 2, REASON_FORFEIT);
-        vm.expectEmit(true, true, true, true, marketAddr);
-        emit ISynclineEvents.Credited(taskId, witnesses[1], CBOND / 2, REASON_FORFEIT);
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineEvents.Credited(taskId, witnesses[0], CHALLENGE_BOND / 2, REASON_FORFEIT);
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineEvents.Credited(taskId, witnesses[1], CHALLENGE_BOND / 2, REASON_FORFEIT);
         _referee(id, 1, false);
         Challenge memory c = court.getChallenge(id);
         vm.assertEq(uint256(c.status), uint256(ChallengeStatus.Rejected), "rejected");
@@ -331,15 +313,10 @@ contract TrainingFraudTest is CourtTestBase {
         _commitAll(taskId, 1, ALL);
         _finalize(taskId, 1, keccak256("state-1"), ALL);
         _seal(taskId);
-        uint256 paid = 0;
-        for (uint256 i = 0; i < 5; ++i) {
-            uint256 reward = _share(POOL, 2 * WEIGHT, 10 * WEIGHT);
-            paid += reward;
-            _add(trainers[i], reward + STAKE);
-        }
-        _add(witnesses[0], 2 * FEE + WBOND + CBOND / 2);
-        _add(witnesses[1], 2 * FEE + WBOND + CBOND / 2);
-        _add(witnesses[2], WBOND);
+        uint256 paid = _addTrainerPayouts(POOL, _weights(2 * WEIGHT), 0);
+        _add(witnesses[0], 2 * FEE + WITNESS_BOND + CHALLENGE_BOND / 2);
+        _add(witnesses[1], 2 * FEE + WITNESS_BOND + CHALLENGE_BOND / 2);
+        _add(witnesses[2], WITNESS_BOND);
         _add(sponsor, POOL - paid);
         _checkExpected();
     }
@@ -347,27 +324,22 @@ contract TrainingFraudTest is CourtTestBase {
     /// A bond that does not split evenly: the dust goes to the reward pool (paid out at seal).
     function test_refereeVote_innocent_oddBond_dustToPool() public {
         TaskSpec memory s = _spec(AggregationRule.Mean);
-        s.challengeBond = CBOND + 1;
+        s.challengeBond = CHALLENGE_BOND + 1;
         s.rounds = 1;
         uint256 task2 = _start(s);
         _commitAll(task2, 0, ALL);
         _finalize(task2, 0, keccak256("s"), ALL);
         vm.prank(challenger);
-        uint256 id = court.challengeTraining{value: CBOND + 1}(task2, 0, 0, 0);
+        uint256 id = court.challengeTraining{value: CHALLENGE_BOND + 1}(task2, 0, 0, 0);
         _referee(id, 1, false);
         _referee(id, 2, false);
         vm.assertEq(market.getTaskState(task2).rewardPool, POOL + 1, "dust to the pool");
         _seal(task2);
         uint256 pool = POOL + 1;
-        uint256 paid = 0;
-        for (uint256 i = 0; i < 5; ++i) {
-            uint256 reward = _share(pool, WEIGHT, 5 * WEIGHT);
-            paid += reward;
-            _add(trainers[i], reward + STAKE);
-        }
-        _add(witnesses[0], FEE + WBOND);
-        _add(witnesses[1], FEE + WBOND + (CBOND + 1) / 2);
-        _add(witnesses[2], WBOND + (CBOND + 1) / 2);
+        uint256 paid = _addTrainerPayouts(pool, _weights(WEIGHT), 0);
+        _add(witnesses[0], FEE + WITNESS_BOND);
+        _add(witnesses[1], FEE + WITNESS_BOND + (CHALLENGE_BOND + 1) / 2);
+        _add(witnesses[2], WITNESS_BOND + (CHALLENGE_BOND + 1) / 2);
         _add(sponsor, pool - paid);
         // task 1 (the fixture) is still running: its escrow is counted by the money check.
         _checkExpected();
@@ -409,7 +381,7 @@ contract TrainingFraudTest is CourtTestBase {
         vm.assertEq(uint256(court.getChallenge(id).status), uint256(expected), "outcome");
         vm.assertEq(market.getTaskState(taskId).openChallenges, 0, "always decided by 3 votes");
         if (expected == ChallengeStatus.Upheld) {
-            vm.assertEq(market.creditOf(challenger), CBOND + STAKE / 2, "bounty");
+            vm.assertEq(market.creditOf(challenger), CHALLENGE_BOND + STAKE / 2, "bounty");
         } else {
             vm.assertEq(market.creditOf(challenger), 0, "bond forfeited");
         }
@@ -457,8 +429,7 @@ contract TrainingFraudTest is CourtTestBase {
         // Round 1 with fragment 4 left out: a censorship claim, then a referee vote on it.
         _commitAll(taskId, 1, ALL);
         _finalize(taskId, 1, keccak256("s1"), 0x0f);
-        vm.prank(challenger);
-        uint256 cid = court.challengeCensorship{value: CBOND}(taskId, 1, 4);
+        uint256 cid = _challengeCensorship(taskId, 1, 4);
         _expectRefereeRevert(
             cid,
             witnesses[0],
@@ -493,7 +464,7 @@ contract TrainingFraudTest is CourtTestBase {
         bytes memory sa = _signV(witnesses[2], a);
         bytes memory sb = _signV(witnesses[2], b);
         vm.prank(stranger);
-        court.proveWitnessEquivocation{value: CBOND}(a, sa, b, sb);
+        court.proveWitnessEquivocation{value: CHALLENGE_BOND}(a, sa, b, sb);
         _expectRefereeRevert(
             id,
             witnesses[2],
@@ -519,12 +490,12 @@ contract TrainingFraudTest is CourtTestBase {
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineChallengeDeadline.selector, id, deadline));
         court.expireChallenge(id);
         vm.warp(deadline + 1);
-        vm.expectEmit(true, true, true, true, marketAddr);
+        vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.ChallengeResolved(id, taskId, ChallengeStatus.Expired, 0, 0);
         vm.prank(stranger);
         court.expireChallenge(id);
         _assertChallenge(id, ChallengeKind.TrainingFraud, ChallengeStatus.Expired, 0);
-        vm.assertEq(market.creditOf(challenger), CBOND, "bond back");
+        vm.assertEq(market.creditOf(challenger), CHALLENGE_BOND, "bond back");
         vm.assertEq(market.getTaskState(taskId).openChallenges, 0, "closed");
         vm.assertEq(market.getTrainer(taskId, trainers[3]).stake, STAKE, "trainer untouched");
         vm.expectRevert(
@@ -533,23 +504,18 @@ contract TrainingFraudTest is CourtTestBase {
         court.expireChallenge(id);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineUnknownChallenge.selector, 0));
         court.expireChallenge(0);
-        (bool ok,) = marketAddr.call{value: 1}(abi.encodeCall(ISynclineCourt.refereeVote, (id, true)));
+        (bool ok,) = address(market).call{value: 1}(abi.encodeCall(ISynclineCourt.refereeVote, (id, true)));
         vm.assertFalse(ok, "refereeVote takes no ether");
         _assertMoney();
 
         // The round's window has long closed, the seal goes ahead and pays as usual.
         _carry(taskId, 1);
         _seal(taskId);
-        uint256 paid = 0;
-        for (uint256 i = 0; i < 5; ++i) {
-            uint256 reward = _share(POOL, WEIGHT, 5 * WEIGHT);
-            paid += reward;
-            _add(trainers[i], reward + STAKE);
-        }
-        _add(witnesses[0], FEE + WBOND);
-        _add(witnesses[1], FEE + WBOND);
-        _add(witnesses[2], WBOND);
-        _add(challenger, CBOND);
+        uint256 paid = _addTrainerPayouts(POOL, _weights(WEIGHT), 0);
+        _add(witnesses[0], FEE + WITNESS_BOND);
+        _add(witnesses[1], FEE + WITNESS_BOND);
+        _add(witnesses[2], WITNESS_BOND);
+        _add(challenger, CHALLENGE_BOND);
         _add(sponsor, POOL - paid + 2 * FEE);
         _checkExpected();
     }
@@ -559,10 +525,9 @@ contract TrainingFraudTest is CourtTestBase {
         _commitAll(taskId, 1, ALL);
         _finalize(taskId, 1, keccak256("s1"), 0x0f);
         vm.prank(stranger);
-        uint256 cid = court.challengeCensorship{value: CBOND}(taskId, 1, 4);
+        uint256 cid = court.challengeCensorship{value: CHALLENGE_BOND}(taskId, 1, 4);
         vm.warp(block.timestamp + 1 hours);
-        vm.prank(challenger);
-        uint256 id = court.challengeTraining{value: CBOND}(taskId, 1, 0, 0);
+        uint256 id = _challengeTraining(taskId, 1, 0, 0);
         vm.warp(court.getChallenge(cid).deadline + 1);
         court.resolveCensorship(cid);
         vm.assertEq(uint256(market.getRound(taskId, 1).status), uint256(RoundStatus.Invalidated), "void");
@@ -577,7 +542,7 @@ contract TrainingFraudTest is CourtTestBase {
         _referee(id, 2, true);
         vm.warp(court.getChallenge(id).deadline + 1);
         court.expireChallenge(id);
-        vm.assertEq(market.creditOf(challenger), CBOND, "bond back");
+        vm.assertEq(market.creditOf(challenger), CHALLENGE_BOND, "bond back");
         _assertMoney();
     }
 }

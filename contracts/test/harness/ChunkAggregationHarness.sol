@@ -4,8 +4,9 @@ pragma solidity ^0.8.24;
 import {ChunkAggregation} from "../../src/libraries/ChunkAggregation.sol";
 
 /// @title ChunkAggregationHarness
-/// @notice Exposes the internal `ChunkAggregation` functions externally, for the forge tests and
-/// the Python parity test (`tests/chain/test_chunk_aggregation_parity.py`).
+/// @notice Exposes the internal `ChunkAggregation` functions externally, for the forge tests (the
+/// court tests build honest round results with it) and the Python parity test
+/// (`tests/chain/test_chunk_aggregation_parity.py`).
 contract ChunkAggregationHarness {
     /// @notice See `ChunkAggregation.recomputeStateChunk`.
     function recomputeStateChunk(
@@ -47,6 +48,11 @@ contract ChunkAggregationHarness {
     ) external pure returns (int256[] memory) {
         uint256 trim = ChunkAggregation.trimCount(rule, ruleParam, gradientChunks.length);
         return ChunkAggregation.aggregateGradientChunks(gradientChunks, bits, count, rule, trim);
+    }
+
+    /// @notice See `ChunkAggregation.isWellFormedGradientChunk`.
+    function isWellFormedGradientChunk(bytes memory chunk, uint8 bits, uint256 count) external pure returns (bool) {
+        return ChunkAggregation.isWellFormedGradientChunk(chunk, bits, count);
     }
 
     /// @notice See `ChunkAggregation.decodeGradientChunk`.

@@ -1,19 +1,13 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
-import {TestBase} from "../base/TestBase.sol";
+import {InvariantChecks} from "./InvariantChecks.sol";
 import {MarketHandler} from "./MarketHandler.sol";
 import {SynclineMarket} from "../../src/SynclineMarket.sol";
-import {TaskSpec, TaskState, TaskStatus, TrainerRecord, WitnessRecord} from "../../src/SynclineTypes.sol";
+import {TaskState, TaskStatus, WitnessRecord} from "../../src/SynclineTypes.sol";
 
 /// @notice Stateful fuzzing of the market through `MarketHandler`.
-contract MarketInvariantsTest is TestBase {
-    /// @dev Forge reads `targetSelectors()` as an array of this shape.
-    struct FuzzSelector {
-        address addr;
-        bytes4[] selectors;
-    }
-
+contract MarketInvariantsTest is InvariantChecks {
     SynclineMarket internal market;
     MarketHandler internal handler;
 
@@ -50,26 +44,7 @@ contract MarketInvariantsTest is TestBase {
     /// (a) The market holds exactly what it owes: task escrows (reward pool, fee budget, earned
     /// fees, stakes and bonds) plus withdrawable credits.
     function invariant_balanceEqualsEscrowsPlusCredits() public view virtual {
-        uint256[] memory ids = handler.tasks();
-        address[] memory actors = handler.actors();
-        uint256 sum;
-        for (uint256 i = 0; i < ids.length; ++i) {
-            TaskState memory t = market.getTaskState(ids[i]);
-            uint256 escrow = market.escrowOf(ids[i]);
-            vm.assertEq(
-                escrow,
-                t.rewardPool + t.feeBudget + t.feesEarned + t.stakeHeld + t.bondsHeld,
-                "escrowOf == pool + fee budget + fees earned + stakes + bonds"
-            );
-            sum += escrow;
-            if (t.status == TaskStatus.Sealed || t.status == TaskStatus.Cancelled) {
-                vm.assertEq(escrow, 0, "a settled task holds nothing");
-            }
-        }
-        for (uint256 i = 0; i < actors.length; ++i) {
-            sum += market.creditOf(actors[i]);
-        }
-        vm.assertEq(address(market).balance, sum, "balance == sum(escrowOf) + sum(creditOf)");
+        _checkBalanceEqualsEscrowsPlusCredits(market, handler.tasks(), handler.actors());
     }
 
     /// (b) A round finalizes at most once and its result never changes.
@@ -108,23 +83,7 @@ contract MarketInvariantsTest is TestBase {
     /// (d) A slash never exceeds a stake: slashed + stake == trainerStake until the task settles;
     /// the task's stakeHeld is the sum of its trainers' stakes.
     function invariant_slashNeverExceedsStake() public view virtual {
-        uint256[] memory ids = handler.tasks();
-        for (uint256 i = 0; i < ids.length; ++i) {
-            uint256 bond = market.getSpec(ids[i]).trainerStake;
-            TaskState memory t = market.getTaskState(ids[i]);
-            bool settled = t.status == TaskStatus.Sealed || t.status == TaskStatus.Cancelled;
-            address[] memory ts = market.getTrainers(ids[i]);
-            uint256 held;
-            for (uint256 j = 0; j < ts.length; ++j) {
-                TrainerRecord memory r = market.getTrainer(ids[i], ts[j]);
-                vm.assertLe(uint256(r.slashed), bond, "slashed <= trainerStake");
-                if (settled) vm.assertEq(uint256(r.stake), 0, "stake released at settlement");
-                else vm.assertEq(uint256(r.stake) + r.slashed, bond, "slashed + stake == trainerStake");
-                if (!r.evicted) vm.assertEq(uint256(r.slashed), 0, "only evicted trainers are slashed");
-                held += r.stake;
-            }
-            vm.assertEq(t.stakeHeld, held, "stakeHeld == sum of stakes");
-        }
+        _checkSlashNeverExceedsStake(market, handler.tasks());
     }
 
     /// (e) A witness bond is posted once, at the spec's amount, and never grows or leaks: once

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
-import {CourtVm} from "../court/CourtVm.sol";
+import {TestBase} from "../base/TestBase.sol";
 import {MerkleRef} from "../court/MerkleRef.sol";
 import {ChunkMerkle} from "../../src/libraries/ChunkMerkle.sol";
 
@@ -20,10 +20,7 @@ contract ChunkMerkleHarness {
 /// roots computed by the Python reference are pinned here, the test-side `MerkleRef` (a
 /// level-by-level transcription of merkle.py) reproduces them, and `verify` accepts exactly the
 /// proofs `MerkleRef.proof` (= `merkle.proof`) produces.
-contract ChunkMerkleTest {
-    bool public IS_TEST = true;
-    CourtVm internal constant vm = CourtVm(address(uint160(uint256(keccak256("hevm cheat code")))));
-
+contract ChunkMerkleTest is TestBase {
     event log_named_uint(string key, uint256 val);
 
     ChunkMerkleHarness internal h;
