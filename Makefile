@@ -11,10 +11,13 @@ PIP := $(VENV)/bin/pip
 FORGE := node_modules/@foundry-rs/forge-linux-amd64/bin/forge
 VENV_STAMP := $(VENV)/.syncline-installed
 NPM_STAMP := node_modules/.syncline-installed
+FRONTEND_DIST := frontend/dist/index.html
+FRONTEND_SRC := $(shell find frontend/src frontend/index.html frontend/package.json frontend/package-lock.json frontend/vite.config.ts frontend/tsconfig.json -type f 2>/dev/null)
+CHROMIUM := /usr/bin/chromium
 
-.PHONY: install demo demo-lifecycle demo-fraud bench test test-contracts test-python lint gas lock clean devnet-up devnet-down
+.PHONY: install browser demo demo-lifecycle demo-fraud bench test test-contracts test-python lint gas lock clean devnet-up devnet-down
 
-install: $(VENV_STAMP) $(NPM_STAMP)
+install: $(VENV_STAMP) $(NPM_STAMP) $(FRONTEND_DIST)
 
 $(VENV_STAMP): pyproject.toml constraints.txt
 	@echo "==> python: creating $(VENV) and installing torch==2.13.0 (CPU) first, then syncline[dev] from constraints.txt"
@@ -30,6 +33,18 @@ $(NPM_STAMP): package.json package-lock.json
 	@npm install --no-audit --no-fund --loglevel=error
 	@touch $@
 
+$(FRONTEND_DIST): $(FRONTEND_SRC)
+	@echo "==> frontend: installing pinned Vite, TypeScript, viem, uPlot (frontend/package-lock.json) and building frontend/dist"
+	@cd frontend && npm ci --no-audit --no-fund --loglevel=error && npm run build --silent
+	@touch $@
+
+# Browser tests drive Debian's Chromium (no browser download from a test tool).
+browser: $(CHROMIUM)
+$(CHROMIUM):
+	@echo "==> browser: installing Debian's chromium for the UI tests (apt-get)"
+	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null
+
 demo: install
 	@echo "==> demo: devnet + contracts + 3 trainers and 3 witnesses (k=2) training a Llama on Shakespeare"
 	@$(VENV)/bin/syncline demo
@@ -42,7 +57,7 @@ demo-fraud: install
 	@echo "==> demo: one cheater per scenario (6 runs of ~3 min), each caught by the challenger and slashed"
 	@$(VENV)/bin/syncline demo --scenario fraud
 
-test: install
+test: install $(CHROMIUM)
 	@echo "==> forge test (contracts: unit, fuzz, invariants)"
 	@$(FORGE) test
 	@echo "==> pytest (agents, protocol, devnet)"
@@ -51,7 +66,7 @@ test: install
 test-contracts: $(NPM_STAMP)
 	@$(FORGE) test
 
-test-python: install
+test-python: install $(CHROMIUM)
 	@$(VENV)/bin/pytest
 
 lint: install

@@ -8,11 +8,12 @@ Accounts (anvil development keys, read from anvil's ``--config-out`` file):
 from __future__ import annotations
 
 import sys
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import settings
@@ -46,6 +47,7 @@ settings.register_profile("syncline", database=None, deadline=None)
 settings.load_profile("syncline")
 
 ETH = 10**18
+T = TypeVar("T")
 SPEC_URI = "ipfs://bafy-syncline-test-spec"
 
 
@@ -287,3 +289,26 @@ def offline_spec_factory() -> Callable[..., TrainingTaskSpec]:
 @pytest.fixture
 def gas() -> GasMeter:
     return GasMeter()
+
+
+# ---------------------------------------------------------------------- waiting on real processes
+
+
+def wait_for(
+    condition: Callable[[], T | None],
+    *,
+    timeout_s: float,
+    what: str,
+    check: Callable[[], None] | None = None,
+    interval_s: float = 0.05,
+) -> T:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if check is not None:
+            check()
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(interval_s)

@@ -4,6 +4,7 @@
     syncline deploy --rpc-url URL ...     deploy to any EVM chain
     syncline demo                         the main job (what `make demo` runs)
     syncline train post-task|list-runs|get-run|get-receipt|enroll-trainer|seal|claim
+    syncline api                          the sponsor API + web UI on http://127.0.0.1:8600
 
 Bad input and failed calls print one line (``error: ...``) and exit with status 2.
 """
@@ -188,7 +189,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     out = state_dir() / "demo"
     started = time.monotonic()
     log.info("demo.start", what="devnet + contracts + 3 trainers + 3 witnesses (k=2) training a Llama on Shakespeare")
-    receipt = TrainingDemo(out).run()
+    receipt = TrainingDemo(out, ui_port=None if args.ui_port < 0 else args.ui_port).run()
     path = write_receipt(receipt, out / "receipt.json")
     print(json.dumps(receipt.to_mapping(), indent=2))
     extras = receipt.extras
@@ -493,6 +494,42 @@ def cmd_finalize_round(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------- api
+
+
+def cmd_api(args: argparse.Namespace) -> int:
+    """Serve the sponsor API and web UI until Ctrl-C."""
+    from syncline.api import ApiServer, ApiSettings
+    from syncline.api.settings import devnet_blob_store
+
+    blob_store = args.blob_store or devnet_blob_store()
+    if not blob_store:
+        raise SynclineError("no blob store: pass --blob-store URL or run `syncline devnet up`")
+    if not 0 <= args.port < 65536:
+        raise SynclineError(f"--port {args.port} must be within 0..65535")
+    settings = ApiSettings(
+        deployment=args.deployment,
+        blob_store=blob_store,
+        rpc_url=args.rpc_url,
+        db_url=args.db,
+        host=args.host,
+        port=args.port,
+        frontend_dir=args.frontend,
+    )
+    server = ApiServer(settings)
+    url = server.start()
+    log.info("api.serving", url=url, market=server.services.deployment.market, blob_store=blob_store)
+    print(url, flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
 # ---------------------------------------------------------------------- parser
 
 
@@ -523,7 +560,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="training: real DiLoCo run (default); lifecycle: scripted market walk-through, no training; "
         "fraud: every fraud scenario in turn; or one fraud scenario by name",
     )
+    demo.add_argument(
+        "--ui-port",
+        type=int,
+        default=8600,
+        help="port of the sponsor web UI + API served during the training run (0: any free port; -1: no UI)",
+    )
     demo.set_defaults(func=cmd_demo)
+
+    api = sub.add_parser("api", help="the sponsor API and web UI (indexes the market's events)")
+    api.add_argument("--deployment", type=Path, default=default_deployment_path())
+    api.add_argument("--rpc-url", default=None, help="override the deployment's RPC URL")
+    api.add_argument("--blob-store", default=None, help="blob service URL (default: the devnet's blobstore.json)")
+    api.add_argument("--db", default=None, help="SQLAlchemy URL (default: sqlite:///.syncline/api/index.db)")
+    api.add_argument("--host", default="127.0.0.1")
+    api.add_argument("--port", type=int, default=8600, help="0 picks a free port")
+    api.add_argument("--frontend", type=Path, default=None, help="built web UI (default: frontend/dist)")
+    api.set_defaults(func=cmd_api)
 
     for role, func, modes in (
         ("trainer", cmd_trainer_run, list(TRAINER_MISBEHAVIOURS)),

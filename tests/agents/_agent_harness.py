@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -243,26 +242,6 @@ class RecordingDemo(TrainingDemo):
 
 
 # ---------------------------------------------------------------------- a run driven step by step
-
-
-def wait_for(
-    condition: Callable[[], T | None],
-    *,
-    timeout_s: float,
-    what: str,
-    check: Callable[[], None] | None = None,
-    interval_s: float = 0.05,
-) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if check is not None:
-            check()
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-        time.sleep(interval_s)
 
 
 class ManualRun:

@@ -79,6 +79,8 @@ class DemoPlan:
     misbehave: dict[str, str] = field(default_factory=dict)
     # How much inner-loop re-execution the witnesses' challengers spend (all | spot | off).
     training_checks: str = "spot"
+    # Whether honest witnesses run the challenger (the browser tests leave a fault to the UI).
+    witness_challenges: bool = True
 
 
 @dataclass
@@ -125,10 +127,14 @@ def _template(plan: DemoPlan, witnesses: list[Signer], now: int) -> dict[str, An
 class TrainingDemo:
     """Runs the whole main job in ``workdir``."""
 
-    def __init__(self, workdir: Path, plan: DemoPlan | None = None):
+    def __init__(self, workdir: Path, plan: DemoPlan | None = None, *, ui_port: int | None = None):
         self.workdir = workdir
         self.plan = plan or DemoPlan()
         self.agents: list[AgentProcess] = []
+        # Serve the sponsor web UI + API on this port (0: any free port) while the run trains.
+        self.ui_port = ui_port
+        self.ui_url: str | None = None
+        self._ui: Any = None
         # Called with (market, task id, {address: role name}) once the run has sealed.
         self.after_seal: Callable[[MarketClient, int, dict[str, str]], None] | None = None
 
@@ -140,9 +146,13 @@ class TrainingDemo:
             service = BlobService(LocalBlobStore(self.workdir / "blobs"), host="127.0.0.1", port=0)
             service.start()
             try:
-                return self._run(devnet, service.url, started)
+                receipt = self._run(devnet, service.url, started)
+                self._linger()
+                return receipt
             finally:
                 self._stop_agents()
+                if self._ui is not None:
+                    self._ui.stop()
                 service.stop()
 
     # ------------------------------------------------------------------ phases
@@ -157,6 +167,7 @@ class TrainingDemo:
         deployment = deploy_market(w3, sponsor, devnet.rpc_url, self.workdir)
         market = MarketClient.from_deployment(deployment, w3)
         log.info("demo.devnet", rpc_url=devnet.rpc_url, market=deployment.market, blob_store=blob_url)
+        self._serve_ui(blob_url)
 
         blobs = HttpBlobStore(blob_url)
         log.info(
@@ -215,6 +226,53 @@ class TrainingDemo:
         }
         return TrainingReceipt(**{**receipt.__dict__, "extras": extras})
 
+    def _serve_ui(self, blob_url: str) -> None:
+        """Start the sponsor web UI + API (indexing this devnet) and print its URL."""
+        if self.ui_port is None:
+            return
+        from syncline.api.server import ApiServer, ApiSettings
+
+        settings = ApiSettings(
+            deployment=self.workdir / "deployment.json",
+            blob_store=blob_url,
+            db_url=f"sqlite:///{self.workdir / 'index.db'}",
+            port=self.ui_port,
+            poll_interval_s=0.5,
+            state_dir=self.workdir,
+        )
+        (self.workdir / "index.db").unlink(missing_ok=True)
+        server = ApiServer(settings)
+        try:
+            self.ui_url = server.start()
+        except SynclineError as exc:  # the port is taken: any free one will do
+            log.warning("demo.ui_port_busy", port=self.ui_port, error=str(exc))
+            settings.port = 0
+            server = ApiServer(settings)
+            self.ui_url = server.start()
+        self._ui = server
+        tqdm.write(f"==> sponsor web UI: {self.ui_url}/  (live while the run trains)", file=sys.stderr)
+        log.info("demo.ui", url=self.ui_url, api_docs=f"{self.ui_url}/docs")
+
+    def _linger(self) -> None:
+        """Keep the devnet and the UI up after the run until Ctrl-C, when a person is watching
+        (stdin is a terminal) or ``SYNCLINE_DEMO_LINGER_S`` asks for it."""
+        if self.ui_url is None:
+            return
+        linger = os.environ.get("SYNCLINE_DEMO_LINGER_S")
+        if linger is None and not sys.stdin.isatty():
+            return
+        seconds = float(linger) if linger else float("inf")
+        tqdm.write(
+            f"==> the run is over; the UI stays up at {self.ui_url}/ (receipt, model download). Ctrl-C to stop.",
+            file=sys.stderr,
+        )
+        end = time.monotonic() + seconds
+        try:
+            while time.monotonic() < end:
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+
     def _spawn(self, role: str, index: int, key: str, task_id: int, deployment: Deployment, blob_url: str) -> None:
         name = f"{role}-{index + 1}"
         agent_dir = self.workdir / "agents" / name
@@ -242,6 +300,7 @@ class TrainingDemo:
             config.update(device="cpu", dtype="fp32", gradient_checkpointing=False)
         if role == "witness":
             config["training_checks"] = self.plan.training_checks
+            config["challenge"] = self.plan.witness_challenges
         config_path = agent_dir / f"{role}.yaml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         cmd = [sys.executable, "-m", "syncline.cli", role, "run", "--config", str(config_path)]

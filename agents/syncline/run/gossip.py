@@ -179,3 +179,98 @@ def read_commitment(
 def read_vote(blobs: BlobStore, domain: Domain, task_id: int, round_: int, witness: str) -> SignedVote | None:
     """The vote ``witness`` announced for a round, or ``None`` if absent or invalid."""
     return _read(blobs, vote_alias(task_id, round_, witness), decode_vote, domain)
+
+
+# ---------------------------------------------------------------------- trainer reports
+
+
+@dataclass(frozen=True)
+class TrainerReport:
+    """What a trainer says about its own inner loop in one round (self-reported, not proven).
+
+    It is signed (EIP-191) so a reader can attribute it to the trainer that committed the
+    fragment on chain; nothing on chain depends on it. The API plots ``loss`` per round.
+    """
+
+    task_id: int
+    round: int
+    fragment: int
+    loss: float
+    steps: int
+    tokens: int
+    train_seconds: float
+    signer: str = ""
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "type": "TrainerReport",
+            "taskId": self.task_id,
+            "round": self.round,
+            "fragment": self.fragment,
+            "loss": self.loss,
+            "steps": self.steps,
+            "tokens": self.tokens,
+            "trainSeconds": self.train_seconds,
+        }
+
+
+def report_alias(task_id: int, round_: int, fragment: int) -> str:
+    return f"gossip:report:{task_id}:{round_}:{fragment}"
+
+
+def _report_digest(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def encode_report(report: TrainerReport, account: Any) -> bytes:
+    """``account`` is an eth-account ``LocalAccount`` (``Signer.account``)."""
+    from eth_account.messages import encode_defunct
+
+    body = report.body()
+    signed = account.sign_message(encode_defunct(_report_digest(body)))
+    return json.dumps({**body, "signature": _hex(bytes(signed.signature))}, sort_keys=True).encode()
+
+
+def decode_report(data: bytes) -> TrainerReport:
+    from eth_account import Account
+    from eth_account.messages import encode_defunct
+
+    obj = _load(data, "TrainerReport")
+    signature = _b(obj.pop("signature", None), "signature", 65)
+    loss, seconds = obj.get("loss"), obj.get("trainSeconds")
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (loss, seconds)):
+        raise GossipError("gossip report fields loss and trainSeconds must be numbers")
+    assert isinstance(loss, int | float) and isinstance(seconds, int | float)
+    try:
+        signer = str(Account.recover_message(encode_defunct(_report_digest(obj)), signature=signature))
+    except Exception as exc:  # eth-account raises several types for bad signatures
+        raise GossipError(f"gossip report signature does not recover: {str(exc)[:80]}") from None
+    return TrainerReport(
+        task_id=_i(obj.get("taskId"), "taskId"),
+        round=_i(obj.get("round"), "round"),
+        fragment=_i(obj.get("fragment"), "fragment"),
+        loss=float(loss),
+        steps=_i(obj.get("steps"), "steps"),
+        tokens=_i(obj.get("tokens"), "tokens"),
+        train_seconds=float(seconds),
+        signer=signer,
+    )
+
+
+def announce_report(blobs: BlobStore, report: TrainerReport, account: Any) -> None:
+    blobs.put(encode_report(report, account), alias=report_alias(report.task_id, report.round, report.fragment))
+
+
+def read_report(blobs: BlobStore, task_id: int, round_: int, fragment: int) -> TrainerReport | None:
+    """The report announced for a slot, or ``None`` if absent or invalid. The caller checks
+    ``signer`` against the trainer that committed the fragment on chain."""
+    digest = blobs.resolve(report_alias(task_id, round_, fragment))
+    if digest is None:
+        return None
+    try:
+        report = decode_report(blobs.get(digest))
+    except SynclineError:
+        return None
+    if (report.task_id, report.round, report.fragment) != (task_id, round_, fragment):
+        return None
+    return report

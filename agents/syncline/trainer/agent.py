@@ -20,7 +20,7 @@ from eth_utils import keccak
 from syncline.blobstore import BlobStore
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient, RoundView
-from syncline.errors import ChainError
+from syncline.errors import ChainError, SynclineError
 from syncline.observability import get_logger
 from syncline.protocol.checkpoints import CheckpointManifest, manifest_alias, manifest_root_alias
 from syncline.protocol.enums import RoundStatus, TaskStatus
@@ -28,11 +28,11 @@ from syncline.protocol.signed_messages import Commitment
 from syncline.protocol.state import TrainingState
 from syncline.run.agent_config import AgentConfig, ConfigError
 from syncline.run.context import StateUnavailable, TaskContext
-from syncline.run.gossip import announce_commitment
+from syncline.run.gossip import TrainerReport, announce_commitment, announce_report
 from syncline.run.local_store import append_record
 from syncline.run.loop import pending_time, run_forever
 from syncline.run.metrics import AgentMetrics
-from syncline.trainer.inner_loop import InnerLoop
+from syncline.trainer.inner_loop import InnerLoop, RoundWork
 from syncline.trainer.segments import encode_payload
 
 log = get_logger("syncline.trainer")
@@ -217,6 +217,7 @@ class TrainerAgent:
         append_record(
             self.cfg.state_dir, "rounds.jsonl", {"round": round_, "loss": work.mean_loss, "payload": ref.digest}
         )
+        self._report(ctx.task_id, round_, fragment, work)
         self._tokens += work.tokens
         self._rounds_committed += 1
         self._steps += steps
@@ -238,6 +239,16 @@ class TrainerAgent:
                 }
             )
         )
+
+    def _report(self, task_id: int, round_: int, fragment: int, work: RoundWork) -> None:
+        """Announce the round's training loss (self-reported; the API plots it). Best effort."""
+        report = TrainerReport(
+            task_id, round_, fragment, work.mean_loss, len(work.losses), work.tokens, work.train_seconds
+        )
+        try:
+            announce_report(self.blobs, report, self.signer.account)
+        except SynclineError as exc:
+            log.warning("trainer.report_failed", round=round_, error=str(exc))
 
     def _announce(self, message: Commitment, signature: bytes) -> None:
         """Announce the signed commitment (gossip) before committing it on chain."""

@@ -1,0 +1,74 @@
+"""``POST /api/tasks/prepare``: publish a language task's artifacts and return ``postTask`` calldata.
+
+The browser's account then sends ``{to, data, value}`` itself: the API never holds a key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from syncline.api.errors import ApiError
+from syncline.api.schemas import PreparedTask, PrepareRequest
+from syncline.api.services import ApiServices
+from syncline.errors import SpecError
+from syncline.protocol.spec import TrainingTaskSpec
+from syncline.sponsor.task_builder import publish_language_task
+
+# Filled in by the API from ``corpus`` and ``model``: a sponsor does not type them.
+DERIVED_FIELDS = ("modality", "model", "dataset", "initial_state_root")
+PLACEHOLDER_ROOT = "0x" + "11" * 32
+
+
+def check_request(req: PrepareRequest, now: int) -> dict[str, Any]:
+    """The spec template, checked against every ``postTask`` rule before anything is built."""
+    template = dict(req.spec)
+    for name in DERIVED_FIELDS:
+        if name in template:
+            raise ApiError(422, f"spec.{name}: derived from corpus and model by the API; leave it out")
+    if req.model.max_position_embeddings < req.corpus.seq_len:
+        raise ApiError(
+            422,
+            f"model.max_position_embeddings ({req.model.max_position_embeddings}) must be at least "
+            f"corpus.seq_len ({req.corpus.seq_len})",
+        )
+    draft = {
+        **template,
+        "modality": "language",
+        "model": {"family": req.model.family, "config": {}},
+        "dataset": {"shard_hashes": [PLACEHOLDER_ROOT] * req.corpus.shard_count},
+        "initial_state_root": PLACEHOLDER_ROOT,
+        "param_count": template.get("param_count", 1),
+    }
+    TrainingTaskSpec.from_mapping(draft).validate(now=now)  # SpecError -> 422, one line
+    return template
+
+
+def prepare_task(services: ApiServices, req: PrepareRequest) -> PreparedTask:
+    now = services.chain_time()
+    template = check_request(req, now)
+    model = req.model.model_dump()
+    with services.prepare_lock:  # one corpus/model build at a time (CPU-bound)
+        published = publish_language_task(
+            services.blobs,
+            template=template,
+            shard_count=req.corpus.shard_count,
+            vocab_size=req.corpus.vocab_size,
+            seq_len=req.corpus.seq_len,
+            model=model,
+        )
+    spec = published.spec
+    try:
+        spec.validate(now=services.chain_time())
+    except SpecError as exc:
+        raise ApiError(422, str(exc)) from None
+    data = services.market.contract.encode_abi("postTask", args=[spec.onchain(published.spec_uri)])
+    return PreparedTask(
+        spec_hash=spec.spec_hash,
+        spec_uri=published.spec_uri,
+        param_count=spec.param_count,
+        initial_state_root=spec.initial_state_root,
+        escrow_wei=str(spec.escrow_wei),
+        to=services.market.address.lower(),
+        data=str(data),
+        value_wei=str(spec.escrow_wei),
+    )

@@ -1,0 +1,277 @@
+"""Responses built from the read models (no chain calls)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from syncline.api.db import (
+    ChallengeRow,
+    RawEvent,
+    RoundRow,
+    SubmissionRow,
+    TaskRow,
+    TrainerLossRow,
+    TrainerRow,
+    VoteRow,
+    WitnessRow,
+)
+from syncline.api.events import METRIC_SCALE, MarketEvent, timeline_entry
+from syncline.api.schemas import (
+    ChallengeOut,
+    Losses,
+    RoundOut,
+    RunDetail,
+    RunSummary,
+    SubmissionOut,
+    TimelineEntry,
+    TrainerOut,
+    VoteOut,
+    WitnessOut,
+)
+from syncline.api.specs import run_spec
+
+ZERO32 = "0x" + "00" * 32
+SETTLED = ("awaiting_seal", "sealed")
+
+
+def progress(row: TaskRow) -> float:
+    """Closed rounds / rounds (1 once the last round closed)."""
+    if row.status in SETTLED:
+        return 1.0
+    if row.status != "running" or row.rounds <= 0:
+        return 0.0
+    return min(1.0, row.current_round / row.rounds)
+
+
+def summary(row: TaskRow) -> RunSummary:
+    return RunSummary(
+        task_id=row.task_id,
+        name=row.name,
+        sponsor=row.sponsor,
+        status=row.status,
+        tier=row.tier,
+        rule=row.rule,
+        rounds=row.rounds,
+        current_round=row.current_round,
+        rounds_finalized=row.rounds_finalized,
+        rounds_carried=row.rounds_carried,
+        rounds_invalidated=row.rounds_invalidated,
+        trainers_enrolled=row.trainers_enrolled,
+        min_trainers=row.min_trainers,
+        max_trainers=row.max_trainers,
+        reward_pool_wei=row.reward_pool_wei,
+        escrow_wei=row.escrow_wei,
+        state_root=row.state_root,
+        open_challenges=row.open_challenges,
+        posted_at=row.posted_at,
+        progress=progress(row),
+    )
+
+
+def runs(s: Session) -> list[RunSummary]:
+    return [summary(r) for r in s.scalars(select(TaskRow).order_by(TaskRow.task_id.desc()))]
+
+
+def _event(row: RawEvent) -> MarketEvent:
+    return MarketEvent(
+        name=row.name,
+        block_number=row.block_number,
+        block_hash=row.block_hash,
+        log_index=row.log_index,
+        tx_hash=row.tx_hash,
+        timestamp=row.timestamp,
+        args=row.args,
+    )
+
+
+def timeline(s: Session, task_id: int) -> list[TimelineEntry]:
+    out: list[TimelineEntry] = []
+    for row in s.scalars(
+        select(RawEvent).where(RawEvent.task_id == task_id).order_by(RawEvent.block_number, RawEvent.log_index)
+    ):
+        entry = timeline_entry(_event(row))
+        if entry is None:
+            continue
+        kind, round_, text = entry
+        out.append(
+            TimelineEntry(
+                kind=kind, block=row.block_number, timestamp=row.timestamp, round=round_, text=text, tx=row.tx_hash
+            )
+        )
+    return out
+
+
+def detail(s: Session, row: TaskRow) -> RunDetail:
+    spec = run_spec(row.onchain_spec, row.spec_artifact)
+    spec["spec_uri"] = row.spec_uri
+    spec["spec_hash"] = row.spec_hash
+    if row.spec_error and row.spec_artifact is None:
+        spec["artifact_error"] = row.spec_error
+    return RunDetail(summary=summary(row), spec=spec, state=row.state, timeline=timeline(s, row.task_id))
+
+
+def _vote(v: VoteRow, finalized_result: str | None) -> VoteOut:
+    metric = int(v.metric)
+    return VoteOut(
+        witness=v.witness,
+        result=v.result,
+        state_root=v.state_root,
+        metric=metric / METRIC_SCALE if metric > 0 else None,
+        agrees=finalized_result is not None and v.result == finalized_result,
+        tx=v.tx,
+    )
+
+
+def rounds(s: Session, task_id: int) -> list[RoundOut]:
+    subs: dict[int, list[SubmissionRow]] = defaultdict(list)
+    for sub in s.scalars(
+        select(SubmissionRow).where(SubmissionRow.task_id == task_id).order_by(SubmissionRow.fragment)
+    ):
+        subs[sub.round].append(sub)
+    votes: dict[int, list[VoteRow]] = defaultdict(list)
+    for vote in s.scalars(select(VoteRow).where(VoteRow.task_id == task_id).order_by(VoteRow.block_number)):
+        votes[vote.round].append(vote)
+    losses: dict[int, dict[str, float]] = defaultdict(dict)
+    for loss in s.scalars(
+        select(TrainerLossRow).where(TrainerLossRow.task_id == task_id, TrainerLossRow.status == "ok")
+    ):
+        if loss.loss is not None:
+            losses[loss.round][str(loss.fragment)] = loss.loss
+    challenges: dict[int, list[int]] = defaultdict(list)
+    for c in s.scalars(select(ChallengeRow).where(ChallengeRow.task_id == task_id).order_by(ChallengeRow.challenge_id)):
+        challenges[c.round].append(c.challenge_id)
+    out: list[RoundOut] = []
+    for r in s.scalars(select(RoundRow).where(RoundRow.task_id == task_id).order_by(RoundRow.round)):
+        has_result = r.status in ("finalized", "invalidated") and r.result != ZERO32
+        result = r.result if has_result else None
+        accepted = int(r.accepted_mask)
+        round_votes = [_vote(v, result) for v in votes[r.round]]
+        dissenters = {v.witness for v in votes[r.round] if v.dissent}
+        dissent = [v for v in round_votes if (not v.agrees if has_result else v.witness in dissenters)]
+        out.append(
+            RoundOut(
+                round=r.round,
+                status=r.status,
+                opened_at=r.opened_at,
+                deadline=r.deadline,
+                closed_at=r.closed_at,
+                state_root=r.state_root,
+                prev_state_root=r.prev_state_root,
+                aggregate_root=r.aggregate_root,
+                vote_count=r.vote_count,
+                committed_mask=r.committed_mask,
+                accepted_mask=r.accepted_mask,
+                revoked_mask=r.revoked_mask,
+                submissions=[
+                    SubmissionOut(
+                        fragment=x.fragment,
+                        trainer=x.trainer,
+                        committed_at=x.committed_at,
+                        payload_hash=x.payload_hash,
+                        uri=x.uri,
+                        accepted=bool(accepted >> x.fragment & 1),
+                    )
+                    for x in subs[r.round]
+                ],
+                votes=round_votes,
+                dissent=dissent,
+                carried_forward=r.status == "carried_forward",
+                validation_loss=r.validation_loss,
+                trainer_losses=losses[r.round],
+                challenges=challenges[r.round],
+            )
+        )
+    return out
+
+
+def trainers(s: Session, task_id: int) -> list[TrainerOut]:
+    out: list[TrainerOut] = []
+    for t in s.scalars(select(TrainerRow).where(TrainerRow.task_id == task_id).order_by(TrainerRow.fragment)):
+        mask = int(t.shard_mask)
+        out.append(
+            TrainerOut(
+                address=t.address,
+                fragment=t.fragment,
+                enrolled=t.enrolled,
+                evicted=t.evicted,
+                stake_wei=t.stake_wei,
+                slashed_wei=t.slashed_wei,
+                shards=[i for i in range(mask.bit_length()) if mask >> i & 1],
+                submitted=t.submitted,
+                accepted=t.accepted,
+                missed=t.missed,
+                acceptance_rate=t.accepted / t.submitted if t.submitted else None,
+                accepted_weight=t.accepted_weight,
+                reward_wei=t.reward_wei,
+            )
+        )
+    return out
+
+
+def witnesses(s: Session, task_id: int) -> list[WitnessOut]:
+    return [
+        WitnessOut(
+            address=w.address,
+            bonded=w.bonded,
+            bond_wei=w.bond_wei,
+            slashed_wei=w.slashed_wei,
+            votes=w.votes,
+            matched=w.matched,
+            dissents=w.dissents,
+            fees_wei=w.fees_wei,
+        )
+        for w in s.scalars(select(WitnessRow).where(WitnessRow.task_id == task_id).order_by(WitnessRow.position))
+    ]
+
+
+def challenges(s: Session, task_id: int) -> list[ChallengeOut]:
+    return [
+        ChallengeOut(
+            challenge_id=c.challenge_id,
+            kind=c.kind,
+            status=c.status,
+            round=c.round,
+            fragment=c.fragment,
+            segment=c.segment,
+            challenger=c.challenger,
+            accused=c.accused,
+            bond_wei=c.bond_wei,
+            slashed_wei=c.slashed_wei,
+            opened_at=c.opened_at,
+            deadline=c.deadline,
+            guilty_votes=c.guilty_votes,
+            innocent_votes=c.innocent_votes,
+            tx=c.tx,
+        )
+        for c in s.scalars(
+            select(ChallengeRow).where(ChallengeRow.task_id == task_id).order_by(ChallengeRow.challenge_id)
+        )
+    ]
+
+
+def losses(s: Session, task_id: int) -> Losses:
+    """Validation loss per opened round and each trainer's self-reported training loss."""
+    round_rows = list(s.scalars(select(RoundRow).where(RoundRow.task_id == task_id).order_by(RoundRow.round)))
+    numbers = [r.round for r in round_rows]
+    index = {n: i for i, n in enumerate(numbers)}
+    per_trainer: dict[str, list[float | None]] = {}
+    for t in s.scalars(select(TrainerRow).where(TrainerRow.task_id == task_id).order_by(TrainerRow.fragment)):
+        per_trainer[t.address] = [None] * len(numbers)
+    for loss in s.scalars(
+        select(TrainerLossRow).where(TrainerLossRow.task_id == task_id, TrainerLossRow.status == "ok")
+    ):
+        if loss.round in index and loss.loss is not None:
+            per_trainer.setdefault(loss.trainer, [None] * len(numbers))[index[loss.round]] = loss.loss
+    return Losses(rounds=numbers, validation=[r.validation_loss for r in round_rows], trainers=per_trainer)
+
+
+def known_state_roots(s: Session, row: TaskRow) -> set[str]:
+    """Every state root the task has had: initial, each round's previous and finalized, current."""
+    roots = {str(row.onchain_spec["initial_state_root"]), row.state_root}
+    for r in s.scalars(select(RoundRow).where(RoundRow.task_id == row.task_id)):
+        roots.update((r.state_root, r.prev_state_root))
+    roots.discard(ZERO32)
+    return {x.lower() for x in roots}

@@ -1,0 +1,289 @@
+"""Request and response bodies of the HTTP API (pydantic: they make /openapi.json meaningful).
+
+Conventions (docs/api.md): addresses and bytes32 are lowercase 0x-hex; wei amounts and 256-bit
+masks are decimal strings (they overflow JavaScript numbers); timestamps are chain seconds.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+ChallengeKindName = Literal[
+    "trainer_equivocation", "witness_equivocation", "aggregation_fraud", "censorship", "training_fraud"
+]
+
+# Sizes the API will build a task for (the browser form mirrors them from /api/template limits).
+CORPUS_BOUNDS: dict[str, tuple[int, int]] = {
+    "shard_count": (1, 64),
+    "vocab_size": (260, 8192),
+    "seq_len": (8, 512),
+}
+MODEL_BOUNDS: dict[str, tuple[int, int]] = {
+    "hidden_size": (8, 1024),
+    "intermediate_size": (8, 4096),
+    "num_hidden_layers": (1, 8),
+    "num_attention_heads": (1, 32),
+    "num_key_value_heads": (1, 32),
+    "max_position_embeddings": (8, 2048),
+}
+
+
+class ErrorBody(BaseModel):
+    error: str
+    status: int
+
+
+class Health(BaseModel):
+    status: str
+    indexed_block: int
+    head_block: int
+
+
+class DevAccount(BaseModel):
+    address: str
+    label: str
+
+
+class ApiConfig(BaseModel):
+    chain_id: int
+    rpc_url: str
+    market: str
+    abi: list[dict[str, Any]]
+    blob_store: str
+    devnet: bool
+    dev_accounts: list[DevAccount]
+    head_block: int
+    indexed_block: int
+
+
+class CorpusParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    shard_count: int = Field(ge=CORPUS_BOUNDS["shard_count"][0], le=CORPUS_BOUNDS["shard_count"][1])
+    vocab_size: int = Field(ge=CORPUS_BOUNDS["vocab_size"][0], le=CORPUS_BOUNDS["vocab_size"][1])
+    seq_len: int = Field(ge=CORPUS_BOUNDS["seq_len"][0], le=CORPUS_BOUNDS["seq_len"][1])
+
+
+class ModelParams(BaseModel):
+    """A Llama built from a ``transformers`` config, small enough to train on CPUs."""
+
+    model_config = ConfigDict(extra="forbid")
+    family: Literal["llama"] = "llama"
+    hidden_size: int = Field(ge=MODEL_BOUNDS["hidden_size"][0], le=MODEL_BOUNDS["hidden_size"][1])
+    intermediate_size: int = Field(ge=MODEL_BOUNDS["intermediate_size"][0], le=MODEL_BOUNDS["intermediate_size"][1])
+    num_hidden_layers: int = Field(ge=MODEL_BOUNDS["num_hidden_layers"][0], le=MODEL_BOUNDS["num_hidden_layers"][1])
+    num_attention_heads: int = Field(
+        ge=MODEL_BOUNDS["num_attention_heads"][0], le=MODEL_BOUNDS["num_attention_heads"][1]
+    )
+    num_key_value_heads: int = Field(
+        ge=MODEL_BOUNDS["num_key_value_heads"][0], le=MODEL_BOUNDS["num_key_value_heads"][1]
+    )
+    max_position_embeddings: int = Field(
+        ge=MODEL_BOUNDS["max_position_embeddings"][0], le=MODEL_BOUNDS["max_position_embeddings"][1]
+    )
+    tie_word_embeddings: bool = True
+
+    @model_validator(mode="after")
+    def _heads(self) -> ModelParams:
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError("hidden_size must be a multiple of num_attention_heads")
+        if (self.hidden_size // self.num_attention_heads) % 2:
+            raise ValueError("hidden_size / num_attention_heads (the head size) must be even")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        return self
+
+
+class Template(BaseModel):
+    spec: dict[str, Any]
+    corpus: CorpusParams
+    model: ModelParams
+    limits: dict[str, Any]
+    chain_time: int
+
+
+class PrepareRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    spec: dict[str, Any]
+    corpus: CorpusParams
+    model: ModelParams
+
+
+class PreparedTask(BaseModel):
+    spec_hash: str
+    spec_uri: str
+    param_count: int
+    initial_state_root: str
+    escrow_wei: str
+    to: str
+    data: str
+    value_wei: str
+
+
+class RunSummary(BaseModel):
+    task_id: int
+    name: str
+    sponsor: str
+    status: str
+    tier: str
+    rule: str
+    rounds: int
+    current_round: int
+    rounds_finalized: int
+    rounds_carried: int
+    rounds_invalidated: int
+    trainers_enrolled: int
+    min_trainers: int
+    max_trainers: int
+    reward_pool_wei: str
+    escrow_wei: str
+    state_root: str
+    open_challenges: int
+    posted_at: int
+    progress: float
+
+
+class TimelineEntry(BaseModel):
+    kind: str
+    block: int
+    timestamp: int
+    round: int | None
+    text: str
+    tx: str
+
+
+class RunDetail(BaseModel):
+    summary: RunSummary
+    spec: dict[str, Any]
+    state: dict[str, Any]
+    timeline: list[TimelineEntry]
+
+
+class SubmissionOut(BaseModel):
+    fragment: int
+    trainer: str
+    committed_at: int
+    payload_hash: str
+    uri: str
+    accepted: bool
+
+
+class VoteOut(BaseModel):
+    witness: str
+    result: str
+    state_root: str
+    metric: float | None = Field(description="the vote's validation loss (metric / 1e6); null when it carried none")
+    agrees: bool
+    tx: str
+
+
+class RoundOut(BaseModel):
+    round: int
+    status: str
+    opened_at: int
+    deadline: int
+    closed_at: int
+    state_root: str
+    prev_state_root: str
+    aggregate_root: str
+    vote_count: int
+    committed_mask: str
+    accepted_mask: str
+    revoked_mask: str
+    submissions: list[SubmissionOut]
+    votes: list[VoteOut]
+    dissent: list[VoteOut]
+    carried_forward: bool
+    validation_loss: float | None
+    trainer_losses: dict[str, float]
+    challenges: list[int]
+
+
+class TrainerOut(BaseModel):
+    address: str
+    fragment: int
+    enrolled: bool
+    evicted: bool
+    stake_wei: str
+    slashed_wei: str
+    shards: list[int]
+    submitted: int
+    accepted: int
+    missed: int
+    acceptance_rate: float | None
+    accepted_weight: int
+    reward_wei: str
+
+
+class WitnessOut(BaseModel):
+    address: str
+    bonded: bool
+    bond_wei: str
+    slashed_wei: str
+    votes: int
+    matched: int
+    dissents: int
+    fees_wei: str
+
+
+class ChallengeOut(BaseModel):
+    challenge_id: int
+    kind: str
+    status: str
+    round: int
+    fragment: int
+    segment: int
+    challenger: str
+    accused: str
+    bond_wei: str
+    slashed_wei: str
+    opened_at: int
+    deadline: int
+    guilty_votes: int
+    innocent_votes: int
+    tx: str
+
+
+class Losses(BaseModel):
+    rounds: list[int]
+    validation: list[float | None]
+    trainers: dict[str, list[float | None]]
+
+
+class Credit(BaseModel):
+    address: str
+    role: Literal["sponsor", "trainer", "witness"]
+    credit_wei: str
+
+
+class ReceiptOut(BaseModel):
+    receipt: dict[str, Any]
+    credits: list[Credit]
+    model_url: str
+    final_state_url: str
+
+
+class Account(BaseModel):
+    address: str
+    credit_wei: str
+    balance_wei: str
+
+
+class ChallengeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    round: int = Field(ge=0)
+    kind: ChallengeKindName
+    fragment: int | None = Field(default=None, ge=0, le=255)
+    segment: int | None = Field(default=None, ge=0)
+
+
+class ChallengeProof(BaseModel):
+    kind: ChallengeKindName
+    round: int
+    accused: str
+    description: str
+    function: str
+    to: str
+    data: str
+    value_wei: str

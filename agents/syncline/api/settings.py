@@ -1,0 +1,65 @@
+"""``ApiSettings``: where the API finds the chain, the blob store, its database and the web UI."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from syncline.paths import repo_root, state_dir
+
+DEFAULT_PORT = 8600
+MAX_BODY_BYTES = 64 * 1024
+
+
+def devnet_dir() -> Path:
+    return state_dir() / "devnet"
+
+
+def default_deployment_path() -> Path:
+    return devnet_dir() / "deployment.json"
+
+
+def devnet_blob_store() -> str | None:
+    """The blob service ``syncline devnet up`` started (``blobstore.json``), if any."""
+    path = devnet_dir() / "blobstore.json"
+    try:
+        return str(json.loads(path.read_text())["url"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def default_frontend_dir() -> Path:
+    return repo_root() / "frontend" / "dist"
+
+
+@dataclass
+class ApiSettings:
+    """Everything ``create_app`` needs. ``port=0`` picks any free port."""
+
+    deployment: Path
+    blob_store: str
+    rpc_url: str | None = None
+    db_url: str | None = None
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    frontend_dir: Path | None = None
+    poll_interval_s: float = 1.0
+    state_dir: Path | None = None
+    max_body_bytes: int = MAX_BODY_BYTES
+    batch_blocks: int = 2_000
+
+    @property
+    def api_dir(self) -> Path:
+        """``<state_dir>/api``: the default database and the model archive cache."""
+        path = (self.state_dir or state_dir()) / "api"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    @property
+    def database_url(self) -> str:
+        return self.db_url or f"sqlite:///{self.api_dir / 'index.db'}"
+
+    @property
+    def static_dir(self) -> Path:
+        return self.frontend_dir or default_frontend_dir()

@@ -1,0 +1,128 @@
+"""Defaults of the post-task form (the demo's task) and every bound the contract checks at
+``postTask`` (``TaskEscrow._validateSpec``, ``TierPolicy``), so the browser can validate as it types."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from syncline.api.schemas import CORPUS_BOUNDS, MODEL_BOUNDS
+from syncline.demo.training_run import DemoPlan
+from syncline.protocol import tier_policy
+from syncline.protocol.enums import AggregationRule, Tier
+from syncline.protocol.spec import MAX_SHARDS, MAX_TRAINERS, MAX_WINDOW_S, MAX_WITNESSES, ONCHAIN_BITS, PPM
+
+ETH = 10**18
+DEVNET_WITNESS_ACCOUNTS = (4, 5, 6)  # the demo's witness accounts
+
+
+def default_spec(plan: DemoPlan, witnesses: Sequence[str], now: int) -> dict[str, Any]:
+    """The demo's task (``syncline.demo.training_run._template``), wei as decimal strings."""
+    return {
+        "name": "shakespeare-llama-diloco",
+        "tier": plan.tier,
+        "aggregation": {"rule": plan.rule, "trim_fraction": 0.0, "krum_f": 0, "clip_radius": 0.0},
+        "inner_steps": plan.inner_steps,
+        "checkpoint_interval": plan.checkpoint_interval,
+        "rounds": plan.rounds,
+        "round_duration_s": plan.round_duration_s,
+        "grace_window_s": plan.grace_window_s,
+        "challenge_window_s": plan.challenge_window_s,
+        "trainer_stake_wei": str(plan.trainer_stake_wei),
+        "min_trainers": plan.trainers,
+        "max_trainers": plan.trainers,
+        "enrollment_deadline": now + 600,
+        "witnesses": [w.lower() for w in witnesses],
+        "threshold": plan.threshold,
+        "witness_fee_wei": str(ETH // 100),
+        "reward_pool_wei": str(3 * ETH),
+        "outer_optimizer": {"lr": 0.7, "momentum": 0.9},
+        "gradient_bits": 8,
+        "max_missed_rounds": 2,
+        "eviction_slash_bps": 1000,
+        "witness_bond_wei": str(plan.witness_bond_wei),
+        "challenge_bond_wei": str(plan.challenge_bond_wei),
+    }
+
+
+def limits(now: int) -> dict[str, Any]:
+    """Every rule ``postTask`` enforces, as data (plus the API's own corpus/model size bounds)."""
+    return {
+        "tier_rules": {
+            tier.name.lower(): [r.name.lower() for r in AggregationRule if tier_policy.admits(tier, r)] for tier in Tier
+        },
+        "tiers": [t.name.lower() for t in Tier],
+        "rules": [r.name.lower() for r in AggregationRule],
+        "rule_param_field": {
+            "trimmed_mean": "trim_fraction",
+            "krum": "krum_f",
+            "multi_krum": "krum_f",
+            "centered_clip": "clip_radius",
+        },
+        "trimmed_mean": {
+            "trim_fraction_min_exclusive": 0.0,
+            "trim_fraction_max_exclusive": 0.5,
+            "rule": "t = floor(round(trim_fraction * 10000) * min_trainers / 10000) needs t >= 1 and 2t < min_trainers",
+        },
+        "krum": {"rule": "min_trainers >= 2 * krum_f + 3 (krum and multi_krum)"},
+        "centered_clip": {"rule": "round(clip_radius * 1e6) must be > 0 and < 2^32"},
+        "parameterless_rules": ["mean", "coordinate_median"],
+        "gradient_bits": [8, 16],
+        "bps": tier_policy.BPS,
+        "max_slash_bps": tier_policy.BPS,
+        "max_window_s": MAX_WINDOW_S,
+        "max_trainers": MAX_TRAINERS,
+        "max_witnesses": MAX_WITNESSES,
+        "max_shards": MAX_SHARDS,
+        "min_trainers_min": 1,
+        "threshold_min": 1,
+        "threshold_max": "number of witnesses",
+        "witnesses": "distinct non-zero 20-byte addresses, 1..32 of them",
+        "positive": ["rounds", "inner_steps", "round_duration_s", "trainer_stake_wei", "reward_pool_wei"],
+        "non_negative": [
+            "grace_window_s",
+            "challenge_window_s",
+            "witness_fee_wei",
+            "max_missed_rounds",
+            "witness_bond_wei",
+            "challenge_bond_wei",
+        ],
+        "windows": ["round_duration_s", "grace_window_s", "challenge_window_s"],
+        "enrollment_deadline": {"min_exclusive": now, "max": now + MAX_WINDOW_S},
+        "checkpoint_interval": "0 (= inner_steps) or 1..inner_steps",
+        "trainers": "1 <= min_trainers <= max_trainers <= 64 and max_trainers <= corpus.shard_count <= 256",
+        "outer_optimizer": {
+            "lr_min": 1 / PPM,
+            "lr_max_exclusive": 2**32 / PPM,
+            "momentum_min": 0.0,
+            "momentum_max_exclusive": 1.0,
+        },
+        "uint_max": {name: str(2**bits - 1) for name, bits in ONCHAIN_BITS.items()},
+        "escrow": "escrow_wei = reward_pool_wei + witness_fee_wei * threshold * rounds (reward_pool_wei > 0)",
+        "corpus": {name: {"min": lo, "max": hi} for name, (lo, hi) in CORPUS_BOUNDS.items()},
+        "model": {
+            **{name: {"min": lo, "max": hi} for name, (lo, hi) in MODEL_BOUNDS.items()},
+            "families": ["llama"],
+            "rules": [
+                "hidden_size % num_attention_heads == 0",
+                "(hidden_size / num_attention_heads) is even",
+                "num_attention_heads % num_key_value_heads == 0",
+                "max_position_embeddings >= corpus.seq_len",
+            ],
+        },
+    }
+
+
+def template(dev_accounts: Sequence[str], now: int) -> dict[str, Any]:
+    """``GET /api/template``: the demo's spec, corpus and model, the limits and the chain time."""
+    plan = DemoPlan()
+    witnesses = (
+        [dev_accounts[i] for i in DEVNET_WITNESS_ACCOUNTS] if len(dev_accounts) > max(DEVNET_WITNESS_ACCOUNTS) else []
+    )
+    return {
+        "spec": default_spec(plan, witnesses, now),
+        "corpus": {"shard_count": plan.shard_count, "vocab_size": plan.vocab_size, "seq_len": plan.seq_len},
+        "model": dict(plan.model),
+        "limits": limits(now),
+        "chain_time": now,
+    }

@@ -1,0 +1,335 @@
+// Typed client for the Syncline API (the JSON contract in ui_contract.md).
+// Wei amounts are decimal strings; addresses and hashes lowercase 0x-hex; timestamps chain seconds.
+import type { Abi, Address, Hex } from "viem";
+
+export type Wei = string;
+
+export interface DevAccount {
+  address: Address;
+  label: string;
+}
+
+export interface Config {
+  chain_id: number;
+  rpc_url: string;
+  market: Address;
+  abi: Abi;
+  blob_store: string;
+  devnet: boolean;
+  dev_accounts: DevAccount[];
+  head_block: number;
+  indexed_block: number;
+}
+
+export interface Health {
+  status: string;
+  indexed_block: number;
+  head_block: number;
+}
+
+export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue };
+export type JsonObject = { [key: string]: JsonValue };
+
+export interface Limits {
+  tier_rules?: Record<string, string[]>;
+  gradient_bits?: number[];
+  max_slash_bps?: number;
+  max_window_s?: number;
+  max_trainers?: number;
+  max_witnesses?: number;
+  max_shards?: number;
+  [key: string]: JsonValue | undefined;
+}
+
+export interface Template {
+  spec: JsonObject;
+  corpus: JsonObject;
+  model: JsonObject;
+  limits: Limits;
+  chain_time: number;
+}
+
+export interface Prepared {
+  spec_hash: Hex;
+  spec_uri: string;
+  param_count: number;
+  initial_state_root: Hex;
+  escrow_wei: Wei;
+  to: Address;
+  data: Hex;
+  value_wei: Wei;
+}
+
+export interface RunSummary {
+  task_id: number;
+  name: string;
+  sponsor: Address;
+  status: string;
+  tier: string;
+  rule: string;
+  rounds: number;
+  current_round: number;
+  rounds_finalized: number;
+  rounds_carried: number;
+  rounds_invalidated: number;
+  trainers_enrolled: number;
+  min_trainers: number;
+  max_trainers: number;
+  reward_pool_wei: Wei;
+  escrow_wei: Wei;
+  state_root: Hex;
+  open_challenges: number;
+  posted_at: number;
+  progress: number;
+}
+
+export interface TimelineEntry {
+  kind: string;
+  block: number;
+  timestamp: number;
+  round: number | null;
+  text: string;
+  tx: Hex | null;
+}
+
+export interface RunDetail {
+  summary: RunSummary;
+  spec: JsonObject;
+  state: JsonObject;
+  timeline: TimelineEntry[];
+}
+
+export interface Submission {
+  fragment: number;
+  trainer: Address;
+  committed_at: number;
+  payload_hash: Hex;
+  uri: string;
+  accepted: boolean;
+}
+
+export interface Vote {
+  witness: Address;
+  result?: Hex;
+  state_root?: Hex;
+  metric?: number | string | null;
+  agrees?: boolean;
+  tx?: Hex | null;
+}
+
+export interface Round {
+  round: number;
+  status: string;
+  opened_at: number;
+  deadline: number;
+  closed_at: number;
+  state_root: Hex;
+  prev_state_root: Hex;
+  aggregate_root: Hex;
+  vote_count: number;
+  committed_mask: number | string;
+  accepted_mask: number | string;
+  revoked_mask: number | string;
+  submissions: Submission[];
+  votes: Vote[];
+  dissent: Vote[];
+  carried_forward: boolean;
+  validation_loss: number | null;
+  trainer_losses: Record<string, number>;
+  challenges: number[];
+}
+
+export interface Trainer {
+  address: Address;
+  fragment: number;
+  enrolled: boolean;
+  evicted: boolean;
+  stake_wei: Wei;
+  slashed_wei: Wei;
+  shards: number[];
+  submitted: number;
+  accepted: number;
+  missed: number;
+  acceptance_rate: number | null;
+  accepted_weight: number;
+  reward_wei: Wei;
+}
+
+export interface Witness {
+  address: Address;
+  bonded: boolean;
+  bond_wei: Wei;
+  slashed_wei: Wei;
+  votes: number;
+  matched: number;
+  dissents: number;
+  fees_wei: Wei;
+}
+
+export interface Challenge {
+  challenge_id: number;
+  kind: string;
+  status: string;
+  round: number;
+  fragment: number;
+  segment: number;
+  challenger: Address;
+  accused: Address;
+  bond_wei: Wei;
+  slashed_wei: Wei;
+  opened_at: number;
+  deadline: number;
+  guilty_votes: number;
+  innocent_votes: number;
+  tx: Hex | null;
+}
+
+export interface Losses {
+  rounds: number[];
+  validation: (number | null)[];
+  trainers: Record<string, (number | null)[]>;
+}
+
+export interface ReceiptTrainerLine {
+  trainer: Address;
+  fragment: number;
+  evicted: boolean;
+  submitted: number;
+  accepted: number;
+  missed: number;
+  accepted_weight: number;
+  reward_wei: Wei;
+  stake_refund_wei: Wei;
+  slashed_wei: Wei;
+}
+
+export interface ReceiptWitnessLine {
+  witness: Address;
+  votes: number;
+  matched: number;
+  dissents: number;
+  fees_wei: Wei;
+  bond_wei: Wei;
+  slashed_wei: Wei;
+}
+
+export interface TrainingReceipt {
+  task_id: number;
+  spec_hash: Hex;
+  status: string;
+  final_state_root: Hex;
+  rounds_total: number;
+  rounds_finalized: number;
+  rounds_carried_forward: number;
+  rounds_invalidated: number;
+  reward_pool_wei: Wei;
+  sponsor_refund_wei: Wei;
+  trainers: ReceiptTrainerLine[];
+  witnesses: ReceiptWitnessLine[];
+  [extra: string]: unknown;
+}
+
+export interface Credit {
+  address: Address;
+  role: string;
+  credit_wei: Wei;
+}
+
+export interface ReceiptResponse {
+  receipt: TrainingReceipt;
+  credits: Credit[];
+  model_url: string;
+  final_state_url: string;
+}
+
+export interface AccountInfo {
+  address: Address;
+  credit_wei: Wei;
+  balance_wei: Wei;
+}
+
+export interface BuildRequest {
+  round: number;
+  kind: string;
+  fragment?: number;
+  segment?: number;
+}
+
+export interface BuiltProof {
+  kind: string;
+  round: number;
+  accused: Address | null;
+  description: string;
+  function: string;
+  to: Address;
+  data: Hex;
+  value_wei: Wei;
+}
+
+/** An API failure: the one-line `error` of the JSON body, or the HTTP status. */
+export class ApiError extends Error {
+  constructor(
+    message: string,
+    readonly status: number,
+  ) {
+    super(message);
+    this.name = "ApiError";
+  }
+}
+
+async function request<T>(method: "GET" | "POST", path: string, body?: unknown): Promise<T> {
+  let response: Response;
+  try {
+    response = await fetch(path, {
+      method,
+      headers: body === undefined ? { accept: "application/json" } : { "content-type": "application/json", accept: "application/json" },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  } catch (err) {
+    throw new ApiError(`cannot reach the Syncline API (${method} ${path}): ${err instanceof Error ? err.message : String(err)}`, 0);
+  }
+  const text = await response.text();
+  let data: unknown = undefined;
+  try {
+    data = text ? JSON.parse(text) : undefined;
+  } catch {
+    data = undefined;
+  }
+  if (!response.ok) {
+    const message =
+      data && typeof data === "object" && "error" in data && typeof (data as { error: unknown }).error === "string"
+        ? (data as { error: string }).error
+        : `${method} ${path} failed: HTTP ${response.status} ${response.statusText}`.trim();
+    throw new ApiError(oneLine(message), response.status);
+  }
+  if (data === undefined) throw new ApiError(`${method} ${path}: the API answered with no JSON`, response.status);
+  return data as T;
+}
+
+export function oneLine(message: string): string {
+  const line = message.replace(/\s+/g, " ").trim();
+  return line.length > 400 ? `${line.slice(0, 397)}…` : line;
+}
+
+const enc = encodeURIComponent;
+
+export const api = {
+  health: () => request<Health>("GET", "/healthz"),
+  config: () => request<Config>("GET", "/api/config"),
+  template: () => request<Template>("GET", "/api/template"),
+  prepare: (body: { spec: JsonObject; corpus: JsonObject; model: JsonObject }) =>
+    request<Prepared>("POST", "/api/tasks/prepare", body),
+  runs: () => request<RunSummary[]>("GET", "/api/runs"),
+  run: (id: number) => request<RunDetail>("GET", `/api/runs/${id}`),
+  rounds: (id: number) => request<Round[]>("GET", `/api/runs/${id}/rounds`),
+  trainers: (id: number) => request<Trainer[]>("GET", `/api/runs/${id}/trainers`),
+  witnesses: (id: number) => request<Witness[]>("GET", `/api/runs/${id}/witnesses`),
+  challenges: (id: number) => request<Challenge[]>("GET", `/api/runs/${id}/challenges`),
+  losses: (id: number) => request<Losses>("GET", `/api/runs/${id}/losses`),
+  receipt: (id: number) => request<ReceiptResponse>("GET", `/api/runs/${id}/receipt`),
+  account: (address: string) => request<AccountInfo>("GET", `/api/accounts/${enc(address)}`),
+  buildChallenge: (id: number, body: BuildRequest) =>
+    request<BuiltProof>("POST", `/api/runs/${id}/challenges/build`, body),
+  modelUrl: (id: number) => `/api/runs/${id}/model`,
+  stateUrl: (id: number, root: string) => `/api/runs/${id}/state/${enc(root)}`,
+};

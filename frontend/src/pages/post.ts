@@ -1,0 +1,706 @@
+// #/post : the post-a-task form. Every field of GET /api/template, grouped; defaults from the
+// template; client-side validation mirroring the contract (TaskEscrow._validateSpec) with the
+// template's `limits`; live escrow; submit = prepare (publish artifacts) + postTask from the wallet.
+import { isAddress } from "viem";
+import { api, type JsonObject, type JsonValue, type Prepared, type Template } from "../api";
+import { h, replace, spinner } from "../dom";
+import { eth, humanize, relative, shortHex, time, toWei } from "../format";
+import { reportError, clearError, requestRefresh, type Page } from "../ui";
+import { wallet } from "../wallet";
+
+type Kind = "text" | "int" | "wei" | "float" | "number" | "select" | "addresses" | "list" | "bool" | "deadline";
+type Values = Record<string, string | boolean>;
+
+interface FieldDef {
+  name: string;
+  label: string;
+  kind: Kind;
+  group: GroupId;
+  help?: string;
+  options?: (v: Values) => string[];
+  visible?: (v: Values) => boolean;
+}
+
+type GroupId = "basics" | "rounds" | "trainers" | "witnesses" | "aggregation" | "money" | "model" | "other";
+
+const GROUPS: { id: GroupId; title: string; blurb: string }[] = [
+  { id: "basics", title: "Basics", blurb: "What the run is called and how much verification it gets." },
+  { id: "rounds", title: "Rounds & windows", blurb: "DiLoCo rounds, inner steps per round and the chain time windows (seconds)." },
+  { id: "trainers", title: "Trainers & stake", blurb: "Who can train, what they bond and what missing rounds costs them." },
+  { id: "witnesses", title: "Witnesses", blurb: "The k-of-N committee that aggregates each round and finalizes its state root." },
+  { id: "aggregation", title: "Aggregation", blurb: "The robust aggregation rule and the outer optimizer the witnesses apply." },
+  { id: "money", title: "Money", blurb: "What you escrow now: the reward pool plus the witness fee budget." },
+  { id: "model", title: "Model & corpus", blurb: "The Llama configuration and the Shakespeare token shards trainers learn from." },
+  { id: "other", title: "Other fields", blurb: "Further template fields, sent as given." },
+];
+
+const ROBUST_PARAM: Record<string, string> = {
+  trimmed_mean: "aggregation.trim_fraction",
+  krum: "aggregation.krum_f",
+  multi_krum: "aggregation.krum_f",
+  centered_clip: "aggregation.clip_radius",
+};
+
+const KNOWN: FieldDef[] = [
+  { name: "name", label: "Name", kind: "text", group: "basics", help: "A label for the run (part of the spec hash)." },
+  { name: "modality", label: "Modality", kind: "text", group: "basics" },
+  { name: "tier", label: "Tier", kind: "select", group: "basics", help: "Open admits the mean only; verified and confidential admit the robust rules." },
+  { name: "rounds", label: "Rounds", kind: "int", group: "rounds", help: "Outer (DiLoCo) rounds." },
+  { name: "inner_steps", label: "Inner steps (H)", kind: "int", group: "rounds", help: "AdamW steps each trainer runs per round." },
+  { name: "checkpoint_interval", label: "Checkpoint interval", kind: "int", group: "rounds", help: "Inner steps between committed checkpoints (0 = one segment of H steps)." },
+  { name: "round_duration_s", label: "Round duration (s)", kind: "int", group: "rounds", help: "Commit deadline after a round opens." },
+  { name: "grace_window_s", label: "Grace window (s)", kind: "int", group: "rounds", help: "No quorum by deadline + grace: anyone may carry the round forward." },
+  { name: "challenge_window_s", label: "Challenge window (s)", kind: "int", group: "rounds", help: "Time to prove a fault after a round closes, before sealing." },
+  { name: "enrollment_deadline", label: "Enrollment deadline (chain time, s)", kind: "deadline", group: "rounds" },
+  { name: "min_trainers", label: "Min trainers", kind: "int", group: "trainers" },
+  { name: "max_trainers", label: "Max trainers", kind: "int", group: "trainers", help: "At most the number of shards." },
+  { name: "trainer_stake_wei", label: "Trainer stake (wei)", kind: "wei", group: "trainers" },
+  { name: "max_missed_rounds", label: "Max missed rounds", kind: "int", group: "trainers", help: "Consecutive misses before eviction." },
+  { name: "eviction_slash_bps", label: "Eviction slash (bps)", kind: "int", group: "trainers", help: "Share of the stake slashed on eviction (10000 = all)." },
+  { name: "witnesses", label: "Witness addresses (one per line)", kind: "addresses", group: "witnesses" },
+  { name: "threshold", label: "Threshold k", kind: "int", group: "witnesses", help: "Matching votes needed to finalize a round (1..N)." },
+  { name: "witness_fee_wei", label: "Witness fee per vote (wei)", kind: "wei", group: "witnesses" },
+  { name: "witness_bond_wei", label: "Witness bond (wei)", kind: "wei", group: "witnesses", help: "Each witness bonds this before voting; slashed on a proven fault." },
+  { name: "aggregation.rule", label: "Aggregation rule", kind: "select", group: "aggregation" },
+  { name: "aggregation.trim_fraction", label: "Trim fraction", kind: "float", group: "aggregation", help: "Per side, 0 < β < 0.5; trims floor(β·min_trainers) ≥ 1.", visible: (v) => v["aggregation.rule"] === "trimmed_mean" },
+  { name: "aggregation.krum_f", label: "Krum f (tolerated Byzantine trainers)", kind: "int", group: "aggregation", help: "Needs min_trainers ≥ 2f + 3.", visible: (v) => v["aggregation.rule"] === "krum" || v["aggregation.rule"] === "multi_krum" },
+  { name: "aggregation.clip_radius", label: "Clip radius", kind: "float", group: "aggregation", help: "Centered clipping radius (> 0).", visible: (v) => v["aggregation.rule"] === "centered_clip" },
+  { name: "outer_optimizer.lr", label: "Outer learning rate", kind: "float", group: "aggregation", help: "Nesterov outer step (DiLoCo: 0.7)." },
+  { name: "outer_optimizer.momentum", label: "Outer momentum", kind: "float", group: "aggregation", help: "0 ≤ μ < 1 (DiLoCo: 0.9)." },
+  { name: "gradient_bits", label: "Gradient bits", kind: "select", group: "aggregation", help: "Quantization of the committed outer gradients." },
+  { name: "reward_pool_wei", label: "Reward pool (wei)", kind: "wei", group: "money", help: "Paid to trainers pro rata to accepted work at seal." },
+  { name: "challenge_bond_wei", label: "Challenge bond (wei)", kind: "wei", group: "money", help: "Posted with every challenge; returned plus a bounty when the fault is proven." },
+  { name: "corpus.shard_count", label: "Shards", kind: "int", group: "model", help: "Token shards (at least max trainers)." },
+  { name: "corpus.vocab_size", label: "Vocabulary size", kind: "int", group: "model", help: "BPE tokenizer vocabulary." },
+  { name: "corpus.seq_len", label: "Sequence length", kind: "int", group: "model" },
+  { name: "model.family", label: "Model family", kind: "select", group: "model" },
+  { name: "model.hidden_size", label: "Hidden size", kind: "int", group: "model" },
+  { name: "model.intermediate_size", label: "Intermediate size", kind: "int", group: "model" },
+  { name: "model.num_hidden_layers", label: "Layers", kind: "int", group: "model" },
+  { name: "model.num_attention_heads", label: "Attention heads", kind: "int", group: "model" },
+  { name: "model.num_key_value_heads", label: "Key/value heads", kind: "int", group: "model" },
+  { name: "model.max_position_embeddings", label: "Max positions", kind: "int", group: "model" },
+  { name: "model.tie_word_embeddings", label: "Tie word embeddings", kind: "bool", group: "model" },
+];
+
+const SPEC_ROOTS = ["corpus", "model"] as const;
+const U = (bits: number) => (1n << BigInt(bits)) - 1n;
+
+// ------------------------------------------------------------------ template <-> values
+
+function getPath(template: Template, name: string): JsonValue | undefined {
+  const [root, ...rest] = name.split(".");
+  let node: JsonValue | undefined =
+    root === "corpus" || root === "model" ? (template[root] as JsonValue | undefined) : template.spec[root!];
+  for (const key of rest) node = node && typeof node === "object" && !Array.isArray(node) ? (node as JsonObject)[key] : undefined;
+  return node;
+}
+
+/** Every leaf of the template as a dotted path (arrays are leaves). */
+function leaves(prefix: string, value: JsonValue, out: [string, JsonValue][]): void {
+  if (value && typeof value === "object" && !Array.isArray(value)) {
+    for (const [key, child] of Object.entries(value)) leaves(prefix ? `${prefix}.${key}` : key, child, out);
+  } else {
+    out.push([prefix, value]);
+  }
+}
+
+function fieldsFor(template: Template): FieldDef[] {
+  const all: [string, JsonValue][] = [];
+  leaves("", template.spec, all);
+  for (const root of SPEC_ROOTS) leaves(root, template[root] ?? {}, all);
+  const present = new Set(all.map(([name]) => name));
+  const defs = KNOWN.filter((d) => present.has(d.name));
+  const known = new Set(defs.map((d) => d.name));
+  for (const [name, value] of all) {
+    if (known.has(name)) continue;
+    const label = humanize(name.split(".").pop() ?? name);
+    let kind: Kind = "text";
+    if (typeof value === "boolean") kind = "bool";
+    else if (typeof value === "number") kind = "number";
+    else if (Array.isArray(value)) kind = "list";
+    else if (name.endsWith("_wei")) kind = "wei";
+    defs.push({ name, label: name.includes(".") ? `${label} (${name})` : label, kind, group: "other" });
+  }
+  return defs;
+}
+
+function initialValue(def: FieldDef, value: JsonValue | undefined): string | boolean {
+  if (def.kind === "bool") return value === true;
+  if (value === null || value === undefined) return "";
+  if (Array.isArray(value)) return value.map((v) => (typeof v === "string" ? v : JSON.stringify(v))).join("\n");
+  if (typeof value === "object") return JSON.stringify(value);
+  return String(value);
+}
+
+function lines(text: string | boolean | undefined): string[] {
+  return String(text ?? "")
+    .split(/[\n,]/)
+    .map((s) => s.trim())
+    .filter(Boolean);
+}
+
+// ------------------------------------------------------------------ the page
+
+export function postPage(): Page {
+  const el = h("div", { class: "page" }, h("div", { class: "page-head" }, h("h1", null, "Post a training task")), h("div", { class: "card" }, spinner("Loading the template…")));
+  let template: Template | null = null;
+  let fetchedAt = 0;
+  let defs: FieldDef[] = [];
+  const values: Values = {};
+  const inputs = new Map<string, HTMLInputElement | HTMLSelectElement | HTMLTextAreaElement>();
+  const wrappers = new Map<string, HTMLElement>();
+  const hints = new Map<string, HTMLElement>();
+  const errorSlots = new Map<string, HTMLElement>();
+  let errors = new Map<string, string>();
+  let busy = false;
+  let timer: number | null = null;
+
+  const escrowEl = h("strong", { class: "escrow", testid: "escrow", "aria-live": "polite" }, "—");
+  const escrowDetail = h("div", { class: "muted small" });
+  const submit = h("button", { type: "submit", class: "btn btn-primary", testid: "post-submit", disabled: true }, "Publish artifacts & post task");
+  const submitNote = h("span", { class: "muted small" });
+  const progress = h("ol", { class: "steps", testid: "post-progress", "aria-live": "polite" });
+  const resultHost = h("div");
+  const preparedHost = h("div");
+
+  const limits = () => template?.limits ?? {};
+  const tierRules = (): Record<string, string[]> =>
+    limits().tier_rules ?? {
+      open: ["mean"],
+      verified: ["mean", "trimmed_mean", "coordinate_median", "krum", "multi_krum", "centered_clip"],
+      confidential: ["mean", "trimmed_mean", "coordinate_median", "krum", "multi_krum", "centered_clip"],
+    };
+  const limitNum = (key: string, fallback: number): number => {
+    const v = limits()[key];
+    return typeof v === "number" ? v : fallback;
+  };
+  /** [min, max] for a corpus.* / model.* size: the API's bounds, else 1..uint32. */
+  const sizeBounds = (name: string): [bigint, bigint] => {
+    const [group, key] = name.split(".") as [string, string];
+    const table = limits()[group];
+    const entry = table && typeof table === "object" && !Array.isArray(table) ? (table as JsonObject)[key] : undefined;
+    let lo = 1n;
+    let hi = group === "corpus" && key === "shard_count" ? BigInt(limitNum("max_shards", 256)) : U(32);
+    if (entry && typeof entry === "object" && !Array.isArray(entry)) {
+      const { min, max } = entry as JsonObject;
+      if (typeof min === "number") lo = BigInt(min);
+      if (typeof max === "number" && BigInt(max) < hi) hi = BigInt(max);
+    }
+    return [lo, hi];
+  };
+  const chainNow = () => (template ? template.chain_time + Math.floor((performance.now() - fetchedAt) / 1000) : Math.floor(Date.now() / 1000));
+
+  function optionsFor(def: FieldDef): string[] {
+    switch (def.name) {
+      case "tier":
+        return Object.keys(tierRules());
+      case "aggregation.rule":
+        return tierRules()[String(values.tier)] ?? ["mean"];
+      case "gradient_bits":
+        return (limits().gradient_bits ?? [8, 16]).map(String);
+      case "model.family": {
+        const model = limits().model;
+        const families = model && typeof model === "object" && !Array.isArray(model) ? (model as JsonObject).families : undefined;
+        return Array.isArray(families) && families.length ? families.map(String) : [String(values["model.family"] || "llama")];
+      }
+      default:
+        return [];
+    }
+  }
+
+  // ---------------------------------------------------------------- validation
+
+  function validate(): Map<string, string> {
+    const e = new Map<string, string>();
+    const has = (name: string) => inputs.has(name) && isVisible(name);
+    const raw = (name: string) => String(values[name] ?? "").trim();
+    const int = (name: string): bigint | null => (/^\d+$/.test(raw(name)) ? BigInt(raw(name)) : null);
+    const num = (name: string): number | null => {
+      const text = raw(name);
+      if (!/^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(text)) return null;
+      const n = Number(text);
+      return Number.isFinite(n) ? n : null;
+    };
+    const needInt = (name: string, min: bigint, max: bigint, what?: string): bigint | null => {
+      if (!has(name)) return null;
+      const v = int(name);
+      if (v === null) {
+        e.set(name, "must be a non-negative whole number");
+        return null;
+      }
+      if (v < min || v > max) {
+        e.set(name, what ?? (max >= U(64) ? `must be at least ${min}` : `must be within ${min}..${max}`));
+        return null;
+      }
+      return v;
+    };
+    const maxWindow = BigInt(limitNum("max_window_s", 365 * 24 * 3600));
+
+    for (const def of defs) {
+      if (!isVisible(def.name)) continue;
+      const text = raw(def.name);
+      if (def.kind === "wei") {
+        if (toWei(text) === null) e.set(def.name, "wei: a non-negative whole number");
+        else if (toWei(text)! > U(def.name === "reward_pool_wei" ? 256 : 128)) e.set(def.name, "too large for the contract's field");
+      } else if (def.kind === "number" && num(def.name) === null) e.set(def.name, "must be a number");
+      else if (def.kind === "int" && int(def.name) === null) e.set(def.name, "must be a non-negative whole number");
+      else if (def.kind === "text" && def.name === "name" && !text) e.set(def.name, "give the run a name");
+    }
+
+    needInt("rounds", 1n, U(32), "at least 1 round");
+    const inner = needInt("inner_steps", 1n, U(32), "at least 1 inner step");
+    const checkpoint = needInt("checkpoint_interval", 0n, U(32));
+    if (checkpoint !== null && inner !== null && checkpoint > inner) e.set("checkpoint_interval", `must be within 0..inner_steps (${inner})`);
+    needInt("round_duration_s", 1n, maxWindow, `must be within 1..${maxWindow} s`);
+    needInt("grace_window_s", 0n, maxWindow, `must be within 0..${maxWindow} s`);
+    needInt("challenge_window_s", 0n, maxWindow, `must be within 0..${maxWindow} s`);
+    if (has("enrollment_deadline")) {
+      const deadline = int("enrollment_deadline");
+      const now = BigInt(chainNow());
+      if (deadline === null) e.set("enrollment_deadline", "a chain timestamp in seconds");
+      else if (deadline <= now) e.set("enrollment_deadline", `must be in the future (chain time is ${now})`);
+      else if (deadline - now > maxWindow) e.set("enrollment_deadline", "at most 365 days from now");
+    }
+
+    const maxTrainers = BigInt(limitNum("max_trainers", 64));
+    const minT = needInt("min_trainers", 1n, maxTrainers, `must be within 1..${maxTrainers}`);
+    const maxT = needInt("max_trainers", 1n, maxTrainers, `must be within 1..${maxTrainers}`);
+    if (minT !== null && maxT !== null && minT > maxT) {
+      e.set("max_trainers", `must be at least min trainers (${minT})`);
+      e.set("min_trainers", `must not exceed max trainers (${maxT})`);
+    }
+    const [minShards, maxShards] = sizeBounds("corpus.shard_count");
+    const shards = needInt("corpus.shard_count", minShards, maxShards, `must be within ${minShards}..${maxShards}`);
+    if (shards !== null && maxT !== null && maxT > shards) e.set("corpus.shard_count", `need max trainers (${maxT}) ≤ shards`);
+    const stake = has("trainer_stake_wei") ? toWei(raw("trainer_stake_wei")) : null;
+    if (stake === 0n) e.set("trainer_stake_wei", "must be positive");
+    needInt("max_missed_rounds", 0n, U(16));
+    const maxSlash = BigInt(limitNum("max_slash_bps", 10_000));
+    needInt("eviction_slash_bps", 0n, maxSlash, `must be within 0..${maxSlash} bps`);
+
+    // Witnesses: valid, non-zero, distinct addresses; 0 < k <= N <= 32.
+    const maxWitnesses = limitNum("max_witnesses", 32);
+    const witnesses = has("witnesses") ? lines(values.witnesses) : [];
+    if (has("witnesses")) {
+      const seen = new Set<string>();
+      for (const w of witnesses) {
+        if (!isAddress(w, { strict: false })) {
+          e.set("witnesses", `${shortHex(w, 12, 4)} is not a valid address`);
+          break;
+        }
+        if (/^0x0{40}$/i.test(w)) {
+          e.set("witnesses", "the zero address cannot be a witness");
+          break;
+        }
+        if (seen.has(w.toLowerCase())) {
+          e.set("witnesses", `duplicate address ${shortHex(w)}`);
+          break;
+        }
+        seen.add(w.toLowerCase());
+      }
+      if (!e.has("witnesses") && witnesses.length === 0) e.set("witnesses", "at least one witness");
+      if (!e.has("witnesses") && witnesses.length > maxWitnesses) e.set("witnesses", `at most ${maxWitnesses} witnesses`);
+    }
+    if (has("threshold")) {
+      const k = int("threshold");
+      const n = BigInt(witnesses.length);
+      if (k === null || k < 1n || k > n || k > 255n) e.set("threshold", `must be within 1..${n} (the witness count)`);
+    }
+
+    const rule = String(values["aggregation.rule"] ?? "mean");
+    const tier = String(values.tier ?? "open");
+    if (has("aggregation.rule") && !(tierRules()[tier] ?? []).includes(rule)) e.set("aggregation.rule", `tier ${tier} does not admit ${humanize(rule)}`);
+    const n = minT ?? 0n;
+    if (rule === "trimmed_mean" && has("aggregation.trim_fraction")) {
+      const beta = num("aggregation.trim_fraction");
+      const bps = beta === null ? null : BigInt(Math.round(beta * 10_000));
+      if (bps === null || bps <= 0n || bps >= 5_000n) e.set("aggregation.trim_fraction", "must be within 0 < β < 0.5");
+      else if (minT !== null) {
+        const trimmed = (bps * n) / 10_000n;
+        if (trimmed < 1n || 2n * trimmed >= n) e.set("aggregation.trim_fraction", `trims ${trimmed} per side of min trainers (${n}): need ≥ 1 and 2t < n`);
+      }
+    }
+    if ((rule === "krum" || rule === "multi_krum") && has("aggregation.krum_f")) {
+      const f = needInt("aggregation.krum_f", 0n, U(32));
+      if (f !== null && minT !== null && n < 2n * f + 3n) e.set("aggregation.krum_f", `needs min trainers ≥ 2f + 3 = ${2n * f + 3n}`);
+    }
+    if (rule === "centered_clip" && has("aggregation.clip_radius")) {
+      const r = num("aggregation.clip_radius");
+      if (r === null || Math.round(r * 1e6) <= 0 || Math.round(r * 1e6) >= 2 ** 32) e.set("aggregation.clip_radius", "must be positive (at least 1e-6)");
+    }
+    if (has("outer_optimizer.lr")) {
+      const lr = num("outer_optimizer.lr");
+      if (lr === null || Math.round(lr * 1e6) <= 0 || Math.round(lr * 1e6) >= 2 ** 32) e.set("outer_optimizer.lr", "need 1e-6 ≤ lr < 4294");
+    }
+    if (has("outer_optimizer.momentum")) {
+      const m = num("outer_optimizer.momentum");
+      if (m === null || m < 0 || m >= 1) e.set("outer_optimizer.momentum", "need 0 ≤ momentum < 1");
+    }
+    if (has("gradient_bits") && !optionsFor({ name: "gradient_bits" } as FieldDef).includes(raw("gradient_bits"))) {
+      e.set("gradient_bits", "not a supported width");
+    }
+    const pool = has("reward_pool_wei") ? toWei(raw("reward_pool_wei")) : null;
+    if (pool === 0n) e.set("reward_pool_wei", "must be positive");
+
+    // Corpus and model sizes: the API's bounds (limits.corpus / limits.model) and the Llama rules.
+    for (const name of ["corpus.shard_count", "corpus.vocab_size", "corpus.seq_len", "model.hidden_size", "model.intermediate_size", "model.num_hidden_layers", "model.num_attention_heads", "model.num_key_value_heads", "model.max_position_embeddings"]) {
+      if (e.has(name)) continue;
+      const [lo, hi] = sizeBounds(name);
+      needInt(name, lo, hi, hi >= U(32) ? `must be at least ${lo}` : `must be within ${lo}..${hi}`);
+    }
+    const hidden = e.has("model.hidden_size") ? null : int("model.hidden_size");
+    const heads = e.has("model.num_attention_heads") ? null : int("model.num_attention_heads");
+    const kv = e.has("model.num_key_value_heads") ? null : int("model.num_key_value_heads");
+    if (hidden && heads && hidden % heads !== 0n) e.set("model.hidden_size", `must be a multiple of the attention heads (${heads})`);
+    else if (hidden && heads && (hidden / heads) % 2n !== 0n) e.set("model.hidden_size", `the head size hidden/heads = ${hidden / heads} must be even`);
+    if (heads && kv && heads % kv !== 0n) e.set("model.num_key_value_heads", `must divide the attention heads (${heads})`);
+    const positions = e.has("model.max_position_embeddings") ? null : int("model.max_position_embeddings");
+    const seqLen = e.has("corpus.seq_len") ? null : int("corpus.seq_len");
+    if (positions !== null && seqLen !== null && positions < seqLen) e.set("model.max_position_embeddings", `must be at least the sequence length (${seqLen})`);
+    return e;
+  }
+
+  function isVisible(name: string): boolean {
+    const def = defs.find((d) => d.name === name);
+    return def?.visible ? def.visible(values) : true;
+  }
+
+  // ---------------------------------------------------------------- escrow
+
+  function escrow(): { total: bigint; pool: bigint; fees: bigint; fee: bigint; k: bigint; rounds: bigint } | null {
+    const pool = toWei(String(values.reward_pool_wei ?? ""));
+    const fee = toWei(String(values.witness_fee_wei ?? "0"));
+    const k = toWei(String(values.threshold ?? ""));
+    const rounds = toWei(String(values.rounds ?? ""));
+    if (pool === null || fee === null || k === null || rounds === null) return null;
+    const fees = fee * k * rounds;
+    return { total: pool + fees, pool, fees, fee, k, rounds };
+  }
+
+  // ---------------------------------------------------------------- rendering
+
+  function update(): void {
+    // Rule options follow the tier; keep the rule when the tier admits it.
+    const ruleSelect = inputs.get("aggregation.rule") as HTMLSelectElement | undefined;
+    if (ruleSelect) {
+      const allowed = optionsFor({ name: "aggregation.rule" } as FieldDef);
+      const current = Array.from(ruleSelect.options).map((o) => o.value);
+      if (allowed.join() !== current.join()) {
+        const keep = allowed.includes(String(values["aggregation.rule"])) ? String(values["aggregation.rule"]) : allowed[0] ?? "mean";
+        replace(ruleSelect, ...allowed.map((r) => h("option", { value: r }, humanize(r))));
+        ruleSelect.value = keep;
+        values["aggregation.rule"] = keep;
+      }
+    }
+    for (const def of defs) {
+      const wrap = wrappers.get(def.name);
+      if (wrap) wrap.hidden = !isVisible(def.name);
+    }
+    errors = validate();
+    for (const def of defs) {
+      const slot = errorSlots.get(def.name);
+      const input = inputs.get(def.name);
+      if (!slot || !input) continue;
+      const message = errors.get(def.name);
+      const existing = slot.firstElementChild as HTMLElement | null;
+      if (message) {
+        if (existing) existing.textContent = message;
+        else slot.appendChild(h("div", { class: "field-error", id: `err-${fieldId(def.name)}`, testid: `field-error-${def.name}` }, message));
+        input.setAttribute("aria-invalid", "true");
+      } else {
+        existing?.remove();
+        input.removeAttribute("aria-invalid");
+      }
+      const hint = hints.get(def.name);
+      if (hint && def.kind === "wei") {
+        const wei = toWei(String(values[def.name] ?? ""));
+        hint.textContent = wei === null ? "" : `= ${eth(wei)}`;
+      }
+      if (hint && def.kind === "deadline") {
+        const ts = Number(values[def.name]);
+        hint.textContent = Number.isFinite(ts) && ts > 0 ? `${relative(ts - chainNow())} · ${time(ts)} (chain time now ${chainNow()})` : "";
+      }
+    }
+    const e = escrow();
+    if (e && !errors.has("reward_pool_wei") && !errors.has("witness_fee_wei")) {
+      escrowEl.textContent = eth(e.total);
+      escrowEl.title = `${e.total} wei`;
+      escrowEl.dataset.wei = e.total.toString();
+      escrowDetail.textContent = `reward pool ${eth(e.pool)} + witness fee budget ${eth(e.fees)} (fee ${eth(e.fee)} × k ${e.k} × ${e.rounds} rounds), as postTask computes it`;
+    } else {
+      escrowEl.textContent = "—";
+      delete escrowEl.dataset.wei;
+      escrowDetail.textContent = "fix the money fields to see the escrow";
+    }
+    updateSubmit();
+  }
+
+  function updateSubmit(): void {
+    const reason = busy ? "working…" : errors.size > 0 ? `fix ${errors.size} field${errors.size > 1 ? "s" : ""} first` : wallet.notReadyReason;
+    submit.disabled = reason !== null || !template;
+    submitNote.textContent = reason && !busy ? reason : wallet.ready ? `from ${wallet.label(wallet.selected!)} ${wallet.selected}` : "";
+  }
+
+  function fieldId(name: string): string {
+    return `f-${name.replace(/[^a-zA-Z0-9_-]/g, "-")}`;
+  }
+
+  function control(def: FieldDef): HTMLInputElement | HTMLSelectElement | HTMLTextAreaElement {
+    const id = fieldId(def.name);
+    const common = { id, name: def.name, "aria-describedby": `hint-${id} err-${id}` };
+    const value = values[def.name];
+    if (def.kind === "select") {
+      const options = optionsFor(def);
+      const current = String(value ?? "");
+      if (current && !options.includes(current)) options.unshift(current);
+      const select = h("select", common, ...options.map((o) => h("option", { value: o }, def.name === "gradient_bits" ? `${o} bits` : humanize(o))));
+      select.value = current || options[0] || "";
+      values[def.name] = select.value;
+      return select;
+    }
+    if (def.kind === "addresses" || def.kind === "list") {
+      return h("textarea", { ...common, rows: 4, spellcheck: "false", class: "mono", value: String(value ?? "") });
+    }
+    if (def.kind === "bool") {
+      return h("input", { ...common, type: "checkbox", checked: value === true });
+    }
+    const numeric = def.kind === "int" || def.kind === "wei" || def.kind === "deadline";
+    return h("input", {
+      ...common,
+      type: "text",
+      inputmode: numeric ? "numeric" : def.kind === "float" || def.kind === "number" ? "decimal" : undefined,
+      autocomplete: "off",
+      spellcheck: "false",
+      class: def.kind === "wei" || def.kind === "deadline" ? "mono" : undefined,
+      value: String(value ?? ""),
+    });
+  }
+
+  function fieldView(def: FieldDef): HTMLElement {
+    const input = control(def);
+    inputs.set(def.name, input);
+    const onChange = () => {
+      values[def.name] = input instanceof HTMLInputElement && input.type === "checkbox" ? input.checked : input.value;
+      update();
+    };
+    input.addEventListener("input", onChange);
+    input.addEventListener("change", onChange);
+    const id = fieldId(def.name);
+    const hint = h("span", { class: "hint", id: `hint-${id}` });
+    hints.set(def.name, hint);
+    const slot = h("div", { class: "error-slot" });
+    errorSlots.set(def.name, slot);
+    const extra: HTMLElement[] = [];
+    if (def.kind === "deadline") {
+      for (const [label, seconds] of [["+10 min", 600], ["+1 h", 3600], ["+1 day", 86400]] as const) {
+        extra.push(
+          h("button", {
+            type: "button",
+            class: "btn btn-small",
+            onclick: () => {
+              input.value = String(chainNow() + seconds);
+              onChange();
+            },
+          }, label),
+        );
+      }
+    }
+    const wrap = h(
+      "div",
+      { class: `field field-${def.kind}`, "data-field": def.name },
+      def.kind === "bool"
+        ? h("label", { for: id, class: "check" }, input, " ", def.label)
+        : [h("label", { for: id }, def.label), h("div", { class: "control" }, input, ...extra)],
+      h("div", { class: "field-foot" }, hint, def.help ? h("span", { class: "help" }, def.help) : null),
+      slot,
+    );
+    wrappers.set(def.name, wrap);
+    return wrap;
+  }
+
+  function buildBody(): { spec: JsonObject; corpus: JsonObject; model: JsonObject } {
+    const t = template!;
+    const body = {
+      spec: structuredClone(t.spec) as JsonObject,
+      corpus: structuredClone(t.corpus ?? {}) as JsonObject,
+      model: structuredClone(t.model ?? {}) as JsonObject,
+    };
+    const rule = String(values["aggregation.rule"] ?? "mean");
+    const usedParam = ROBUST_PARAM[rule];
+    for (const def of defs) {
+      const parts = def.name.split(".");
+      let target: JsonObject = body.spec;
+      if (parts[0] === "corpus" || parts[0] === "model") {
+        target = body[parts[0]];
+        parts.shift();
+      }
+      for (const key of parts.slice(0, -1)) {
+        const next = target[key];
+        if (!next || typeof next !== "object" || Array.isArray(next)) target[key] = {};
+        target = target[key] as JsonObject;
+      }
+      const leaf = parts[parts.length - 1]!;
+      const raw = values[def.name];
+      const text = String(raw ?? "").trim();
+      let value: JsonValue;
+      switch (def.kind) {
+        case "bool":
+          value = raw === true;
+          break;
+        case "wei":
+          value = text;
+          break;
+        case "int":
+        case "deadline": {
+          const big = BigInt(text || "0");
+          value = big <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(big) : big.toString();
+          break;
+        }
+        case "float":
+        case "number":
+          value = Number(text);
+          break;
+        case "addresses":
+          value = lines(raw);
+          break;
+        case "list":
+          value = lines(raw).map((item) => {
+            try {
+              return JSON.parse(item) as JsonValue;
+            } catch {
+              return item;
+            }
+          });
+          break;
+        case "select":
+          value = def.name === "gradient_bits" ? Number(text) : text;
+          break;
+        default:
+          value = typeof getPath(t, def.name) === "number" && text !== "" && Number.isFinite(Number(text)) ? Number(text) : String(raw ?? "");
+      }
+      // Rule parameters the chosen rule does not use are sent as 0.
+      if (def.name in PARAM_NAMES && def.name !== usedParam) value = 0;
+      target[leaf] = value;
+    }
+    return body;
+  }
+
+  function step(text: string, state: "pending" | "done" | "failed" = "pending"): HTMLLIElement {
+    const li = h("li", { "data-state": state }, state === "pending" ? spinner(text) : text);
+    progress.appendChild(li);
+    return li;
+  }
+  function settle(li: HTMLLIElement, text: string, state: "done" | "failed"): void {
+    li.dataset.state = state;
+    replace(li, `${state === "done" ? "✓" : "✗"} ${text}`);
+  }
+
+  async function onSubmit(event: Event): Promise<void> {
+    event.preventDefault();
+    update();
+    if (submit.disabled || !template) return;
+    busy = true;
+    updateSubmit();
+    clearError();
+    replace(progress);
+    replace(resultHost);
+    replace(preparedHost);
+    let current = step("publishing artifacts… (tokenizer, shards, validation shard, initial state, spec)");
+    try {
+      const prepared: Prepared = await api.prepare(buildBody());
+      settle(current, `published artifacts: spec ${shortHex(prepared.spec_hash, 10, 6)}, ${prepared.param_count.toLocaleString()} parameters`, "done");
+      const computed = escrow()?.total;
+      replace(
+        preparedHost,
+        h(
+          "dl",
+          { class: "kv", testid: "post-prepared" },
+          h("dt", null, "Spec hash"), h("dd", null, h("code", null, prepared.spec_hash)),
+          h("dt", null, "Spec URI"), h("dd", null, h("code", null, prepared.spec_uri)),
+          h("dt", null, "Initial state root"), h("dd", null, h("code", null, prepared.initial_state_root)),
+          h("dt", null, "Parameters"), h("dd", null, prepared.param_count.toLocaleString()),
+          h("dt", null, "Escrow (prepare)"),
+          h("dd", null, `${eth(prepared.escrow_wei)} `, h("span", { class: "muted" }, `(${prepared.escrow_wei} wei)`), computed !== undefined && computed.toString() !== prepared.escrow_wei ? h("span", { class: "warn" }, " differs from the form's estimate") : null),
+        ),
+      );
+      current = step(wallet.kind === "injected" ? "waiting for signature…" : "sending…");
+      const outcome = await wallet.send(
+        { to: prepared.to, data: prepared.data, value: BigInt(prepared.value_wei) },
+        (stage) => replace(current, spinner(stage)),
+      );
+      settle(current, `mined in block ${outcome.receipt.blockNumber}`, "done");
+      const posted = wallet.events(outcome.receipt, "TaskPosted")[0];
+      const taskId = posted?.taskId !== undefined ? String(posted.taskId) : null;
+      replace(
+        resultHost,
+        h(
+          "div",
+          { class: "result ok-box", testid: "post-result" },
+          h("div", null, "Task ", h("strong", { testid: "posted-task-id" }, taskId ?? "?"), " posted", posted ? ` with a reward pool of ${eth(String(posted.rewardPool ?? ""))} and a witness fee budget of ${eth(String(posted.witnessFeeBudget ?? ""))}.` : "."),
+          h("div", null, "Transaction ", h("code", { testid: "post-tx" }, outcome.hash), ` (block ${outcome.receipt.blockNumber})`),
+          taskId ? h("div", null, h("a", { href: `#/runs/${taskId}`, class: "btn", testid: "post-run-link" }, `Open run #${taskId} →`)) : h("div", { class: "warn" }, "No TaskPosted event in the receipt."),
+        ),
+      );
+      requestRefresh();
+    } catch (err) {
+      settle(current, current.textContent?.replace(/…$/, "") + " — failed", "failed");
+      reportError(err, "action");
+    } finally {
+      busy = false;
+      updateSubmit();
+    }
+  }
+
+  function render(t: Template): void {
+    template = t;
+    fetchedAt = performance.now();
+    defs = fieldsFor(t);
+    for (const def of defs) values[def.name] = initialValue(def, getPath(t, def.name));
+    const form = h("form", { testid: "post-form", class: "post-form", novalidate: true, onsubmit: (ev: Event) => void onSubmit(ev) });
+    for (const group of GROUPS) {
+      const members = defs.filter((d) => d.group === group.id);
+      if (members.length === 0 && group.id !== "money") continue;
+      const fieldset = h("fieldset", { class: `group group-${group.id}` }, h("legend", null, group.title), h("p", { class: "muted small" }, group.blurb), h("div", { class: "grid" }, ...members.map(fieldView)));
+      if (group.id === "money") {
+        fieldset.appendChild(h("div", { class: "escrow-box" }, h("div", null, "Escrow sent with postTask: ", escrowEl), escrowDetail));
+      }
+      form.appendChild(fieldset);
+    }
+    form.appendChild(h("div", { class: "submit-row" }, submit, submitNote));
+    form.appendChild(progress);
+    form.appendChild(preparedHost);
+    form.appendChild(resultHost);
+    replace(
+      el,
+      h("div", { class: "page-head" }, h("h1", null, "Post a training task"), h("span", { class: "muted" }, "Defaults come from the API's template; the contract's rules are checked as you type.")),
+      form,
+    );
+    update();
+    timer = window.setInterval(() => {
+      if (!busy) update();
+    }, 1000);
+  }
+
+  return {
+    title: "Post a task",
+    el,
+    async refresh() {
+      if (!template) {
+        render(await api.template());
+      } else {
+        updateSubmit();
+      }
+    },
+    destroy() {
+      if (timer !== null) window.clearInterval(timer);
+    },
+  };
+}
+
+const PARAM_NAMES: Record<string, true> = {
+  "aggregation.trim_fraction": true,
+  "aggregation.krum_f": true,
+  "aggregation.clip_radius": true,
+};
+

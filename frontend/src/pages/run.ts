@@ -1,0 +1,448 @@
+// #/runs/<id> : status, timeline, loss curve, rounds (roots + votes), trainers, witnesses,
+// challenges (resolve / expire), and the seal button once the challenge window has passed.
+import {
+  api,
+  type Challenge,
+  type JsonValue,
+  type Losses,
+  type Round,
+  type RunDetail,
+  type TimelineEntry,
+  type Trainer,
+  type Witness,
+} from "../api";
+import { LossChart } from "../chart";
+import { h, replace } from "../dom";
+import {
+  addr,
+  ethCell,
+  hashWithCopy,
+  humanize,
+  isZeroHash,
+  loss,
+  percent,
+  pill,
+  popcount,
+  relative,
+  shortTx,
+  time,
+} from "../format";
+import { emptyRow, requestRefresh, table, TxPanel, type Page } from "../ui";
+import { wallet } from "../wallet";
+
+const OPEN_CHALLENGE = "open";
+const AWAITING_SEAL = new Set(["awaiting_seal", "completed"]);
+
+function num(value: JsonValue | undefined): number | null {
+  if (typeof value === "number") return value;
+  if (typeof value === "string" && /^\d+$/.test(value)) return Number(value);
+  return null;
+}
+
+export function runPage(id: number): Page {
+  const statusHost = h("span", { class: "status-host" });
+  const titleText = h("span", null, `Run #${id}`);
+  const meta = h("div", { class: "muted run-meta" });
+  const summary = h("dl", { class: "kv kv-grid" });
+  const sealHost = h("div", { class: "actions" });
+  const txPanel = new TxPanel("run-tx");
+  const timeline = h("ol", { class: "timeline", testid: "run-timeline" });
+  const timelineWrap = h("div", { class: "timeline-wrap" }, timeline);
+  const chartEl = h("div", { class: "chart", testid: "loss-chart" });
+  const chart = new LossChart(chartEl);
+  const roundsBody = h("tbody");
+  const trainersBody = h("tbody");
+  const witnessesBody = h("tbody");
+  const challengesBody = h("tbody");
+  const specHost = h("div");
+  const modelLink = h("a", { href: api.modelUrl(id), class: "btn", download: `syncline-run-${id}-model.tar.gz` }, "Download model");
+
+  const busy = new Set<string>();
+  let detail: RunDetail | null = null;
+  let challenges: Challenge[] = [];
+  let chainNow = Math.floor(Date.now() / 1000);
+  let chainFetchedAt = performance.now();
+  const now = () => chainNow + Math.floor((performance.now() - chainFetchedAt) / 1000);
+  const challengeCells = new Map<number, { cell: HTMLElement; challenge: Challenge }>();
+
+  const el = h(
+    "div",
+    { class: "page" },
+    h(
+      "div",
+      { class: "page-head" },
+      h("h1", null, titleText, " ", statusHost),
+      h(
+        "div",
+        { class: "head-links" },
+        h("a", { href: `#/runs/${id}/challenge`, class: "btn", testid: "link-challenge" }, "Challenge a round"),
+        h("a", { href: `#/runs/${id}/receipt`, class: "btn", testid: "link-receipt" }, "Receipt & claims"),
+        modelLink,
+      ),
+    ),
+    meta,
+    h("section", { class: "card" }, summary, sealHost, txPanel.el),
+    h(
+      "div",
+      { class: "two-col" },
+      h("section", { class: "card" }, h("h2", null, "Loss curve"), chartEl),
+      h("section", { class: "card" }, h("h2", null, "Timeline"), timelineWrap),
+    ),
+    h(
+      "section",
+      { class: "card" },
+      h("h2", null, "Rounds"),
+      table("rounds-table", ["#Round", "Status", "State root", "Votes", "#Accepted", "Carried", "#Val. loss", "Closed", "Challenges", ""], roundsBody, "Rounds"),
+    ),
+    h(
+      "section",
+      { class: "card" },
+      h("h2", null, "Trainers"),
+      table("trainers-table", ["Trainer", "#Fragment", "#Stake", "Shards", "#Submitted", "#Accepted", "#Missed", "#Acceptance", "#Reward", "#Slashed", "Status"], trainersBody, "Trainers"),
+    ),
+    h(
+      "section",
+      { class: "card" },
+      h("h2", null, "Witnesses"),
+      table("witnesses-table", ["Witness", "Bonded", "#Bond", "#Slashed", "#Votes", "#Matched", "#Dissents", "#Fees"], witnessesBody, "Witnesses"),
+    ),
+    h(
+      "section",
+      { class: "card" },
+      h("h2", null, "Challenges"),
+      table("challenges-table", ["#Id", "Kind", "#Round", "#Fragment / segment", "Status", "Accused", "Challenger", "#Bond", "#Slashed", "#Referee votes", "Deadline", "Tx", "Action"], challengesBody, "Challenges"),
+    ),
+    specHost,
+  );
+  roundsBody.append(emptyRow(10, "Loading…"));
+
+  // ---------------------------------------------------------------- actions
+
+  async function act(key: string, functionName: string, arg: number, label: string): Promise<void> {
+    if (busy.has(key)) return;
+    busy.add(key);
+    renderTimed();
+    try {
+      const outcome = await wallet.write(functionName, [BigInt(arg)], (stage) => txPanel.stage(`${label}: ${stage}`));
+      txPanel.done(`${label}: mined in block ${outcome.receipt.blockNumber}`, outcome.hash);
+    } catch (err) {
+      txPanel.failed(err);
+    } finally {
+      busy.delete(key);
+      renderTimed();
+      requestRefresh();
+    }
+  }
+
+  function actionButton(key: string, text: string, testid: string, onClick: () => void): HTMLButtonElement {
+    const reason = wallet.notReadyReason;
+    return h(
+      "button",
+      {
+        type: "button",
+        class: "btn btn-small btn-primary",
+        testid,
+        disabled: busy.has(key) || reason !== null,
+        title: reason ?? undefined,
+        onclick: onClick,
+      },
+      busy.has(key) ? `${text}…` : text,
+    );
+  }
+
+  /** Seal button and challenge actions depend on chain time: re-rendered every second. */
+  function renderTimed(): void {
+    if (detail) {
+      const status = detail.summary.status;
+      const state = detail.state;
+      const windowS = num(detail.spec.challenge_window_s) ?? 0;
+      const lastClosed = num(state.last_closed_at) ?? 0;
+      const until = lastClosed + windowS;
+      const open = detail.summary.open_challenges;
+      if (AWAITING_SEAL.has(status)) {
+        if (open > 0) {
+          replace(sealHost, h("span", { class: "muted" }, `Awaiting seal: ${open} open challenge${open > 1 ? "s" : ""} must be resolved first.`));
+        } else if (now() < until) {
+          replace(sealHost, h("span", { class: "muted", testid: "seal-wait" }, `Awaiting seal: the challenge window ends ${relative(until - now())} (${time(until)}).`));
+        } else {
+          replace(
+            sealHost,
+            actionButton("seal", "Seal the run", "seal-button", () => void act("seal", "seal", id, `seal run #${id}`)),
+            h("span", { class: "muted" }, " Pays rewards, refunds stakes, bonds and the unspent escrow; everyone then claims."),
+          );
+        }
+      } else {
+        sealHost.replaceChildren();
+      }
+    }
+    for (const [cid, { cell, challenge }] of challengeCells) {
+      replace(cell, challengeAction(cid, challenge));
+    }
+  }
+
+  function challengeAction(cid: number, c: Challenge): HTMLElement | string {
+    if (c.status !== OPEN_CHALLENGE) return "";
+    const passed = now() > c.deadline;
+    if (c.kind === "censorship") {
+      return passed
+        ? actionButton(`resolve-${cid}`, "Resolve", `challenge-resolve-${cid}`, () => void act(`resolve-${cid}`, "resolveCensorship", cid, `resolve challenge #${cid}`))
+        : h("span", { class: "muted small" }, `defence ends ${relative(c.deadline - now())}`);
+    }
+    if (c.kind === "training_fraud") {
+      return passed
+        ? actionButton(`expire-${cid}`, "Expire", `challenge-expire-${cid}`, () => void act(`expire-${cid}`, "expireChallenge", cid, `expire challenge #${cid}`))
+        : h("span", { class: "muted small" }, `referees vote until ${relative(c.deadline - now())}`);
+    }
+    return "";
+  }
+
+  // ---------------------------------------------------------------- sections
+
+  function renderSummary(d: RunDetail): void {
+    const s = d.summary;
+    titleText.textContent = `Run #${id} · ${s.name || "unnamed"}`;
+    replace(statusHost, pill(s.status, "run-status"));
+    const closed = s.rounds_finalized + s.rounds_carried + s.rounds_invalidated;
+    meta.textContent = `${s.tier} tier · ${humanize(s.rule)} · ${s.rounds} rounds · posted ${time(s.posted_at)}`;
+    const fraction = Math.max(0, Math.min(1, s.progress ?? (s.rounds ? closed / s.rounds : 0)));
+    const st = d.state;
+    replace(
+      summary,
+      kv("Progress", h("div", { class: "progress" }, h("div", { class: "progress-bar" }, h("div", { class: "progress-fill", style: `width:${(fraction * 100).toFixed(1)}%` })), h("span", { class: "progress-text" }, `${closed}/${s.rounds} rounds closed`))),
+      kv("Rounds", `${s.rounds_finalized} finalized · ${s.rounds_carried} carried · ${s.rounds_invalidated} invalidated`),
+      kv("Current round", s.status === "running" ? String(s.current_round) : "—"),
+      kv("State root", hashWithCopy(s.state_root)),
+      kv("Reward pool", ethCell(s.reward_pool_wei)),
+      kv("Escrow held", ethCell(s.escrow_wei)),
+      kv("Trainers", `${s.trainers_enrolled} enrolled (min ${s.min_trainers}, max ${s.max_trainers})`),
+      kv("Open challenges", s.open_challenges > 0 ? h("span", { class: "warn" }, String(s.open_challenges)) : "0"),
+      kv("Sponsor", addr(s.sponsor)),
+      st.fee_budget_wei !== undefined ? kv("Witness fee budget", ethCell(st.fee_budget_wei)) : null,
+      st.stake_held_wei !== undefined ? kv("Stakes held", ethCell(st.stake_held_wei)) : null,
+      d.spec.spec_hash ? kv("Spec hash", hashWithCopy(String(d.spec.spec_hash))) : null,
+    );
+    replace(
+      specHost,
+      h(
+        "details",
+        { class: "card spec" },
+        h("summary", null, "Spec (what the sponsor posted; its keccak is on chain)"),
+        h("pre", { class: "mono" }, JSON.stringify(d.spec, null, 2)),
+      ),
+    );
+  }
+
+  function renderTimeline(entries: TimelineEntry[]): void {
+    const atBottom = timelineWrap.scrollTop + timelineWrap.clientHeight >= timelineWrap.scrollHeight - 8;
+    if (entries.length === 0) {
+      replace(timeline, h("li", { class: "muted" }, "Nothing yet."));
+      return;
+    }
+    replace(
+      timeline,
+      ...entries.map((e) =>
+        h(
+          "li",
+          { class: `tl tl-${e.kind}`, "data-kind": e.kind },
+          h("span", { class: "tl-dot", "aria-hidden": "true" }),
+          h("div", { class: "tl-body" }, h("div", { class: "tl-text" }, e.text), h("div", { class: "tl-meta muted" }, `${time(e.timestamp)} · block ${e.block}`, e.round !== null && e.round !== undefined ? ` · round ${e.round}` : "", e.tx ? [" · ", shortTx(e.tx)] : null)),
+        ),
+      ),
+    );
+    if (atBottom) timelineWrap.scrollTop = timelineWrap.scrollHeight;
+  }
+
+  function votesCell(r: Round): HTMLElement {
+    const td = h("td", { testid: `round-votes-${r.round}`, class: "votes" });
+    const marks: HTMLElement[] = [];
+    const dissenters = new Map((r.dissent ?? []).map((v) => [v.witness.toLowerCase(), v]));
+    const voted = new Set<string>();
+    for (const v of r.votes ?? []) {
+      const who = v.witness.toLowerCase();
+      voted.add(who);
+      const dissent = dissenters.has(who);
+      const agrees = v.agrees !== false && !dissent;
+      const detail = `${v.witness}${v.state_root ? ` voted state root ${v.state_root}` : ""}${v.metric !== undefined && v.metric !== null ? `, validation loss ${v.metric}` : ""}${agrees ? " (agrees with the finalized result)" : " (disagrees with the finalized result)"}`;
+      marks.push(
+        h("span", { class: `vote ${agrees ? "agree" : "disagree"}`, title: detail, "data-witness": who, "data-agrees": String(agrees) }, agrees ? "✓ " : "✗ ", wallet.label(who), dissent ? " dissent" : ""),
+      );
+    }
+    for (const v of r.dissent ?? []) {
+      const who = v.witness.toLowerCase();
+      if (voted.has(who)) continue;
+      marks.push(h("span", { class: "vote dissent", title: `${v.witness} dissented${v.state_root ? `: state root ${v.state_root}` : ""}`, "data-witness": who, "data-agrees": "false" }, "✗ ", wallet.label(who), " dissent"));
+    }
+    td.append(h("span", { class: "vote-count", title: "votes on chain" }, `${r.vote_count ?? (r.votes ?? []).length}`));
+    for (const mark of marks) td.append(" ", mark);
+    return td;
+  }
+
+  function renderRounds(rounds: Round[]): void {
+    if (rounds.length === 0) {
+      replace(roundsBody, emptyRow(10, "No round has opened yet (the run starts once enough trainers enroll)."));
+      return;
+    }
+    replace(
+      roundsBody,
+      ...rounds.map((r) => {
+        const committed = popcount(r.committed_mask);
+        const accepted = popcount(r.accepted_mask);
+        const revoked = popcount(r.revoked_mask);
+        const root = isZeroHash(r.state_root) ? null : r.state_root;
+        return h(
+          "tr",
+          { testid: `round-row-${r.round}`, "data-status": r.status },
+          h("td", { class: "num" }, String(r.round)),
+          h("td", null, pill(r.status)),
+          h("td", { testid: `round-root-${r.round}`, title: root ?? "", "data-value": root ?? "" }, hashWithCopy(root)),
+          votesCell(r),
+          h("td", { class: "num", title: `${accepted} accepted of ${committed} committed (masks ${r.accepted_mask} / ${r.committed_mask})` }, `${accepted}/${committed}`, revoked ? h("span", { class: "warn" }, ` (${revoked} revoked)`) : null),
+          h("td", null, r.carried_forward ? h("span", { class: "warn" }, "yes") : "—"),
+          h("td", { class: "num" }, loss(r.validation_loss)),
+          h("td", null, r.closed_at ? time(r.closed_at) : r.deadline ? `deadline ${time(r.deadline)}` : "—"),
+          h("td", null, ...(r.challenges ?? []).flatMap((cid, i) => [i ? ", " : "", h("a", { href: `#/runs/${id}`, class: "challenge-link", onclick: (ev: Event) => scrollToChallenge(ev, cid) }, `#${cid}`)])),
+          h("td", null, r.status === "finalized" ? h("a", { href: `#/runs/${id}/challenge?round=${r.round}`, class: "small" }, "challenge…") : ""),
+        );
+      }),
+    );
+  }
+
+  function scrollToChallenge(ev: Event, cid: number): void {
+    ev.preventDefault();
+    const row = el.querySelector<HTMLElement>(`[data-testid="challenge-row-${cid}"]`);
+    if (row) {
+      row.scrollIntoView({ behavior: "smooth", block: "center" });
+      row.classList.add("highlight");
+      window.setTimeout(() => row.classList.remove("highlight"), 1500);
+    }
+  }
+
+  function renderTrainers(trainers: Trainer[]): void {
+    if (trainers.length === 0) {
+      replace(trainersBody, emptyRow(11, "No trainer has enrolled yet."));
+      return;
+    }
+    replace(
+      trainersBody,
+      ...trainers.map((t) => {
+        const a = t.address.toLowerCase();
+        return h(
+          "tr",
+          { testid: `trainer-row-${a}` },
+          h("td", null, addr(a)),
+          h("td", { class: "num" }, String(t.fragment)),
+          h("td", { class: "num", testid: `trainer-stake-${a}` }, ethCell(t.stake_wei)),
+          h("td", { class: "shards" }, (t.shards ?? []).join(", ") || "—"),
+          h("td", { class: "num" }, String(t.submitted)),
+          h("td", { class: "num" }, String(t.accepted)),
+          h("td", { class: "num" }, String(t.missed)),
+          h("td", { class: "num" }, percent(t.acceptance_rate)),
+          h("td", { class: "num", testid: `trainer-reward-${a}` }, ethCell(t.reward_wei)),
+          h("td", { class: "num", testid: `trainer-slashed-${a}` }, t.slashed_wei !== "0" ? h("span", { class: "bad" }, ethCell(t.slashed_wei)) : ethCell(t.slashed_wei)),
+          h("td", null, t.evicted ? pill("evicted") : t.enrolled ? pill("active") : pill("left")),
+        );
+      }),
+    );
+  }
+
+  function renderWitnesses(witnesses: Witness[]): void {
+    if (witnesses.length === 0) {
+      replace(witnessesBody, emptyRow(8, "No witnesses."));
+      return;
+    }
+    replace(
+      witnessesBody,
+      ...witnesses.map((w) => {
+        const a = w.address.toLowerCase();
+        return h(
+          "tr",
+          { testid: `witness-row-${a}` },
+          h("td", null, addr(a)),
+          h("td", null, w.bonded ? "yes" : h("span", { class: "muted" }, "no")),
+          h("td", { class: "num" }, ethCell(w.bond_wei)),
+          h("td", { class: "num", testid: `witness-slashed-${a}` }, w.slashed_wei !== "0" ? h("span", { class: "bad" }, ethCell(w.slashed_wei)) : ethCell(w.slashed_wei)),
+          h("td", { class: "num" }, String(w.votes)),
+          h("td", { class: "num" }, String(w.matched)),
+          h("td", { class: "num" }, String(w.dissents)),
+          h("td", { class: "num" }, ethCell(w.fees_wei)),
+        );
+      }),
+    );
+  }
+
+  function renderChallenges(list: Challenge[]): void {
+    challengeCells.clear();
+    if (list.length === 0) {
+      replace(challengesBody, emptyRow(13, "No challenges. Anyone can prove a fault from the challenge page."));
+      return;
+    }
+    replace(
+      challengesBody,
+      ...list.map((c) => {
+        const cid = c.challenge_id;
+        const cell = h("td", { class: "action" });
+        challengeCells.set(cid, { cell, challenge: c });
+        const needsFragment = c.kind === "trainer_equivocation" || c.kind === "censorship" || c.kind === "training_fraud";
+        return h(
+          "tr",
+          { testid: `challenge-row-${cid}`, "data-kind": c.kind, "data-status": c.status },
+          h("td", { class: "num" }, `#${cid}`),
+          h("td", null, humanize(c.kind)),
+          h("td", { class: "num" }, String(c.round)),
+          h("td", { class: "num" }, needsFragment ? `${c.fragment}${c.kind === "training_fraud" ? ` / ${c.segment}` : ""}` : "—"),
+          h("td", null, pill(c.status, `challenge-status-${cid}`)),
+          h("td", null, addr(c.accused)),
+          h("td", null, addr(c.challenger)),
+          h("td", { class: "num" }, ethCell(c.bond_wei)),
+          h("td", { class: "num" }, c.slashed_wei !== "0" ? h("span", { class: "bad" }, ethCell(c.slashed_wei)) : ethCell(c.slashed_wei)),
+          h("td", { class: "num" }, c.kind === "training_fraud" ? `${c.guilty_votes} guilty / ${c.innocent_votes} innocent` : "—"),
+          h("td", null, c.deadline ? time(c.deadline) : "—"),
+          h("td", null, shortTx(c.tx)),
+          cell,
+        );
+      }),
+    );
+  }
+
+  let timer: number | null = window.setInterval(renderTimed, 1000);
+
+  return {
+    title: `Run #${id}`,
+    el,
+    async refresh() {
+      // The run first: an unknown id is one 404 and one error line.
+      const d = await api.run(id);
+      const [rounds, trainers, witnesses, list, losses, chainTime] = await Promise.all([
+        api.rounds(id),
+        api.trainers(id),
+        api.witnesses(id),
+        api.challenges(id),
+        api.losses(id).catch((): Losses | null => null),
+        wallet.chainTime().catch(() => Math.floor(Date.now() / 1000)),
+      ]);
+      detail = d;
+      challenges = list;
+      chainNow = chainTime;
+      chainFetchedAt = performance.now();
+      renderSummary(d);
+      renderTimeline(d.timeline ?? []);
+      renderRounds(rounds);
+      renderTrainers(trainers);
+      renderWitnesses(witnesses);
+      renderChallenges(challenges);
+      chart.update(losses);
+      renderTimed();
+      document.title = `Run #${id} ${d.summary.status} · Syncline`;
+    },
+    destroy() {
+      if (timer !== null) window.clearInterval(timer);
+      timer = null;
+      chart.destroy();
+    },
+  };
+}
+
+function kv(label: string, value: Node | string | null): HTMLElement[] {
+  return [h("dt", null, label), h("dd", null, value ?? "—")];
+}
+

@@ -1,0 +1,334 @@
+"""The sponsor's whole journey in a real browser against a real devnet.
+
+Headless Chromium opens the UI served by the API; the sponsor posts a task through the form (the
+transaction is sent from anvil's unlocked development account, the UI's fallback with no wallet),
+real trainer and witness agents train it, the detail page shows round 0 finalize, two colluding
+witnesses finalize a forged round 1, and the sponsor challenges it from the challenge page (the
+API builds the aggregation-fraud proof from public data, the browser sends it with the bond).
+Every figure the UI shows is checked against the chain. Screenshots of the main pages are saved
+under ``docs/img/``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from web3 import Web3
+
+from conftest import wait_for
+from syncline.api.server import ApiServer, ApiSettings
+from syncline.blobstore import BlobService, LocalBlobStore
+from syncline.chain.deployment import Deployment, deploy_market
+from syncline.chain.devnet import start_anvil
+from syncline.chain.keys import from_private_key
+from syncline.chain.market import MarketClient
+from syncline.demo.training_run import DemoPlan, TrainingDemo
+from syncline.protocol.enums import ChallengeKind, ChallengeStatus, RoundStatus, TaskStatus
+
+from .conftest import FRONTEND_DIST, REPO, PageErrors
+
+pytestmark = [pytest.mark.chain, pytest.mark.slow]
+
+# Screenshots go to $SYNCLINE_UI_SCREENSHOTS (docs/img when refreshing the README's pictures:
+# `SYNCLINE_UI_SCREENSHOTS=docs/img .venv/bin/pytest tests/ui`), else to the test's temp dir.
+SCREENSHOTS = os.environ.get("SYNCLINE_UI_SCREENSHOTS")
+T = TypeVar("T")
+
+# Small enough that three trainers finish a round in a few seconds on 2 cores.
+PLAN = DemoPlan(
+    rounds=3,
+    inner_steps=8,
+    checkpoint_interval=4,
+    round_duration_s=16,
+    grace_window_s=8,
+    challenge_window_s=120,
+    misbehave={"witness-1": "bad-aggregate", "witness-2": "bad-aggregate"},
+    training_checks="off",
+    witness_challenges=False,  # the fault is left for the sponsor to prove from the browser
+)
+
+
+@dataclass
+class Stack:
+    url: str
+    w3: Web3
+    market: MarketClient
+    deployment: Deployment
+    demo: TrainingDemo
+    keys: list[str]
+    blob_url: str
+
+    def travel(self, seconds: int) -> None:
+        self.w3.provider.make_request("evm_increaseTime", [seconds])  # type: ignore[arg-type]
+        self.w3.provider.make_request("evm_mine", [])  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    workdir = tmp_path_factory.mktemp("ui-e2e")
+    with start_anvil(workdir / "anvil", accounts=12) as devnet:
+        service = BlobService(LocalBlobStore(workdir / "blobs"), host="127.0.0.1", port=0)
+        service.start()
+        w3 = devnet.web3()
+        keys = devnet.private_keys()
+        deployment = deploy_market(w3, from_private_key(keys[0]), devnet.rpc_url, workdir)
+        server = ApiServer(
+            ApiSettings(
+                deployment=workdir / "deployment.json",
+                blob_store=service.url,
+                db_url=f"sqlite:///{workdir / 'index.db'}",
+                port=0,
+                frontend_dir=FRONTEND_DIST,
+                poll_interval_s=0.3,
+                state_dir=workdir / "api",
+            )
+        )
+        url = server.start()
+        demo = TrainingDemo(workdir, PLAN)
+        try:
+            yield Stack(url, w3, MarketClient.from_deployment(deployment, w3), deployment, demo, keys, service.url)
+        finally:
+            demo._stop_agents()
+            server.stop()
+            service.stop()
+
+
+def eth_text_to_wei(text: str) -> int:
+    """'1.5 ETH' / '0.25' -> wei (the UI shows ETH with up to 18 decimals)."""
+    match = re.search(r"-?\d+(?:\.\d+)?", text.replace(",", ""))
+    assert match, f"no amount in {text!r}"
+    whole, _, frac = match.group(0).partition(".")
+    return int(whole) * 10**18 + int((frac + "0" * 18)[:18] or 0)
+
+
+def shot(page: Any, name: str, tmp: Path) -> None:
+    out = (REPO / SCREENSHOTS) if SCREENSHOTS else tmp
+    out.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(out / name), full_page=True)
+
+
+def tid(page: Any, test_id: str) -> Any:
+    return page.get_by_test_id(test_id)
+
+
+# ---------------------------------------------------------------------- bad input stays in the form
+
+
+def test_post_form_validates_like_the_contract(stack: Stack, new_page: Any, page_errors: PageErrors) -> None:
+    page = new_page
+    page.goto(stack.url + "/#/post")
+    tid(page, "post-form").wait_for()
+    assert "anvil development account" in tid(page, "wallet-banner").inner_text()
+
+    # The open tier admits Mean only: the rule select offers nothing else.
+    page.select_option('[name="tier"]', "open")
+    rules = page.eval_on_selector_all('[name="aggregation.rule"] option', "os => os.map(o => o.value)")
+    assert rules == ["mean"]
+    page.select_option('[name="tier"]', "verified")
+    rules = page.eval_on_selector_all('[name="aggregation.rule"] option', "os => os.map(o => o.value)")
+    assert {"mean", "trimmed_mean", "coordinate_median"} <= set(rules)
+
+    # A threshold above the number of witnesses is refused before anything is sent.
+    page.fill('[name="threshold"]', "9")
+    page.locator('[name="threshold"]').blur()
+    tid(page, "field-error-threshold").wait_for()
+    assert tid(page, "post-submit").is_disabled()
+    page.fill('[name="threshold"]', "2")
+    page.locator('[name="threshold"]').blur()
+    page.fill('[name="min_trainers"]', "4")
+    page.fill('[name="max_trainers"]', "3")
+    page.locator('[name="max_trainers"]').blur()
+    assert tid(page, "post-submit").is_disabled()
+    page.fill('[name="min_trainers"]', "3")
+    page.locator('[name="min_trainers"]').blur()
+    page.fill('[name="reward_pool_wei"]', "-5")
+    page.locator('[name="reward_pool_wei"]').blur()
+    tid(page, "field-error-reward_pool_wei").wait_for()
+    assert tid(page, "post-submit").is_disabled()
+    assert stack.market.task_count() == 0  # nothing reached the chain
+    assert page_errors == []
+
+
+def test_unknown_run_shows_one_line_error(stack: Stack, new_page: Any, page_errors: PageErrors) -> None:
+    page = new_page
+    page.goto(stack.url + "/#/runs/999")
+    error = tid(page, "error")
+    error.wait_for()
+    assert "unknown task id 999" in error.inner_text()
+    assert len(error.inner_text().strip().splitlines()) == 1
+    # The browser logs the failed fetch (404) as a console error; nothing else may appear.
+    assert all("404" in e for e in page_errors), page_errors
+
+
+# ---------------------------------------------------------------------- the journey
+
+
+def test_sponsor_posts_watches_challenges_and_claims(
+    stack: Stack, new_page: Any, page_errors: PageErrors, tmp_path: Path
+) -> None:
+    page, market = new_page, stack.market
+    sponsor = from_private_key(stack.keys[0]).address.lower()
+
+    # --- post a task through the form
+    page.goto(stack.url + "/#/")
+    tid(page, "runs-table").wait_for()
+    tid(page, "nav-post").click()
+    tid(page, "post-form").wait_for()
+    page.select_option('[data-testid="account-select"]', sponsor)
+    fields = {
+        "name": "browser-e2e",
+        "rounds": str(PLAN.rounds),
+        "inner_steps": str(PLAN.inner_steps),
+        "checkpoint_interval": str(PLAN.checkpoint_interval),
+        "round_duration_s": str(PLAN.round_duration_s),
+        "grace_window_s": str(PLAN.grace_window_s),
+        "challenge_window_s": str(PLAN.challenge_window_s),
+        "min_trainers": "3",
+        "max_trainers": "3",
+        "threshold": "2",
+    }
+    for name, value in fields.items():
+        page.fill(f'[name="{name}"]', value)
+    page.select_option('[name="tier"]', "verified")
+    page.select_option('[name="aggregation.rule"]', "coordinate_median")
+    shot(page, "post-task.png", tmp_path)
+    tid(page, "post-submit").click()
+    tid(page, "posted-task-id").wait_for(timeout=120_000)
+    task_id = int(tid(page, "posted-task-id").inner_text().strip())
+    tx = tid(page, "post-tx").inner_text().strip()
+    assert re.fullmatch(r"0x[0-9a-f]{64}", tx)
+    chain_task = market.task(task_id)
+    assert chain_task.sponsor.lower() == sponsor
+    assert chain_task.status == TaskStatus.ENROLLING
+    spec = market.spec_tuple(task_id)
+    assert spec[6] == 1 and spec[7] == 2  # tier verified, rule coordinate median
+    assert stack.w3.eth.get_transaction_receipt(tx)["status"] == 1
+
+    # --- the run appears in the list
+    tid(page, "nav-runs").click()
+    tid(page, f"run-row-{task_id}").wait_for()
+    assert "enrolling" in tid(page, f"run-status-{task_id}").inner_text().lower()
+
+    # --- agents train it: three honest trainers; witness-1 and witness-2 forge round 1
+    for i, key in enumerate(stack.keys[1:4]):
+        stack.demo._spawn("trainer", i, key, task_id, stack.deployment, stack.blob_url)
+    for i, key in enumerate(stack.keys[4:7]):
+        stack.demo._spawn("witness", i, key, task_id, stack.deployment, stack.blob_url)
+    check = stack.demo._check_agents
+
+    # --- watch round 0 finalize on the detail page
+    page.goto(f"{stack.url}/#/runs/{task_id}")
+    tid(page, "rounds-table").wait_for()
+    wait_for(
+        lambda: page.locator('[data-testid="round-row-0"][data-status="finalized"]').count() == 1,
+        timeout_s=240,
+        what="round 0 to show finalized",
+        check=check,
+    )
+    r0 = market.round(task_id, 0)
+    assert r0.status == RoundStatus.FINALIZED
+    root_cell = tid(page, "round-root-0")
+    assert r0.state_root in ((root_cell.get_attribute("title") or "") + root_cell.inner_text())
+    tid(page, "loss-chart").locator("canvas").first.wait_for()
+
+    # --- round 1 is finalized by the colluding witnesses with a forged state
+    wait_for(
+        lambda: page.locator('[data-testid="round-row-1"][data-status="finalized"]').count() == 1,
+        timeout_s=240,
+        what="round 1 to show finalized",
+        check=check,
+    )
+    shot(page, "run-detail.png", tmp_path)
+
+    # --- challenge it from the browser
+    tid(page, "link-challenge").click()
+    tid(page, "challenge-round").wait_for()
+    page.select_option('[data-testid="challenge-round"]', "1")
+    page.select_option('[data-testid="challenge-kind"]', "aggregation_fraud")
+    tid(page, "challenge-build").click()
+    tid(page, "challenge-proof").wait_for(timeout=120_000)
+    assert "proveAggregationFraud" in tid(page, "challenge-proof").inner_text()
+    tid(page, "challenge-submit").click()
+    tid(page, "challenge-id").wait_for(timeout=60_000)
+    challenge_id = int(tid(page, "challenge-id").inner_text().strip())
+    shot(page, "challenge.png", tmp_path)
+    ch = market.challenge(challenge_id)
+    assert ch.kind == ChallengeKind.AGGREGATION_FRAUD
+    assert ch.status == ChallengeStatus.UPHELD
+    assert ch.challenger.lower() == sponsor
+
+    # --- the detail page shows the verdict, the invalidation and the slashes, as the chain has them
+    page.goto(f"{stack.url}/#/runs/{task_id}")
+    wait_for(
+        lambda: "upheld" in (tid(page, f"challenge-status-{challenge_id}").text_content() or "").lower(),
+        timeout_s=30,
+        what="the challenge to show upheld",
+    )
+    wait_for(
+        lambda: page.locator('[data-testid="round-row-1"][data-status="invalidated"]').count() == 1,
+        timeout_s=30,
+        what="round 1 to show invalidated",
+    )
+    assert market.round(task_id, 1).status == RoundStatus.INVALIDATED
+    for key in stack.keys[4:6]:
+        addr = from_private_key(key).address.lower()
+        slashed = market.witness(task_id, addr).slashed_wei
+        assert slashed > 0
+        assert eth_text_to_wei(tid(page, f"witness-slashed-{addr}").inner_text()) == slashed
+    for key in stack.keys[1:4]:
+        addr = from_private_key(key).address.lower()
+        stake = market.trainer(task_id, addr).stake_wei
+        assert eth_text_to_wei(tid(page, f"trainer-stake-{addr}").inner_text()) == stake
+
+    # --- finish the run: only one witness has a bond left (k = 2), so the last round carries
+    # forward; time travel past its deadline and the challenge window, the honest witness seals.
+    def finished() -> bool:
+        status = market.task(task_id).status
+        if status != TaskStatus.SEALED:
+            stack.travel(PLAN.round_duration_s)
+        return status == TaskStatus.SEALED
+
+    wait_for(finished, timeout_s=240, what="the run to seal", check=check, interval_s=0.5)
+
+    # --- receipt: payouts as on chain; the sponsor claims from the browser; the model downloads
+    tid(page, "link-receipt").click()
+    tid(page, "receipt-table").wait_for()
+    wait_for(lambda: tid(page, f"credit-{sponsor}").count() == 1, timeout_s=30, what="the sponsor's credit")
+    credit = market.credit_of(sponsor)
+    assert credit > 0
+    assert eth_text_to_wei(tid(page, f"credit-{sponsor}").inner_text()) == credit
+    shot(page, "receipt.png", tmp_path)
+    balance_before = stack.w3.eth.get_balance(Web3.to_checksum_address(sponsor))
+    tid(page, f"claim-{sponsor}").click()
+    wait_for(lambda: market.credit_of(sponsor) == 0, timeout_s=60, what="the claim to land")
+    assert stack.w3.eth.get_balance(Web3.to_checksum_address(sponsor)) > balance_before
+    wait_for(
+        lambda: eth_text_to_wei(tid(page, f"credit-{sponsor}").inner_text()) == 0,
+        timeout_s=30,
+        what="the credit to show 0",
+    )
+    href = tid(page, "model-download").get_attribute("href")
+    assert href
+    response = page.request.get(href if href.startswith("http") else stack.url + "/" + href.lstrip("/"))
+    assert response.status == 200
+    with tarfile.open(fileobj=io.BytesIO(response.body()), mode="r:gz") as tar:
+        names = {Path(n).name for n in tar.getnames()}
+    assert {"config.json", "model.safetensors", "syncline.json"} <= names
+
+    # --- the list reflects the end state
+    tid(page, "nav-runs").click()
+    wait_for(
+        lambda: "sealed" in tid(page, f"run-status-{task_id}").inner_text().lower(),
+        timeout_s=30,
+        what="sealed in the list",
+    )
+    shot(page, "runs.png", tmp_path)
+    assert page_errors == []
