@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import wait_for
 from syncline.chain.keys import from_private_key
 from syncline.chain.market import SubmissionView
 from syncline.protocol.enums import RoundStatus, TaskStatus
@@ -35,7 +36,6 @@ from ._agent_harness import (
     read_jsonl,
     simulate_trainers,
     tiny_plan,
-    wait_for,
 )
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
