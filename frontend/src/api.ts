@@ -1,4 +1,4 @@
-// Typed client for the Syncline API (the JSON contract in ui_contract.md).
+// Typed client for the Syncline API (the JSON contract in docs/api.md).
 // Wei amounts are decimal strings; addresses and hashes lowercase 0x-hex; timestamps chain seconds.
 import type { Abi, Address, Hex } from "viem";
 

@@ -23,11 +23,11 @@ from typing import Any, TypeVar
 import pytest
 from web3 import Web3
 
-from conftest import wait_for
+from conftest import build_spec, commit, h32, start_task, travel_past, wait_for
 from syncline.api.server import ApiServer, ApiSettings
 from syncline.blobstore import BlobService, LocalBlobStore
 from syncline.chain.deployment import Deployment, deploy_market
-from syncline.chain.devnet import start_anvil
+from syncline.chain.devnet import chain_time, start_anvil
 from syncline.chain.keys import from_private_key
 from syncline.chain.market import MarketClient
 from syncline.demo.training_run import DemoPlan, TrainingDemo
@@ -331,4 +331,110 @@ def test_sponsor_posts_watches_challenges_and_claims(
         what="sealed in the list",
     )
     shot(page, "runs.png", tmp_path)
+    assert page_errors == []
+
+
+# ---------------------------------------------------------------------- a browser wallet signs
+
+# An EIP-1193 provider as a wallet extension injects it: it answers account and chain requests
+# itself and forwards the rest to the node. Its account is not one of anvil's development
+# accounts; the test funds and impersonates it on anvil, which then accepts its transactions.
+INJECTED_WALLET = """
+window.ethereum = {
+  isMetaMask: true,
+  async request({ method, params }) {
+    if (method === "eth_requestAccounts" || method === "eth_accounts") return [ACCOUNT];
+    if (method === "wallet_switchEthereumChain" || method === "wallet_addEthereumChain") return null;
+    window.__walletCalls = (window.__walletCalls || []).concat([method]);
+    const response = await fetch(RPC, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method, params: params || [] }),
+    });
+    const body = await response.json();
+    if (body.error) throw Object.assign(new Error(body.error.message), body.error);
+    return body.result;
+  },
+  on() {},
+  removeListener() {},
+};
+"""
+
+
+def test_injected_wallet_posts_the_task(stack: Stack, new_page: Any, page_errors: PageErrors) -> None:
+    page = new_page
+    account = "0x" + "5e" * 20
+    stack.w3.provider.make_request("anvil_setBalance", [account, hex(100 * 10**18)])  # type: ignore[arg-type]
+    stack.w3.provider.make_request("anvil_impersonateAccount", [account])  # type: ignore[arg-type]
+    rpc = stack.deployment.rpc_url
+    page.add_init_script(INJECTED_WALLET.replace("ACCOUNT", repr(account)).replace("RPC", repr(rpc)))
+    page.goto(stack.url + "/#/post")
+    tid(page, "post-form").wait_for()
+    banner = tid(page, "wallet-banner")
+    wait_for(lambda: "Wallet: MetaMask" in banner.inner_text(), timeout_s=20, what="the wallet banner")
+    connect = page.get_by_role("button", name="Connect wallet")
+    if connect.is_visible():
+        connect.click()
+    wait_for(
+        lambda: (
+            account in page.eval_on_selector_all('[data-testid="account-select"] option', "os => os.map(o => o.value)")
+        ),
+        timeout_s=20,
+        what="the wallet's account in the picker",
+    )
+    before = stack.market.task_count()
+    page.fill('[name="name"]', "posted-from-a-wallet")
+    tid(page, "post-submit").click()
+    tid(page, "posted-task-id").wait_for(timeout=120_000)
+    task_id = int(tid(page, "posted-task-id").inner_text().strip())
+    assert task_id == before + 1
+    assert stack.market.task(task_id).sponsor.lower() == account
+    assert "eth_sendTransaction" in page.evaluate("window.__walletCalls")  # the wallet sent it
+    assert page_errors == []
+
+
+# ---------------------------------------------------------------------- closing challenges from the page
+
+
+def test_resolve_and_expire_buttons_close_open_challenges(stack: Stack, new_page: Any, page_errors: PageErrors) -> None:
+    """An unanswered censorship claim is resolved (upheld) and an undecided training claim is
+    expired from the run page once their deadlines pass; the chain agrees."""
+    page, market, w3 = new_page, stack.market, stack.w3
+    signers = [from_private_key(k) for k in stack.keys]
+    sponsor, trainers, witnesses, outsider = signers[0], signers[1:4], signers[4:7], signers[7]
+    spec = build_spec(
+        witnesses=tuple(w.address for w in witnesses), enrollment_deadline=chain_time(w3) + 3600, name="closing"
+    )
+    task_id, _ = start_task(market, sponsor, spec, witnesses, trainers)
+    for fragment, trainer in enumerate(trainers):
+        commit(market, trainer, task_id, 0, fragment)
+    travel_past(w3, market.round_deadline(task_id))
+    for w in witnesses[:2]:  # a quorum leaves fragment 2 out
+        market.finalize_round(w, task_id, 0, h32("closing/state"), h32("closing/aggregate"), 0b011)
+    censorship = market.challenge_censorship(outsider, task_id, 0, 2)
+    training = market.challenge_training(outsider, task_id, 0, 0, 1)  # nobody referees it
+    travel_past(w3, max(market.challenge(censorship).deadline, market.challenge(training).deadline))
+
+    page.goto(f"{stack.url}/#/runs/{task_id}")
+    page.select_option('[data-testid="account-select"]', sponsor.address.lower())  # anyone may close them
+    tid(page, f"challenge-resolve-{censorship}").click()
+    wait_for(
+        lambda: market.challenge(censorship).status == ChallengeStatus.UPHELD,
+        timeout_s=30,
+        what="the censorship claim to be resolved",
+    )
+    tid(page, f"challenge-expire-{training}").click()
+    wait_for(
+        lambda: market.challenge(training).status == ChallengeStatus.EXPIRED,
+        timeout_s=30,
+        what="the training claim to expire",
+    )
+    for cid, status in ((censorship, "upheld"), (training, "expired")):
+        wait_for(
+            lambda cid=cid, status=status: status in tid(page, f"challenge-status-{cid}").inner_text().lower(),
+            timeout_s=30,
+            what=f"challenge {cid} to show {status}",
+        )
+    assert market.round(task_id, 0).status == RoundStatus.INVALIDATED
+    assert market.task(task_id).open_challenges == 0
     assert page_errors == []
