@@ -438,3 +438,36 @@ def test_resolve_and_expire_buttons_close_open_challenges(stack: Stack, new_page
     assert market.round(task_id, 0).status == RoundStatus.INVALIDATED
     assert market.task(task_id).open_challenges == 0
     assert page_errors == []
+
+
+def test_seal_button_seals_a_finished_run(stack: Stack, new_page: Any, page_errors: PageErrors) -> None:
+    """Once the last round's challenge window has passed, the sponsor seals from the run page."""
+    page, market, w3 = new_page, stack.market, stack.w3
+    signers = [from_private_key(k) for k in stack.keys]
+    sponsor, trainers, witnesses = signers[0], signers[1:4], signers[4:7]
+    spec = build_spec(
+        witnesses=tuple(w.address for w in witnesses),
+        enrollment_deadline=chain_time(w3) + 3600,
+        name="sealing",
+        rounds=1,
+    )
+    task_id, _ = start_task(market, sponsor, spec, witnesses, trainers)
+    for fragment, trainer in enumerate(trainers):
+        commit(market, trainer, task_id, 0, fragment)
+    travel_past(w3, market.round_deadline(task_id))
+    for w in witnesses[:2]:
+        market.finalize_round(w, task_id, 0, h32("sealing/state"), h32("sealing/aggregate"), 0b111)
+    assert market.task(task_id).status == TaskStatus.AWAITING_SEAL
+
+    page.goto(f"{stack.url}/#/runs/{task_id}")
+    page.select_option('[data-testid="account-select"]', sponsor.address.lower())
+    tid(page, "seal-wait").wait_for()  # the challenge window is still open: no button yet
+    assert tid(page, "seal-button").count() == 0
+    travel_past(w3, market.task(task_id).last_closed_at + spec.challenge_window_s)
+    tid(page, "seal-button").click(timeout=30_000)
+    wait_for(lambda: market.task(task_id).status == TaskStatus.SEALED, timeout_s=30, what="the run to seal")
+    wait_for(
+        lambda: "sealed" in tid(page, "run-status").inner_text().lower(), timeout_s=30, what="the page to show sealed"
+    )
+    assert market.credit_of(trainers[0].address) > 0  # seal paid the trainers
+    assert page_errors == []
