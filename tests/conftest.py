@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,7 +32,7 @@ from syncline.chain.devnet import Devnet, start_anvil
 from syncline.chain.keys import Signer, from_private_key
 from syncline.chain.market import MarketClient
 from syncline.errors import ChainError
-from syncline.protocol.enums import AggregationRule, Modality, Tier
+from syncline.protocol.enums import AggregationRule, Modality, RoundStatus, Tier
 from syncline.protocol.spec import (
     AggregationSpec,
     DatasetManifest,
@@ -102,6 +102,26 @@ def commit(market: MarketClient, trainer: Signer, task_id: int, round_: int, fra
 def travel_past(w3: Web3, timestamp: int) -> None:
     """Mine a block after ``timestamp`` (at ``timestamp + 1``, or one second on if the chain is already later)."""
     devnet_mod.set_next_timestamp(w3, max(timestamp + 1, devnet_mod.chain_time(w3) + 1))
+
+
+def finalize(
+    market: MarketClient,
+    w3: Web3,
+    voters: list[Signer],
+    task_id: int,
+    rnd: int,
+    mask: int,
+    tag: str = "",
+    metrics: Sequence[int] = (),
+) -> tuple[str, str]:
+    """Pass the round deadline and have ``voters`` vote the same result (voter ``i`` reporting
+    ``metrics[i]``, default 0); the round is finalized. Returns (state, aggregate)."""
+    travel_past(w3, market.round_deadline(task_id))
+    state, aggregate = h32(f"state/{task_id}/{rnd}{tag}"), h32(f"aggregate/{task_id}/{rnd}{tag}")
+    for i, w in enumerate(voters):
+        market.finalize_round(w, task_id, rnd, state, aggregate, mask, metric=metrics[i] if metrics else 0)
+    assert market.round(task_id, rnd).status == RoundStatus.FINALIZED
+    return state, aggregate
 
 
 def check_error(err: ChainError, name: str, args: dict[str, Any]) -> None:

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import func, select
 from web3 import Web3
 
-from conftest import commit, h32, start_task, travel_past
+from conftest import commit, finalize, h32, start_task, travel_past
 from syncline.api.db import Cursor, Database, RawEvent, TaskRow
 from syncline.api.indexer import Indexer
 from syncline.api.server import ApiServer
@@ -27,13 +27,6 @@ from syncline.protocol.spec import TrainingTaskSpec
 from .conftest import Http
 
 pytestmark = pytest.mark.chain
-
-
-def _finalize(market: MarketClient, witnesses: list[Signer], task_id: int, round_: int, mask: int, metric: int) -> str:
-    root = h32(f"state/{task_id}/{round_}")
-    for i, w in enumerate(witnesses):
-        market.finalize_round(w, task_id, round_, root, h32(f"agg/{round_}"), mask, metric=metric + i * 200_000)
-    return root
 
 
 def _check_task(http: Http, market: MarketClient, task_id: int) -> dict[str, Any]:
@@ -112,8 +105,8 @@ def test_a_market_lifecycle_is_indexed_to_the_wei(
     for round_ in (1, 2):
         for fragment, trainer in enumerate(trainers[:2]):
             commit(market, trainer, task_id, round_, fragment)
-        travel_past(w3, market.round_deadline(task_id))
-        _finalize(market, witnesses[1:], task_id, round_, 0b011, 4_000_000 - round_ * 100_000)
+        metric = 4_000_000 - round_ * 100_000
+        finalize(market, w3, witnesses[1:], task_id, round_, 0b011, metrics=(metric, metric + 200_000))
     assert market.trainer(task_id, trainers[2].address).evicted
 
     # Round 3: no quorum; carried forward after the grace window, which completes the run.

@@ -90,9 +90,9 @@ def test_prepare_post_follow_and_download(
         # Trainers 1 and 2 announce signed loss reports; fragment 2's is signed by someone else.
         report = TrainerReport(task_id, 0, fragment, 5.0 - fragment / 10, 4, 512, 0.5)
         if fragment == 1:
-            announce_report(blobs, report, trainer.account)
+            announce_report(blobs, report, trainer)
         if fragment == 2:
-            announce_report(blobs, report, outsider.account)
+            announce_report(blobs, report, outsider)
 
     api.wait_indexed()
     api.wait_indexed()  # one more pass fetches the reports the first one found due

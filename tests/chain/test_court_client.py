@@ -27,7 +27,7 @@ from eth_abi import encode
 from eth_utils import keccak
 from web3 import Web3
 
-from conftest import GasMeter, check_error, checkpoint_root, commit, h32, start_task, travel_past
+from conftest import GasMeter, check_error, checkpoint_root, commit, finalize, h32, start_task, travel_past
 from syncline.chain.deployment import Deployment, merged_abi
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
@@ -66,18 +66,6 @@ def start_run(
     task_id, _ = start_task(market, sponsor, spec, witnesses, trainers)
     assert market.task(task_id).status == TaskStatus.RUNNING
     return Run(task_id, spec)
-
-
-def finalize(
-    market: MarketClient, w3: Web3, voters: list[Signer], task_id: int, rnd: int, mask: int, tag: str = ""
-) -> tuple[str, str]:
-    """Pass the round deadline and have ``voters`` vote the same result; returns (state, aggregate)."""
-    travel_past(w3, market.round_deadline(task_id))
-    state, aggregate = h32(f"state/{task_id}/{rnd}{tag}"), h32(f"aggregate/{task_id}/{rnd}{tag}")
-    for w in voters:
-        market.finalize_round(w, task_id, rnd, state, aggregate, mask)
-    assert market.round(task_id, rnd).status == RoundStatus.FINALIZED
-    return state, aggregate
 
 
 def credited(market: MarketClient, receipt: Any) -> dict[tuple[str, bytes], int]:

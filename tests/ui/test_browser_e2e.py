@@ -27,7 +27,7 @@ from conftest import build_spec, commit, h32, start_task, travel_past, wait_for
 from syncline.api.server import ApiServer, ApiSettings
 from syncline.blobstore import BlobService, LocalBlobStore
 from syncline.chain.deployment import Deployment, deploy_market
-from syncline.chain.devnet import chain_time, start_anvil
+from syncline.chain.devnet import chain_time, increase_time, start_anvil
 from syncline.chain.keys import from_private_key
 from syncline.chain.market import MarketClient
 from syncline.demo.training_run import DemoPlan, TrainingDemo
@@ -65,10 +65,6 @@ class Stack:
     demo: TrainingDemo
     keys: list[str]
     blob_url: str
-
-    def travel(self, seconds: int) -> None:
-        self.w3.provider.make_request("evm_increaseTime", [seconds])  # type: ignore[arg-type]
-        self.w3.provider.make_request("evm_mine", [])  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
@@ -293,7 +289,7 @@ def test_sponsor_posts_watches_challenges_and_claims(
     def finished() -> bool:
         status = market.task(task_id).status
         if status != TaskStatus.SEALED:
-            stack.travel(PLAN.round_duration_s)
+            increase_time(stack.w3, PLAN.round_duration_s)
         return status == TaskStatus.SEALED
 
     wait_for(finished, timeout_s=240, what="the run to seal", check=check, interval_s=0.5)

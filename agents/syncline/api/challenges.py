@@ -11,6 +11,8 @@ from typing import Any
 from syncline.api.errors import ApiError
 from syncline.api.schemas import ChallengeProof, ChallengeRequest
 from syncline.api.services import ApiServices
+from syncline.api.specs import ONCHAIN_FIELDS
+from syncline.chain.market import SPEC_CHALLENGE_BOND
 from syncline.challenger.audit import (
     AggregationFraud,
     Censorship,
@@ -115,7 +117,8 @@ def _checker(req: ChallengeRequest) -> TrainingChecker | None:
 
 def build_challenge(services: ApiServices, task_id: int, req: ChallengeRequest) -> ChallengeProof:
     market = services.market
-    rounds = int(market.spec_tuple(task_id)[11])
+    spec = market.spec_tuple(task_id)
+    rounds = int(spec[ONCHAIN_FIELDS.index("rounds")])
     if req.round >= rounds:
         raise ApiError(422, f"round: task {task_id} has rounds 0..{rounds - 1}")
     rr = market.round(task_id, req.round)
@@ -141,5 +144,5 @@ def build_challenge(services: ApiServices, task_id: int, req: ChallengeRequest) 
         function=function,
         to=market.address.lower(),
         data=str(data),
-        value_wei=str(market.challenge_bond(task_id)),
+        value_wei=str(int(spec[SPEC_CHALLENGE_BOND])),
     )

@@ -15,8 +15,8 @@ from syncline.api.metrics import ApiMetrics
 from syncline.api.settings import ApiSettings
 from syncline.blobstore import HttpBlobStore
 from syncline.chain.deployment import Deployment
-from syncline.chain.devnet import DEVNET_CHAIN_ID
-from syncline.chain.market import MarketClient
+from syncline.chain.devnet import DEVNET_CHAIN_ID, chain_time
+from syncline.chain.market import MarketClient, _hex
 from syncline.errors import SynclineError
 from syncline.run.context import TaskContext
 
@@ -94,12 +94,12 @@ class ApiServices:
         return [str(a).lower() for a in self.w3.eth.accounts]
 
     def chain_time(self) -> int:
-        return int(self.w3.eth.get_block("latest")["timestamp"])
+        return chain_time(self.w3)
 
     def task_context(self, task_id: int) -> TaskContext:
         """The task's verified context (spec artifact, tokenizer, layout), cached per task and spec
         hash (a reverted devnet can reuse a task id for another task)."""
-        spec_hash = "0x" + bytes(self.market.spec_tuple(task_id)[0]).hex()
+        spec_hash = _hex(self.market.spec_tuple(task_id)[0])
         key = (task_id, spec_hash)
         with self._contexts_lock:
             ctx = self._contexts.get(key)

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from syncline.blobstore import BlobStore
+from syncline.chain.market import _hex
 from syncline.errors import SpecError
 from syncline.protocol.enums import AggregationRule, Modality, Tier
 from syncline.protocol.spec import PPM, TrainingTaskSpec
@@ -48,10 +49,6 @@ ONCHAIN_FIELDS: tuple[str, ...] = (
     "challenge_bond_wei",
     "witnesses",
 )
-
-
-def _hex(value: Any) -> str:
-    return "0x" + bytes(value).hex()
 
 
 def onchain_spec(raw: Sequence[Any]) -> dict[str, Any]:

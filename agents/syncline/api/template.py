@@ -7,42 +7,21 @@ from collections.abc import Sequence
 from typing import Any
 
 from syncline.api.schemas import CORPUS_BOUNDS, MODEL_BOUNDS
-from syncline.demo.training_run import DemoPlan
+from syncline.demo.training_run import DemoPlan, _template
 from syncline.protocol import tier_policy
 from syncline.protocol.enums import AggregationRule, Tier
 from syncline.protocol.spec import MAX_SHARDS, MAX_TRAINERS, MAX_WINDOW_S, MAX_WITNESSES, ONCHAIN_BITS, PPM
 
-ETH = 10**18
 DEVNET_WITNESS_ACCOUNTS = (4, 5, 6)  # the demo's witness accounts
 
 
 def default_spec(plan: DemoPlan, witnesses: Sequence[str], now: int) -> dict[str, Any]:
-    """The demo's task (``syncline.demo.training_run._template``), wei as decimal strings."""
-    return {
-        "name": "shakespeare-llama-diloco",
-        "tier": plan.tier,
-        "aggregation": {"rule": plan.rule, "trim_fraction": 0.0, "krum_f": 0, "clip_radius": 0.0},
-        "inner_steps": plan.inner_steps,
-        "checkpoint_interval": plan.checkpoint_interval,
-        "rounds": plan.rounds,
-        "round_duration_s": plan.round_duration_s,
-        "grace_window_s": plan.grace_window_s,
-        "challenge_window_s": plan.challenge_window_s,
-        "trainer_stake_wei": str(plan.trainer_stake_wei),
-        "min_trainers": plan.trainers,
-        "max_trainers": plan.trainers,
-        "enrollment_deadline": now + 600,
-        "witnesses": [w.lower() for w in witnesses],
-        "threshold": plan.threshold,
-        "witness_fee_wei": str(ETH // 100),
-        "reward_pool_wei": str(3 * ETH),
-        "outer_optimizer": {"lr": 0.7, "momentum": 0.9},
-        "gradient_bits": 8,
-        "max_missed_rounds": 2,
-        "eviction_slash_bps": 1000,
-        "witness_bond_wei": str(plan.witness_bond_wei),
-        "challenge_bond_wei": str(plan.challenge_bond_wei),
-    }
+    """The demo's task (``syncline.demo.training_run._template``) with every rule parameter spelled
+    out, the given witnesses and wei as decimal strings."""
+    spec = _template(plan, [], now)
+    spec["aggregation"] = {"rule": plan.rule, "trim_fraction": 0.0, "krum_f": 0, "clip_radius": 0.0}
+    spec["witnesses"] = [w.lower() for w in witnesses]
+    return {k: str(v) if k.endswith("_wei") else v for k, v in spec.items()}
 
 
 def limits(now: int) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from syncline.observability import get_logger
 from syncline.protocol.enums import AggregationRule, RoundStatus
 from syncline.protocol.quantization import QuantizedGradient
 from syncline.protocol.signed_messages import Commitment, Domain, Vote
+from syncline.protocol.state import TrainingState
 from syncline.protocol.sync_round import CommittedSubmission, validate_submission
 from syncline.run.context import StateUnavailable, TaskContext
 from syncline.run.gossip import SignedCommitment, SignedVote, read_commitment, read_vote
@@ -182,16 +183,22 @@ class RoundAuditor:
 
     # ------------------------------------------------------------------ aggregation
 
+    def _state(self, root: str, round_: int) -> TrainingState | None:
+        """The state behind ``root``, or ``None`` (the round is then marked to be audited again)."""
+        try:
+            return self.ctx.fetch_state(root)
+        except StateUnavailable as exc:
+            log.info("challenger.state_unavailable", round=round_, reason=str(exc))
+            self.incomplete = True
+            return None
+
     def aggregation_fraud(
         self, round_: int, rr: RoundView, accepted: list[CommittedSubmission]
     ) -> AggregationFraud | None:
         """Recompute the round from its accepted inputs; a different state root is proven by
         opening the first differing chunk (the finalized state is fetched only then)."""
-        try:
-            previous = self.ctx.fetch_state(rr.prev_state_root)
-        except StateUnavailable as exc:
-            log.info("challenger.state_unavailable", round=round_, reason=str(exc))
-            self.incomplete = True
+        previous = self._state(rr.prev_state_root, round_)
+        if previous is None:
             return None
         expected = self.ctx.compute_round(previous, accepted)
         if "0x" + expected.state_root.hex() == rr.state_root:
@@ -201,11 +208,8 @@ class RoundAuditor:
             for fragment, reason in expected.rejected.items():
                 log.info("challenger.accepted_input_unusable", round=round_, fragment=fragment, reason=reason)
             return None
-        try:
-            claimed = self.ctx.fetch_state(rr.state_root)
-        except StateUnavailable as exc:
-            log.info("challenger.state_unavailable", round=round_, reason=str(exc))
-            self.incomplete = True
+        claimed = self._state(rr.state_root, round_)
+        if claimed is None:
             return None
         gradients: list[QuantizedGradient] = []
         for sub in accepted:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from syncline.blobstore import BlobStore
+from syncline.chain.keys import Signer
 from syncline.errors import SynclineError
 from syncline.protocol.signed_messages import Commitment, Domain, Vote, recover
 
@@ -158,13 +159,13 @@ def announce_vote(blobs: BlobStore, message: Vote, signature: bytes, witness: st
     blobs.put(encode_vote(message, signature), alias=vote_alias(message.task_id, message.round, witness))
 
 
-def _read(blobs: BlobStore, alias: str, decode: Callable[[bytes, Domain], T], domain: Domain) -> T | None:
+def _read(blobs: BlobStore, alias: str, decode: Callable[[bytes], T]) -> T | None:
     """The message announced under ``alias``, or ``None`` if absent, unreadable or invalid."""
     digest = blobs.resolve(alias)
     if digest is None:
         return None
     try:
-        return decode(blobs.get(digest), domain)
+        return decode(blobs.get(digest))
     except SynclineError:  # a blob store error, or a GossipError
         return None
 
@@ -173,12 +174,12 @@ def read_commitment(
     blobs: BlobStore, domain: Domain, task_id: int, round_: int, fragment: int
 ) -> SignedCommitment | None:
     """The announced commitment for a slot, or ``None`` if absent or invalid."""
-    return _read(blobs, commitment_alias(task_id, round_, fragment), decode_commitment, domain)
+    return _read(blobs, commitment_alias(task_id, round_, fragment), lambda data: decode_commitment(data, domain))
 
 
 def read_vote(blobs: BlobStore, domain: Domain, task_id: int, round_: int, witness: str) -> SignedVote | None:
     """The vote ``witness`` announced for a round, or ``None`` if absent or invalid."""
-    return _read(blobs, vote_alias(task_id, round_, witness), decode_vote, domain)
+    return _read(blobs, vote_alias(task_id, round_, witness), lambda data: decode_vote(data, domain))
 
 
 # ---------------------------------------------------------------------- trainer reports
@@ -218,59 +219,55 @@ def report_alias(task_id: int, round_: int, fragment: int) -> str:
     return f"gossip:report:{task_id}:{round_}:{fragment}"
 
 
-def _report_digest(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-
-
-def encode_report(report: TrainerReport, account: Any) -> bytes:
-    """``account`` is an eth-account ``LocalAccount`` (``Signer.account``)."""
+def _report_message(body: dict[str, Any]) -> Any:
+    """The EIP-191 message a report's signature covers: its canonical JSON without the signature."""
     from eth_account.messages import encode_defunct
 
+    return encode_defunct(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise GossipError(f"gossip report field {what} must be a number")
+    return float(value)
+
+
+def encode_report(report: TrainerReport, signer: Signer) -> bytes:
     body = report.body()
-    signed = account.sign_message(encode_defunct(_report_digest(body)))
+    signed = signer.account.sign_message(_report_message(body))
     return json.dumps({**body, "signature": _hex(bytes(signed.signature))}, sort_keys=True).encode()
 
 
 def decode_report(data: bytes) -> TrainerReport:
     from eth_account import Account
-    from eth_account.messages import encode_defunct
 
     obj = _load(data, "TrainerReport")
     signature = _b(obj.pop("signature", None), "signature", 65)
-    loss, seconds = obj.get("loss"), obj.get("trainSeconds")
-    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (loss, seconds)):
-        raise GossipError("gossip report fields loss and trainSeconds must be numbers")
-    assert isinstance(loss, int | float) and isinstance(seconds, int | float)
+    loss, seconds = _number(obj.get("loss"), "loss"), _number(obj.get("trainSeconds"), "trainSeconds")
     try:
-        signer = str(Account.recover_message(encode_defunct(_report_digest(obj)), signature=signature))
+        signer = str(Account.recover_message(_report_message(obj), signature=signature))
     except Exception as exc:  # eth-account raises several types for bad signatures
         raise GossipError(f"gossip report signature does not recover: {str(exc)[:80]}") from None
     return TrainerReport(
         task_id=_i(obj.get("taskId"), "taskId"),
         round=_i(obj.get("round"), "round"),
         fragment=_i(obj.get("fragment"), "fragment"),
-        loss=float(loss),
+        loss=loss,
         steps=_i(obj.get("steps"), "steps"),
         tokens=_i(obj.get("tokens"), "tokens"),
-        train_seconds=float(seconds),
+        train_seconds=seconds,
         signer=signer,
     )
 
 
-def announce_report(blobs: BlobStore, report: TrainerReport, account: Any) -> None:
-    blobs.put(encode_report(report, account), alias=report_alias(report.task_id, report.round, report.fragment))
+def announce_report(blobs: BlobStore, report: TrainerReport, signer: Signer) -> None:
+    blobs.put(encode_report(report, signer), alias=report_alias(report.task_id, report.round, report.fragment))
 
 
 def read_report(blobs: BlobStore, task_id: int, round_: int, fragment: int) -> TrainerReport | None:
     """The report announced for a slot, or ``None`` if absent or invalid. The caller checks
     ``signer`` against the trainer that committed the fragment on chain."""
-    digest = blobs.resolve(report_alias(task_id, round_, fragment))
-    if digest is None:
-        return None
-    try:
-        report = decode_report(blobs.get(digest))
-    except SynclineError:
-        return None
-    if (report.task_id, report.round, report.fragment) != (task_id, round_, fragment):
+    report = _read(blobs, report_alias(task_id, round_, fragment), decode_report)
+    if report is None or (report.task_id, report.round, report.fragment) != (task_id, round_, fragment):
         return None
     return report

@@ -246,7 +246,7 @@ class TrainerAgent:
             task_id, round_, fragment, work.mean_loss, len(work.losses), work.tokens, work.train_seconds
         )
         try:
-            announce_report(self.blobs, report, self.signer.account)
+            announce_report(self.blobs, report, self.signer)
         except SynclineError as exc:
             log.warning("trainer.report_failed", round=round_, error=str(exc))
 
