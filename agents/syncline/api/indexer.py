@@ -240,8 +240,14 @@ class Indexer:
             cursor = s.get(Cursor, 1)
             if cursor is None or cursor.last_block != start - 1:
                 return -1  # wiped or moved by someone else: start over
+            # RefereeVoted names only the challenge: its task comes from the challenge's row (written
+            # with its ChallengeOpened, in this batch or an earlier one).
             known = {int(c): int(t) for c, t in s.execute(select(ChallengeRow.challenge_id, ChallengeRow.task_id))}
-            known.update(self._challenge_tasks(s, events))
+            known.update(
+                (int(ev.args["challengeId"]), ev.task_id)
+                for ev in events
+                if ev.name == "ChallengeOpened" and ev.task_id is not None
+            )
             existing = {
                 (int(b), int(i))
                 for b, i in s.execute(
@@ -277,22 +283,6 @@ class Indexer:
             for ev in events:
                 self.metrics.events.labels(event=ev.name).inc()
         return len(events)
-
-    @staticmethod
-    def _challenge_tasks(s: Session, events: Sequence[MarketEvent]) -> dict[int, int]:
-        out: dict[int, int] = {}
-        for ev in events:
-            if ev.name == "ChallengeOpened" and ev.task_id is not None:
-                out[int(ev.args["challengeId"])] = ev.task_id
-        missing = {int(ev.args["challengeId"]) for ev in events if ev.name == "RefereeVoted"} - set(out)
-        if missing:
-            for row in s.scalars(
-                select(RawEvent).where(RawEvent.name == "ChallengeOpened", RawEvent.task_id.is_not(None))
-            ):
-                cid = int(row.args["challengeId"])
-                if cid in missing and row.task_id is not None:
-                    out[cid] = row.task_id
-        return out
 
     def _enrich(self) -> None:
         if self.blobs is None:
