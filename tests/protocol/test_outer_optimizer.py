@@ -1,4 +1,4 @@
-"""Fixed-point Nesterov outer step: exact spec formula, float references and bounds.
+"""Fixed-point Nesterov outer step: exact spec formula, float references, bounds and saturation.
 
 Rounding bound for one step against the exact rational computation with the same Q16
 coefficients (one grid unit = 2**-32): the momentum floor loses < 1 unit; the inner momentum
@@ -17,16 +17,32 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from syncline.protocol.fixed_point import q16
-from syncline.protocol.outer_optimizer import coefficients, nesterov_step
+from syncline.protocol.outer_optimizer import STATE_MAX, coefficients, nesterov_step
 
 STATE = 1 << 46
 DELTA = 1 << 41
+LIMIT = STATE - 1  # the saturation bound, written out independently of the module
+
+
+def sat(x: int) -> int:
+    return max(-LIMIT, min(LIMIT, x))
 
 
 def spec_step(
     theta: list[int], m: list[int], delta: list[int], lr_ppm: int, mom_ppm: int
 ) -> tuple[list[int], list[int]]:
-    """The documented formula with Python big ints (no overflow possible)."""
+    """The documented formula with Python big ints (no overflow possible): the new momentum is
+    saturated first and feeds the look-ahead saturated, then the new weights are saturated."""
+    big_l, big_m = q16(lr_ppm), q16(mom_ppm)
+    m_new = [sat(((big_m * a) >> 16) + d) for a, d in zip(m, delta, strict=True)]
+    step = [(big_l * (d + ((big_m * b) >> 16))) >> 16 for d, b in zip(delta, m_new, strict=True)]
+    return [sat(t - s) for t, s in zip(theta, step, strict=True)], m_new
+
+
+def unsaturated_step(
+    theta: list[int], m: list[int], delta: list[int], lr_ppm: int, mom_ppm: int
+) -> tuple[list[int], list[int]]:
+    """The formula before the bound rule existed (no clamps)."""
     big_l, big_m = q16(lr_ppm), q16(mom_ppm)
     m_new = [((big_m * a) >> 16) + d for a, d in zip(m, delta, strict=True)]
     step = [(big_l * (d + ((big_m * b) >> 16))) >> 16 for d, b in zip(delta, m_new, strict=True)]
@@ -75,7 +91,7 @@ def _floor_inverse(target: int, big_m: int) -> int:
 
 def test_int64_wraparound_cannot_hide_an_out_of_bound_step() -> None:
     """With L = 2**18 and v = 2**46 + 5, a naive int64 ``L * v`` wraps to ``2**18 * 5`` and the
-    step would look tiny; the split product gives the true step 2**48 + 20 and the bound check fires."""
+    step would look tiny; the split product gives the true step 2**48 + 20 and the weight saturates."""
     lr, mom = 4_000_000, 999_999
     big_l, big_m = q16(lr), q16(mom)
     assert big_l == 1 << 18
@@ -88,8 +104,9 @@ def test_int64_wraparound_cannot_hide_an_out_of_bound_step() -> None:
     with np.errstate(over="ignore"):
         naive = int((np.int64(big_l) * np.int64(v)) >> np.int64(16))
     assert naive == 20  # what a wrapping implementation would subtract
-    with pytest.raises(ValueError, match="theta after the step"):
-        nesterov_step(t64([0]), t64([m]), t64([delta]), lr, mom)
+    new_theta, new_m = nesterov_step(t64([0]), t64([m]), t64([delta]), lr, mom)
+    assert new_theta.tolist() == [-LIMIT]  # 0 - (2**48 + 20), saturated; not -20
+    assert new_m.tolist() == [m_new]
     # Near the bounds (|L * v| ~ 2**62.2) the same large-lr path is exact.
     theta, m_small, d_small = [-(STATE - 1)], [-(1 << 44)], [-(DELTA - 1)]
     new_theta, new_m = nesterov_step(t64(theta), t64(m_small), t64(d_small), lr, mom)
@@ -156,11 +173,95 @@ def test_coefficients_and_validation() -> None:
         nesterov_step(z, t64([0, -STATE]), z, 1, 0)
     with pytest.raises(ValueError, match="delta: values"):
         nesterov_step(z, z, t64([DELTA, 0]), 1, 0)
-    with pytest.raises(ValueError, match="momentum after the step"):
-        nesterov_step(z, t64([STATE - 1, 0]), t64([DELTA - 1, 0]), 1, 999_999)
-    with pytest.raises(ValueError, match="theta after the step"):
-        nesterov_step(t64([-(STATE - 1), 0]), z, t64([DELTA - 1, 0]), 2_000_000, 0)
+    # Results outside the bound saturate (they raised before issue 10, finding 9).
+    _, m_sat = nesterov_step(z, t64([STATE - 1, 0]), t64([DELTA - 1, 0]), 1, 999_999)
+    assert m_sat.tolist() == [LIMIT, 0]
+    w_sat, _ = nesterov_step(t64([-(STATE - 1), 0]), z, t64([DELTA - 1, 0]), 2_000_000, 0)
+    assert w_sat.tolist() == [-LIMIT, 0]
     with pytest.raises(ValueError, match="shape"):
         nesterov_step(z, t64([0]), z, 1, 0)
     with pytest.raises(ValueError, match="int64"):
         nesterov_step(z.float(), z, z, 1, 0)
+
+
+# ---------------------------------------------------------------- the state bound: saturation
+
+
+@st.composite
+def bound_inputs(draw: st.DrawFn) -> tuple[list[int], list[int], list[int], int, int]:
+    """Anything the step accepts, biased towards the bound: |theta|, |m| <= 2**46 - 1, |delta| < 2**41,
+    every lr of the chain's uint32 and every momentum below one."""
+    d = draw(vec)
+    near = st.integers(0, 1 << 42).flatmap(lambda k: st.sampled_from([LIMIT - k, -(LIMIT - k)]))
+    state = near | st.integers(-LIMIT, LIMIT) | st.sampled_from([LIMIT, -LIMIT, 0])
+    delta = st.integers(-(DELTA - 1), DELTA - 1) | st.sampled_from([DELTA - 1, -(DELTA - 1), 127 << 34])
+    lr = draw(st.sampled_from([700_000, 1_000_000, 2**32 - 1]) | st.integers(1, 2**32 - 1))
+    mom = draw(st.sampled_from([0, 900_000, 999_999]) | st.integers(0, 999_999))
+    return (
+        draw(st.lists(state, min_size=d, max_size=d)),
+        draw(st.lists(state, min_size=d, max_size=d)),
+        draw(st.lists(delta, min_size=d, max_size=d)),
+        lr,
+        mom,
+    )
+
+
+@given(bound_inputs())
+@settings(max_examples=200)
+def test_saturates_exactly_like_the_reference(args: tuple[list[int], list[int], list[int], int, int]) -> None:
+    """Every accepted input gives the big-int reference's saturated result, which stays in bounds."""
+    theta, m, delta, lr, mom = args
+    new_theta, new_m = nesterov_step(t64(theta), t64(m), t64(delta), lr, mom)
+    exp_theta, exp_m = spec_step(theta, m, delta, lr, mom)
+    assert new_m.tolist() == exp_m
+    assert new_theta.tolist() == exp_theta
+    assert max(map(abs, exp_theta + exp_m)) <= LIMIT == STATE_MAX
+
+
+@given(bound_inputs())
+@settings(max_examples=120)
+def test_saturation_changes_nothing_inside_the_bound(args: tuple[list[int], list[int], list[int], int, int]) -> None:
+    """Where the unsaturated formula stays within the bound, the result is that formula bit for bit
+    (results away from the bound are those of the step before the rule existed)."""
+    theta, m, delta, lr, mom = args
+    new_theta, new_m = nesterov_step(t64(theta), t64(m), t64(delta), lr, mom)
+    raw_theta, raw_m = unsaturated_step(theta, m, delta, lr, mom)
+    for i in range(len(theta)):
+        if abs(raw_m[i]) <= LIMIT:
+            assert int(new_m[i]) == raw_m[i]
+            if abs(raw_theta[i]) <= LIMIT:
+                assert int(new_theta[i]) == raw_theta[i]
+        else:
+            assert int(new_m[i]) == (LIMIT if raw_m[i] > 0 else -LIMIT)
+        if abs(raw_theta[i]) > LIMIT and abs(raw_m[i]) <= LIMIT:
+            assert int(new_theta[i]) == (LIMIT if raw_theta[i] > 0 else -LIMIT)
+
+
+@given(bound_inputs(), st.data())
+@settings(max_examples=100)
+def test_saturated_step_is_monotone_in_the_weights(
+    args: tuple[list[int], list[int], list[int], int, int], data: st.DataObject
+) -> None:
+    """The step does not depend on theta and the clamp is monotone, so a larger weight never yields
+    a smaller new weight (saturation cannot reorder coordinates)."""
+    theta, m, delta, lr, mom = args
+    bigger = [min(LIMIT, t + data.draw(st.integers(0, 1 << 44))) for t in theta]
+    low, _ = nesterov_step(t64(theta), t64(m), t64(delta), lr, mom)
+    high, _ = nesterov_step(t64(bigger), t64(m), t64(delta), lr, mom)
+    assert bool((high >= low).all())
+
+
+def test_momentum_saturates_before_it_feeds_the_look_ahead() -> None:
+    """m = LIMIT, delta = 2**41 - 1, M ~ 1: the raw new momentum exceeds the bound; the look-ahead
+    term uses the saturated momentum (the order is part of the rule)."""
+    lr, mom = 1_000_000, 999_999
+    big_m = q16(mom)
+    m, delta = LIMIT, DELTA - 1
+    raw_m = ((big_m * m) >> 16) + delta
+    assert raw_m > LIMIT
+    new_theta, new_m = nesterov_step(t64([0]), t64([m]), t64([delta]), lr, mom)
+    assert new_m.tolist() == [LIMIT]
+    step_saturated = (q16(lr) * (delta + ((big_m * LIMIT) >> 16))) >> 16
+    step_raw = (q16(lr) * (delta + ((big_m * raw_m) >> 16))) >> 16
+    assert step_saturated != step_raw
+    assert new_theta.tolist() == [sat(-step_saturated)]

@@ -6,7 +6,7 @@ pragma solidity ^0.8.24;
 /// bit-identical to the Python protocol (`syncline.protocol`): decode the trainers' quantized
 /// gradient chunks, dequantize them onto the Q32 grid (`q << e`), aggregate them per coordinate
 /// (Mean, TrimmedMean, CoordinateMedian) and apply the Nesterov outer step to the previous state
-/// chunk. Every division is a true floor (also for negatives) and every right shift arithmetic,
+/// chunk, saturating weights and momentum at `+-(2**46 - 1)` (`nesterovStep`). Every division is a true floor (also for negatives) and every right shift arithmetic,
 /// as in Python. Krum, MultiKrum and CenteredClip need whole-vector distances and are out of scope.
 /// @dev Chunk encodings (see `syncline/protocol/chunking.py`):
 /// - gradient chunk: `uint8 bits || uint8 exponent || value_0 .. value_{k-1}`, each value
@@ -33,11 +33,16 @@ library ChunkAggregation {
     uint256 internal constant PPM = 1_000_000;
     /// @notice Fractional bits of the Q16 optimizer coefficients.
     uint256 internal constant Q16_BITS = 16;
-    /// @notice `|theta|, |m| < 2**46` before and after the step; `|delta| < 2**41`.
+    /// @notice Inputs of the step need `|theta|, |m| < 2**46` and `|delta| < 2**41`; results
+    /// saturate at `+-STATE_MAX` (see `nesterovStep`).
     uint256 internal constant STATE_BOUND_BITS = 46;
     uint256 internal constant DELTA_BOUND_BITS = 41;
+    /// @notice The largest magnitude of a weight or a momentum value (`outer_optimizer.STATE_MAX`).
+    int256 internal constant STATE_MAX = int256((uint256(1) << STATE_BOUND_BITS) - 1);
 
-    /// @notice Which value `StateOutOfBounds` refers to (the order of Python's checks).
+    /// @notice Which value `StateOutOfBounds` refers to (the order of Python's checks). The
+    /// step's results saturate instead of reverting, so `_AFTER` only reports a value outside
+    /// int64 handed to `encodeStateChunk`.
     uint8 internal constant BOUND_THETA = 0;
     uint8 internal constant BOUND_MOMENTUM = 1;
     uint8 internal constant BOUND_DELTA = 2;
@@ -441,9 +446,16 @@ library ChunkAggregation {
         return int256((uint256(ppm) << Q16_BITS) / PPM);
     }
 
-    /// @notice One Nesterov outer step, exactly `outer_optimizer.nesterov_step`:
-    /// `m' = ((M*m) >> 16) + delta`, `v = delta + ((M*m') >> 16)`,
-    /// `step = Lh*v + ((Ll*v) >> 16)`, `theta' = theta - step`, with the same bound checks.
+    /// @notice One Nesterov outer step, exactly `outer_optimizer.nesterov_step`, saturating at the
+    /// state bound: `m' = sat(((M*m) >> 16) + delta)`, `v = delta + ((M*m') >> 16)`,
+    /// `step = Lh*v + ((Ll*v) >> 16)`, `theta' = sat(theta - step)`, where
+    /// `sat(x) = min(max(x, -STATE_MAX), STATE_MAX)` and `STATE_MAX = 2**46 - 1`.
+    /// @dev The rule (issue 10, finding 9): inputs outside `|theta|, |m| < 2**46`,
+    /// `|delta| < 2**41` revert `StateOutOfBounds` (no honest state holds them); results never
+    /// revert. The clamps act on the exact integers after the floor shifts, the new momentum
+    /// first (its saturated value is stored and feeds the look-ahead term), then the new weight.
+    /// Away from the bound neither clamp changes anything, so those results are the unsaturated
+    /// formula's.
     function nesterovStep(
         int256[] memory weights,
         int256[] memory momentum,
@@ -461,28 +473,32 @@ library ChunkAggregation {
         int256 lq = q16(lrPpm);
         int256 lrHi = lq >> Q16_BITS;
         int256 lrLo = lq & int256((1 << Q16_BITS) - 1);
+        int256 hi = STATE_MAX;
         newWeights = new int256[](k);
         newMomentum = new int256[](k);
         // assembly: the per-coordinate step without checked arithmetic. Python computes these in
         // int64 and proves no overflow; with |theta|, |m| < 2**46, |delta| < 2**41 (checked
-        // above), M < 2**16 and L < 2**29 every intermediate is below 2**80, so the int256
-        // results are the same integers. `sar` is the arithmetic shift (floor) like Python's >>.
-        //   m' = ((M * m) >> 16) + delta;  v = delta + ((M * m') >> 16)
-        //   step = Lh * v + ((Ll * v) >> 16);  theta' = theta - step
+        // above), |m'| <= STATE_MAX (saturated), M < 2**16 and L < 2**29 every intermediate is
+        // below 2**80, so the int256 results are the same integers. `sar` is the arithmetic
+        // shift (floor) like Python's >>; `sat` clamps to [-hi, hi] with signed comparisons.
+        //   m' = sat(((M * m) >> 16) + delta);  v = delta + ((M * m') >> 16)
+        //   step = Lh * v + ((Ll * v) >> 16);  theta' = sat(theta - step)
         assembly ("memory-safe") {
+            function sat(x, bound) -> y {
+                y := x
+                if sgt(x, bound) { y := bound }
+                if slt(x, sub(0, bound)) { y := sub(0, bound) }
+            }
             for { let i := 0 } lt(i, k) { i := add(i, 1) } {
                 let slot := shl(5, add(i, 1))
                 let de := mload(add(aggregate, slot))
-                let mNew := add(sar(16, mul(mq, mload(add(momentum, slot)))), de)
+                let mNew := sat(add(sar(16, mul(mq, mload(add(momentum, slot)))), de), hi)
                 let v := add(de, sar(16, mul(mq, mNew)))
                 let step := add(mul(lrHi, v), sar(16, mul(lrLo, v)))
                 mstore(add(newMomentum, slot), mNew)
-                mstore(add(newWeights, slot), sub(mload(add(weights, slot)), step))
+                mstore(add(newWeights, slot), sat(sub(mload(add(weights, slot)), step), hi))
             }
         }
-        // Same order as Python: the new momentum's bound first, then the new weights'.
-        _requireBounded(newMomentum, STATE_BOUND_BITS, BOUND_MOMENTUM_AFTER);
-        _requireBounded(newWeights, STATE_BOUND_BITS, BOUND_THETA_AFTER);
     }
 
     // ------------------------------------------------------------------ internals

@@ -285,6 +285,127 @@ contract ChunkAggregationTest is TestBase {
         h.nesterovStep(w, m, d, 700_000, 1_000_000);
     }
 
+    // ------------------------------------------------------------------ the state bound: saturation
+
+    /// @dev The largest magnitude a weight or a momentum value may hold (`2**46 - 1`).
+    int256 internal constant LIMIT = (int256(1) << 46) - 1;
+    /// @dev The largest magnitude of an aggregate (`|delta| < 2**41`).
+    int256 internal constant DELTA_MAX = (int256(1) << 41) - 1;
+
+    /// @dev `x` clamped to `[-LIMIT, LIMIT]`.
+    function _sat(int256 x) internal pure returns (int256) {
+        return x > LIMIT ? LIMIT : (x < -LIMIT ? -LIMIT : x);
+    }
+
+    /// @dev Maps any int256 into `[lo, hi]`, keeping values already inside (fuzz edge cases survive).
+    function _boundInt(int256 x, int256 lo, int256 hi) internal pure returns (int256) {
+        if (x >= lo && x <= hi) return x;
+        return lo + int256(uint256(x) % uint256(hi - lo + 1));
+    }
+
+    /// @dev The documented saturating step in plain checked int256 arithmetic, with the unsplit
+    /// product `(L * v) >> 16` (exact in int256): a reference independent of the library's assembly.
+    function _refStep(int256 w, int256 m, int256 d, uint32 lrPpm, uint32 momPpm)
+        internal
+        pure
+        returns (int256 w2, int256 m2)
+    {
+        int256 bigM = int256((uint256(momPpm) << 16) / 1_000_000);
+        int256 bigL = int256((uint256(lrPpm) << 16) / 1_000_000);
+        m2 = _sat(((bigM * m) >> 16) + d);
+        w2 = _sat(w - ((bigL * (d + ((bigM * m2) >> 16))) >> 16));
+    }
+
+    /// @dev One int8 chunk of `count` values, all `q`, at `exponent`.
+    function _constChunk(int8 q, uint8 exponent, uint256 count) internal pure returns (bytes memory c) {
+        c = new bytes(2 + count);
+        c[0] = bytes1(uint8(8));
+        c[1] = bytes1(exponent);
+        for (uint256 j = 0; j < count; ++j) {
+            c[2 + j] = bytes1(uint8(q));
+        }
+    }
+
+    /// @dev Issue 10 finding 9: a Byzantine trainer's maximal gradient (`127 << 34` everywhere)
+    /// on a state at the bound. Before saturation the recomputation reverted
+    /// `StateOutOfBounds(4, 0, ...)`, so neither an honest nor a forged state there was checkable.
+    function test_recompute_atStateBound_saturates() public view {
+        bytes[] memory chunks = new bytes[](1);
+        int256 delta = int256(127) << 34;
+        for (uint256 s = 0; s < 2; ++s) {
+            int256 sign = s == 0 ? int256(1) : -1;
+            chunks[0] = _constChunk(int8(int256(127) * sign), 34, 3);
+            // coordinate 0 saturates the weights, 1 the weights and (at momentum ~1) the momentum,
+            // 2 stays inside the bound
+            int256[] memory w = new int256[](3);
+            int256[] memory m = new int256[](3);
+            (w[0], w[1], w[2]) = (-sign * (LIMIT - 5), -sign * LIMIT, 0);
+            (m[0], m[1], m[2]) = (0, sign * LIMIT, 0);
+            bytes memory prev = h.encodeStateChunk(w, m);
+            for (uint256 k = 0; k < 2; ++k) {
+                uint32 mom = k == 0 ? 900_000 : 999_999;
+                bytes memory out = h.recomputeStateChunk(chunks, 8, 0, 0, prev, 700_000, mom);
+                (int256[] memory w2, int256[] memory m2) = h.decodeStateChunk(out);
+                vm.assertTrue(w2[0] == -sign * LIMIT && w2[1] == -sign * LIMIT, "the weights saturate");
+                if (k == 1) vm.assertTrue(m2[1] == sign * LIMIT, "the momentum saturates");
+                for (uint256 j = 0; j < 3; ++j) {
+                    (int256 rw, int256 rm) = _refStep(w[j], m[j], sign * delta, 700_000, mom);
+                    vm.assertTrue(w2[j] == rw && m2[j] == rm, "the saturating reference");
+                }
+                vm.assertTrue(w2[2] > -LIMIT && w2[2] < LIMIT, "coordinate 2 inside the bound");
+            }
+        }
+    }
+
+    /// @dev Every in-bound input gives the reference's saturated result, inside the bound.
+    function testFuzz_nesterovStep_matchesSaturatingReference(int256 w, int256 m, int256 d, uint32 lr, uint32 mom)
+        public
+        view
+    {
+        int256[] memory ws = new int256[](1);
+        int256[] memory ms = new int256[](1);
+        int256[] memory ds = new int256[](1);
+        ws[0] = _boundInt(w, -LIMIT, LIMIT);
+        ms[0] = _boundInt(m, -LIMIT, LIMIT);
+        ds[0] = _boundInt(d, -DELTA_MAX, DELTA_MAX);
+        lr = uint32(bound(lr, 1, type(uint32).max));
+        mom = uint32(bound(mom, 0, 999_999));
+        (int256[] memory w2, int256[] memory m2) = h.nesterovStep(ws, ms, ds, lr, mom);
+        (int256 rw, int256 rm) = _refStep(ws[0], ms[0], ds[0], lr, mom);
+        vm.assertTrue(w2[0] == rw, "weights as the reference");
+        vm.assertTrue(m2[0] == rm, "momentum as the reference");
+        vm.assertTrue(w2[0] >= -LIMIT && w2[0] <= LIMIT && m2[0] >= -LIMIT && m2[0] <= LIMIT, "inside the bound");
+    }
+
+    /// @dev Whole-chunk recomputation near the bound: maximal-exponent inputs, states within
+    /// `2**40` of either bound, large coefficients; each coordinate equals mean + the reference step.
+    function testFuzz_recompute_nearBound_matchesReference(uint256 seed, uint32 lr, uint32 mom) public view {
+        lr = uint32(bound(lr, 1, 20_000_000));
+        mom = uint32(bound(mom, 0, 999_999));
+        uint256 n = 1 + seed % 5;
+        uint256 count = 1 + (seed >> 8) % 24;
+        bytes[] memory chunks = new bytes[](n);
+        for (uint256 i = 0; i < n; ++i) {
+            chunks[i] = _int8Chunk(seed ^ i, uint8(30 + (i + (seed >> 16)) % 5), count);
+        }
+        int256[] memory w = new int256[](count);
+        int256[] memory m = new int256[](count);
+        uint256 r = seed;
+        for (uint256 j = 0; j < count; ++j) {
+            r = _next(r);
+            int256 side = (r >> 200) & 1 == 0 ? int256(1) : -1;
+            w[j] = side * (LIMIT - int256((r >> 64) % (1 << 40)));
+            m[j] = ((r >> 201) & 1 == 0 ? int256(1) : -1) * (LIMIT - int256((r >> 128) % (1 << 40)));
+        }
+        bytes memory out = h.recomputeStateChunk(chunks, 8, 0, 0, h.encodeStateChunk(w, m), lr, mom);
+        int256[] memory agg = h.aggregateGradientChunks(chunks, 8, count, 0, 0);
+        (int256[] memory w2, int256[] memory m2) = h.decodeStateChunk(out);
+        for (uint256 j = 0; j < count; ++j) {
+            (int256 rw, int256 rm) = _refStep(w[j], m[j], agg[j], lr, mom);
+            vm.assertTrue(w2[j] == rw && m2[j] == rm, "coordinate as the reference");
+        }
+    }
+
     /// @dev The fused path (bytes -> column sort -> rule) agrees with decode + dequantize + the
     /// matrix rules.
     function test_aggregateGradientChunks_matchesMatrixRules() public view {
