@@ -5,6 +5,10 @@ colluding quorum finalizes a state with one wrong coordinate, and the challenger
 ``build_aggregation_proof`` opening is accepted: the voters' bonds are slashed, the round is
 invalidated and the task's state root rolls back. The same opening against the honest state is
 refused with ``SynclineAggregationCorrect``, and a tampered opening with ``SynclineBadMerkleProof``.
+
+At the state bound (issue 10, finding 9) the round saturates: an honest state whose chunk holds
+saturated weights and momentum cannot be proven wrong, and a forged one (one unit inside the
+bound, or one past it) is convicted.
 """
 
 from __future__ import annotations
@@ -22,12 +26,20 @@ from syncline.chain.market import AggregationProof, MarketClient
 from syncline.challenger.proofs import build_aggregation_proof, first_differing_chunk
 from syncline.errors import ChainError
 from syncline.protocol.aggregation import make_rule
-from syncline.protocol.chunking import gradient_chunk_root, verify_chunk
-from syncline.protocol.enums import AggregationRule, ChallengeStatus, RoundStatus
+from syncline.protocol.chunking import (
+    chunk_proof,
+    gradient_chunk_root,
+    state_chunk_contents,
+    state_chunk_hashes,
+    state_chunk_root,
+    verify_chunk,
+)
+from syncline.protocol.enums import AggregationRule, ChallengeStatus, RoundStatus, Tier
 from syncline.protocol.fixed_point import to_fixed
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.quantization import QuantizedGradient, dequantize, quantize
-from syncline.protocol.spec import AggregationSpec, TrainingTaskSpec
+from syncline.protocol.outer_optimizer import STATE_MAX
+from syncline.protocol.spec import AggregationSpec, OuterOptimizerSpec, TrainingTaskSpec
 from syncline.protocol.state import TrainingState
 
 pytestmark = pytest.mark.chain
@@ -59,6 +71,37 @@ def _honest(previous: TrainingState, grads: list[QuantizedGradient], spec: Train
     return previous.apply_round(aggregate, spec.outer_lr_ppm, spec.outer_momentum_ppm)
 
 
+def _post_round(
+    market: MarketClient,
+    w3: Web3,
+    sponsor: Signer,
+    trainers: list[Signer],
+    witnesses: list[Signer],
+    spec: TrainingTaskSpec,
+    grads: list[QuantizedGradient],
+    claimed_root: bytes,
+) -> int:
+    """Start ``spec``'s task, commit ``grads`` (fragments in order) and let two of the three
+    witnesses finalize round 0 with ``claimed_root``; returns the task id."""
+    task_id, _ = start_task(market, sponsor, spec, witnesses, trainers)
+    for fragment, (trainer, qg) in enumerate(zip(trainers, grads, strict=True)):
+        market.commit_submission(
+            trainer,
+            task_id,
+            0,
+            fragment,
+            h32(f"payload-{fragment}"),
+            gradient_chunk_root(qg),
+            f"blob://{fragment}",
+            checkpoint_root=checkpoint_root(f"agg-{fragment}"),
+        )
+    travel_past(w3, market.round_deadline(task_id))
+    for w in witnesses[:2]:
+        market.finalize_round(w, task_id, 0, claimed_root, h32("aggregate"), 0b111)
+    assert market.round(task_id, 0).status == RoundStatus.FINALIZED
+    return task_id
+
+
 def _finalized_round(
     market: MarketClient,
     w3: Web3,
@@ -78,29 +121,14 @@ def _finalized_round(
         aggregation=AggregationSpec(rule=rule, trim_fraction=param / 10_000),
         min_trainers=3,
     )
-    task_id, _ = start_task(market, sponsor, spec, witnesses, trainers)
     grads = _gradients(len(trainers))
-    for fragment, (trainer, qg) in enumerate(zip(trainers, grads, strict=True)):
-        market.commit_submission(
-            trainer,
-            task_id,
-            0,
-            fragment,
-            h32(f"payload-{fragment}"),
-            gradient_chunk_root(qg),
-            f"blob://{fragment}",
-            checkpoint_root=checkpoint_root(f"agg-{fragment}"),
-        )
     honest = _honest(previous, grads, spec)
     claimed = honest
     if tamper:
         weights = honest.weights.clone()
         weights[300] += 1  # chunk 1, coordinate 44
         claimed = TrainingState(layout=honest.layout, weights=weights, momentum=honest.momentum)
-    travel_past(w3, market.round_deadline(task_id))
-    for w in witnesses[:2]:
-        market.finalize_round(w, task_id, 0, claimed.state_root(), h32("aggregate"), 0b111)
-    assert market.round(task_id, 0).status == RoundStatus.FINALIZED
+    task_id = _post_round(market, w3, sponsor, trainers, witnesses, spec, grads, claimed.state_root())
     return task_id, previous, grads, honest, claimed
 
 
@@ -200,3 +228,137 @@ def test_a_forged_opening_is_refused(
     with pytest.raises(ChainError) as err:
         market.prove_aggregation_fraud(outsider, replace(opening, input_chunks=opening.input_chunks[:2]))
     assert err.value.error_name == "SynclineBadOpening"
+
+
+# ---------------------------------------------------------------- the state bound: saturation
+
+SATURATED = range(256, 512)  # chunk 1: pushed to the bound by maximal gradients
+LIMIT = (1 << 46) - 1
+
+
+def _at_the_bound() -> tuple[TrainingState, list[QuantizedGradient]]:
+    """A previous state whose chunk 1 sits at the bound (weights ~ -LIMIT, momentum ~ +LIMIT) and
+    three trainers' gradients that are maximal there (every value ``127 << 34``): the next weights
+    and, at momentum 0.999999, the next momentum saturate on the whole chunk."""
+    previous = _previous()
+    weights, momentum = previous.weights.clone(), previous.momentum.clone()
+    lo, hi = SATURATED.start, SATURATED.stop
+    weights[lo:hi] = -(LIMIT - torch.arange(hi - lo, dtype=torch.int64) * 1000)
+    momentum[lo:hi] = LIMIT - torch.arange(hi - lo, dtype=torch.int64)
+    grads = []
+    for qg in _gradients(3):
+        values = qg.values.clone()
+        exponents = qg.exponents.clone()
+        values[lo:hi] = 127
+        exponents[1] = 34
+        grads.append(QuantizedGradient(bits=8, values=values, exponents=exponents))
+    return TrainingState(layout=previous.layout, weights=weights, momentum=momentum), grads
+
+
+def _saturating_round(
+    market: MarketClient,
+    w3: Web3,
+    sponsor: Signer,
+    trainers: list[Signer],
+    witnesses: list[Signer],
+    spec_factory: Callable[..., TrainingTaskSpec],
+    forge: Callable[[torch.Tensor, torch.Tensor], None] | None,
+) -> tuple[int, TrainingState, list[QuantizedGradient], TrainingState, tuple[torch.Tensor, torch.Tensor]]:
+    """Finalize round 0 on the state at the bound with the honest (saturated) result, or with the
+    result that ``forge`` edits in place (weights, momentum; values may leave the bound)."""
+    previous, grads = _at_the_bound()
+    spec = spec_factory(
+        param_count=PARAMS,
+        initial_state_root=previous.state_root_hex,
+        aggregation=AggregationSpec(rule=AggregationRule.MEAN),
+        tier=Tier.OPEN,
+        outer_optimizer=OuterOptimizerSpec(lr=0.7, momentum=0.999999),
+        min_trainers=3,
+    )
+    honest = _honest(previous, grads, spec)
+    saturated = honest.weights[SATURATED.start : SATURATED.stop]
+    assert bool((saturated == -STATE_MAX).all())
+    assert bool((honest.momentum[SATURATED.start : SATURATED.stop] == STATE_MAX).all())
+    weights, momentum = honest.weights.clone(), honest.momentum.clone()
+    if forge is not None:
+        forge(weights, momentum)
+    task_id = _post_round(market, w3, sponsor, trainers, witnesses, spec, grads, state_chunk_root(weights, momentum))
+    return task_id, previous, grads, honest, (weights, momentum)
+
+
+def test_an_honest_saturated_state_cannot_be_proven_wrong(
+    market: MarketClient,
+    w3: Web3,
+    sponsor: Signer,
+    trainers: list[Signer],
+    witnesses: list[Signer],
+    outsider: Signer,
+    spec_factory: Callable[..., TrainingTaskSpec],
+) -> None:
+    """Before the bound had a rule the court's recomputation reverted ``StateOutOfBounds`` here."""
+    task_id, previous, grads, honest, _ = _saturating_round(
+        market, w3, sponsor, trainers, witnesses, spec_factory, None
+    )
+    opening = build_aggregation_proof(
+        task_id=task_id,
+        round_=0,
+        accepted=grads,
+        previous=previous,
+        expected=honest,
+        claimed=honest,
+        chunk_index=1,
+        window=256,
+    )
+    assert opening is not None
+    with pytest.raises(ChainError) as err:
+        market.prove_aggregation_fraud(outsider, opening)
+    assert err.value.error_name == "SynclineAggregationCorrect"
+    assert market.round(task_id, 0).status == RoundStatus.FINALIZED
+
+
+def _weight_inside(w: torch.Tensor, m: torch.Tensor) -> None:
+    w[300] += 1  # -LIMIT + 1: in bounds, but not the saturated value
+
+
+def _weight_past(w: torch.Tensor, m: torch.Tensor) -> None:
+    w[300] -= 1  # -2**46: one past the bound (a step that forgot to saturate)
+
+
+def _momentum_past(w: torch.Tensor, m: torch.Tensor) -> None:
+    m[300] += 1  # 2**46
+
+
+FORGERIES = {"weight_inside": _weight_inside, "weight_past": _weight_past, "momentum_past": _momentum_past}
+
+
+@pytest.mark.parametrize("forgery", sorted(FORGERIES))
+def test_a_forged_saturated_state_is_convicted(
+    market: MarketClient,
+    w3: Web3,
+    sponsor: Signer,
+    trainers: list[Signer],
+    witnesses: list[Signer],
+    outsider: Signer,
+    spec_factory: Callable[..., TrainingTaskSpec],
+    forgery: str,
+) -> None:
+    task_id, previous, grads, honest, (weights, momentum) = _saturating_round(
+        market, w3, sponsor, trainers, witnesses, spec_factory, FORGERIES[forgery]
+    )
+    opening = build_aggregation_proof(
+        task_id=task_id, round_=0, accepted=grads, previous=previous, expected=honest, claimed=honest, chunk_index=1
+    )
+    assert opening is not None and (opening.lo, opening.hi) == (0, 32)
+    # Open the forged chunk (a TrainingState cannot hold a value past the bound) in a window from
+    # the forged coordinate (chunk 1, coordinate 44).
+    start, stop = SATURATED.start, SATURATED.stop
+    (forged_chunk,) = state_chunk_contents(weights[start:stop], momentum[start:stop])
+    forged_proof = tuple(chunk_proof(state_chunk_hashes(weights, momentum), 1))
+    opening = replace(opening, lo=44, hi=76, claimed_chunk=forged_chunk, claimed_proof=forged_proof)
+    bond = market.witness_bond(task_id)
+    challenge_id = market.prove_aggregation_fraud(outsider, opening)
+    c = market.challenge(challenge_id)
+    assert c.status == ChallengeStatus.UPHELD
+    assert c.slashed_wei == 2 * bond
+    assert market.round(task_id, 0).status == RoundStatus.INVALIDATED
+    assert market.task(task_id).state_root == previous.state_root_hex
