@@ -37,8 +37,8 @@ from syncline.protocol.chunking import (
 from syncline.protocol.enums import AggregationRule, ChallengeStatus, RoundStatus, Tier
 from syncline.protocol.fixed_point import to_fixed
 from syncline.protocol.layout import ParameterLayout
-from syncline.protocol.quantization import QuantizedGradient, dequantize, quantize
 from syncline.protocol.outer_optimizer import STATE_MAX
+from syncline.protocol.quantization import QuantizedGradient, dequantize, quantize
 from syncline.protocol.spec import AggregationSpec, OuterOptimizerSpec, TrainingTaskSpec
 from syncline.protocol.state import TrainingState
 

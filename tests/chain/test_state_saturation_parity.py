@@ -144,9 +144,11 @@ def test_nesterov_step_over_the_whole_input_range_matches_python(
     """The step alone, on every input it accepts (``|theta|, |m| <= 2**46 - 1``, ``|delta| < 2**41``)."""
     k = len(weights)
     momentum = data.draw(st.lists(near_bound(), min_size=k, max_size=k))
-    delta = data.draw(st.lists(st.integers(-DELTA_MAX, DELTA_MAX) | st.sampled_from([DELTA_MAX, -DELTA_MAX]), min_size=k, max_size=k))
-    t = [torch.tensor(v, dtype=torch.int64) for v in (weights, momentum, delta)]
-    new_w, new_m = nesterov_step(*t, lr_ppm, mom_ppm)
+    delta = data.draw(
+        st.lists(st.integers(-DELTA_MAX, DELTA_MAX) | st.sampled_from([DELTA_MAX, -DELTA_MAX]), min_size=k, max_size=k)
+    )
+    theta, m, d = (torch.tensor(v, dtype=torch.int64) for v in (weights, momentum, delta))
+    new_w, new_m = nesterov_step(theta, m, d, lr_ppm, mom_ppm)
     got_w, got_m = harness.functions.nesterovStep(weights, momentum, delta, lr_ppm, mom_ppm).call()
     assert list(got_w) == new_w.tolist()
     assert list(got_m) == new_m.tolist()

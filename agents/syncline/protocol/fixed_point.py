@@ -7,6 +7,11 @@ recompute them bit for bit. Every operation after :func:`to_fixed` is integer ar
 floor rounding (arithmetic right shifts and :func:`floor_div`), so results do not depend on the
 machine, the BLAS library or the number of threads.
 
+Training state values (weights and momentum) are bounded by ``|x| <= 2**46 - 1`` (a real magnitude
+just under 16384); the outer step saturates at that bound rather than failing (the exact rule is in
+:mod:`syncline.protocol.outer_optimizer`, identical on chain in ``ChunkAggregation.nesterovStep``).
+Outer gradients and aggregates satisfy ``|x| < 2**41`` (:mod:`syncline.protocol.quantization`).
+
 Constants
 ---------
 FRAC_BITS = 32

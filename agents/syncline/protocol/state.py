@@ -1,11 +1,12 @@
 """The training state witnesses agree on: Q32 weights and outer momentum, with a Merkle root.
 
 ``TrainingState`` pairs a :class:`~syncline.protocol.layout.ParameterLayout` with int64 Q32
-``weights`` and ``momentum`` vectors (``|x| < 2**46``). Its commitment :meth:`state_root` is the
+``weights`` and ``momentum`` vectors (``|x| <= STATE_MAX = 2**46 - 1``; the outer step saturates
+there, see :mod:`syncline.protocol.outer_optimizer`). Its commitment :meth:`state_root` is the
 Merkle root over state chunks (chunk ``i`` = weights slice ``i`` then momentum slice ``i``, each
 8-byte big-endian; see :mod:`syncline.protocol.chunking`), so one leaf holds everything the
-outer step on chunk ``i`` needs. :meth:`apply_round` is the exact outer Nesterov step of
-:mod:`syncline.protocol.outer_optimizer`.
+outer step on chunk ``i`` needs. :meth:`apply_round` is the exact, saturating outer Nesterov step
+of :mod:`syncline.protocol.outer_optimizer`.
 
 Wire format: safetensors with I64 tensors ``weights`` and ``momentum`` of shape ``[numel]`` and
 metadata ``format = "syncline-state-v1"`` and ``layout`` (the layout's canonical JSON).
@@ -77,7 +78,11 @@ class TrainingState:
         return self.layout.unflatten(from_fixed(self.weights))
 
     def apply_round(self, aggregate: torch.Tensor, lr_ppm: int, mom_ppm: int) -> TrainingState:
-        """State after one outer step with the round's aggregated outer gradient (Q32 int64)."""
+        """State after one outer step with the round's aggregated outer gradient (Q32 int64).
+
+        Never fails on a valid state and aggregate: weights and momentum saturate at
+        ``+-(2**46 - 1)`` (issue 10, finding 9).
+        """
         weights, momentum = nesterov_step(self.weights, self.momentum, aggregate, lr_ppm, mom_ppm)
         return TrainingState(layout=self.layout, weights=weights, momentum=momentum)
 

@@ -88,7 +88,9 @@ def compute_round(
     """Validate, aggregate with the task's rule and apply the outer Nesterov step.
 
     If the rule cannot run on the number of valid inputs (Krum/Multi-Krum need n >= 2f + 3), the
-    coordinate median is used instead; with no valid input the state carries over unchanged.
+    coordinate median is used instead; with no valid input the state carries over unchanged. At
+    the state bound the outer step saturates (weights and momentum at ``+-(2**46 - 1)``), so valid
+    inputs never make the round fail and are never left out for it.
     """
     numel = previous.layout.numel
     valid: list[tuple[int, QuantizedGradient]] = []
