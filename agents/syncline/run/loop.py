@@ -50,7 +50,8 @@ class Backoff:
         """Seconds to wait before the next tick after ``failures`` consecutive failures (0: a success)."""
         if failures <= 0:
             return poll_interval_s
-        return max(poll_interval_s, min(self.max_s, self.first_s * 2 ** min(failures - 1, 32)))
+        grown: float = self.first_s * 2.0 ** min(failures - 1, 32)
+        return max(poll_interval_s, min(self.max_s, grown))
 
 
 class Transition(enum.Enum):
