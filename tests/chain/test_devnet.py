@@ -3,6 +3,7 @@ and the managed devnet (`syncline devnet status` reports each service, `up` rest
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -330,6 +331,23 @@ def test_devnet_status_reports_a_dead_blob_service_and_up_restarts_it(devnet_env
     assert code == 0 and status["services"]["blob_service"]["pid"] != blob["pid"]
     assert HttpBlobStore(first["blob_store"]).get(stored.digest) == b"survives the restart"  # same store
     assert _devnet_cli("up", devnet_env) == (0, {**again, "started": []})  # all up: nothing to do
+
+    # a hung service (alive, not answering its probe) is degraded too, and `up` replaces it
+    hung = status["services"]["blob_service"]["pid"]
+    os.kill(hung, signal.SIGSTOP)
+    try:
+        code, status = _devnet_cli("status", devnet_env)
+        assert code == 1 and status["state"] == "degraded"
+        stuck = status["services"]["blob_service"]
+        assert (stuck["pid"], stuck["alive"], stuck["answers"]) == (hung, True, False)
+        assert stuck["problem"].startswith(f"no answer from {first['blob_store']}/healthz")
+        code, again = _devnet_cli("up", devnet_env)
+        assert code == 0 and again["started"] == ["blob_service"] and again["blob_store"] == first["blob_store"]
+        assert not is_running(hung)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(hung, signal.SIGCONT)
+    assert _devnet_cli("status", devnet_env)[0] == 0
 
 
 @pytest.mark.chain

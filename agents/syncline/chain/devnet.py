@@ -163,7 +163,8 @@ def start_anvil(
 
 
 def stop_process(pid: int) -> None:
-    """SIGTERM a process by pid, wait up to 5 s, then SIGKILL it (no error if it is already gone)."""
+    """SIGTERM a process by pid, wait up to 5 s, then SIGKILL it and wait for it to be gone (no
+    error if it is already gone)."""
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -174,6 +175,10 @@ def stop_process(pid: int) -> None:
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
+    for _ in range(100):  # until its sockets are closed (a restart reuses its port)
+        if not is_running(pid):
+            return
+        time.sleep(0.05)
 
 
 # ---------------------------------------------------------------------- time travel and snapshots
