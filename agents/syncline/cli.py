@@ -24,7 +24,7 @@ from web3 import Web3
 
 from syncline.chain import keys
 from syncline.chain.deployment import Deployment, deploy_market
-from syncline.chain.devnet import is_running, start_anvil, stop_process
+from syncline.chain.devnet import ANVIL, DevnetHome, start_anvil
 from syncline.chain.market import MarketClient
 from syncline.demo.scenarios import SCENARIOS as FRAUD_SCENARIOS
 from syncline.errors import SpecError, SynclineError
@@ -82,81 +82,44 @@ def market_from_args(args: argparse.Namespace) -> MarketClient:
 
 
 def cmd_devnet_up(args: argparse.Namespace) -> int:
-    pid_file = devnet_dir() / "anvil.pid"
-    if pid_file.exists() and is_running(int(pid_file.read_text())):
-        print(json.dumps(json.loads(default_deployment_path().read_text()), indent=2))
-        log.info("devnet.already_running", pid=int(pid_file.read_text()))
-        return 0
-    devnet = start_anvil(devnet_dir(), port=args.port, detach=True)
-    pid_file.write_text(str(devnet.pid))
-    deployer = keys.from_private_key(devnet.private_keys()[0])
-    deployment = deploy_market(devnet.web3(), deployer, devnet.rpc_url, devnet_dir())
-    blob_url, blob_pid = _start_blob_service(devnet_dir())
-    (devnet_dir() / "blobstore.pid").write_text(str(blob_pid))
-    log.info(
-        "devnet.up",
-        rpc_url=devnet.rpc_url,
-        market=deployment.market,
-        court=deployment.court,
-        blob_store=blob_url,
-        pid=devnet.pid,
-    )
-    print(json.dumps({**deployment.__dict__, "blob_store": blob_url}, indent=2))
-    return 0
-
-
-def _start_blob_service(directory: Path, timeout_s: float = 30.0) -> tuple[str, int]:
-    """Start ``python -m syncline.blobstore`` detached; returns its URL (also in blobstore.json) and pid."""
-    import subprocess
-
-    out = directory / "blobstore.out"
-    with out.open("wb") as fh, (directory / "blobstore.log").open("wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "syncline.blobstore", "--root", str(directory / "blobs"), "--port", "0"],
-            stdout=fh,
-            stderr=err,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
+    """Start the devnet, or restart whichever of its services died (same port, same state)."""
+    deployment, blob_url, started = DevnetHome(devnet_dir()).up(port=args.port)
+    if started:
+        log.info(
+            "devnet.up",
+            started=",".join(started),
+            rpc_url=deployment.rpc_url,
+            market=deployment.market,
+            court=deployment.court,
+            blob_store=blob_url,
         )
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        text = out.read_text().strip()
-        if text:
-            url = str(json.loads(text.splitlines()[0])["url"])
-            (directory / "blobstore.json").write_text(json.dumps({"url": url, "pid": proc.pid}) + "\n")
-            return url, proc.pid
-        if proc.poll() is not None:
-            raise SynclineError(
-                f"the blob service exited with code {proc.returncode}; see {directory / 'blobstore.log'}"
-            )
-        time.sleep(0.1)
-    raise SynclineError("the blob service did not start within 30 s")
+    else:
+        log.info("devnet.already_running", rpc_url=deployment.rpc_url, blob_store=blob_url)
+    print(json.dumps({**deployment.__dict__, "blob_store": blob_url, "started": started}, indent=2))
+    return 0
 
 
 def cmd_devnet_down(args: argparse.Namespace) -> int:
-    pid_file = devnet_dir() / "anvil.pid"
-    if not pid_file.exists():
-        log.info("devnet.not_running")
-        return 0
-    pid = int(pid_file.read_text())
-    stop_process(pid)
-    pid_file.unlink()
-    blob_pid = devnet_dir() / "blobstore.pid"
-    if blob_pid.exists():
-        stop_process(int(blob_pid.read_text()))
-        blob_pid.unlink()
-    log.info("devnet.down", pid=pid)
+    stopped = DevnetHome(devnet_dir()).down()
+    log.info("devnet.down" if stopped else "devnet.not_running", stopped=",".join(stopped))
     return 0
+
+
+DEVNET_STATUS_EXIT = {"up": 0, "degraded": 1, "down": 3}
+"""``syncline devnet status`` exit codes: every service up and answering, some not, none running."""
 
 
 def cmd_devnet_status(args: argparse.Namespace) -> int:
-    pid_file = devnet_dir() / "anvil.pid"
-    running = pid_file.exists() and is_running(int(pid_file.read_text()))
-    out: dict[str, Any] = {"running": running}
-    if running:
-        out["deployment"] = json.loads(default_deployment_path().read_text())
+    home = DevnetHome(devnet_dir())
+    status = home.status()
+    out = status.to_json()
+    if status.service(ANVIL).alive and home.deployment_path.exists():
+        out["deployment"] = json.loads(home.deployment_path.read_text())
     print(json.dumps(out, indent=2))
-    return 0
+    for s in status.services:
+        if not s.healthy:
+            log.warning("devnet.service_unhealthy", service=s.name, pid=s.pid, url=s.url, problem=s.problem)
+    return DEVNET_STATUS_EXIT[status.state]
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
@@ -540,11 +503,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     devnet = sub.add_parser("devnet", help="local anvil devnet with the contracts deployed")
     dsub = devnet.add_subparsers(dest="action", required=True)
-    up = dsub.add_parser("up", help="start anvil on 127.0.0.1, deploy, write .syncline/devnet/deployment.json")
+    up = dsub.add_parser(
+        "up", help="start anvil + contracts + blob service, or restart whichever died (same port, same state)"
+    )
     up.add_argument("--port", type=int, default=None)
     up.set_defaults(func=cmd_devnet_up)
-    dsub.add_parser("down", help="stop the devnet").set_defaults(func=cmd_devnet_down)
-    dsub.add_parser("status", help="is it running, and where").set_defaults(func=cmd_devnet_status)
+    dsub.add_parser("down", help="stop the devnet and discard its chain").set_defaults(func=cmd_devnet_down)
+    dsub.add_parser(
+        "status", help="each service: alive, pid, URL, answering (exit 0 up, 1 degraded, 3 down)"
+    ).set_defaults(func=cmd_devnet_status)
 
     deploy = sub.add_parser("deploy", help="deploy the contracts (SynclineCourt, then SynclineMarket) to any EVM RPC")
     deploy.add_argument("--rpc-url", required=True)

@@ -271,15 +271,13 @@ class ManualRun:
 
     def _start(self) -> None:
         self.devnet = self._stack.enter_context(start_anvil(self.workdir / "anvil", accounts=12))
-        self.service = BlobService(LocalBlobStore(self.workdir / "blobs"), host="127.0.0.1", port=0)
-        self.service.start()
-        self._stack.callback(self.service.stop)
+        self.blob_url = self._start_blob_service()
         keys = self.devnet.private_keys()
         self.w3 = self.devnet.web3()
         self.sponsor: Signer = from_private_key(keys[0])
         self.deployment = deploy_market(self.w3, self.sponsor, self.devnet.rpc_url, self.workdir)
         self.market = MarketClient.from_deployment(self.deployment, self.w3)
-        self.blobs = HttpBlobStore(self.service.url)
+        self.blobs = HttpBlobStore(self.blob_url)
         trainer_keys = keys[1 : 1 + self.plan.trainers]
         witness_keys = keys[4 : 4 + self.plan.witnesses]
         published = publish_language_task(
@@ -296,8 +294,16 @@ class ManualRun:
             for i, key in enumerate(role_keys):
                 name = f"{role}-{i + 1}"
                 self.keys[name] = key
-                self.demo._spawn(role, i, key, self.task_id, self.deployment, self.service.url)
+                self.demo._spawn(role, i, key, self.task_id, self.deployment, self.blob_url)
                 self.incarnations[name] = [self.demo.agents[-1]]
+
+    def _start_blob_service(self) -> str:
+        """The blob service every agent talks to (in this process); returns its URL. A test that
+        must kill it overrides this with a separate process."""
+        service = BlobService(LocalBlobStore(self.workdir / "blobs"), host="127.0.0.1", port=0)
+        service.start()
+        self._stack.callback(service.stop)
+        return service.url
 
     def close(self) -> None:
         self.demo._stop_agents()

@@ -1,29 +1,43 @@
-"""Keys (keystore round trip, no key in any rendering) and the devnet process (start/stop, snapshots)."""
+"""Keys (keystore round trip, no key in any rendering), the devnet process (start/stop, snapshots)
+and the managed devnet (`syncline devnet status` reports each service, `up` restarts dead ones)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import shutil
+import signal
 import socket
 import stat
+import subprocess
+import sys
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from eth_account import Account
 from web3 import Web3
 
+from syncline.blobstore import HttpBlobStore
 from syncline.chain import keys
 from syncline.chain.devnet import (
     DEVNET_CHAIN_ID,
+    STATE_DUMP_INTERVAL_S,
     Devnet,
     chain_time,
     increase_time,
+    is_running,
     revert,
     snapshot,
     start_anvil,
 )
 from syncline.chain.keys import Signer, from_keystore, from_private_key, write_keystore
 from syncline.errors import KeyConfigError, ToolchainError
+from syncline.paths import repo_root
 
 # a fixed, throwaway key (not an anvil account)
 KEY = "0x" + "4c0883a69102937d6231471b5dbb6204fe5129617082792ae468d01a3f362318"
@@ -239,3 +253,150 @@ def test_snapshot_revert_restores_state_and_clock(w3: Web3, accounts: list[Signe
     assert chain_time(w3) < t0 + 3_600
     with pytest.raises(ToolchainError):
         revert(w3, snap)  # a snapshot is consumed by reverting to it
+
+
+# ---------------------------------------------------------------------- `syncline devnet` keeps its services up
+
+
+def _devnet_cli(action: str, env: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    """Run ``syncline devnet ACTION``; returns its exit code and the JSON it printed ({} if none)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "syncline.cli", "devnet", action],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode in (0, 1, 3), done.stderr
+    return done.returncode, json.loads(done.stdout) if done.stdout.strip() else {}
+
+
+@pytest.fixture
+def devnet_env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """A private state dir for the CLI (seeded with the compiled artifacts); ``devnet down`` after."""
+    cache = repo_root() / ".syncline" / "artifacts"
+    if cache.is_dir():
+        shutil.copytree(cache, tmp_path / "artifacts")
+    env = {**os.environ, "SYNCLINE_STATE_DIR": str(tmp_path)}
+    try:
+        yield env
+    finally:
+        _devnet_cli("down", env)
+
+
+def _kill(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while is_running(pid):
+        assert time.monotonic() < deadline, f"process {pid} survived SIGKILL"
+        time.sleep(0.05)
+
+
+@pytest.mark.chain
+def test_devnet_status_reports_a_dead_blob_service_and_up_restarts_it(devnet_env: dict[str, str]) -> None:
+    assert _devnet_cli("status", devnet_env)[0] == 3  # nothing running yet: down
+    code, first = _devnet_cli("up", devnet_env)
+    assert code == 0 and first["started"] == ["anvil", "blob_service"]
+    code, status = _devnet_cli("status", devnet_env)
+    assert code == 0 and status["state"] == "up" and status["running"] is True
+    services = status["services"]
+    assert services["anvil"] == {
+        "pid": services["anvil"]["pid"],
+        "url": first["rpc_url"],
+        "alive": True,
+        "answers": True,
+        "problem": None,
+    }
+    blob = services["blob_service"]
+    assert (blob["url"], blob["alive"], blob["answers"]) == (first["blob_store"], True, True)
+    stored = HttpBlobStore(first["blob_store"]).put(b"survives the restart")
+
+    _kill(blob["pid"])
+    code, status = _devnet_cli("status", devnet_env)
+    assert code == 1 and status["state"] == "degraded"
+    dead = status["services"]["blob_service"]
+    assert (dead["pid"], dead["alive"], dead["answers"]) == (blob["pid"], False, False)
+    assert dead["problem"] == f"process {blob['pid']} is not running"
+    assert status["services"]["anvil"]["answers"] is True
+
+    code, again = _devnet_cli("up", devnet_env)
+    assert code == 0 and again["started"] == ["blob_service"]  # anvil and the contracts untouched
+    assert (again["blob_store"], again["market"], again["rpc_url"]) == (
+        first["blob_store"],
+        first["market"],
+        first["rpc_url"],
+    )
+    code, status = _devnet_cli("status", devnet_env)
+    assert code == 0 and status["services"]["blob_service"]["pid"] != blob["pid"]
+    assert HttpBlobStore(first["blob_store"]).get(stored.digest) == b"survives the restart"  # same store
+    assert _devnet_cli("up", devnet_env) == (0, {**again, "started": []})  # all up: nothing to do
+
+    # a hung service (alive, not answering its probe) is degraded too, and `up` replaces it
+    hung = status["services"]["blob_service"]["pid"]
+    os.kill(hung, signal.SIGSTOP)
+    try:
+        code, status = _devnet_cli("status", devnet_env)
+        assert code == 1 and status["state"] == "degraded"
+        stuck = status["services"]["blob_service"]
+        assert (stuck["pid"], stuck["alive"], stuck["answers"]) == (hung, True, False)
+        assert stuck["problem"].startswith(f"no answer from {first['blob_store']}/healthz")
+        code, again = _devnet_cli("up", devnet_env)
+        assert code == 0 and again["started"] == ["blob_service"] and again["blob_store"] == first["blob_store"]
+        assert not is_running(hung)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(hung, signal.SIGCONT)
+    assert _devnet_cli("status", devnet_env)[0] == 0
+
+
+@pytest.mark.chain
+def test_devnet_up_restarts_a_dead_anvil_from_its_last_state(devnet_env: dict[str, str]) -> None:
+    code, first = _devnet_cli("up", devnet_env)
+    assert code == 0
+    keys_ = json.loads((Path(devnet_env["SYNCLINE_STATE_DIR"]) / "devnet" / "anvil-config.json").read_text())
+    sender, receiver = from_private_key(keys_["private_keys"][8]), from_private_key(keys_["private_keys"][9])
+    w3 = Web3(Web3.HTTPProvider(first["rpc_url"]))
+    balance0 = w3.eth.get_balance(receiver.address)
+    tx = {
+        "to": receiver.address,
+        "value": 12345,
+        "nonce": 0,
+        "chainId": DEVNET_CHAIN_ID,
+        "gas": 21_000,
+        "maxFeePerGas": 10**10,
+        "maxPriorityFeePerGas": 1,
+    }
+    w3.eth.wait_for_transaction_receipt(
+        w3.eth.send_raw_transaction(sender.account.sign_transaction(tx).raw_transaction)
+    )
+    deployer = from_private_key(keys_["private_keys"][0]).address
+    deployer_nonce = w3.eth.get_transaction_count(deployer)
+    time.sleep(STATE_DUMP_INTERVAL_S + 1.5)  # let anvil dump its state once more
+
+    _, status = _devnet_cli("status", devnet_env)
+    _kill(status["services"]["anvil"]["pid"])
+    code, status = _devnet_cli("status", devnet_env)
+    assert code == 1 and status["state"] == "degraded" and status["running"] is False
+    assert status["services"]["anvil"]["alive"] is False and status["services"]["blob_service"]["answers"] is True
+
+    code, again = _devnet_cli("up", devnet_env)
+    assert code == 0 and again["started"] == ["anvil"]
+    assert (again["rpc_url"], again["market"], again["blob_store"]) == (
+        first["rpc_url"],
+        first["market"],
+        first["blob_store"],
+    )
+    assert w3.eth.get_balance(receiver.address) == balance0 + 12345  # the chain resumed from its dump
+    assert w3.eth.get_code(Web3.to_checksum_address(first["market"]))  # the contracts with it ...
+    assert w3.eth.get_transaction_count(deployer) == deployer_nonce  # ... not deployed again
+    assert _devnet_cli("status", devnet_env)[0] == 0
+
+    # `down` stops both and forgets the chain: the next `up` is a fresh devnet
+    _devnet_cli("down", devnet_env)
+    code, status = _devnet_cli("status", devnet_env)
+    assert code == 3 and status["state"] == "down" and status["running"] is False
+    code, fresh = _devnet_cli("up", devnet_env)
+    assert code == 0 and fresh["started"] == ["anvil", "blob_service"]
+    w3 = Web3(Web3.HTTPProvider(fresh["rpc_url"]))
+    assert w3.eth.get_balance(receiver.address) == balance0

@@ -3,6 +3,12 @@
 The binary is started directly (not through the npm node shim, which leaves anvil running when
 it is killed). Development account keys are read from anvil's ``--config-out`` file, so no key
 is written in the source tree.
+
+:class:`DevnetHome` is what ``syncline devnet up|status|down`` manage: anvil (with the contracts
+deployed) and a blob service, detached, their pids and URLs in one directory. ``status`` probes
+each service (JSON-RPC answers, ``GET /healthz`` answers); ``up`` starts what is missing and
+restarts what died, on the same port (agents keep their URLs) and over the same state (anvil's
+periodic state dump, the blob store's directory).
 """
 
 from __future__ import annotations
@@ -13,17 +19,27 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
-from dataclasses import dataclass
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from web3 import Web3
 
+from syncline.chain.deployment import Deployment, deploy_market
+from syncline.chain.keys import from_private_key
 from syncline.chain.toolchain import foundry_binary
-from syncline.errors import ToolchainError
+from syncline.errors import SynclineError, ToolchainError
+from syncline.observability import get_logger
+
+log = get_logger("syncline.devnet")
 
 DEVNET_CHAIN_ID = 31337
+STATE_DUMP_INTERVAL_S = 2
+PROBE_TIMEOUT_S = 2.0
 
 
 def free_port() -> int:
@@ -80,6 +96,7 @@ def start_anvil(
     balance_eth: int = 10_000,
     block_time: float | None = None,
     detach: bool = False,
+    state_path: Path | None = None,
     timeout_s: float = 30.0,
 ) -> Devnet:
     """Start anvil on 127.0.0.1 and wait until it answers JSON-RPC.
@@ -92,6 +109,10 @@ def start_anvil(
         Start in a new session so the process outlives the caller (``syncline devnet up``).
     block_time
         Seconds between blocks; ``None`` mines a block per transaction.
+    state_path
+        Load the chain from this file if it exists, and dump it there every
+        ``STATE_DUMP_INTERVAL_S`` seconds and on exit (``anvil --state``): a restarted devnet
+        resumes where the last dump left it.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
@@ -117,6 +138,8 @@ def start_anvil(
     ]
     if block_time is not None:
         cmd += ["--block-time", str(block_time)]
+    if state_path is not None:
+        cmd += ["--state", str(state_path), "--state-interval", str(STATE_DUMP_INTERVAL_S)]
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=detach
@@ -140,19 +163,22 @@ def start_anvil(
 
 
 def stop_process(pid: int) -> None:
-    """SIGTERM a process by pid, wait up to 5 s, then SIGKILL it (no error if it is already gone)."""
+    """SIGTERM a process by pid, wait up to 5 s, then SIGKILL it and wait for it to be gone (no
+    error if it is already gone)."""
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return
     for _ in range(100):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not is_running(pid):
             return
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
+    for _ in range(100):  # until its sockets are closed (a restart reuses its port)
+        if not is_running(pid):
+            return
+        time.sleep(0.05)
 
 
 # ---------------------------------------------------------------------- time travel and snapshots
@@ -186,9 +212,254 @@ def chain_time(w3: Web3) -> int:
 
 
 def is_running(pid: int) -> bool:
-    """Whether a process with this pid exists."""
+    """Whether a process with this pid exists and has not exited (a zombie that nobody reaped yet,
+    as a detached service killed under a parent that does not reap becomes, is not running)."""
     try:
         os.kill(pid, 0)
     except (ProcessLookupError, PermissionError):
         return False
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no procfs (macOS): the signal probe is all there is
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+# ---------------------------------------------------------------------- the managed devnet (`syncline devnet`)
+
+
+def probe_rpc(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+    """``None`` if a JSON-RPC node at ``url`` answers ``eth_chainId``, else why not (one line)."""
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "eth_chainId", "params": []}).encode()
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as resp:
+            answer = json.loads(resp.read(64 * 1024))
+    except (OSError, ValueError) as exc:
+        return f"no answer from {url}: {' '.join(str(exc).split())[:160]}"
+    if not isinstance(answer, dict) or "result" not in answer:
+        return f"{url} answered eth_chainId without a result"
+    return None
+
+
+def probe_blob_service(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+    """``None`` if the blob service at ``url`` answers ``GET /healthz`` with 200, else why not."""
+    try:
+        with urllib.request.urlopen(f"{url}/healthz", timeout=timeout_s) as resp:
+            status = resp.status
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+    except (OSError, ValueError) as exc:
+        return f"no answer from {url}/healthz: {' '.join(str(exc).split())[:160]}"
+    return None if status == 200 else f"{url}/healthz answered HTTP {status}"
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    """One managed service as ``devnet status`` reports it."""
+
+    name: str
+    pid: int | None
+    url: str | None
+    alive: bool  # the process exists
+    answers: bool  # its liveness probe answered
+    problem: str | None = None  # why it is not healthy (one line)
+
+    @property
+    def healthy(self) -> bool:
+        return self.alive and self.answers
+
+
+@dataclass(frozen=True)
+class DevnetStatus:
+    """Every managed service; ``state`` is ``up`` (all healthy), ``down`` (none running) or
+    ``degraded`` (anything in between: a service dead, or alive but not answering)."""
+
+    services: tuple[ServiceStatus, ...]
+
+    @property
+    def state(self) -> str:
+        if all(s.healthy for s in self.services):
+            return "up"
+        if not any(s.alive for s in self.services):
+            return "down"
+        return "degraded"
+
+    def service(self, name: str) -> ServiceStatus:
+        return next(s for s in self.services if s.name == name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "running": self.service(ANVIL).alive,
+            "services": {s.name: {k: v for k, v in asdict(s).items() if k != "name"} for s in self.services},
+        }
+
+
+ANVIL, BLOB_SERVICE = "anvil", "blob_service"
+
+
+class DevnetHome:
+    """The devnet ``syncline devnet`` manages, as files in ``directory``: ``anvil.pid``,
+    ``anvil.json`` (URL and pid), ``anvil-state.json`` (chain dump), ``anvil-config.json`` (dev
+    keys), ``deployment.json``, ``blobstore.pid``, ``blobstore.json`` (URL and pid) and ``blobs/``
+    (the store)."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+
+    # ------------------------------------------------------------------ what is on disk
+
+    @property
+    def deployment_path(self) -> Path:
+        return self.directory / "deployment.json"
+
+    @property
+    def state_path(self) -> Path:
+        return self.directory / "anvil-state.json"
+
+    def _pid(self, name: str) -> int | None:
+        try:
+            return int((self.directory / name).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _rpc_url(self) -> str | None:
+        for path, key in ((self.directory / "anvil.json", "url"), (self.deployment_path, "rpc_url")):
+            try:
+                return str(json.loads(path.read_text())[key])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        return None
+
+    def _blob_url(self) -> str | None:
+        try:
+            return str(json.loads((self.directory / "blobstore.json").read_text())["url"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    @staticmethod
+    def _port(url: str | None) -> int | None:
+        return int(url.rsplit(":", 1)[1]) if url else None
+
+    # ------------------------------------------------------------------ status
+
+    def status(self) -> DevnetStatus:
+        """Each service: is its process alive, and does it answer its probe."""
+        return DevnetStatus(
+            (
+                self._service(ANVIL, self._pid("anvil.pid"), self._rpc_url(), probe_rpc),
+                self._service(BLOB_SERVICE, self._pid("blobstore.pid"), self._blob_url(), probe_blob_service),
+            )
+        )
+
+    @staticmethod
+    def _service(name: str, pid: int | None, url: str | None, probe: Any) -> ServiceStatus:
+        alive = pid is not None and is_running(pid)
+        if not alive:
+            why = "not started" if pid is None else f"process {pid} is not running"
+            return ServiceStatus(name, pid, url, alive=False, answers=False, problem=why)
+        problem = probe(url) if url else "its URL is unknown"
+        return ServiceStatus(name, pid, url, alive=True, answers=problem is None, problem=problem)
+
+    # ------------------------------------------------------------------ up / down
+
+    def up(self, port: int | None = None) -> tuple[Deployment, str, list[str]]:
+        """Start every service that is not healthy; returns the deployment, the blob service URL
+        and the names of what was (re)started (empty: everything was already up).
+
+        A dead or unresponsive service is restarted on its previous port; anvil resumes from its
+        last state dump, and the contracts are deployed again only if that state lacks them."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        status = self.status()
+        started: list[str] = []
+        anvil = status.service(ANVIL)
+        if not anvil.healthy:
+            if anvil.alive and anvil.pid is not None:
+                stop_process(anvil.pid)  # alive but not answering: a hung node
+            net = start_anvil(
+                self.directory,
+                port=port or self._port(anvil.url),
+                detach=True,
+                state_path=self.state_path,
+            )
+            (self.directory / "anvil.pid").write_text(str(net.pid))
+            (self.directory / "anvil.json").write_text(json.dumps({"url": net.rpc_url, "pid": net.pid}) + "\n")
+            rpc_url = net.rpc_url
+            log.info("devnet.restarted" if anvil.pid else "devnet.started", service=ANVIL, pid=net.pid, url=net.rpc_url)
+            started.append(ANVIL)
+        else:
+            assert anvil.url is not None  # healthy: it answered at its URL
+            rpc_url = anvil.url
+        deployment = self._ensure_deployment(rpc_url)
+        blob = status.service(BLOB_SERVICE)
+        blob_url = blob.url or ""
+        if not blob.healthy:
+            if blob.alive and blob.pid is not None:
+                stop_process(blob.pid)
+            blob_url, blob_pid = start_blob_service(self.directory, port=self._port(blob.url) or 0)
+            log.info(
+                "devnet.restarted" if blob.pid else "devnet.started", service=BLOB_SERVICE, pid=blob_pid, url=blob_url
+            )
+            started.append(BLOB_SERVICE)
+        return deployment, blob_url, started
+
+    def _ensure_deployment(self, rpc_url: str) -> Deployment:
+        """The deployment on file if its market has code on the chain at ``rpc_url``, else a new one."""
+        net = Devnet(
+            rpc_url=rpc_url,
+            pid=self._pid("anvil.pid") or 0,
+            config_path=self.directory / "anvil-config.json",
+            log_path=self.directory / "anvil.log",
+        )
+        w3 = net.web3()
+        try:
+            deployment = Deployment.read(self.deployment_path)
+            if deployment.rpc_url == rpc_url and w3.eth.get_code(Web3.to_checksum_address(deployment.market)):
+                return deployment
+        except SynclineError:
+            pass  # no deployment yet
+        # a fresh chain, or one whose last state dump predates the deployment
+        deployment = deploy_market(w3, from_private_key(net.private_keys()[0]), rpc_url, self.directory)
+        log.info("devnet.deployed", market=deployment.market, court=deployment.court)
+        return deployment
+
+    def down(self) -> list[str]:
+        """Stop every service and forget the chain (its state dump) and the ports; returns what was
+        running. The blob store's directory is kept."""
+        stopped: list[str] = []
+        for name, pid_file in ((ANVIL, "anvil.pid"), (BLOB_SERVICE, "blobstore.pid")):
+            pid = self._pid(pid_file)
+            if pid is not None:
+                if is_running(pid):
+                    stopped.append(name)
+                stop_process(pid)
+            (self.directory / pid_file).unlink(missing_ok=True)
+        for leftover in (self.state_path, self.directory / "anvil.json", self.directory / "blobstore.json"):
+            leftover.unlink(missing_ok=True)
+        return stopped
+
+
+def start_blob_service(directory: Path, *, port: int = 0, timeout_s: float = 30.0) -> tuple[str, int]:
+    """Start ``python -m syncline.blobstore`` detached over ``directory/blobs`` on ``port`` (0: any
+    free one); returns its URL and pid, also written to ``blobstore.json`` and ``blobstore.pid``."""
+    out = directory / "blobstore.out"
+    out.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "syncline.blobstore", "--root", str(directory / "blobs"), "--port", str(port)]
+    with out.open("wb") as fh, (directory / "blobstore.log").open("ab") as err:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = out.read_text().strip()
+        if text:
+            url = str(json.loads(text.splitlines()[0])["url"])
+            (directory / "blobstore.json").write_text(json.dumps({"url": url, "pid": proc.pid}) + "\n")
+            (directory / "blobstore.pid").write_text(str(proc.pid))
+            return url, proc.pid
+        if proc.poll() is not None:
+            raise ToolchainError(
+                f"the blob service exited with code {proc.returncode}; see {directory / 'blobstore.log'}"
+            )
+        time.sleep(0.1)
+    stop_process(proc.pid)
+    raise ToolchainError(f"the blob service did not start within {timeout_s:.0f} s; see {directory / 'blobstore.log'}")

@@ -37,6 +37,7 @@ from syncline.run.agent_config import AgentConfig
 from syncline.run.context import TaskContext
 from syncline.run.local_store import append_record
 from syncline.run.loop import pending_time, run_forever
+from syncline.run.metrics import default_loop_metrics
 
 log = get_logger("syncline.challenger")
 
@@ -263,4 +264,10 @@ class ChallengerAgent:
             done = t.status in (TaskStatus.SEALED, TaskStatus.CANCELLED)
             return done and self.market.credit_of(self.signer.address) == 0
 
-        run_forever(step, poll_interval_s=self.cfg.poll_interval_s, role="challenger", max_iterations=max_iterations)
+        run_forever(
+            step,
+            poll_interval_s=self.cfg.poll_interval_s,
+            role="challenger",
+            metrics=default_loop_metrics("challenger"),
+            max_iterations=max_iterations,
+        )

@@ -1,37 +1,94 @@
-"""The polling loop every agent runs: one ``step`` per tick, a circuit breaker on repeated failures.
+"""The polling loop every agent runs: one ``step`` per tick, failures retried with backoff.
 
 Agents keep no state they cannot rebuild: each ``step`` re-reads the chain (and the agent's local
-store), so ``kill -9`` and a restart resume where the chain is.
+store), so ``kill -9`` and a restart resume where the chain is. For the same reason a failed step
+is simply tried again: an agent that gives up during an outage of the node or the blob service
+forfeits its fees, misses rounds or leaves a vote out, so it never gives up while its run lives.
+It retries on a capped exponential schedule (:class:`Backoff`, 0.5 s doubling to 30 s) and reports
+the outage as *degraded* health: one log line when it turns degraded, one when it recovers, and
+the ``syncline_agent_degraded`` / ``syncline_agent_consecutive_failures`` gauges
+(:class:`~syncline.run.metrics.LoopMetrics`) meanwhile.
+
+The loop ends only when ``step`` says the agent's part in the run is over (the task is sealed or
+cancelled and everything is claimed), or on an error no retry can fix: a configuration error
+(:data:`FATAL_ERRORS`).
 """
 
 from __future__ import annotations
 
+import enum
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from web3 import Web3
 
-from syncline.errors import SynclineError
+from syncline.errors import KeyConfigError
 from syncline.observability import get_logger
 from syncline.run.agent_config import ConfigError
+from syncline.run.metrics import LoopMetrics
 
 log = get_logger("syncline.agent")
 
+FATAL_ERRORS: tuple[type[Exception], ...] = (ConfigError, KeyConfigError)
+"""Errors that stop the loop: the agent's own configuration is wrong, and retrying cannot fix it."""
 
-class CircuitOpen(SynclineError):
-    """Too many consecutive failures: the agent stops instead of hammering the node."""
+
+@dataclass(frozen=True)
+class Backoff:
+    """Deterministic capped exponential backoff: the ``n``-th consecutive failure waits
+    ``first_s * 2**(n-1)`` seconds, at most ``max_s`` and never less than the poll interval."""
+
+    first_s: float = 0.5
+    max_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.first_s <= self.max_s:
+            raise ValueError(f"backoff needs 0 < first_s <= max_s, got {self.first_s} and {self.max_s}")
+
+    def delay(self, failures: int, poll_interval_s: float) -> float:
+        """Seconds to wait before the next tick after ``failures`` consecutive failures (0: a success)."""
+        if failures <= 0:
+            return poll_interval_s
+        grown: float = self.first_s * 2.0 ** min(failures - 1, 32)
+        return max(poll_interval_s, min(self.max_s, grown))
+
+
+class Transition(enum.Enum):
+    """What one tick's outcome changed in the loop's health (and so what is logged)."""
+
+    HEALTHY = "healthy"  # a success while healthy: nothing to say
+    FAILED = "failed"  # a failure before the loop counts as degraded: logged with its error
+    DEGRADED = "degraded"  # the failure that makes it degraded: one line
+    STILL_DEGRADED = "still_degraded"  # a further failure while degraded: not logged
+    RECOVERED = "recovered"  # the first success after being degraded: one line
 
 
 @dataclass
-class CircuitBreaker:
-    max_consecutive_failures: int = 20
-    failures: int = 0
+class LoopHealth:
+    """Consecutive failures and the degraded flag of one polling loop (pure: no I/O, no clock).
 
-    def record(self, ok: bool) -> None:
-        self.failures = 0 if ok else self.failures + 1
-        if self.failures >= self.max_consecutive_failures:
-            raise CircuitOpen(f"{self.failures} consecutive failures; stopping (see the log above)")
+    The loop is degraded from the ``degraded_after``-th consecutive failure until the next
+    success; a shorter run of failures is a hiccup, logged failure by failure."""
+
+    degraded_after: int = 3
+    failures: int = 0
+    degraded: bool = False
+    degraded_since: float | None = None
+
+    def record_failure(self, now: float) -> Transition:
+        self.failures += 1
+        if self.degraded:
+            return Transition.STILL_DEGRADED
+        if self.failures >= self.degraded_after:
+            self.degraded, self.degraded_since = True, now
+            return Transition.DEGRADED
+        return Transition.FAILED
+
+    def record_success(self) -> Transition:
+        was_degraded = self.degraded
+        self.failures, self.degraded, self.degraded_since = 0, False, None
+        return Transition.RECOVERED if was_degraded else Transition.HEALTHY
 
 
 def pending_time(w3: Web3) -> int:
@@ -40,29 +97,70 @@ def pending_time(w3: Web3) -> int:
     return max(pending, int(w3.eth.get_block("latest")["timestamp"]))
 
 
+def _one_line(exc: Exception) -> str:
+    text = " ".join(str(exc).split())[:200]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def run_forever(
     step: Callable[[], bool],
     *,
     poll_interval_s: float,
     role: str,
+    metrics: LoopMetrics | None = None,
+    backoff: Backoff = Backoff(),
     on_error: Callable[[Exception], None] | None = None,
     max_iterations: int | None = None,
+    sleep: Callable[[float], None] | None = None,
+    clock: Callable[[], float] | None = None,
 ) -> None:
-    """Call ``step`` until it returns True (done). Errors are logged and counted by the breaker."""
-    breaker = CircuitBreaker()
+    """Call ``step`` until it returns True (done); a failed step is retried after ``backoff``.
+
+    Only :data:`FATAL_ERRORS` (and ``BaseException``: Ctrl-C, ``SystemExit``) end the loop early.
+    ``max_iterations``, ``sleep`` and ``clock`` (default ``time.sleep`` and ``time.monotonic``)
+    exist for tests."""
+    sleep = sleep or time.sleep
+    clock = clock or time.monotonic
+    health = LoopHealth()
+    started_failing: float | None = None
     iterations = 0
     while max_iterations is None or iterations < max_iterations:
         iterations += 1
         try:
             done = step()
-            breaker.record(True)
-            if done:
-                return
-        except (SynclineError, OSError, ValueError, ArithmeticError) as exc:
-            if isinstance(exc, CircuitOpen | ConfigError):
-                raise
-            log.warning("agent.step_failed", role=role, error=str(exc).splitlines()[0][:200])
+        except FATAL_ERRORS:
+            raise
+        except Exception as exc:
+            now = clock()
+            if health.failures == 0:
+                started_failing = now
+            transition = health.record_failure(now)
+            delay = backoff.delay(health.failures, poll_interval_s)
+            error = _one_line(exc)
+            if transition == Transition.FAILED:
+                log.warning("agent.step_failed", role=role, failures=health.failures, retry_in_s=delay, error=error)
+            elif transition == Transition.DEGRADED:
+                log.warning(
+                    "agent.degraded",
+                    role=role,
+                    failures=health.failures,
+                    failing_for_s=round(now - (started_failing or now), 1),
+                    retry_in_s=delay,
+                    error=error,
+                )
+            if metrics is not None:
+                metrics.failed(health.failures, degraded=health.degraded, retry_in_s=delay)
             if on_error is not None:
                 on_error(exc)
-            breaker.record(False)
-        time.sleep(poll_interval_s)
+            sleep(delay)
+            continue
+        failures, since = health.failures, health.degraded_since
+        if health.record_success() == Transition.RECOVERED:
+            log.info(
+                "agent.recovered", role=role, failures=failures, degraded_for_s=round(clock() - (since or clock()), 1)
+            )
+        if metrics is not None:
+            metrics.succeeded()
+        if done:
+            return
+        sleep(poll_interval_s)

@@ -2,7 +2,69 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+import weakref
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, start_http_server
+
+
+class LoopMetrics:
+    """Health of one agent's polling loop (:func:`syncline.run.loop.run_forever`).
+
+    ``syncline_agent_degraded`` is 1 while the loop keeps failing and retries with backoff (alert
+    on it), ``syncline_agent_consecutive_failures`` counts the current run of failures,
+    ``syncline_agent_retry_delay_seconds`` is the wait before the next try (0 when healthy) and
+    ``syncline_agent_errors_total`` counts every failed tick."""
+
+    def __init__(self, role: str, registry: CollectorRegistry):
+        degraded, failures, delay, errors = _loop_families(registry)
+        self.degraded = degraded.labels(role=role)
+        self.consecutive_failures = failures.labels(role=role)
+        self.retry_delay = delay.labels(role=role)
+        self.errors = errors.labels(role=role)
+
+    def failed(self, failures: int, *, degraded: bool, retry_in_s: float) -> None:
+        self.errors.inc()
+        self.consecutive_failures.set(failures)
+        self.degraded.set(1 if degraded else 0)
+        self.retry_delay.set(retry_in_s)
+
+    def succeeded(self) -> None:
+        self.consecutive_failures.set(0)
+        self.degraded.set(0)
+        self.retry_delay.set(0)
+
+
+_FAMILIES: weakref.WeakKeyDictionary[CollectorRegistry, tuple[Gauge, Gauge, Gauge, Counter]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _loop_families(registry: CollectorRegistry) -> tuple[Gauge, Gauge, Gauge, Counter]:
+    """The loop metrics (labelled by role) of ``registry``, registered once per registry."""
+    if registry not in _FAMILIES:
+        _FAMILIES[registry] = (
+            Gauge(
+                "syncline_agent_degraded",
+                "1 while the agent's loop keeps failing and retries with backoff",
+                ["role"],
+                registry=registry,
+            ),
+            Gauge("syncline_agent_consecutive_failures", "failed ticks in a row", ["role"], registry=registry),
+            Gauge(
+                "syncline_agent_retry_delay_seconds",
+                "wait before the next try (0 when healthy)",
+                ["role"],
+                registry=registry,
+            ),
+            Counter("syncline_agent_errors", "failed ticks", ["role"], registry=registry),
+        )
+    return _FAMILIES[registry]
+
+
+def default_loop_metrics(role: str) -> LoopMetrics:
+    """Loop metrics of ``role`` on prometheus_client's default registry, for an agent that serves
+    that registry (the standalone challenger)."""
+    return LoopMetrics(role, REGISTRY)
 
 
 class AgentMetrics:
@@ -21,7 +83,7 @@ class AgentMetrics:
         self.rejected = Counter("syncline_witness_rejected", "submissions rejected, by reason", ["reason"], registry=r)
         self.finalized = Counter("syncline_witness_votes", "finalize calls sent", registry=r)
         self.aggregate_seconds = Gauge("syncline_witness_aggregate_seconds", "aggregation time", registry=r)
-        self.errors = Counter("syncline_agent_errors", "failed iterations", ["role"], registry=r)
+        self.loop = LoopMetrics(role, r)
         self.role = role
 
     def serve(self, port: int) -> None:

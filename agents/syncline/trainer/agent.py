@@ -74,7 +74,13 @@ class TrainerAgent:
             torch.set_num_threads(self.cfg.threads)
         if self.cfg.metrics_port:
             self.metrics.serve(self.cfg.metrics_port)
-        run_forever(self.step, poll_interval_s=self.cfg.poll_interval_s, role="trainer", max_iterations=max_iterations)
+        run_forever(
+            self.step,
+            poll_interval_s=self.cfg.poll_interval_s,
+            role="trainer",
+            metrics=self.metrics.loop,
+            max_iterations=max_iterations,
+        )
 
     # ------------------------------------------------------------------ one tick
 

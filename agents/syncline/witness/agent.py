@@ -63,7 +63,13 @@ class WitnessAgent:
             torch.set_num_threads(self.cfg.threads)
         if self.cfg.metrics_port:
             self.metrics.serve(self.cfg.metrics_port)
-        run_forever(self.step, poll_interval_s=self.cfg.poll_interval_s, role="witness", max_iterations=max_iterations)
+        run_forever(
+            self.step,
+            poll_interval_s=self.cfg.poll_interval_s,
+            role="witness",
+            metrics=self.metrics.loop,
+            max_iterations=max_iterations,
+        )
 
     def step(self) -> bool:
         task_id = self.cfg.task_id
