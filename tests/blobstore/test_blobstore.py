@@ -23,6 +23,7 @@ from eth_utils import keccak
 from structlog.testing import capture_logs
 
 from syncline.blobstore import (
+    MAX_ANONYMOUS_CANDIDATES,
     BlobIntegrityError,
     BlobNotFound,
     BlobRef,
@@ -34,7 +35,6 @@ from syncline.blobstore import (
     HttpBlobStore,
     InvalidBlobName,
     LocalBlobStore,
-    MAX_ANONYMOUS_CANDIDATES,
     alias_signer,
     digest_of,
     put_signed,
@@ -192,7 +192,11 @@ def test_anonymous_writers_cannot_hide_a_candidate(
     assert client.candidates(alias, signers=[owner.address])[0] == genuine.digest
     assert alias_signer(alias, genuine.digest, sign_alias(owner, alias, genuine.digest)) == owner.address.lower()
     status, _, body = raw(
-        service.url, "PUT", "/blobs", body=b"x", headers={"X-Syncline-Alias": alias, "X-Syncline-Alias-Signature": "0x12"}
+        service.url,
+        "PUT",
+        "/blobs",
+        body=b"x",
+        headers={"X-Syncline-Alias": alias, "X-Syncline-Alias-Signature": "0x12"},
     )
     assert status == 400 and "Signature" in json_error(body)
     assert raw(service.url, "GET", f"/aliases/{alias}?signer=nobody")[0] == 400

@@ -378,7 +378,9 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             return bytes.fromhex(raw[2:])
         except ValueError:
-            raise _HttpError(HTTPStatus.BAD_REQUEST, f"{ALIAS_SIGNATURE_HEADER} must be 0x + 130 hex characters") from None
+            raise _HttpError(
+                HTTPStatus.BAD_REQUEST, f"{ALIAS_SIGNATURE_HEADER} must be 0x + 130 hex characters"
+            ) from None
 
     def _read_body(self, length: int) -> bytes:
         chunks: list[bytes] = []
