@@ -34,11 +34,12 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from eth_account import Account
 from eth_utils import keccak
 from web3 import Web3
 
 from conftest import chain_snapshot_ctx
-from syncline.blobstore import MAX_ANONYMOUS_CANDIDATES, BlobService, HttpBlobStore, LocalBlobStore
+from syncline.blobstore import MAX_ANONYMOUS_CANDIDATES, BlobService, HttpBlobStore, LocalBlobStore, put_signed
 from syncline.chain.devnet import set_next_timestamp
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
@@ -477,6 +478,14 @@ def test_a_poisoned_state_root_alias_does_not_stall_state_sync(
             _put_anonymously(service.url, b"junk %d" % i, root)
         state, size = ctx.fetch_state_sized(root)
         assert state.state_root_hex == root and size == len(world.starts[1].to_bytes())
+        # The initial state, published anonymously by the sponsor before its root was known: its
+        # pinned first candidate outlives anonymous and throwaway-key floods.
+        initial = world.ctx.spec.initial_state_root
+        attacker = HttpBlobStore(service.url)
+        for i in range(2 * MAX_ANONYMOUS_CANDIDATES):
+            _put_anonymously(service.url, b"junk %d" % i, initial)
+            put_signed(attacker, b"signed junk %d" % i, initial, Account.create())
+        assert ctx.fetch_state(initial).state_root_hex == initial.lower()
 
 
 # ---------------------------------------------------------------------- the pure core, explicit inputs

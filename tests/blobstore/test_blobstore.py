@@ -205,6 +205,23 @@ def test_anonymous_writers_cannot_hide_a_candidate(
     assert client.candidates(alias, signers=[owner.address])[0] == newer.digest
 
 
+def test_the_first_anonymous_candidate_of_an_alias_is_never_pushed_out(
+    client: HttpBlobStore, service: BlobService
+) -> None:
+    """A sponsor puts the initial state before anyone knows its root: that first candidate stays
+    listed through a flood of anonymous candidates and of slots signed by throwaway keys."""
+    alias = "0x" + keccak(text="initial state root").hex()
+    first = client.put(b"initial state", alias=alias)
+    for i in range(2 * MAX_ANONYMOUS_CANDIDATES):
+        client.put(b"anonymous flood %d" % i, alias=alias)
+    for i in range(40):
+        put_signed(client, b"signed flood %d" % i, alias, Account.create())
+    listed = client.candidates(alias)
+    assert listed[-1] == first.digest and listed[0] == digest_of(b"signed flood 39")
+    client.put(b"initial state", alias=alias)  # seen again: still the one pinned candidate
+    assert client.candidates(alias).count(first.digest) == 1
+
+
 def test_a_pre_candidates_alias_file_reads_as_one_candidate(store: LocalBlobStore) -> None:
     old = store.put(b"written by an older version")
     (store.aliases_dir / "legacy").write_text(old.digest)

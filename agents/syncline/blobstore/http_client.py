@@ -140,7 +140,7 @@ class HttpBlobStore(BlobStoreBase):
         listed = answer.get("candidates", [answer.get("digest")]) if isinstance(answer, dict) else None
         if not isinstance(listed, list) or not all(isinstance(d, str) and is_digest(d) for d in listed):
             raise BlobUnavailable(f"{self.base_url} answered GET {path} without valid digests")
-        limit = len(signers) + MAX_LISTED_CANDIDATES
+        limit = len(signers) + MAX_LISTED_CANDIDATES + 1  # + the pinned first candidate
         return tuple(dict.fromkeys(normalize_digest(d) for d in listed[:limit]))
 
     def healthy(self) -> bool:

@@ -4,7 +4,8 @@ Layout under ``root``::
 
     blobs/<64 hex>                  the blob's bytes, named by its keccak256 digest
     aliases/<alias>/signed-<addr>   the candidate ``<addr>`` signed: digest and signature, one per signer
-    aliases/<alias>/anon-<64 hex>   an anonymous candidate (the newest ``MAX_ANONYMOUS_CANDIDATES`` kept)
+    aliases/<alias>/first-<64 hex>  the alias's first candidate when it was anonymous (kept for good)
+    aliases/<alias>/anon-<64 hex>   a later anonymous candidate (the newest ``MAX_ANONYMOUS_CANDIDATES`` kept)
     tmp/                 temporary files, renamed into place with ``os.replace``
     quarantine/          blobs whose bytes no longer match their name, moved aside by ``get``
 
@@ -177,8 +178,9 @@ class LocalBlobStore(BlobStoreBase):
         """The digests ``alias`` names (untrusted hints; verify what you fetch).
 
         The slots of ``signers`` come first, in the order given; then up to
-        :data:`~syncline.blobstore.store.MAX_LISTED_CANDIDATES` other candidates, newest first.
-        Each digest appears once.
+        :data:`~syncline.blobstore.store.MAX_LISTED_CANDIDATES` other candidates, newest first;
+        last the alias's first candidate if it was anonymous (e.g. a sponsor's initial state,
+        published before anyone knew its root), which is always listed. Each digest appears once.
 
         Raises
         ------
@@ -201,7 +203,9 @@ class LocalBlobStore(BlobStoreBase):
             entries = [e for e in os.scandir(directory) if e.name not in owners and e.is_file()]
         except (FileNotFoundError, NotADirectoryError):
             entries = []
-        for entry in heapq.nlargest(MAX_LISTED_CANDIDATES, entries, key=_mtime):
+        pinned = [e for e in entries if e.name.startswith("first-")]
+        rest = [e for e in entries if not e.name.startswith("first-")]
+        for entry in heapq.nlargest(MAX_LISTED_CANDIDATES, rest, key=_mtime) + pinned:
             digest = self._read_digest(Path(entry.path))
             if digest:
                 found.append(digest)
@@ -220,10 +224,16 @@ class LocalBlobStore(BlobStoreBase):
             if legacy:
                 self._write_atomic(directory / f"anon-{legacy[2:]}", legacy.encode("ascii"))
         directory.mkdir(exist_ok=True)
+        if signer is None and not any(os.scandir(directory)):  # a new alias: its first writer keeps a slot
+            self._write_atomic(directory / f"first-{digest[2:]}", digest.encode("ascii"))
+            _touch(directory / f"first-{digest[2:]}")
+            return
         if signer is not None and signature is not None:
             body = f"{digest}\n0x{signature.hex()}\n".encode("ascii")
             self._write_atomic(directory / f"signed-{signer}", body)
             _touch(directory / f"signed-{signer}")
+            return
+        if (directory / f"first-{digest[2:]}").exists():
             return
         path = directory / f"anon-{digest[2:]}"
         if not path.exists():

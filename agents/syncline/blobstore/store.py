@@ -15,13 +15,16 @@ digests*, never one trusted blob. Writing an alias only ever adds a candidate:
 
 * an **owner-signed** candidate (EIP-191 signature over :func:`alias_message`) fills the signer's
   own slot of that alias; only that signer can replace it, so no one else can push it out;
-* an **anonymous** candidate joins a ring of the :data:`MAX_ANONYMOUS_CANDIDATES` newest
+* the first candidate of a new alias, when anonymous, keeps a slot for good (a sponsor publishes
+  the initial state before anyone else knows its root);
+* a later **anonymous** candidate joins a ring of the :data:`MAX_ANONYMOUS_CANDIDATES` newest
   anonymous ones (the oldest falls out).
 
 :meth:`BlobBackend.candidates` lists the slots of the signers a reader names first (the owner it
 expects: the trainer of a submission, the witnesses of a task), then the other candidates newest
-first. A reader takes every candidate as a hint and keeps the first whose bytes open what is bound
-on chain (:func:`find_verified`); an alias is never evidence against anyone.
+first (at most :data:`MAX_LISTED_CANDIDATES`), then the pinned first anonymous candidate. A
+reader takes every candidate as a hint and keeps the first whose bytes open what is bound on chain
+(:func:`find_verified`); an alias is never evidence against anyone.
 """
 
 from __future__ import annotations
