@@ -488,6 +488,23 @@ def test_a_poisoned_state_root_alias_does_not_stall_state_sync(
         assert ctx.fetch_state(initial).state_root_hex == initial.lower()
 
 
+@pytest.mark.chain
+def test_payloads_are_fetched_by_digest_whatever_the_uri_says(world: World, tmp_path: Path) -> None:
+    """Issue 10 #1 (off chain): a submission's on-chain ``uri`` is only a hint (an outsider who
+    front-runs the commitment chooses it). With every uri dead, the payloads bound by
+    ``payloadHash`` are still read by digest from the agent's blob store; a blob store that does not
+    have them either leaves them unavailable (a fetch error, never bytes of someone else's choosing)."""
+    subs = [world.market.submission(world.task_id, 1, world.fragment(mode)) for mode in MODES]
+    with _served_copy(world, tmp_path) as (_service, ctx), _hidden(world.store, [s.payload_hash for s in subs]):
+        got = ctx.committed_submissions(1)
+        assert [s.fetch_error for s in got] == [None] * 3
+        assert all("0x" + keccak(s.payload or b"").hex() == sub.payload_hash for s, sub in zip(got, subs, strict=True))
+        for sub in subs:
+            LocalBlobStore(tmp_path / "served", fsync=False).blob_path(sub.payload_hash).unlink()
+        missing = ctx.committed_submissions(1)
+        assert all(s.payload is None and s.fetch_error for s in missing)
+
+
 # ---------------------------------------------------------------------- the pure core, explicit inputs
 
 
