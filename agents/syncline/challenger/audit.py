@@ -20,7 +20,7 @@ round ``incomplete`` and is run again on a later step, while the round is still 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from syncline.chain.market import AggregationProof, MarketClient, RoundView
 from syncline.challenger.proofs import build_aggregation_proof
@@ -96,6 +96,8 @@ class RoundAuditor:
     # Set by ``audit`` when a check could not judge yet (a state or checkpoint blob not available):
     # the caller audits the round again later instead of treating it as clean.
     incomplete: bool = False
+    # (round, fragment) whose training checks passed: a re-audit of an incomplete round skips them.
+    cleared: set[tuple[int, int]] = field(default_factory=set)
 
     @property
     def market(self) -> MarketClient:
@@ -260,7 +262,7 @@ class RoundAuditor:
             return
         live = rr.accepted_mask & ~rr.revoked_mask
         for fragment in range(256):
-            if not live >> fragment & 1:
+            if not live >> fragment & 1 or (round_, fragment) in self.cleared:
                 continue
             try:
                 outcome = self.training_checker(self.ctx, round_, fragment)
@@ -273,3 +275,5 @@ class RoundAuditor:
                 self.incomplete = True
             elif outcome is not None and outcome.guilty:
                 yield TrainingFraud(round_, fragment, outcome.segment, outcome.reason)
+            else:
+                self.cleared.add((round_, fragment))
