@@ -21,7 +21,11 @@ H = 6 AdamW steps per round, a checkpoint every 2 steps (S = 3 training segments
 from __future__ import annotations
 
 import dataclasses
+import http.client
+import shutil
+import urllib.parse
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -30,14 +34,17 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from eth_account import Account
 from eth_utils import keccak
 from web3 import Web3
 
 from conftest import chain_snapshot_ctx
-from syncline.blobstore import LocalBlobStore
+from syncline.blobstore import MAX_ANONYMOUS_CANDIDATES, BlobService, HttpBlobStore, LocalBlobStore, put_signed
 from syncline.chain.devnet import set_next_timestamp
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
+from syncline.challenger.agent import Challenger
+from syncline.challenger.training import make_training_checker
 from syncline.modality.language import LanguageAdapter
 from syncline.protocol.checkpoints import (
     Checkpoint,
@@ -45,6 +52,7 @@ from syncline.protocol.checkpoints import (
     checkpoint_hash,
     checkpoint_root,
     manifest_alias,
+    manifest_root_alias,
     segment_count,
 )
 from syncline.protocol.enums import RoundStatus, TaskStatus
@@ -59,14 +67,17 @@ from syncline.trainer.referee import (
     Claim,
     RefereeError,
     ReplayInputs,
+    Undecided,
     Verdict,
     _shard_assignments,
     check_segment,
     find_faulty,
     find_faulty_segment,
+    load_case,
     referee_segment,
 )
 from syncline.trainer.segments import derive_payload, encode_payload
+from syncline.witness.court_duty import RefereeDuty
 
 H, INTERVAL, BATCH, SEQ = 6, 2, 4, 32
 S = segment_count(H, INTERVAL)
@@ -264,32 +275,36 @@ def test_fake_gradient_is_caught_on_the_derivation_segment(world: World) -> None
 
 
 @pytest.mark.chain
-def test_corrupt_or_missing_blobs_make_the_trainer_guilty(world: World) -> None:
+def test_corrupt_or_missing_blobs_leave_the_referee_undecided(world: World) -> None:
     """The honest trainer's c_1 of round 1 rots in the store, then vanishes, then so does every
-    manifest. The store is repaired afterwards (a put stores a blob again; aliases are rewritten)."""
+    manifest: the referee cannot judge what it cannot obtain, and says so (never guilty). The store
+    is repaired afterwards (a put stores a blob again)."""
     ctx, store, fragment = world.ctx, world.store, world.fragment("honest")
     manifest = CheckpointManifest.from_json(store.get(store.resolve(manifest_alias(world.task_id, 1, fragment)) or ""))
     path = store.blob_path(manifest.digest(1))
     original = path.read_bytes()
-    aliases = {p: p.read_bytes() for p in store.aliases_dir.glob("checkpoints:*")}
+    aliases = {p: p.with_name(p.name + ".hidden") for p in store.aliases_dir.glob("checkpoints:*")}
     try:
         rotten = bytearray(original)
         rotten[-1] ^= 1
         path.write_bytes(bytes(rotten))
-        verdict = referee_segment(ctx, 1, fragment, 1)
-        assert verdict.guilty and "checkpoint 1 is unavailable" in verdict.reason
-        assert not referee_segment(ctx, 1, fragment, 0).guilty  # c_0 and the hash of c_1 suffice
+        outcome = referee_segment(ctx, 1, fragment, 1)
+        assert isinstance(outcome, Undecided) and not outcome.guilty
+        assert "checkpoint 1 is unavailable" in outcome.reason
+        assert referee_segment(ctx, 1, fragment, 0) == Verdict(0, S, False, "steps 0..1 re-run bit-exactly")
         path.unlink(missing_ok=True)
-        assert referee_segment(ctx, 1, fragment, 1).guilty
-        # The manifest gone from both aliases: every segment is guilty.
-        for alias in aliases:
-            alias.unlink()
-        verdict = referee_segment(ctx, 1, fragment, 2)
-        assert verdict.guilty and "manifest" in verdict.reason
+        assert isinstance(referee_segment(ctx, 1, fragment, 1), Undecided)
+        assert isinstance(find_faulty_segment(ctx, 1, fragment), Undecided)
+        # The manifest gone from both aliases: no segment can be judged.
+        for alias, hidden in aliases.items():
+            alias.rename(hidden)
+        outcome = referee_segment(ctx, 1, fragment, 2)
+        assert isinstance(outcome, Undecided) and "manifest" in outcome.reason
     finally:
         store.put(original)
-        for alias, target in aliases.items():
-            alias.write_bytes(target)
+        for alias, hidden in aliases.items():
+            if hidden.exists():
+                hidden.rename(alias)
     assert find_faulty_segment(ctx, 1, fragment) is None
 
 
@@ -299,6 +314,195 @@ def test_segment_out_of_range_and_missing_submission(world: World) -> None:
         referee_segment(world.ctx, 1, world.fragment("honest"), S + 1)
     with pytest.raises(RefereeError, match="no submission"):
         referee_segment(world.ctx, 1, 9, 0)
+
+
+# ---------------------------------------------------------------------- aliases are hints, unavailable is not guilty
+
+
+@contextmanager
+def _served_copy(world: World, tmp_path: Path) -> Iterator[tuple[BlobService, TaskContext]]:
+    """A real blob service over a copy of the world's store, and a TaskContext that reads through it."""
+    root = tmp_path / "served"
+    shutil.copytree(world.store.root, root)
+    with BlobService(LocalBlobStore(root, fsync=False)) as service:
+        yield service, TaskContext.load(world.market, HttpBlobStore(service.url, timeout_s=5), world.task_id)
+
+
+@contextmanager
+def _hidden(store: LocalBlobStore, digests: list[str]) -> Iterator[None]:
+    """Blobs made unreachable through every other locator (their ``file://`` URIs) for a while."""
+    moved = {store.blob_path(d): store.blob_path(d).with_suffix(".hidden") for d in digests}
+    for path, aside in moved.items():
+        path.rename(aside)
+    try:
+        yield
+    finally:
+        for path, aside in moved.items():
+            aside.rename(path)
+
+
+def _checkpoint_digests(world: World, round_: int) -> list[str]:
+    digests: list[str] = []
+    for mode in MODES:
+        alias = manifest_alias(world.task_id, round_, world.fragment(mode))
+        manifest = CheckpointManifest.from_json(world.store.get(world.store.resolve(alias) or ""))
+        digests += [manifest.digest(i) for i in range(S + 1)]
+    return list(dict.fromkeys(digests))  # round 0's c_0 is the same blob for every trainer
+
+
+def _put_anonymously(url: str, data: bytes, alias: str) -> None:
+    """A PUT from anyone: no key, no stake."""
+    status, _ = _http(url, "PUT", "/blobs", data, {"X-Syncline-Alias": alias})
+    assert status == 200
+
+
+def _http(url: str, method: str, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=5)
+    try:
+        conn.request(method, path, body=body, headers=headers)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+@pytest.mark.chain
+def test_alias_poisoning_convicts_no_one(world: World, tmp_path: Path) -> None:
+    """Issue 10 #5: two anonymous PUTs of a forged manifest under the trainer's manifest aliases
+    used to make every segment of an honest submission guilty. Now the referee takes the
+    candidates as hints, keeps the one that opens the committed root, and finds the trainer
+    innocent; a flood that fills the anonymous ring does not displace the trainer's signed slot."""
+    fragment = world.fragment("honest")
+    claim = Claim.of(world.market.submission(world.task_id, 1, fragment))
+    aliases = (manifest_root_alias(claim.checkpoint_root), manifest_alias(world.task_id, 1, fragment))
+    forged = CheckpointManifest(INTERVAL, H, tuple(keccak(b"forged %d" % i) for i in range(S + 1)), ("",) * (S + 1))
+    with _served_copy(world, tmp_path) as (service, ctx):
+        for alias in aliases:
+            _put_anonymously(service.url, forged.to_json(), alias)
+        outcomes = [referee_segment(ctx, 1, fragment, s) for s in range(S + 1)]
+        assert [o.guilty for o in outcomes] == [False] * (S + 1), [o.reason for o in outcomes]
+        assert all("re-run bit-exactly" in o.reason or "derived" in o.reason for o in outcomes)
+        for i in range(3 * MAX_ANONYMOUS_CANDIDATES):
+            for alias in aliases:
+                _put_anonymously(service.url, forged.to_json() + b" " * (i + 1), alias)
+        found = find_faulty_segment(ctx, 1, fragment)
+        assert found is None, found
+        lazy = find_faulty_segment(ctx, 1, world.fragment("lazy"))  # the poison hides no real fault either
+        assert lazy is not None and lazy.guilty and lazy.segment == 1
+
+
+@pytest.mark.chain
+def test_a_blob_outage_mid_check_is_never_a_guilty_verdict(world: World, tmp_path: Path) -> None:
+    """Issue 10 #6: the blob service dies after the referee read the manifest and the start state;
+    every checkpoint fetch is refused. That used to read 'checkpoint N is unavailable' -> guilty."""
+    fragment = world.fragment("honest")
+    with _served_copy(world, tmp_path) as (service, ctx), _hidden(world.store, _checkpoint_digests(world, 1)):
+        case = load_case(ctx, 1, fragment)
+        assert case.manifest is not None
+        service.stop()
+        outcomes = [check_segment(s, case.claim, case.manifest, case.fetch, case.inputs) for s in range(S + 1)]
+        assert not any(o.guilty for o in outcomes), [o.reason for o in outcomes]
+        assert all("unavailable" in o.reason for o in outcomes)
+        assert find_faulty(case.claim, case.manifest, case.fetch, case.inputs) is not None  # undecided, not None
+        assert not find_faulty(case.claim, case.manifest, case.fetch, case.inputs).guilty  # type: ignore[union-attr]
+
+
+@pytest.mark.chain
+def test_unavailable_checkpoints_bring_no_claim_and_no_guilty_vote(
+    world: World, tmp_path: Path, w3: Web3, witnesses: list[Signer], outsider: Signer
+) -> None:
+    """Issue 10 #6 through the agents' own code on anvil: round 0's checkpoints cannot be had (the
+    blob service answers 404, no other locator has them). The challenger opens no claim (it audits
+    again later); a referee of a claim someone else opened casts no vote, retries, and abstains
+    once the deadline passed. With the checkpoints back, the same code accuses the lazy and the
+    fake-gradient trainers and votes the honest one innocent."""
+    market = world.market
+    honest, lazy, fake = (world.fragment(mode) for mode in MODES)
+    with chain_snapshot_ctx(w3), _served_copy(world, tmp_path) as (_service, ctx):
+        digests = _checkpoint_digests(world, 0)
+        for digest in digests:
+            LocalBlobStore(tmp_path / "served", fsync=False).blob_path(digest).unlink()  # the service: 404
+        before = market.challenge_count()
+        challenger = Challenger(
+            task_id=world.task_id,
+            signer=outsider,
+            market=market,
+            blobs=ctx.blobs,
+            training_checker=make_training_checker("all"),
+            withdraw=False,
+            ctx=ctx,
+        )
+        duty = RefereeDuty(ctx, witnesses[0])
+        with _hidden(world.store, digests):
+            challenger.step()
+            assert market.challenge_count() == before, "an unavailable checkpoint became an accusation"
+            assert 0 not in challenger.audited  # round 0 is audited again later
+            claim = market.challenge_training(outsider, world.task_id, 0, honest, 1)
+            duty.step()
+            c = market.challenge(claim)
+            assert (c.guilty_votes, c.innocent_votes) == (0, 0) and claim not in duty.decided
+
+        # The checkpoints are back (through their file:// locators): the same agents now judge.
+        duty.step()
+        c = market.challenge(claim)
+        assert (c.guilty_votes, c.innocent_votes) == (0, 1)
+        challenger.step()
+        accused = {market.challenge(i).fragment for i in range(claim + 1, market.challenge_count() + 1)}
+        assert accused == {lazy, fake}
+
+        # A claim whose data stays out of reach until its deadline: the referee abstains.
+        late = market.challenge_training(outsider, world.task_id, 0, honest, 2)
+        with _hidden(world.store, digests):
+            duty.step()
+            assert late not in duty.decided
+            set_next_timestamp(w3, market.challenge(late).deadline + 1)
+            duty.step()
+            c = market.challenge(late)
+            assert (c.guilty_votes, c.innocent_votes) == (0, 0) and late in duty.decided
+
+
+@pytest.mark.chain
+def test_a_poisoned_state_root_alias_does_not_stall_state_sync(
+    world: World, tmp_path: Path, witnesses: list[Signer]
+) -> None:
+    """Issue 10 #5: overwriting a state-root alias used to stall every witness and trainer that
+    syncs the state by its root. Candidates that do not recompute the root are skipped."""
+    root = world.market.round(world.task_id, 0).state_root
+    with _served_copy(world, tmp_path) as (service, ctx):
+        _put_anonymously(service.url, world.starts[0].to_bytes(), root)  # a valid state, another root
+        _put_anonymously(service.url, b"junk", root)
+        assert ctx.fetch_state(root).state_root_hex == root
+        ctx.publish_state(world.starts[1], witnesses[0].account)  # a witness's own slot
+        for i in range(3 * MAX_ANONYMOUS_CANDIDATES):
+            _put_anonymously(service.url, b"junk %d" % i, root)
+        state, size = ctx.fetch_state_sized(root)
+        assert state.state_root_hex == root and size == len(world.starts[1].to_bytes())
+        # The initial state, published anonymously by the sponsor before its root was known: its
+        # pinned first candidate outlives anonymous and throwaway-key floods.
+        initial = world.ctx.spec.initial_state_root
+        attacker = HttpBlobStore(service.url)
+        for i in range(2 * MAX_ANONYMOUS_CANDIDATES):
+            _put_anonymously(service.url, b"junk %d" % i, initial)
+            put_signed(attacker, b"signed junk %d" % i, initial, Account.create())
+        assert ctx.fetch_state(initial).state_root_hex == initial.lower()
+
+
+@pytest.mark.chain
+def test_payloads_are_fetched_by_digest_whatever_the_uri_says(world: World, tmp_path: Path) -> None:
+    """Issue 10 #1 (off chain): a submission's on-chain ``uri`` is only a hint (an outsider who
+    front-runs the commitment chooses it). With every uri dead, the payloads bound by
+    ``payloadHash`` are still read by digest from the agent's blob store; a blob store that does not
+    have them either leaves them unavailable (a fetch error, never bytes of someone else's choosing)."""
+    subs = [world.market.submission(world.task_id, 1, world.fragment(mode)) for mode in MODES]
+    with _served_copy(world, tmp_path) as (_service, ctx), _hidden(world.store, [s.payload_hash for s in subs]):
+        got = ctx.committed_submissions(1)
+        assert [s.fetch_error for s in got] == [None] * 3
+        assert all("0x" + keccak(s.payload or b"").hex() == sub.payload_hash for s, sub in zip(got, subs, strict=True))
+        for sub in subs:
+            LocalBlobStore(tmp_path / "served", fsync=False).blob_path(sub.payload_hash).unlink()
+        missing = ctx.committed_submissions(1)
+        assert all(s.payload is None and s.fetch_error for s in missing)
 
 
 # ---------------------------------------------------------------------- the pure core, explicit inputs
@@ -340,11 +544,11 @@ def test_tampered_checkpoint_bytes_are_caught(world: World) -> None:
     inputs = _inputs(world)
     assert find_faulty(claim, manifest.to_json(), lambda m, i: blobs[i], inputs) is None
 
-    # A store (or a trainer) serving other bytes than the committed ones.
+    # A store serving other bytes than the committed ones: not in hand, so undecided (not guilty).
     tampered = list(blobs)
     tampered[2] = tampered[2][:-1] + bytes([tampered[2][-1] ^ 1])
-    verdict = check_segment(2, claim, manifest, lambda m, i: tampered[i], inputs)
-    assert verdict.guilty and "does not match its committed hash" in verdict.reason
+    outcome = check_segment(2, claim, manifest, lambda m, i: tampered[i], inputs)
+    assert isinstance(outcome, Undecided) and "do not match its committed hash" in outcome.reason
 
     # A trainer that commits to a checkpoint it edited: the segment leading to it fails.
     c2 = Checkpoint.from_bytes(blobs[2], layout=world.ctx.layout)
@@ -356,11 +560,22 @@ def test_tampered_checkpoint_bytes_are_caught(world: World) -> None:
     found = find_faulty(edited_claim, edited_manifest, lambda m, i: edited[i], inputs)
     assert found is not None and found.segment == 1
 
-    # A manifest that does not open the committed root, or none at all.
-    assert check_segment(0, claim, edited_manifest, lambda m, i: blobs[i], inputs).guilty
-    assert check_segment(0, claim, None, lambda m, i: blobs[i], inputs).guilty
+    # A manifest that does not open the committed root, or none at all: the genuine one may be
+    # elsewhere, so no verdict; one whose hashes open the root is judged whatever its own fields say.
+    assert isinstance(check_segment(0, claim, edited_manifest, lambda m, i: blobs[i], inputs), Undecided)
+    assert isinstance(check_segment(0, claim, None, lambda m, i: blobs[i], inputs), Undecided)
     wrong_task = dataclasses.replace(inputs, interval=3)
-    assert check_segment(0, claim, manifest, lambda m, i: blobs[i], wrong_task).guilty
+    assert isinstance(check_segment(0, claim, manifest, lambda m, i: blobs[i], wrong_task), Undecided)
+    relabelled = CheckpointManifest(1, 3, manifest.hashes, manifest.uris)  # the genuine hashes, other fields
+    assert check_segment(0, claim, relabelled.to_json(), lambda m, i: blobs[i], inputs) == check_segment(
+        0, claim, manifest, lambda m, i: blobs[i], inputs
+    )
+    # Committed bytes that are malformed are the trainer's own: guilty.
+    broken = list(blobs)
+    broken[1] = b"not a checkpoint"
+    broken_claim, broken_manifest = _commit(broken, claim)
+    verdict = check_segment(1, broken_claim, broken_manifest, lambda m, i: broken[i], inputs)
+    assert isinstance(verdict, Verdict) and verdict.guilty and "malformed" in verdict.reason
 
 
 @pytest.mark.chain

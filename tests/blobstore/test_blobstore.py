@@ -18,10 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from eth_account import Account
 from eth_utils import keccak
 from structlog.testing import capture_logs
 
 from syncline.blobstore import (
+    MAX_ANONYMOUS_CANDIDATES,
     BlobIntegrityError,
     BlobNotFound,
     BlobRef,
@@ -33,7 +35,10 @@ from syncline.blobstore import (
     HttpBlobStore,
     InvalidBlobName,
     LocalBlobStore,
+    alias_signer,
     digest_of,
+    put_signed,
+    sign_alias,
 )
 
 MAX_BYTES = 2 * 1024 * 1024
@@ -149,11 +154,80 @@ def test_alias_set_and_resolve(client: HttpBlobStore, service: BlobService, stor
     assert client.resolve(state_root) == old.digest
     assert store.resolve(state_root) == old.digest
     status, _, body = raw(service.url, "GET", f"/aliases/{state_root}")
-    assert status == 200 and json.loads(body) == {"digest": old.digest}
-    new = client.put(b"state v2", alias=state_root)  # an alias is a mutable locator
+    assert status == 200 and json.loads(body) == {"digest": old.digest, "candidates": [old.digest]}
+    new = client.put(b"state v2", alias=state_root)  # a second candidate, listed first; the first stays
     assert client.resolve(state_root) == new.digest
+    assert client.candidates(state_root) == store.candidates(state_root) == (new.digest, old.digest)
     assert client.resolve("never-set") is None
     assert store.resolve("never-set") is None
+    assert client.candidates("never-set") == ()
+
+
+def test_anonymous_writers_cannot_hide_a_candidate(
+    client: HttpBlobStore, service: BlobService, store: LocalBlobStore
+) -> None:
+    """Alias poisoning: the last anonymous writer no longer wins. Two anonymous PUTs leave the
+    genuine candidate listed; a flood pushes anonymous candidates out of the bounded ring, but an
+    owner-signed candidate keeps its own slot, which only its signer can replace."""
+    owner, attacker = Account.create(), Account.create()
+    alias = "checkpoints:0x" + keccak(text="root").hex()
+    genuine = client.put(b"genuine manifest", alias=alias)
+    for i in range(2):
+        client.put(b"poison %d" % i, alias=alias)
+    assert genuine.digest in client.candidates(alias)
+    signed = put_signed(client, b"genuine manifest", alias, owner)
+    assert signed.digest == genuine.digest
+    for i in range(3 * MAX_ANONYMOUS_CANDIDATES):
+        raw(service.url, "PUT", "/blobs", body=b"flood %d" % i, headers={"X-Syncline-Alias": alias})
+    put_signed(client, b"attacker's own slot", alias, attacker)
+    listed = client.candidates(alias)
+    assert len(listed) <= MAX_ANONYMOUS_CANDIDATES + 2 and listed[0] == digest_of(b"attacker's own slot")
+    assert client.candidates(alias, signers=[owner.address])[0] == genuine.digest
+    assert store.candidates(alias, signers=[owner.address.lower()])[0] == genuine.digest
+    status, _, body = raw(service.url, "GET", f"/aliases/{alias}?signer={owner.address}")
+    assert status == 200 and json.loads(body)["digest"] == genuine.digest
+    # The owner's signature over another digest recovers another address: it fills that one's slot.
+    forged = sign_alias(owner, alias, digest_of(b"something else"))
+    client.put(b"poison", alias=alias, alias_signature=forged)
+    assert client.candidates(alias, signers=[owner.address])[0] == genuine.digest
+    assert alias_signer(alias, genuine.digest, sign_alias(owner, alias, genuine.digest)) == owner.address.lower()
+    status, _, body = raw(
+        service.url,
+        "PUT",
+        "/blobs",
+        body=b"x",
+        headers={"X-Syncline-Alias": alias, "X-Syncline-Alias-Signature": "0x12"},
+    )
+    assert status == 400 and "Signature" in json_error(body)
+    assert raw(service.url, "GET", f"/aliases/{alias}?signer=nobody")[0] == 400
+    # The owner may replace its own candidate.
+    newer = put_signed(client, b"owner's newer manifest", alias, owner)
+    assert client.candidates(alias, signers=[owner.address])[0] == newer.digest
+
+
+def test_the_first_anonymous_candidate_of_an_alias_is_never_pushed_out(
+    client: HttpBlobStore, service: BlobService
+) -> None:
+    """A sponsor puts the initial state before anyone knows its root: that first candidate stays
+    listed through a flood of anonymous candidates and of slots signed by throwaway keys."""
+    alias = "0x" + keccak(text="initial state root").hex()
+    first = client.put(b"initial state", alias=alias)
+    for i in range(2 * MAX_ANONYMOUS_CANDIDATES):
+        client.put(b"anonymous flood %d" % i, alias=alias)
+    for i in range(40):
+        put_signed(client, b"signed flood %d" % i, alias, Account.create())
+    listed = client.candidates(alias)
+    assert listed[-1] == first.digest and listed[0] == digest_of(b"signed flood 39")
+    client.put(b"initial state", alias=alias)  # seen again: still the one pinned candidate
+    assert client.candidates(alias).count(first.digest) == 1
+
+
+def test_a_pre_candidates_alias_file_reads_as_one_candidate(store: LocalBlobStore) -> None:
+    old = store.put(b"written by an older version")
+    (store.aliases_dir / "legacy").write_text(old.digest)
+    assert store.candidates("legacy") == (old.digest,)
+    new = store.put(b"new", alias="legacy")
+    assert store.candidates("legacy") == (new.digest, old.digest)
 
 
 def test_bad_aliases_are_rejected(client: HttpBlobStore, service: BlobService, store: LocalBlobStore) -> None:

@@ -75,3 +75,14 @@ def test_a_garbage_announcement_reads_as_absent(tmp_path: Path) -> None:
     blobs = LocalBlobStore(tmp_path)
     blobs.put(b"not a message", alias="gossip:commitment:7:3:1")
     assert read_commitment(blobs, DOMAIN, 7, 3, 1) is None
+
+
+def test_a_later_garbage_announcement_does_not_hide_the_signed_one(tmp_path: Path) -> None:
+    """Anyone may add a candidate under a gossip alias; the announced, validly signed message is
+    still read (it used to be hidden by the last writer: an equivocation then went unproven)."""
+    blobs = LocalBlobStore(tmp_path)
+    announce_commitment(blobs, COMMITMENT, sign(KEY, DOMAIN, COMMITMENT))
+    blobs.put(b"not a message", alias="gossip:commitment:7:3:1")
+    blobs.put(b'{"type": "Commitment"}', alias="gossip:commitment:7:3:1")
+    got = read_commitment(blobs, DOMAIN, 7, 3, 1)
+    assert got is not None and got.message == COMMITMENT

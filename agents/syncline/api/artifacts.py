@@ -10,6 +10,7 @@ from pathlib import Path
 
 from syncline.api.errors import ApiError
 from syncline.api.services import ApiServices
+from syncline.blobstore import BlobNotFound, find_verified
 from syncline.protocol.state import TrainingState
 from syncline.sponsor.task_builder import export_model
 
@@ -36,14 +37,13 @@ def model_archive(services: ApiServices, task_id: int) -> tuple[Path, str]:
 
 def state_blob(services: ApiServices, root: str) -> bytes:
     """The serialized state whose Merkle root is ``root``, verified by recomputing the root."""
-    digest = services.blobs.resolve(root.lower())
-    if digest is None:
-        raise ApiError(404, f"no blob is published for state root {root}")
-    data = services.blobs.get(digest)
-    try:
-        state = TrainingState.from_bytes(data, max_bytes=MAX_STATE_BYTES)
-    except ValueError as exc:
-        raise ApiError(502, f"the blob for state root {root} is not a training state: {exc}") from None
-    if state.state_root_hex != root.lower():
-        raise ApiError(502, f"the blob for {root} holds state {state.state_root_hex}")
-    return data
+
+    def check(data: bytes) -> bytes:
+        if TrainingState.from_bytes(data, max_bytes=MAX_STATE_BYTES).state_root_hex != root.lower():
+            raise ValueError("another state")
+        return data
+
+    try:  # the alias's candidates are hints: the first that recomputes the root
+        return find_verified(services.blobs, (root.lower(),), check, what=f"state {root}")
+    except BlobNotFound:
+        raise ApiError(404, f"no blob published for state root {root} holds that state") from None

@@ -25,6 +25,7 @@ from syncline.challenger.audit import (
 )
 from syncline.challenger.training import make_training_checker
 from syncline.run.context import TaskContext
+from syncline.trainer.referee import Outcome
 
 ZERO_ADDRESS = "0x" + "00" * 20
 
@@ -107,7 +108,7 @@ def _checker(req: ChallengeRequest) -> TrainingChecker | None:
     full = make_training_checker("all")
     assert full is not None
 
-    def check(ctx: TaskContext, round_: int, fragment: int) -> tuple[int, str] | None:
+    def check(ctx: TaskContext, round_: int, fragment: int) -> Outcome | None:
         if req.fragment is not None and fragment != req.fragment:
             return None
         return full(ctx, round_, fragment)

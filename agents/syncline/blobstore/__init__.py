@@ -10,7 +10,7 @@ store
 fetch
     :func:`fetch_uri`: verified, size-capped reads from ``http(s)://`` and ``file://`` URIs.
 local
-    :class:`LocalBlobStore`: blobs and aliases as files, written atomically.
+    :class:`LocalBlobStore`: blobs and alias candidates as files, written atomically.
 http_service
     :class:`BlobService`: a threaded stdlib HTTP server over a local store
     (``python -m syncline.blobstore --root DIR --port N``).
@@ -26,6 +26,7 @@ from syncline.blobstore.http_service import BlobService
 from syncline.blobstore.local import LocalBlobStore
 from syncline.blobstore.store import (
     DEFAULT_MAX_BLOB_BYTES,
+    MAX_ANONYMOUS_CANDIDATES,
     BlobBackend,
     BlobIntegrityError,
     BlobNotFound,
@@ -36,15 +37,20 @@ from syncline.blobstore.store import (
     BlobTooLarge,
     BlobUnavailable,
     InvalidBlobName,
+    alias_signer,
     digest_of,
+    find_verified,
     is_digest,
     normalize_digest,
+    put_signed,
+    sign_alias,
     validate_alias,
     verify,
 )
 
 __all__ = [
     "DEFAULT_MAX_BLOB_BYTES",
+    "MAX_ANONYMOUS_CANDIDATES",
     "BlobBackend",
     "BlobIntegrityError",
     "BlobNotFound",
@@ -59,11 +65,15 @@ __all__ = [
     "HttpBlobStore",
     "InvalidBlobName",
     "LocalBlobStore",
+    "alias_signer",
     "digest_of",
     "fetch_uri",
+    "find_verified",
     "is_digest",
     "normalize_digest",
+    "put_signed",
     "register_fetcher",
+    "sign_alias",
     "validate_alias",
     "verify",
 ]

@@ -11,12 +11,15 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from typing import Any
 
 from syncline.blobstore.fetch import http_error_message
-from syncline.blobstore.http_service import ALIAS_HEADER
+from syncline.blobstore.http_service import ALIAS_HEADER, ALIAS_SIGNATURE_HEADER
 from syncline.blobstore.store import (
     DEFAULT_MAX_BLOB_BYTES,
+    MAX_ALIAS_SIGNERS,
+    MAX_LISTED_CANDIDATES,
     BlobIntegrityError,
     BlobRef,
     BlobStoreBase,
@@ -25,6 +28,7 @@ from syncline.blobstore.store import (
     InvalidBlobName,
     digest_of,
     is_digest,
+    normalize_address,
     normalize_digest,
     validate_alias,
 )
@@ -63,8 +67,8 @@ class HttpBlobStore(BlobStoreBase):
 
     # ------------------------------------------------------------------ BlobBackend
 
-    def put(self, data: bytes, *, alias: str | None = None) -> BlobRef:
-        """Upload ``data`` and optionally point ``alias`` at it.
+    def put(self, data: bytes, *, alias: str | None = None, alias_signature: bytes | None = None) -> BlobRef:
+        """Upload ``data`` and optionally add it as a candidate of ``alias`` (signed: the signer's slot).
 
         Returns
         -------
@@ -87,6 +91,8 @@ class HttpBlobStore(BlobStoreBase):
         headers = {"Content-Type": "application/octet-stream", "Content-Length": str(len(data))}
         if alias is not None:
             headers[ALIAS_HEADER] = validate_alias(alias)
+        if alias_signature is not None:
+            headers[ALIAS_SIGNATURE_HEADER] = "0x" + bytes(alias_signature).hex()
         digest = digest_of(data)
         answer = self._json("PUT", "/blobs", data=data, headers=headers)
         try:
@@ -120,17 +126,22 @@ class HttpBlobStore(BlobStoreBase):
         status, _ = self._request("HEAD", f"/blobs/{normalize_digest(digest)}", ok=(200, 404))
         return status == 200
 
-    def resolve(self, alias: str) -> str | None:
-        """The digest ``alias`` points at on the service, or None (untrusted: verify what you fetch)."""
-        path = f"/aliases/{urllib.parse.quote(validate_alias(alias), safe='')}"
+    def candidates(self, alias: str, *, signers: Sequence[str] = ()) -> tuple[str, ...]:
+        """The digests ``alias`` names on the service, the slots of ``signers`` first (untrusted
+        hints: verify what you fetch); ``()`` when the alias is unknown."""
+        if len(signers) > MAX_ALIAS_SIGNERS:
+            raise InvalidBlobName(f"{len(signers)} signers named; at most {MAX_ALIAS_SIGNERS}")
+        query = urllib.parse.urlencode([("signer", normalize_address(s)) for s in signers])
+        path = f"/aliases/{urllib.parse.quote(validate_alias(alias), safe='')}" + (f"?{query}" if query else "")
         status, body = self._request("GET", path, ok=(200, 404))
         if status == 404:
-            return None
+            return ()
         answer = _parse_json(body, f"GET {path}", self.base_url)
-        digest = answer.get("digest") if isinstance(answer, dict) else None
-        if not isinstance(digest, str) or not is_digest(digest):
-            raise BlobUnavailable(f"{self.base_url} answered GET {path} without a valid digest")
-        return normalize_digest(digest)
+        listed = answer.get("candidates", [answer.get("digest")]) if isinstance(answer, dict) else None
+        if not isinstance(listed, list) or not all(isinstance(d, str) and is_digest(d) for d in listed):
+            raise BlobUnavailable(f"{self.base_url} answered GET {path} without valid digests")
+        limit = len(signers) + MAX_LISTED_CANDIDATES + 1  # + the pinned first candidate
+        return tuple(dict.fromkeys(normalize_digest(d) for d in listed[:limit]))
 
     def healthy(self) -> bool:
         """Whether ``GET /healthz`` answers 200."""

@@ -4,15 +4,20 @@ Endpoints
 ---------
 ``PUT /blobs``
     Body = the blob; ``Content-Length`` required (411 otherwise), at most ``max_bytes`` (413);
-    optional header ``X-Syncline-Alias``. The server hashes the body itself and answers 200 with
+    optional header ``X-Syncline-Alias`` adds the blob as a candidate of that alias, in the
+    signer's own slot when ``X-Syncline-Alias-Signature`` (``0x`` + 130 hex, EIP-191 over
+    :func:`~syncline.blobstore.store.alias_message`) is sent too, else in the anonymous ring; no
+    writer can replace another's candidate. The server hashes the body itself and answers 200 with
     the JSON :class:`~syncline.blobstore.store.BlobRef` (``uri`` = ``<public url>/blobs/<digest>``).
 ``GET /blobs/<digest>``
     200 with the verified bytes, 404 if absent, 400 for a malformed digest, 500 if the stored
     file is corrupt (it is quarantined, so the next request answers 404).
 ``HEAD /blobs/<digest>``
     200 with ``Content-Length`` = the blob's size, or 404 / 400.
-``GET /aliases/<alias>``
-    200 ``{"digest": ...}`` or 404; 400 for an alias outside ``[0-9a-zA-Z_.:-]{1,128}``.
+``GET /aliases/<alias>[?signer=0x...&signer=...]``
+    200 ``{"digest": <first candidate>, "candidates": [...]}`` (the named signers' slots first,
+    then the others newest first) or 404; 400 for an alias outside ``[0-9a-zA-Z_.:-]{1,128}`` or a
+    malformed signer. Candidates are hints: readers verify what they fetch.
 ``GET /healthz``
     200 ``{"status": "ok"}``.
 
@@ -49,6 +54,7 @@ from syncline.blobstore.store import (
 log = structlog.get_logger("syncline.blobstore")
 
 ALIAS_HEADER = "X-Syncline-Alias"
+ALIAS_SIGNATURE_HEADER = "X-Syncline-Alias-Signature"
 DIGEST_HEADER = "X-Syncline-Digest"
 _READ_CHUNK = 1024 * 1024
 _DRAIN_LIMIT = 64 * 1024 * 1024
@@ -297,10 +303,14 @@ class _Handler(BaseHTTPRequestHandler):
         elif len(parts) == 2 and parts[0] == "aliases":
             alias = self._alias(parts[1])
             self._note["alias"] = alias
-            resolved = store.resolve(alias)
-            if resolved is None:
+            signers = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query).get("signer", [])
+            try:
+                found = store.candidates(alias, signers=signers)
+            except InvalidBlobName as exc:
+                raise _HttpError(HTTPStatus.BAD_REQUEST, str(exc)) from None
+            if not found:
                 raise _HttpError(HTTPStatus.NOT_FOUND, f"alias {alias!r} not found")
-            self._send_json(200, {"digest": resolved})
+            self._send_json(200, {"digest": found[0], "candidates": list(found)})
         elif parts == ["blobs"]:
             raise _HttpError(HTTPStatus.METHOD_NOT_ALLOWED, "use PUT /blobs to upload", headers={"Allow": "PUT"})
         else:
@@ -315,12 +325,16 @@ class _Handler(BaseHTTPRequestHandler):
                 )
             raise _HttpError(HTTPStatus.NOT_FOUND, "no such endpoint")
         length, alias = self._check_upload_headers()
+        signature = self._alias_signature(alias)
         service = self.server.service
         if not self.server.upload_slots.acquire(timeout=service.request_timeout_s):
             raise _HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "too many concurrent uploads; retry later")
         try:
             data = self._read_body(length)
-            ref = service.store.put(data, alias=alias)
+            try:
+                ref = service.store.put(data, alias=alias, alias_signature=signature)
+            except InvalidBlobName as exc:  # a signature that does not recover
+                raise _HttpError(HTTPStatus.BAD_REQUEST, str(exc)) from None
         finally:
             self.server.upload_slots.release()
         self._note["digest"] = ref.digest
@@ -350,6 +364,23 @@ class _Handler(BaseHTTPRequestHandler):
         if alias is not None:
             alias = self._alias(alias.strip())
         return length, alias
+
+    def _alias_signature(self, alias: str | None) -> bytes | None:
+        """The alias signature header as bytes (checked against the body once it is read)."""
+        raw = self.headers.get(ALIAS_SIGNATURE_HEADER)
+        if raw is None:
+            return None
+        raw = raw.strip()
+        if alias is None:
+            raise _HttpError(HTTPStatus.BAD_REQUEST, f"{ALIAS_SIGNATURE_HEADER} needs {ALIAS_HEADER}")
+        if len(raw) != 132 or not raw.startswith("0x"):
+            raise _HttpError(HTTPStatus.BAD_REQUEST, f"{ALIAS_SIGNATURE_HEADER} must be 0x + 130 hex characters")
+        try:
+            return bytes.fromhex(raw[2:])
+        except ValueError:
+            raise _HttpError(
+                HTTPStatus.BAD_REQUEST, f"{ALIAS_SIGNATURE_HEADER} must be 0x + 130 hex characters"
+            ) from None
 
     def _read_body(self, length: int) -> bytes:
         chunks: list[bytes] = []

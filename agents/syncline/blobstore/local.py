@@ -2,33 +2,46 @@
 
 Layout under ``root``::
 
-    blobs/<64 hex>       the blob's bytes, named by its keccak256 digest
-    aliases/<alias>      the digest (``0x`` + 64 hex) an alias points at
+    blobs/<64 hex>                  the blob's bytes, named by its keccak256 digest
+    aliases/<alias>/signed-<addr>   the candidate ``<addr>`` signed: digest and signature, one per signer
+    aliases/<alias>/first-<64 hex>  the alias's first candidate when it was anonymous (kept for good)
+    aliases/<alias>/anon-<64 hex>   a later anonymous candidate (the newest ``MAX_ANONYMOUS_CANDIDATES`` kept)
     tmp/                 temporary files, renamed into place with ``os.replace``
     quarantine/          blobs whose bytes no longer match their name, moved aside by ``get``
 
 Every write goes to a fresh temporary file that is then atomically renamed over the final name,
 so readers never see a partial file, and several threads or processes putting the same blob
-concurrently all leave the same complete file behind.
+concurrently all leave the same complete file behind. Candidates are ordered by their file's
+modification time (newest first). A store written before aliases held candidates has a plain file
+``aliases/<alias>`` holding one digest: it reads as one anonymous candidate and becomes a directory
+on the next write.
 """
 
 from __future__ import annotations
 
 import contextlib
+import heapq
 import os
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import structlog
 
 from syncline.blobstore.store import (
+    MAX_ALIAS_SIGNERS,
+    MAX_ANONYMOUS_CANDIDATES,
+    MAX_LISTED_CANDIDATES,
     BlobIntegrityError,
     BlobNotFound,
     BlobRef,
     BlobStoreBase,
+    InvalidBlobName,
+    alias_signer,
     digest_of,
     is_digest,
+    normalize_address,
     normalize_digest,
     validate_alias,
 )
@@ -75,16 +88,19 @@ class LocalBlobStore(BlobStoreBase):
 
     # ------------------------------------------------------------------ BlobBackend
 
-    def put(self, data: bytes, *, alias: str | None = None) -> BlobRef:
-        """Store ``data`` under its digest (idempotent) and optionally point ``alias`` at it.
+    def put(self, data: bytes, *, alias: str | None = None, alias_signature: bytes | None = None) -> BlobRef:
+        """Store ``data`` under its digest (idempotent) and optionally add it as a candidate of ``alias``.
 
         Parameters
         ----------
         data : bytes
             The blob.
         alias : str, optional
-            A locator name (see :func:`~syncline.blobstore.store.validate_alias`); an existing
-            alias of that name is replaced.
+            A locator name (see :func:`~syncline.blobstore.store.validate_alias`). The blob joins
+            the alias's candidates; no earlier candidate is replaced, except the signer's own one.
+        alias_signature : bytes, optional
+            :func:`~syncline.blobstore.store.sign_alias` over ``alias`` and the blob's digest: the
+            candidate then fills its signer's slot. Without it, the anonymous ring.
 
         Notes
         -----
@@ -95,16 +111,24 @@ class LocalBlobStore(BlobStoreBase):
         -------
         BlobRef
             Digest, size and ``file://`` URI of the stored blob.
+
+        Raises
+        ------
+        InvalidBlobName
+            A malformed alias, a signature without an alias, or one that does not recover.
         """
         if alias is not None:
             validate_alias(alias)
+        elif alias_signature is not None:
+            raise InvalidBlobName("an alias signature needs an alias")
         data = bytes(data)
         digest = digest_of(data)
+        signer = alias_signer(alias, digest, alias_signature) if alias and alias_signature is not None else None
         path = self.blob_path(digest)
         if not self._present(path, len(data)):
             self._write_atomic(path, data)
         if alias is not None:
-            self._write_atomic(self.aliases_dir / alias, digest.encode("ascii"))
+            self._add_candidate(alias, digest, signer, alias_signature)
         return BlobRef(digest=digest, size=len(data), uri=path.as_uri())
 
     def get(self, digest: str) -> bytes:
@@ -150,25 +174,88 @@ class LocalBlobStore(BlobStoreBase):
         except FileNotFoundError:
             return None
 
-    def resolve(self, alias: str) -> str | None:
-        """The digest ``alias`` points at, or None (also when the alias file is not a digest).
+    def candidates(self, alias: str, *, signers: Sequence[str] = ()) -> tuple[str, ...]:
+        """The digests ``alias`` names (untrusted hints; verify what you fetch).
+
+        The slots of ``signers`` come first, in the order given; then up to
+        :data:`~syncline.blobstore.store.MAX_LISTED_CANDIDATES` other candidates, newest first;
+        last the alias's first candidate if it was anonymous (e.g. a sponsor's initial state,
+        published before anyone knew its root), which is always listed. Each digest appears once.
 
         Raises
         ------
         InvalidBlobName
-            ``alias`` is malformed.
+            ``alias`` or a signer is malformed, or more than ``MAX_ALIAS_SIGNERS`` signers are named.
         """
-        path = self.aliases_dir / validate_alias(alias)
+        directory = self.aliases_dir / validate_alias(alias)
+        if len(signers) > MAX_ALIAS_SIGNERS:
+            raise InvalidBlobName(f"{len(signers)} signers named; at most {MAX_ALIAS_SIGNERS}")
+        owners = [f"signed-{normalize_address(s)}" for s in signers]
+        if directory.is_file():  # a store written before aliases held candidates
+            legacy = self._read_digest(directory)
+            return (legacy,) if legacy else ()
+        found: list[str] = []
+        for name in owners:
+            digest = self._read_digest(directory / name)
+            if digest:
+                found.append(digest)
         try:
-            text = path.read_text(encoding="ascii", errors="replace").strip()
-        except (FileNotFoundError, IsADirectoryError):
-            return None
-        if not is_digest(text):
-            log.warning("alias.malformed", alias=alias, path=str(path))
-            return None
-        return normalize_digest(text)
+            entries = [e for e in os.scandir(directory) if e.name not in owners and e.is_file()]
+        except (FileNotFoundError, NotADirectoryError):
+            entries = []
+        pinned = [e for e in entries if e.name.startswith("first-")]
+        rest = [e for e in entries if not e.name.startswith("first-")]
+        for entry in heapq.nlargest(MAX_LISTED_CANDIDATES, rest, key=_mtime) + pinned:
+            digest = self._read_digest(Path(entry.path))
+            if digest:
+                found.append(digest)
+        return tuple(dict.fromkeys(found))
 
     # ------------------------------------------------------------------ internals
+
+    def _add_candidate(self, alias: str, digest: str, signer: str | None, signature: bytes | None) -> None:
+        """Add ``digest`` to the alias: the signer's slot, or the anonymous ring (oldest evicted)."""
+        directory = self.aliases_dir / alias
+        if directory.is_file():  # convert a pre-candidates alias file, keeping its digest as a candidate
+            legacy = self._read_digest(directory)
+            with contextlib.suppress(FileNotFoundError):
+                directory.unlink()
+            directory.mkdir(exist_ok=True)
+            if legacy:
+                self._write_atomic(directory / f"anon-{legacy[2:]}", legacy.encode("ascii"))
+        directory.mkdir(exist_ok=True)
+        if signer is None and not any(os.scandir(directory)):  # a new alias: its first writer keeps a slot
+            self._write_atomic(directory / f"first-{digest[2:]}", digest.encode("ascii"))
+            _touch(directory / f"first-{digest[2:]}")
+            return
+        if signer is not None and signature is not None:
+            body = f"{digest}\n0x{signature.hex()}\n".encode("ascii")
+            self._write_atomic(directory / f"signed-{signer}", body)
+            _touch(directory / f"signed-{signer}")
+            return
+        if (directory / f"first-{digest[2:]}").exists():
+            return
+        path = directory / f"anon-{digest[2:]}"
+        if not path.exists():
+            self._write_atomic(path, digest.encode("ascii"))
+        _touch(path)  # (seen again:) the newest
+        anonymous = [e for e in os.scandir(directory) if e.name.startswith("anon-")]
+        if len(anonymous) > MAX_ANONYMOUS_CANDIDATES:
+            for old in heapq.nsmallest(len(anonymous) - MAX_ANONYMOUS_CANDIDATES, anonymous, key=_mtime):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(old.path)
+
+    @staticmethod
+    def _read_digest(path: Path) -> str | None:
+        """The digest on the first line of a candidate file, or None (absent or malformed)."""
+        try:
+            text = path.read_text(encoding="ascii", errors="replace").split("\n", 1)[0].strip()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
+        if not is_digest(text):
+            log.warning("alias.malformed", path=str(path))
+            return None
+        return normalize_digest(text)
 
     @staticmethod
     def _present(path: Path, size: int) -> bool:
@@ -201,3 +288,18 @@ class LocalBlobStore(BlobStoreBase):
         except FileNotFoundError:  # another reader moved it first
             pass
         return target
+
+
+def _mtime(entry: os.DirEntry[str]) -> int:
+    try:
+        return entry.stat().st_mtime_ns
+    except FileNotFoundError:
+        return 0
+
+
+def _touch(path: Path) -> None:
+    """Stamp ``path`` with the current time at nanosecond resolution (file systems stamp writes
+    with a coarse clock, which would leave two quick candidates unordered)."""
+    now = time.time_ns()
+    with contextlib.suppress(FileNotFoundError):
+        os.utime(path, ns=(now, now))

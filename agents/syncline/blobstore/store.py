@@ -5,17 +5,39 @@ bytes as ``"0x"`` + 64 lowercase hex characters; that is what goes on chain. A U
 locator: whoever reads a blob from anywhere checks the bytes against the digest it expected.
 
 Backends (the local directory, the HTTP client, later IPFS or an object store) need only
-:class:`BlobBackend`'s four methods; subclassing :class:`BlobStoreBase` adds the verified
+:class:`BlobBackend`'s methods; subclassing :class:`BlobStoreBase` adds the verified
 :meth:`~BlobStoreBase.fetch` by URI from :mod:`syncline.blobstore.fetch`.
+
+Aliases
+-------
+An alias (a state root, ``checkpoints:0x<root>``, a gossip slot) names a *set of candidate
+digests*, never one trusted blob. Writing an alias only ever adds a candidate:
+
+* an **owner-signed** candidate (EIP-191 signature over :func:`alias_message`) fills the signer's
+  own slot of that alias; only that signer can replace it, so no one else can push it out;
+* the first candidate of a new alias, when anonymous, keeps a slot for good (a sponsor publishes
+  the initial state before anyone else knows its root);
+* a later **anonymous** candidate joins a ring of the :data:`MAX_ANONYMOUS_CANDIDATES` newest
+  anonymous ones (the oldest falls out).
+
+:meth:`BlobBackend.candidates` lists the slots of the signers a reader names first (the owner it
+expects: the trainer of a submission, the witnesses of a task), then the other candidates newest
+first (at most :data:`MAX_LISTED_CANDIDATES`), then the pinned first anonymous candidate. A
+reader takes every candidate as a hint and keeps the first whose bytes open what is bound on chain
+(:func:`find_verified`); an alias is never evidence against anyone.
 """
 
 from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from eth_account import Account
+from eth_account.messages import encode_defunct
+from eth_account.signers.local import LocalAccount
 from eth_utils import keccak
 
 from syncline.errors import SynclineError
@@ -26,8 +48,19 @@ DIGEST_HEX_CHARS = 64
 DEFAULT_MAX_BLOB_BYTES = 256 * 1024 * 1024
 """Default cap on one blob (256 MiB): outer gradients and states are tens of MB."""
 
+MAX_ANONYMOUS_CANDIDATES = 16
+"""Anonymous candidates an alias keeps (the newest); owner-signed ones have their own slots."""
+
+MAX_LISTED_CANDIDATES = 32
+"""Candidates :meth:`BlobBackend.candidates` lists besides the slots of the signers asked for."""
+
+MAX_ALIAS_SIGNERS = 32
+"""Signers one :meth:`BlobBackend.candidates` call may name."""
+
 _DIGEST_RE = re.compile(r"0x[0-9a-fA-F]{64}")
 _ALIAS_RE = re.compile(r"[0-9A-Za-z_.:-]{1,128}")
+_ADDRESS_RE = re.compile(r"0x[0-9a-fA-F]{40}")
+T = TypeVar("T")
 
 
 # ---------------------------------------------------------------------- errors
@@ -134,6 +167,41 @@ def validate_alias(alias: str) -> str:
     return alias
 
 
+def normalize_address(address: str) -> str:
+    """A signer's address in lowercase; raises InvalidBlobName unless ``0x`` + 40 hex characters."""
+    if not isinstance(address, str) or _ADDRESS_RE.fullmatch(address) is None:
+        raise InvalidBlobName(f"malformed signer address {_clip(address)}: expected '0x' followed by 40 hex characters")
+    return address.lower()
+
+
+def alias_message(alias: str, digest: str) -> bytes:
+    """What the owner of an alias signs (EIP-191) to add ``digest`` as its candidate."""
+    return f"syncline-alias\n{validate_alias(alias)}\n{normalize_digest(digest)}".encode("ascii")
+
+
+def sign_alias(account: LocalAccount, alias: str, digest: str) -> bytes:
+    """The 65-byte EIP-191 signature by ``account`` over :func:`alias_message`."""
+    signed = account.sign_message(encode_defunct(primitive=alias_message(alias, digest)))
+    return bytes(signed.signature)
+
+
+def alias_signer(alias: str, digest: str, signature: bytes) -> str:
+    """The (lowercase) address that signed ``digest`` as a candidate of ``alias``.
+
+    Raises
+    ------
+    InvalidBlobName
+        The signature is not 65 bytes or does not recover.
+    """
+    if not isinstance(signature, bytes) or len(signature) != 65:
+        raise InvalidBlobName("an alias signature must be 65 bytes (EIP-191 r, s, v)")
+    try:
+        signer = Account.recover_message(encode_defunct(primitive=alias_message(alias, digest)), signature=signature)
+    except Exception:  # eth_account raises several types for malformed signatures
+        raise InvalidBlobName(f"the alias signature for {alias!r} does not recover a signer") from None
+    return str(signer).lower()
+
+
 def verify(data: bytes, expected_digest: str, *, source: str = "blob") -> bytes:
     """Return ``data`` if it hashes to ``expected_digest``.
 
@@ -218,8 +286,9 @@ class BlobRef:
 class BlobBackend(Protocol):
     """What a storage backend must provide: content-addressed put/get plus untrusted aliases."""
 
-    def put(self, data: bytes, *, alias: str | None = None) -> BlobRef:
-        """Store ``data`` (idempotent) and optionally point ``alias`` at it."""
+    def put(self, data: bytes, *, alias: str | None = None, alias_signature: bytes | None = None) -> BlobRef:
+        """Store ``data`` (idempotent) and optionally add it as a candidate of ``alias``
+        (owner-signed when ``alias_signature`` is :func:`sign_alias` over the alias and the digest)."""
         ...
 
     def get(self, digest: str) -> bytes:
@@ -230,8 +299,12 @@ class BlobBackend(Protocol):
         """Whether the backend holds ``digest`` (not verified)."""
         ...
 
+    def candidates(self, alias: str, *, signers: Sequence[str] = ()) -> tuple[str, ...]:
+        """The digests ``alias`` names: the slots of ``signers`` first, then the rest newest first."""
+        ...
+
     def resolve(self, alias: str) -> str | None:
-        """The digest an alias points at, or None; the caller verifies what it then fetches."""
+        """The first of :meth:`candidates`, or None; the caller verifies what it then fetches."""
         ...
 
 
@@ -245,7 +318,7 @@ class BlobStore(BlobBackend, Protocol):
 
 
 class BlobStoreBase(ABC):
-    """Convenience base for backends: implement the four :class:`BlobBackend` methods, get ``fetch``.
+    """Convenience base for backends: implement put, get, has and candidates; get ``resolve`` and ``fetch``.
 
     Parameters
     ----------
@@ -257,8 +330,8 @@ class BlobStoreBase(ABC):
         self.fetch_timeout_s = fetch_timeout_s
 
     @abstractmethod
-    def put(self, data: bytes, *, alias: str | None = None) -> BlobRef:
-        """Store ``data`` (idempotent) and optionally point ``alias`` at it."""
+    def put(self, data: bytes, *, alias: str | None = None, alias_signature: bytes | None = None) -> BlobRef:
+        """Store ``data`` (idempotent) and optionally add it as a candidate of ``alias``."""
 
     @abstractmethod
     def get(self, digest: str) -> bytes:
@@ -269,8 +342,13 @@ class BlobStoreBase(ABC):
         """Whether the backend holds ``digest`` (not verified)."""
 
     @abstractmethod
+    def candidates(self, alias: str, *, signers: Sequence[str] = ()) -> tuple[str, ...]:
+        """The digests ``alias`` names: the slots of ``signers`` first, then the rest newest first."""
+
     def resolve(self, alias: str) -> str | None:
-        """The digest an alias points at, or None."""
+        """The first of :meth:`candidates` (an untrusted hint), or None."""
+        found = self.candidates(alias)
+        return found[0] if found else None
 
     def fetch(self, uri: str, *, expected_digest: str, max_bytes: int) -> bytes:
         """Read a blob by URI with a size cap and verify it.
@@ -293,3 +371,59 @@ class BlobStoreBase(ABC):
         from syncline.blobstore.fetch import fetch_uri
 
         return fetch_uri(uri, expected_digest=expected_digest, max_bytes=max_bytes, timeout_s=self.fetch_timeout_s)
+
+
+# ---------------------------------------------------------------------- locating by what the chain binds
+
+
+def put_signed(store: BlobBackend, data: bytes, alias: str, account: LocalAccount) -> BlobRef:
+    """Store ``data`` as ``account``'s own candidate of ``alias`` (no one else can displace it)."""
+    return store.put(data, alias=alias, alias_signature=sign_alias(account, alias, digest_of(data)))
+
+
+def find_verified(
+    store: BlobBackend,
+    aliases: Sequence[str],
+    check: Callable[[bytes], T],
+    *,
+    signers: Sequence[str] = (),
+    what: str = "blob",
+) -> T:
+    """The first candidate of ``aliases`` whose bytes pass ``check``: aliases are hints, never evidence.
+
+    Parameters
+    ----------
+    store
+        Where the aliases and blobs are.
+    aliases
+        Tried in order; each one's candidates with the slots of ``signers`` first.
+    check
+        Decodes the bytes and checks them against what the chain binds (a state root, a checkpoint
+        root); raises (a :class:`SynclineError` or ``ValueError``) when they do not match.
+    signers
+        The owners the reader expects (e.g. the trainer of a submission).
+    what
+        What is looked for, for the error message.
+
+    Returns
+    -------
+    T
+        What ``check`` returned for the first candidate that passed.
+
+    Raises
+    ------
+    BlobNotFound
+        No candidate passed (none exists, or each failed its check or its fetch).
+    BlobUnavailable
+        The store could not be asked (the caller retries later; never a verdict).
+    """
+    tried = 0
+    last = "no candidate"
+    for alias in aliases:
+        for digest in store.candidates(alias, signers=signers):
+            tried += 1
+            try:
+                return check(store.get(digest))
+            except (SynclineError, ValueError) as exc:
+                last = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
+    raise BlobNotFound(f"no {what} found under {', '.join(aliases)} ({tried} candidates tried; last: {last})")

@@ -11,12 +11,16 @@ trusts nothing a witness says. For each closed round it reports, cheapest check 
   input: not Krum / Multi-Krum);
 - training fraud: an accepted submission whose inner-loop segment does not re-execute to its
   committed checkpoint (or whose payload does not derive from its last checkpoint).
+
+Nothing the auditor could not fetch is ever a finding: a check whose data (a state, a payload, a
+manifest, a checkpoint) is not in hand ends :class:`~syncline.trainer.referee.Undecided`, marks the
+round ``incomplete`` and is run again on a later step, while the round is still in its window.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from syncline.chain.market import AggregationProof, MarketClient, RoundView
 from syncline.challenger.proofs import build_aggregation_proof
@@ -29,6 +33,7 @@ from syncline.protocol.state import TrainingState
 from syncline.protocol.sync_round import CommittedSubmission, validate_submission
 from syncline.run.context import StateUnavailable, TaskContext
 from syncline.run.gossip import SignedCommitment, SignedVote, read_commitment, read_vote
+from syncline.trainer.referee import Outcome, Undecided
 
 log = get_logger("syncline.challenger")
 
@@ -76,8 +81,9 @@ class TrainingFraud:
 
 Finding = TrainerEquivocation | WitnessEquivocation | AggregationFraud | Censorship | TrainingFraud
 
-# (ctx, round, fragment) -> (segment, reason) of the first faulty segment, or None.
-TrainingChecker = Callable[[TaskContext, int, int], "tuple[int, str] | None"]
+# (ctx, round, fragment) -> the first guilty segment's verdict, Undecided when a segment could
+# not be judged (its data not in hand: audit again later, never accuse), or None when all pass.
+TrainingChecker = Callable[[TaskContext, int, int], "Outcome | None"]
 
 
 @dataclass
@@ -90,6 +96,8 @@ class RoundAuditor:
     # Set by ``audit`` when a check could not judge yet (a state or checkpoint blob not available):
     # the caller audits the round again later instead of treating it as clean.
     incomplete: bool = False
+    # (round, fragment) whose training checks passed: a re-audit of an incomplete round skips them.
+    cleared: set[tuple[int, int]] = field(default_factory=set)
 
     @property
     def market(self) -> MarketClient:
@@ -126,6 +134,12 @@ class RoundAuditor:
         if accepted == 0 and left_out == 0:
             return [], []
         subs = self.ctx.committed_submissions(round_, rr.committed_mask)
+        for sub in subs:
+            if sub.fetch_error is not None and accepted >> sub.fragment & 1:
+                # Unavailable to us is not invalid: judge the round again once the payload is in hand.
+                # (A left-out payload we cannot fetch either is no claim, and no reason to retry.)
+                log.info("challenger.payload_unavailable", round=round_, fragment=sub.fragment, reason=sub.fetch_error)
+                self.incomplete = True
         return [s for s in subs if accepted >> s.fragment & 1], [s for s in subs if left_out >> s.fragment & 1]
 
     def _validate(self, sub: CommittedSubmission) -> tuple[QuantizedGradient | None, str | None]:
@@ -232,6 +246,8 @@ class RoundAuditor:
         """Left-out submissions that are valid (the rule keeps every valid input)."""
         found: list[Censorship] = []
         for sub in left_out:
+            if sub.fetch_error is not None:
+                continue  # not in hand: never a claim (the round is audited again)
             qg, reason = self._validate(sub)
             if qg is not None:
                 found.append(Censorship(round_, sub.fragment))
@@ -246,14 +262,18 @@ class RoundAuditor:
             return
         live = rr.accepted_mask & ~rr.revoked_mask
         for fragment in range(256):
-            if not live >> fragment & 1:
+            if not live >> fragment & 1 or (round_, fragment) in self.cleared:
                 continue
             try:
-                verdict = self.training_checker(self.ctx, round_, fragment)
-            except SynclineError as exc:  # its checkpoints or start state are not available yet
+                outcome = self.training_checker(self.ctx, round_, fragment)
+            except SynclineError as exc:  # its start state or shards are not available yet
                 log.info("challenger.training_check_deferred", round=round_, fragment=fragment, reason=str(exc)[:160])
                 self.incomplete = True
                 continue
-            if verdict is not None:
-                segment, reason = verdict
-                yield TrainingFraud(round_, fragment, segment, reason)
+            if isinstance(outcome, Undecided):  # our fetch failed: audit again later, never accuse
+                log.info("challenger.training_check_undecided", round=round_, fragment=fragment, reason=outcome.reason)
+                self.incomplete = True
+            elif outcome is not None and outcome.guilty:
+                yield TrainingFraud(round_, fragment, outcome.segment, outcome.reason)
+            else:
+                self.cleared.add((round_, fragment))

@@ -16,7 +16,7 @@ import random
 from syncline.challenger.audit import TrainingChecker
 from syncline.observability import get_logger
 from syncline.run.context import TaskContext
-from syncline.trainer.referee import check_segment, load_case, training_checker
+from syncline.trainer.referee import Outcome, Undecided, check_segment, load_case, training_checker
 
 log = get_logger("syncline.challenger")
 
@@ -32,16 +32,19 @@ def make_training_checker(mode: str, *, seed: int = 0, rate: float = 0.5) -> Tra
         return training_checker
     rng = random.Random(seed)
 
-    def spot(ctx: TaskContext, round_: int, fragment: int) -> tuple[int, str] | None:
+    def spot(ctx: TaskContext, round_: int, fragment: int) -> Outcome | None:
         case = load_case(ctx, round_, fragment)
         total = case.inputs.segments
         segments = [total]
         if rng.random() < rate:
             segments.append(rng.randrange(total))
+        undecided: Undecided | None = None
         for segment in segments:
-            verdict = check_segment(segment, case.claim, case.manifest, case.fetch, case.inputs)
-            if verdict.guilty:
-                return verdict.segment, verdict.reason
-        return None
+            outcome = check_segment(segment, case.claim, case.manifest, case.fetch, case.inputs)
+            if isinstance(outcome, Undecided):
+                undecided = undecided or outcome
+            elif outcome.guilty:
+                return outcome
+        return undecided
 
     return spot

@@ -30,8 +30,11 @@ per parameter plus the header and 5 KiB of generator state.
 
 The trainer commits ``checkpointRoot = merkle.root([hash(c_0), ..., hash(c_S)])`` (leaf ``i``
 binds index ``i``, see :mod:`syncline.protocol.merkle`) and publishes a small JSON
-:class:`CheckpointManifest` listing the hashes and where the blobs are. The manifest is located by
-an untrusted alias; :meth:`CheckpointManifest.verify_against` checks it against the committed root.
+:class:`CheckpointManifest` listing the hashes and where the blobs are. The manifest is located
+through the candidates of two aliases (:func:`manifest_root_alias`, :func:`manifest_alias`), in
+the trainer's signed slot first; an alias is a hint, never evidence: a reader keeps only a
+candidate whose hashes open the committed root (:meth:`CheckpointManifest.verify_against`), and
+fetches each checkpoint by its hash (the manifest's uris are hints too).
 
 Everything here is pure (no I/O); errors are one-line :class:`CheckpointError`.
 """
@@ -342,12 +345,14 @@ def checkpoint_root(hashes: Sequence[bytes]) -> bytes:
 
 
 def manifest_alias(task_id: int, round_: int, fragment: int) -> str:
-    """Untrusted blob-store alias of a submission's manifest (aliases cannot contain ``/``)."""
+    """Blob-store alias of a submission's manifest (aliases cannot contain ``/``): its candidates
+    are hints, the trainer's signed slot first; keep one only if it opens the committed root."""
     return f"checkpoints:{task_id}:{round_}:{fragment}"
 
 
 def manifest_root_alias(root: bytes) -> str:
-    """Untrusted blob-store alias of a manifest by the checkpoint root it claims to open."""
+    """Blob-store alias of a manifest by the checkpoint root it claims to open (candidates are
+    hints: keep one only if it opens ``root``)."""
     return "checkpoints:0x" + bytes(root).hex()
 
 

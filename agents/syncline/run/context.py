@@ -4,6 +4,12 @@ layout, the modality adapter and verified access to the task's blobs.
 The full ``TrainingTaskSpec`` lives in the blob store; its keccak256 must equal the ``specHash``
 stored on chain, so a tampered spec is refused. Every blob (tokenizer, shards, states) is checked
 against the hash that pins it before use.
+
+Blobs are located by what the chain binds, never by what a URI or an alias says: a blob pinned by a
+digest (spec, tokenizer, shards, submission payloads) is read by that digest from the agent's blob
+store first, and only then from the URI recorded with it (a hint anyone may have chosen); a state
+is located through the candidates of its state-root alias (the task's witnesses' and sponsor's
+signed slots first) and kept only if its bytes recompute the root.
 """
 
 from __future__ import annotations
@@ -13,8 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from eth_account.signers.local import LocalAccount
 
-from syncline.blobstore import BlobStore
+from syncline.blobstore import BlobStore, find_verified, put_signed
+from syncline.blobstore.store import MAX_ALIAS_SIGNERS, BlobTooLarge
 from syncline.chain.market import MarketClient
 from syncline.errors import SpecError, SynclineError
 from syncline.modality.language import LanguageAdapter
@@ -46,12 +54,13 @@ class TaskContext:
     tokenizer_json: str
     _shards: dict[int, bytes] = field(default_factory=dict)
     _validation: bytes | None = None
+    _publishers: tuple[str, ...] | None = None
 
     @classmethod
     def load(cls, market: MarketClient, blobs: BlobStore, task_id: int) -> TaskContext:
         onchain = market.spec_tuple(task_id)
         spec_hash, spec_uri = _hex(onchain[0]), str(onchain[1])
-        raw = blobs.fetch(spec_uri, expected_digest=spec_hash, max_bytes=MAX_SPEC_BYTES)
+        raw = fetch_by_digest(blobs, spec_hash, (spec_uri,), max_bytes=MAX_SPEC_BYTES)
         try:
             spec = TrainingTaskSpec.from_mapping(json.loads(raw))
         except json.JSONDecodeError:
@@ -64,7 +73,7 @@ class TaskContext:
             seq_len = int(meta["seq_len"])
         except (KeyError, TypeError, ValueError):
             raise SpecError(f"task {task_id}: spec metadata needs tokenizer and seq_len") from None
-        tokenizer_json = blobs.fetch(tokenizer["uri"], expected_digest=tokenizer["digest"], max_bytes=MAX_SPEC_BYTES)
+        tokenizer_json = fetch_by_digest(blobs, tokenizer["digest"], (tokenizer["uri"],), max_bytes=MAX_SPEC_BYTES)
         adapter = LanguageAdapter(seq_len=seq_len)
         model = adapter.build_model(model_config(spec), seed=0)
         layout = ParameterLayout.from_state_dict(dict(model.named_parameters()))
@@ -86,7 +95,7 @@ class TaskContext:
         if index not in self._shards:
             digest = self.spec.dataset.shard_hashes[index]
             uri = self.spec.dataset.shard_uris[index]
-            self._shards[index] = self.blobs.fetch(uri, expected_digest=digest, max_bytes=MAX_SHARD_BYTES)
+            self._shards[index] = fetch_by_digest(self.blobs, digest, (uri,), max_bytes=MAX_SHARD_BYTES)
         return self._shards[index]
 
     def validation_shard(self) -> bytes:
@@ -94,8 +103,8 @@ class TaskContext:
             d = self.spec.dataset
             if not d.validation_hash or not d.validation_uri:
                 raise SpecError(f"task {self.task_id}: the dataset has no validation shard")
-            self._validation = self.blobs.fetch(
-                d.validation_uri, expected_digest=d.validation_hash, max_bytes=MAX_SHARD_BYTES
+            self._validation = fetch_by_digest(
+                self.blobs, d.validation_hash, (d.validation_uri,), max_bytes=MAX_SHARD_BYTES
             )
         return self._validation
 
@@ -106,15 +115,32 @@ class TaskContext:
         return self.fetch_state_sized(state_root)[0]
 
     def fetch_state_sized(self, state_root: str) -> tuple[TrainingState, int]:
-        """Like :meth:`fetch_state`, also returning the blob's size in bytes."""
-        digest = self.blobs.resolve(state_root.lower())
-        if digest is None:
-            raise StateUnavailable(f"no blob is known for state root {state_root}")
-        data = self.blobs.get(digest)
-        state = TrainingState.from_bytes(data, expected_layout=self.layout)
-        if state.state_root_hex != state_root.lower():
-            raise StateUnavailable(f"blob {digest} does not hold state {state_root} (root {state.state_root_hex})")
-        return state, len(data)
+        """Like :meth:`fetch_state`, also returning the blob's size in bytes.
+
+        Every candidate of the state-root alias is a hint (the slots the task's witnesses and
+        sponsor signed first); the first whose bytes recompute ``state_root`` is kept, so a poisoned
+        alias cannot stall a sync. Raises :class:`StateUnavailable` when none does (yet).
+        """
+        root = state_root.lower()
+
+        def check(data: bytes) -> tuple[TrainingState, int]:
+            state = TrainingState.from_bytes(data, expected_layout=self.layout)
+            if state.state_root_hex != root:
+                raise StateUnavailable(f"a candidate holds state {state.state_root_hex}, not {root}")
+            return state, len(data)
+
+        try:
+            return find_verified(self.blobs, (root,), check, signers=self.publishers(), what=f"state {root}")
+        except SynclineError as exc:
+            raise StateUnavailable(f"no blob is known for state root {state_root}: {_one_line(exc)}") from None
+
+    def publishers(self) -> tuple[str, ...]:
+        """Who signs the state blobs this task's agents rely on: its witnesses, then its sponsor."""
+        if self._publishers is None:
+            sponsor = self.market.task(self.task_id).sponsor
+            signers = dict.fromkeys(a.lower() for a in (*self.spec.witnesses, sponsor))
+            self._publishers = tuple(signers)[:MAX_ALIAS_SIGNERS]
+        return self._publishers
 
     # ------------------------------------------------------------------ rounds
 
@@ -137,7 +163,7 @@ class TaskContext:
             payload: bytes | None = None
             error: str | None = None
             try:
-                payload = self.blobs.fetch(s.uri, expected_digest=s.payload_hash, max_bytes=self.max_payload_bytes)
+                payload = fetch_by_digest(self.blobs, s.payload_hash, (s.uri,), max_bytes=self.max_payload_bytes)
             except SynclineError as exc:
                 error = f"fetch failed: {str(exc).splitlines()[0][:160]}"
             out.append(
@@ -165,10 +191,14 @@ class TaskContext:
             max_payload_bytes=self.max_payload_bytes,
         )
 
-    def publish_state(self, state: TrainingState) -> str:
-        """Store a state blob under its state root; returns the root."""
+    def publish_state(self, state: TrainingState, signer: LocalAccount | None = None) -> str:
+        """Store a state blob as a candidate of its state-root alias (in ``signer``'s own slot when
+        given: a witness or the sponsor, whose slots readers try first); returns the root."""
         root = state.state_root_hex
-        self.blobs.put(state.to_bytes(), alias=root)
+        if signer is None:
+            self.blobs.put(state.to_bytes(), alias=root)
+        else:
+            put_signed(self.blobs, state.to_bytes(), root, signer)
         return root
 
     def build_model(self, state: TrainingState | None = None) -> torch.nn.Module:
@@ -180,6 +210,33 @@ class TaskContext:
 
 class StateUnavailable(SynclineError):
     """The state blob for a root cannot be found or does not match it (yet)."""
+
+
+def fetch_by_digest(blobs: BlobStore, digest: str, hints: tuple[str, ...], *, max_bytes: int) -> bytes:
+    """The blob ``digest`` (bound on chain or by a pinned artifact), verified: from the agent's blob
+    store by digest first, then from each hint URI (untrusted locators, e.g. a submission's ``uri``).
+
+    Raises the last :class:`SynclineError` when no source has it: unavailable, never evidence.
+    """
+    try:
+        data = blobs.get(digest)
+        if len(data) <= max_bytes:
+            return data
+        error: SynclineError = BlobTooLarge(f"blob {digest} is {len(data)} bytes, more than {max_bytes}")
+    except SynclineError as exc:
+        error = exc
+    for uri in hints:
+        if not uri:
+            continue
+        try:
+            return blobs.fetch(uri, expected_digest=digest, max_bytes=max_bytes)
+        except SynclineError as exc:
+            error = exc
+    raise error
+
+
+def _one_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:200]
 
 
 def max_payload_bytes(numel: int, bits: int) -> int:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from syncline.blobstore import BlobStore
+from syncline.blobstore import BlobStore, find_verified
 from syncline.chain.keys import Signer
 from syncline.errors import SynclineError
 from syncline.protocol.signed_messages import Commitment, Domain, Vote, recover
@@ -160,13 +160,11 @@ def announce_vote(blobs: BlobStore, message: Vote, signature: bytes, witness: st
 
 
 def _read(blobs: BlobStore, alias: str, decode: Callable[[bytes], T]) -> T | None:
-    """The message announced under ``alias``, or ``None`` if absent, unreadable or invalid."""
-    digest = blobs.resolve(alias)
-    if digest is None:
-        return None
+    """The first candidate of ``alias`` that decodes to a validly signed message, or ``None``
+    (a poisoned candidate is skipped, not believed)."""
     try:
-        return decode(blobs.get(digest))
-    except SynclineError:  # a blob store error, or a GossipError
+        return find_verified(blobs, (alias,), decode, what=alias)
+    except SynclineError:  # no candidate, a blob store error, or every candidate a GossipError
         return None
 
 

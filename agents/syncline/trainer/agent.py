@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from eth_utils import keccak
 
-from syncline.blobstore import BlobStore
+from syncline.blobstore import BlobStore, put_signed
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient, RoundView
 from syncline.errors import ChainError, SynclineError
@@ -276,9 +276,10 @@ class TrainerAgent:
         log.warning("trainer.misbehaving", mode="equivocate", round=message.round)
 
     def _publish_checkpoints(self, round_: int, fragment: int, interval: int, checkpoints: Sequence[bytes]) -> bytes:
-        """Put every checkpoint blob and the manifest (aliased by position and by root); returns
-        the ``checkpointRoot`` to commit. Publishing precedes the commitment, so a challenger can
-        fetch everything as soon as the commitment is on chain."""
+        """Put every checkpoint blob and the manifest (aliased by position and by root, each in this
+        trainer's own signed slot, which no other writer can displace); returns the
+        ``checkpointRoot`` to commit. Publishing precedes the commitment, so a challenger can fetch
+        everything as soon as the commitment is on chain."""
         ctx = self.ctx
         assert ctx is not None
         refs = [self.blobs.put(c) for c in checkpoints]
@@ -290,8 +291,8 @@ class TrainerAgent:
         )
         root = manifest.root
         data = manifest.to_json()
-        self.blobs.put(data, alias=manifest_alias(ctx.task_id, round_, fragment))
-        self.blobs.put(data, alias=manifest_root_alias(root))
+        for alias in (manifest_root_alias(root), manifest_alias(ctx.task_id, round_, fragment)):
+            put_signed(self.blobs, data, alias, self.signer.account)
         size = sum(r.size for r in refs)
         self._checkpoint_bytes_sent += size + 2 * len(data)
         log.info(

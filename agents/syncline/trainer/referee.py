@@ -11,8 +11,15 @@ the hashes of checkpoints ``c_0 .. c_S``, see :mod:`syncline.protocol.checkpoint
 * ``s == S`` (derivation): fetch ``c_S`` and check that the committed payload hash and chunk root
   are those of the payload derived from ``c_S`` and the round's start state.
 
-Guilty on any mismatch, and when something the trainer had to publish (the manifest, a needed
-checkpoint) is missing, fails its hash, is malformed or does not open the committed root.
+Guilty only on evidence in hand: the data bound on chain (a manifest that opens the committed
+``checkpointRoot``, checkpoints whose bytes hash to the committed hashes) was obtained and
+re-execution (or decoding, or derivation) disagrees with it. Everything else is :class:`Undecided`:
+a checkpoint or manifest that cannot be fetched (connection refused, timeout, 404), bytes that do
+not match their committed hash, manifests (found through untrusted aliases) that do not open the
+committed root. The referee's or challenger's own fetch failure is never an accusation nor a
+guilty vote: a challenger audits again later, a referee retries until the claim's deadline and
+abstains. (A trainer that withholds its checkpoints is therefore never convicted by re-execution;
+see the report in ``docs/fraud-proofs.md`` on what that leaves trusted.)
 
 :func:`check_segment` and :func:`find_faulty` take explicit inputs (no chain, no blob store);
 :func:`referee_segment` and :func:`find_faulty_segment` read them from a :class:`TaskContext`.
@@ -21,6 +28,7 @@ Re-execution is bit-exact on CPU; a GPU trainer would need a tolerance, which is
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +36,7 @@ from typing import Any
 import torch
 from eth_utils import keccak
 
-from syncline.blobstore import BlobStore
+from syncline.blobstore import BlobStore, find_verified
 from syncline.chain.market import SubmissionView
 from syncline.errors import SynclineError
 from syncline.modality.language import LanguageAdapter
@@ -71,6 +79,29 @@ class Verdict:
     @property
     def derivation(self) -> bool:
         return self.segment == self.segments
+
+
+@dataclass(frozen=True)
+class Undecided:
+    """The referee could not judge: data bound on chain is not in hand (yet).
+
+    The outcome of a fetch failure of the *judge's*, never of the accused: a challenger that gets
+    it audits again later instead of accusing, a referee retries until the claim's deadline and
+    then abstains. ``guilty`` is always False, so code that reads ``.guilty`` never convicts on it.
+    """
+
+    segment: int
+    segments: int
+    reason: str
+    guilty: bool = False
+
+    @property
+    def derivation(self) -> bool:
+        return self.segment == self.segments
+
+
+Outcome = Verdict | Undecided
+"""What refereeing a segment gives: a verdict on evidence in hand, or :class:`Undecided`."""
 
 
 @dataclass(frozen=True)
@@ -143,36 +174,55 @@ def _guilty(segment: int, segments: int, reason: str) -> Verdict:
     return Verdict(segment, segments, True, reason)
 
 
+def _undecided(segment: int, segments: int, reason: str) -> Undecided:
+    return Undecided(segment, segments, reason)
+
+
 def _one_line(exc: BaseException) -> str:
     return (str(exc).splitlines() or [type(exc).__name__])[0][:200]
 
 
 def _load(
-    manifest: CheckpointManifest, index: int, fetch: CheckpointFetcher, layout: ParameterLayout
-) -> Checkpoint | str:
-    """Checkpoint ``index`` verified against its committed hash, or why it cannot be had."""
+    manifest: CheckpointManifest, index: int, fetch: CheckpointFetcher, layout: ParameterLayout, total: int
+) -> Checkpoint | Verdict | Undecided:
+    """Checkpoint ``index`` verified against its committed hash; Undecided when those bytes are not
+    in hand, guilty when the committed bytes themselves are malformed."""
     try:
         data = fetch(manifest, index)
     except SynclineError as exc:
-        return f"checkpoint {index} is unavailable: {_one_line(exc)}"
+        return _undecided(index, total, f"checkpoint {index} is unavailable: {_one_line(exc)}")
     if checkpoint_hash(data) != manifest.hashes[index]:
-        return f"checkpoint {index} does not match its committed hash"
+        return _undecided(index, total, f"the bytes fetched for checkpoint {index} do not match its committed hash")
     try:
         return Checkpoint.from_bytes(data, layout=layout, max_bytes=max_checkpoint_bytes(layout))
     except CheckpointError as exc:
-        return f"checkpoint {index} is malformed: {_one_line(exc)}"
+        return _guilty(index, total, f"committed checkpoint {index} is malformed: {_one_line(exc)}")
+
+
+def opened_manifest(
+    manifest: bytes | CheckpointManifest, root: bytes, *, inner_steps: int, interval: int
+) -> CheckpointManifest:
+    """The manifest if its hashes open the committed ``root`` with one hash per checkpoint of the
+    task, carrying the task's ``inner_steps`` and ``interval`` (the root binds the hashes, not the
+    manifest's own geometry fields); CheckpointError otherwise (then it is not the trainer's)."""
+    parsed = manifest if isinstance(manifest, CheckpointManifest) else CheckpointManifest.from_json(manifest)
+    parsed.verify_against(root)
+    expected = segment_count(inner_steps, interval) + 1
+    if len(parsed.hashes) != expected:
+        raise CheckpointError(f"manifest opens the root with {len(parsed.hashes)} hashes, the task has {expected}")
+    if (parsed.inner_steps, parsed.interval) == (inner_steps, interval):
+        return parsed
+    return CheckpointManifest(interval=interval, inner_steps=inner_steps, hashes=parsed.hashes, uris=parsed.uris)
 
 
 def parse_manifest(
     manifest: bytes | CheckpointManifest | None, claim: Claim, inputs: ReplayInputs
 ) -> CheckpointManifest:
-    """The manifest, checked against the task and the committed root (CheckpointError otherwise)."""
+    """The manifest, checked against the task and the committed root (CheckpointError otherwise:
+    the referee then cannot judge, it does not convict)."""
     if manifest is None:
-        raise CheckpointError("the checkpoint manifest is unavailable")
-    parsed = manifest if isinstance(manifest, CheckpointManifest) else CheckpointManifest.from_json(manifest)
-    parsed.check_task(inputs.inner_steps, inputs.interval)
-    parsed.verify_against(claim.checkpoint_root)
-    return parsed
+        raise CheckpointError("no checkpoint manifest that opens the committed root was found")
+    return opened_manifest(manifest, claim.checkpoint_root, inner_steps=inputs.inner_steps, interval=inputs.interval)
 
 
 def check_segment(
@@ -181,11 +231,11 @@ def check_segment(
     manifest: bytes | CheckpointManifest | None,
     fetch: CheckpointFetcher,
     inputs: ReplayInputs,
-) -> Verdict:
+) -> Outcome:
     """Referee segment ``segment`` (``0 .. S``; ``S`` is the derivation segment) of a submission.
 
     Raises RefereeError only for a segment out of range; everything the trainer is answerable
-    for ends in a verdict.
+    for ends in a verdict, everything the referee could not obtain in :class:`Undecided`.
     """
     total = inputs.segments
     if isinstance(segment, bool) or not isinstance(segment, int) or not 0 <= segment <= total:
@@ -193,7 +243,7 @@ def check_segment(
     try:
         parsed = parse_manifest(manifest, claim, inputs)
     except CheckpointError as exc:
-        return _guilty(segment, total, f"manifest: {_one_line(exc)}")
+        return _undecided(segment, total, f"manifest: {_one_line(exc)}")
     if segment == total:
         return _check_derivation(parsed, claim, fetch, inputs)
     return _check_training(segment, parsed, fetch, inputs)
@@ -201,11 +251,11 @@ def check_segment(
 
 def _check_derivation(
     manifest: CheckpointManifest, claim: Claim, fetch: CheckpointFetcher, inputs: ReplayInputs
-) -> Verdict:
+) -> Outcome:
     total = inputs.segments
-    last = _load(manifest, total, fetch, inputs.layout)
-    if isinstance(last, str):
-        return _guilty(total, total, last)
+    last = _load(manifest, total, fetch, inputs.layout, total)
+    if not isinstance(last, Checkpoint):
+        return last
     if last.step != inputs.inner_steps:
         return _guilty(total, total, f"checkpoint {total} claims step {last.step}, the round has {inputs.inner_steps}")
     try:
@@ -221,12 +271,12 @@ def _check_derivation(
 
 def _check_training(
     segment: int, manifest: CheckpointManifest, fetch: CheckpointFetcher, inputs: ReplayInputs
-) -> Verdict:
+) -> Outcome:
     total = inputs.segments
     start, stop = segment_bounds(segment, inputs.inner_steps, inputs.interval)
-    ckpt = _load(manifest, segment, fetch, inputs.layout)
-    if isinstance(ckpt, str):
-        return _guilty(segment, total, ckpt)
+    ckpt = _load(manifest, segment, fetch, inputs.layout, total)
+    if not isinstance(ckpt, Checkpoint):
+        return dataclasses.replace(ckpt, segment=segment)
     if ckpt.step != start:
         return _guilty(segment, total, f"checkpoint {segment} claims step {ckpt.step}, expected {start}")
     if segment == 0 and not holds_start_state(ckpt, inputs.start_state):
@@ -257,15 +307,21 @@ def _check_training(
 
 def find_faulty(
     claim: Claim, manifest: bytes | CheckpointManifest | None, fetch: CheckpointFetcher, inputs: ReplayInputs
-) -> Verdict | None:
+) -> Outcome | None:
     """What a challenger runs: the derivation segment first (cheap), then training segments
-    ``0 .. S-1`` in order; the first guilty verdict, or None when every segment passes."""
+    ``0 .. S-1`` in order; the first guilty verdict; else the first :class:`Undecided` (some
+    segment could not be judged: audit again later); None when every segment passes."""
     total = inputs.segments
+    undecided: Undecided | None = None
     for segment in (total, *range(total)):
-        verdict = check_segment(segment, claim, manifest, fetch, inputs)
-        if verdict.guilty:
-            return verdict
-    return None
+        outcome = check_segment(segment, claim, manifest, fetch, inputs)
+        if isinstance(outcome, Undecided):
+            undecided = undecided or outcome
+            if outcome.reason.startswith("manifest:"):
+                break  # no segment can be judged without it
+        elif outcome.guilty:
+            return outcome
+    return undecided
 
 
 # ---------------------------------------------------------------------- reading a submission from the chain
@@ -276,7 +332,7 @@ class RefereeCase:
     """One submission with everything needed to referee it."""
 
     claim: Claim
-    manifest: bytes | CheckpointManifest | None
+    manifest: CheckpointManifest | None
     fetch: CheckpointFetcher
     inputs: ReplayInputs
 
@@ -365,26 +421,23 @@ def _position(event: Any) -> tuple[int, int]:
     return int(event["blockNumber"]), int(event["logIndex"])
 
 
-def _fetch_manifest(blobs: BlobStore, root: bytes, aliases: Sequence[str]) -> bytes | CheckpointManifest | None:
-    """The first manifest found under ``aliases`` that opens ``root``, parsed; else the bytes of
-    the first one found (the referee then reports why they fail); None when no alias resolves to
-    a readable blob."""
-    found: list[bytes] = []
-    for alias in aliases:
-        try:
-            digest = blobs.resolve(alias)
-            data = blobs.get(digest) if digest else None
-        except SynclineError:
-            continue
-        if data is None:
-            continue
-        try:
-            manifest = CheckpointManifest.from_json(data)
-            manifest.verify_against(root)
-            return manifest
-        except CheckpointError:
-            found.append(data)
-    return found[0] if found else None
+def find_manifest(
+    blobs: BlobStore, claim: Claim, *, trainer: str, inner_steps: int, interval: int, aliases: Sequence[str]
+) -> CheckpointManifest | None:
+    """The first candidate under ``aliases`` (the trainer's signed slots first) that opens the
+    committed ``checkpointRoot``; None when none does (yet): the referee then cannot judge.
+
+    Aliases are hints: a poisoned candidate fails :func:`opened_manifest` and is skipped.
+    """
+
+    def check(data: bytes) -> CheckpointManifest:
+        return opened_manifest(data, claim.checkpoint_root, inner_steps=inner_steps, interval=interval)
+
+    try:
+        return find_verified(blobs, aliases, check, signers=(trainer,), what="checkpoint manifest")
+    except SynclineError as exc:
+        log.info("referee.manifest_not_found", root="0x" + claim.checkpoint_root.hex(), reason=_one_line(exc))
+        return None
 
 
 def load_case(
@@ -405,7 +458,14 @@ def load_case(
         raise RefereeError(f"task {ctx.task_id} round {round_} fragment {fragment}: no submission")
     claim = Claim.of(sub)
     aliases = (manifest_root_alias(claim.checkpoint_root), manifest_alias(ctx.task_id, round_, fragment))
-    manifest = _fetch_manifest(ctx.blobs, claim.checkpoint_root, aliases)
+    manifest = find_manifest(
+        ctx.blobs,
+        claim,
+        trainer=sub.trainer,
+        inner_steps=ctx.spec.inner_steps,
+        interval=ctx.spec.checkpoint_interval_steps,
+        aliases=aliases,
+    )
     fetch = blob_fetcher(ctx.blobs, ctx.layout)
     if start_state is None:
         start_state, first = _round_start_state(ctx, round_, manifest, fetch)
@@ -435,20 +495,20 @@ def referee_segment(
     *,
     shards: Sequence[int] | None = None,
     start_state: TrainingState | None = None,
-) -> Verdict:
+) -> Outcome:
     """Referee one segment of the submission ``(ctx.task_id, round_, fragment)``."""
     case = load_case(ctx, round_, fragment, shards=shards, start_state=start_state)
-    verdict = check_segment(segment, case.claim, case.manifest, case.fetch, case.inputs)
+    outcome = check_segment(segment, case.claim, case.manifest, case.fetch, case.inputs)
     log.info(
-        "referee.verdict",
+        "referee.verdict" if isinstance(outcome, Verdict) else "referee.undecided",
         task_id=ctx.task_id,
         round=round_,
         fragment=fragment,
         segment=segment,
-        guilty=verdict.guilty,
-        reason=verdict.reason,
+        guilty=outcome.guilty,
+        reason=outcome.reason,
     )
-    return verdict
+    return outcome
 
 
 def find_faulty_segment(
@@ -458,15 +518,14 @@ def find_faulty_segment(
     *,
     shards: Sequence[int] | None = None,
     start_state: TrainingState | None = None,
-) -> Verdict | None:
+) -> Outcome | None:
     """The first guilty segment of a submission (derivation first, then training segments in
-    order), or None when the whole round re-executes bit-exactly."""
+    order); :class:`Undecided` when none is guilty but some could not be judged; None when the
+    whole round re-executes bit-exactly."""
     case = load_case(ctx, round_, fragment, shards=shards, start_state=start_state)
     return find_faulty(case.claim, case.manifest, case.fetch, case.inputs)
 
 
-def training_checker(ctx: TaskContext, round_: int, fragment: int) -> tuple[int, str] | None:
-    """:func:`find_faulty_segment` as ``(segment, reason)`` or None: the shape of the challenger's
-    ``TrainingChecker``."""
-    verdict = find_faulty_segment(ctx, round_, fragment)
-    return None if verdict is None else (verdict.segment, verdict.reason)
+def training_checker(ctx: TaskContext, round_: int, fragment: int) -> Outcome | None:
+    """:func:`find_faulty_segment`: the shape of the challenger's ``TrainingChecker``."""
+    return find_faulty_segment(ctx, round_, fragment)

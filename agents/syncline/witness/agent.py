@@ -123,7 +123,7 @@ class WitnessAgent:
             victim = (result.accepted_mask & -result.accepted_mask).bit_length() - 1
             result = ctx.compute_round(previous, [s for s in submissions if s.fragment != victim])
             log.warning("witness.misbehaving", mode="censor", round=round_, left_out=victim)
-        ctx.publish_state(result.state)
+        ctx.publish_state(result.state, self.signer.account)  # its own slot of the alias: no one can displace it
         loss = self._validation_loss(result)
         for fragment, reason in result.rejected.items():
             self.metrics.rejected.labels(reason=reason.split(":")[0].split(" (")[0]).inc()

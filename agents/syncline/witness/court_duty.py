@@ -4,6 +4,11 @@ For every open training-fraud challenge on the task, the witness re-executes the
 from the trainer's published checkpoint (CPU, bit-exact) and votes guilty or innocent. A witness
 whose own bond was slashed cannot referee (the contract refuses it), and a vote it already cast is
 never sent twice.
+
+It votes only on a :class:`~syncline.trainer.referee.Verdict` (the data bound on chain in hand). When
+it cannot judge (:class:`~syncline.trainer.referee.Undecided`, or its start state or shards are not
+available) it retries on later steps until the claim's deadline, then abstains: its own fetch
+failure is never a guilty vote.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from syncline.errors import ChainError, SynclineError
 from syncline.observability import get_logger
 from syncline.protocol.enums import ChallengeKind, ChallengeStatus
 from syncline.run.context import TaskContext
-from syncline.trainer.referee import referee_segment
+from syncline.run.loop import pending_time
+from syncline.trainer.referee import Undecided, referee_segment
 
 log = get_logger("syncline.witness")
 
@@ -41,6 +47,10 @@ class RefereeDuty:
             if not ours or c.status != ChallengeStatus.OPEN:
                 self.decided.add(challenge_id)
                 continue
+            if pending_time(self.market.w3) > c.deadline:
+                log.info("witness.referee_abstained", challenge=challenge_id, reason="deadline passed undecided")
+                self.decided.add(challenge_id)
+                continue
             self._referee(challenge_id, c.round, c.fragment, c.segment)
 
     def _referee(self, challenge_id: int, round_: int, fragment: int, segment: int) -> None:
@@ -49,6 +59,10 @@ class RefereeDuty:
         except SynclineError as exc:
             # Not a verdict on the trainer: a local problem (state not yet available, etc.). Retry later.
             log.info("witness.referee_deferred", challenge=challenge_id, reason=str(exc).splitlines()[0][:160])
+            return
+        if isinstance(verdict, Undecided):
+            # The data bound on chain is not in hand (our fetch failed): retry until the deadline, never vote on it.
+            log.info("witness.referee_undecided", challenge=challenge_id, segment=segment, reason=verdict.reason)
             return
         try:
             self.market.referee_vote(self.signer, challenge_id, verdict.guilty)
