@@ -8,7 +8,6 @@ answer is cut off early, and returns the bytes only if they hash to the expected
 from __future__ import annotations
 
 import http.client
-import json
 import os
 import urllib.error
 import urllib.parse
@@ -24,6 +23,7 @@ from syncline.blobstore.store import (
     normalize_digest,
     verify,
 )
+from syncline.protocol.wire import load_bounded_json
 
 READ_CHUNK = 1024 * 1024
 
@@ -138,7 +138,7 @@ def http_error_message(exc: urllib.error.HTTPError) -> str:
     """The ``error`` field of a JSON error body from the service, else the HTTP reason."""
     try:
         body = exc.read(4096)
-        obj = json.loads(body)
+        obj = load_bounded_json(body, max_bytes=4096, max_depth=2, what="error body")
         if isinstance(obj, dict) and isinstance(obj.get("error"), str):
             return str(obj["error"])
     except Exception:  # the body is informative only

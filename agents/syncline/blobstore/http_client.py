@@ -7,7 +7,6 @@ server says is trusted: uploaded digests are recomputed locally and downloads ar
 from __future__ import annotations
 
 import http.client
-import json
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -28,6 +27,7 @@ from syncline.blobstore.store import (
     normalize_digest,
     validate_alias,
 )
+from syncline.protocol.wire import WireFormatError, load_bounded_json
 
 _MAX_JSON_BYTES = 64 * 1024
 
@@ -181,6 +181,6 @@ class HttpBlobStore(BlobStoreBase):
 
 def _parse_json(body: bytes, what: str, base_url: str) -> Any:
     try:
-        return json.loads(body)
-    except ValueError:
-        raise BlobUnavailable(f"{base_url} answered {what} with invalid JSON") from None
+        return load_bounded_json(body, max_bytes=_MAX_JSON_BYTES, max_depth=2, what=f"the answer to {what}")
+    except WireFormatError as exc:
+        raise BlobUnavailable(f"{base_url} answered {what} with invalid JSON: {exc}") from None
