@@ -34,6 +34,7 @@ from syncline.blobstore import (
     InvalidBlobName,
     LocalBlobStore,
     digest_of,
+    fetch_uri,
 )
 
 MAX_BYTES = 2 * 1024 * 1024
@@ -278,12 +279,13 @@ def test_fetch_verifies_the_expected_digest(client: HttpBlobStore, store: LocalB
         client.fetch(ref.uri, expected_digest=wrong, max_bytes=10_000)
     local_ref = store.put(data)
     assert local_ref.uri.startswith("file://") and local_ref.digest == ref.digest
-    assert client.fetch(local_ref.uri, expected_digest=ref.digest, max_bytes=10_000) == data
+    # A file:// locator is read only where the operator allows it (never one from the chain).
+    assert fetch_uri(local_ref.uri, expected_digest=ref.digest, max_bytes=10_000, allow_local=True) == data
     assert store.fetch(ref.uri, expected_digest=ref.digest, max_bytes=10_000) == data
     with pytest.raises(BlobIntegrityError):
-        store.fetch(local_ref.uri, expected_digest=wrong, max_bytes=10_000)
+        fetch_uri(local_ref.uri, expected_digest=wrong, max_bytes=10_000, allow_local=True)
     with pytest.raises(BlobNotFound):
-        store.fetch(store.uri_for(wrong), expected_digest=wrong, max_bytes=10_000)
+        fetch_uri(store.uri_for(wrong), expected_digest=wrong, max_bytes=10_000, allow_local=True)
     with pytest.raises(BlobStoreError, match="unsupported URI scheme"):
         store.fetch("gopher://x/y", expected_digest=ref.digest, max_bytes=10_000)
 
@@ -292,9 +294,9 @@ def test_fetch_size_cap(client: HttpBlobStore, store: LocalBlobStore) -> None:
     data = payload(300_000, seed=4)
     ref = client.put(data)
     for uri in (ref.uri, store.uri_for(ref.digest)):
-        assert client.fetch(uri, expected_digest=ref.digest, max_bytes=len(data)) == data
+        assert fetch_uri(uri, expected_digest=ref.digest, max_bytes=len(data), allow_local=True) == data
         with pytest.raises(BlobTooLarge, match="max_bytes"):
-            client.fetch(uri, expected_digest=ref.digest, max_bytes=len(data) - 1)
+            fetch_uri(uri, expected_digest=ref.digest, max_bytes=len(data) - 1, allow_local=True)
     with pytest.raises(BlobTooLarge):
         HttpBlobStore(client.base_url, max_bytes=1000).get(ref.digest)
 
