@@ -134,10 +134,14 @@ class HttpBlobStore(BlobStoreBase):
     def healthy(self) -> bool:
         """Whether ``GET /healthz`` answers 200."""
         try:
-            status, _ = self._request("GET", "/healthz", ok=(200,))
+            self.check_health()
         except BlobUnavailable:
             return False
-        return status == 200
+        return True
+
+    def check_health(self) -> None:
+        """``GET /healthz``; raises :class:`BlobUnavailable` (one line, the reason) unless it answers 200."""
+        self._request("GET", "/healthz", ok=(200,))
 
     # ------------------------------------------------------------------ transport
 
