@@ -206,3 +206,68 @@ def test_fuzz_gossip_messages(data: bytes) -> None:
 @given(adversarial_json)
 def test_fuzz_blob_service_answers(data: bytes) -> None:
     _refuses_or_parses(lambda: _parse_json(data, "PUT /blobs", "http://127.0.0.1:1"), BlobUnavailable)
+
+
+def _api_app() -> Any:
+    """The API's own middleware and error handlers around a route with a real request schema."""
+    from fastapi import FastAPI
+
+    from syncline.api.errors import install_error_handlers
+    from syncline.api.middleware import BodyLimit
+    from syncline.api.schemas import ChallengeRequest
+    from syncline.api.settings import MAX_BODY_BYTES
+
+    app = FastAPI()
+    install_error_handlers(app)
+
+    @app.post("/build")
+    def build(body: ChallengeRequest) -> dict[str, Any]:
+        return {"round": body.round}
+
+    app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
+    return app
+
+
+API_APP = _api_app()
+
+
+def _post(body: bytes) -> tuple[int, Any]:
+    import asyncio
+
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/build",
+        "raw_path": b"/build",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+    asyncio.run(API_APP(scope, receive, send))
+    return int(sent[0]["status"]), json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+
+
+@FUZZ
+@given(
+    adversarial_json
+    | json_values.map(lambda v: json.dumps({"round": v, "kind": "censorship", "fragment": v}).encode())
+    | st.integers(60_000, 70_000).map(lambda n: b"[" * n)
+)
+def test_fuzz_api_request_bodies(body: bytes) -> None:
+    status, answer = _post(body)
+    assert status in (200, 413, 422), (status, answer)
+    if status != 200:
+        assert set(answer) == {"error", "status"} and "\n" not in answer["error"]
