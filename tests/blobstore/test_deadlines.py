@@ -120,12 +120,19 @@ def test_file_and_other_local_locators_are_refused(tmp_path: Path) -> None:
     """Before the fix a file:// URI written on chain made every witness read its own file."""
     store = LocalBlobStore(tmp_path / "store")
     ref = store.put(b"a local secret")
-    for uri in (ref.uri, f"FILE://{ref.uri[7:]}", "file://localhost/etc/hostname"):
-        with pytest.raises(BlobStoreError, match=r"refusing file:// locator .* must be http") as err:
-            store.fetch(uri, expected_digest=ref.digest, max_bytes=1000)
-        assert "\n" not in str(err.value)
-    for uri in ("ftp://127.0.0.1/x", "data:,hello", "/etc/hostname", "gopher://x/y"):
-        with pytest.raises(BlobStoreError, match="unsupported URI scheme"):
-            store.fetch(uri, expected_digest=ref.digest, max_bytes=1000)
-    # A path the operator configured is still read when the caller says so.
+    other = LocalBlobStore(tmp_path / "other")
+    client = HttpBlobStore("http://127.0.0.1:9")  # refused before any connection
+    for reader in (other, client):
+        for uri in (ref.uri, f"FILE://{ref.uri[7:]}", "file://localhost/etc/hostname"):
+            with pytest.raises(BlobStoreError, match=r"refusing file:// locator .* must be http") as err:
+                reader.fetch(uri, expected_digest=ref.digest, max_bytes=1000)
+            assert "\n" not in str(err.value)
+        for uri in ("ftp://127.0.0.1/x", "data:,hello", "/etc/hostname", "gopher://x/y"):
+            with pytest.raises(BlobStoreError, match="unsupported URI scheme"):
+                reader.fetch(uri, expected_digest=ref.digest, max_bytes=1000)
+    # A store reads its own file for the digest (the directory its operator configured), nothing else.
+    assert store.fetch(ref.uri, expected_digest=ref.digest, max_bytes=1000) == b"a local secret"
+    with pytest.raises(BlobStoreError, match="refusing file://"):
+        store.fetch(ref.uri, expected_digest=digest_of(b"another blob"), max_bytes=1000)
+    # A path the operator configured is read when the caller says so.
     assert fetch_uri(ref.uri, expected_digest=ref.digest, max_bytes=1000, allow_local=True) == b"a local secret"
