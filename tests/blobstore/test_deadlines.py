@@ -7,15 +7,27 @@ read their own files. The trickle servers here are real sockets on 127.0.0.1.
 
 from __future__ import annotations
 
+import argparse
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from syncline.blobstore import BlobStoreError, BlobUnavailable, HttpBlobStore, LocalBlobStore, digest_of, fetch_uri
+from syncline.blobstore import (
+    BlobService,
+    BlobStoreError,
+    BlobUnavailable,
+    HttpBlobStore,
+    LocalBlobStore,
+    digest_of,
+    fetch_uri,
+)
+from syncline.cli import _publish_spec
+from syncline.errors import SpecError
+from syncline.protocol.spec import TrainingTaskSpec
 
 TRICKLE_EVERY_S = 0.2
 
@@ -136,3 +148,17 @@ def test_file_and_other_local_locators_are_refused(tmp_path: Path) -> None:
         store.fetch(ref.uri, expected_digest=digest_of(b"another blob"), max_bytes=1000)
     # A path the operator configured is read when the caller says so.
     assert fetch_uri(ref.uri, expected_digest=ref.digest, max_bytes=1000, allow_local=True) == b"a local secret"
+
+
+def test_post_task_publishes_the_spec_instead_of_writing_a_file_uri(
+    tmp_path: Path, offline_spec_factory: Callable[..., TrainingTaskSpec]
+) -> None:
+    """Before the fix ``syncline train post-task`` without --spec-uri wrote a file:// URI on chain."""
+    spec = offline_spec_factory()
+    with pytest.raises(SpecError, match="pass --spec-uri http"):
+        _publish_spec(argparse.Namespace(blob_store=None), spec)
+    with BlobService(LocalBlobStore(tmp_path / "blobs")) as service:
+        uri = _publish_spec(argparse.Namespace(blob_store=service.url), spec)
+        assert uri.startswith(service.url + "/blobs/")
+        fetched = HttpBlobStore(service.url).fetch(uri, expected_digest=spec.spec_hash, max_bytes=1 << 20)
+        assert TrainingTaskSpec.from_artifact(fetched) == spec
