@@ -20,7 +20,9 @@ from syncline.errors import SynclineError
 MAX_JSON_DEPTH = 32
 """Default nesting bound: the deepest format the protocol defines is a handful of levels."""
 
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*(?:"|\\?\Z)', re.DOTALL)
+"""A JSON string, or an unterminated one running to the end (so every quote starts a match and the
+scan stays linear; the parser fails at an unterminated string before reaching what follows it)."""
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 
 
