@@ -471,35 +471,39 @@ class _Handler(BaseHTTPRequestHandler):
         floor = _UploadPace(grace_s=service.request_timeout_s, min_bytes_per_s=service.min_upload_bytes_per_s)
         chunks: list[bytes] = []
         remaining = length
-        while remaining > 0:
-            wait = floor.wait_s(length - remaining)
-            if wait <= 0:
-                self._unread = -1
-                raise _HttpError(
-                    HTTPStatus.REQUEST_TIMEOUT,
-                    f"upload too slow: {length - remaining} of {length} bytes after {floor.elapsed_s():.1f} s "
-                    f"(at least {service.min_upload_bytes_per_s} bytes/s after {service.request_timeout_s:g} s)",
-                )
-            self.connection.settimeout(min(service.request_timeout_s, wait))
-            try:
-                chunk = self.rfile.read1(min(_READ_CHUNK, remaining))
-            except TimeoutError:
-                self._unread = -1
-                raise _HttpError(
-                    HTTPStatus.REQUEST_TIMEOUT,
-                    f"upload too slow or stalled: {length - remaining} of {length} bytes after "
-                    f"{floor.elapsed_s():.1f} s (at least {service.min_upload_bytes_per_s} bytes/s after "
-                    f"{service.request_timeout_s:g} s)",
-                ) from None
-            if not chunk:
-                self._unread = -1
-                raise _HttpError(
-                    HTTPStatus.BAD_REQUEST, f"body ended after {length - remaining} of {length} bytes (Content-Length)"
-                )
-            chunks.append(chunk)
-            remaining -= len(chunk)
-            self._unread = remaining
-            self._bytes_in += len(chunk)
+        try:
+            while remaining > 0:
+                wait = floor.wait_s(length - remaining)
+                if wait <= 0:
+                    self._unread = -1
+                    raise _HttpError(
+                        HTTPStatus.REQUEST_TIMEOUT,
+                        f"upload too slow: {length - remaining} of {length} bytes after {floor.elapsed_s():.1f} s "
+                        f"(at least {service.min_upload_bytes_per_s} bytes/s after {service.request_timeout_s:g} s)",
+                    )
+                self.connection.settimeout(min(service.request_timeout_s, wait))
+                try:
+                    chunk = self.rfile.read1(min(_READ_CHUNK, remaining))
+                except TimeoutError:
+                    self._unread = -1
+                    raise _HttpError(
+                        HTTPStatus.REQUEST_TIMEOUT,
+                        f"upload too slow or stalled: {length - remaining} of {length} bytes after "
+                        f"{floor.elapsed_s():.1f} s (at least {service.min_upload_bytes_per_s} bytes/s after "
+                        f"{service.request_timeout_s:g} s)",
+                    ) from None
+                if not chunk:
+                    self._unread = -1
+                    raise _HttpError(
+                        HTTPStatus.BAD_REQUEST,
+                        f"body ended after {length - remaining} of {length} bytes (Content-Length)",
+                    )
+                chunks.append(chunk)
+                remaining -= len(chunk)
+                self._unread = remaining
+                self._bytes_in += len(chunk)
+        finally:
+            self.connection.settimeout(service.request_timeout_s)  # keep-alive requests get the usual timeout
         return b"".join(chunks)
 
     @staticmethod
