@@ -238,7 +238,7 @@ def cmd_post_task(args: argparse.Namespace) -> int:
         spec_path = state_dir() / "specs" / f"{spec.spec_hash[2:]}.json"
         spec_path.parent.mkdir(parents=True, exist_ok=True)
         spec_path.write_bytes(spec.canonical_bytes())
-        spec_uri = args.spec_uri or spec_path.resolve().as_uri()
+        spec_uri = args.spec_uri or _publish_spec(args, spec)
     task_id, receipt = market.post_task(signer_from_args(args), spec, spec_uri)
     print(
         json.dumps(
@@ -252,6 +252,15 @@ def cmd_post_task(args: argparse.Namespace) -> int:
         )
     )
     return 0
+
+
+def _publish_spec(args: argparse.Namespace, spec: TrainingTaskSpec) -> str:
+    """Publish the spec artifact to ``--blob-store``: agents fetch locators from the chain over http(s) only."""
+    from syncline.blobstore import HttpBlobStore
+
+    if not args.blob_store:
+        raise SpecError("pass --spec-uri http(s)://... or --blob-store URL: agents fetch the spec over http(s) only")
+    return HttpBlobStore(args.blob_store).put(spec.canonical_bytes()).uri
 
 
 def _publish_from_source(args: argparse.Namespace, raw: dict[str, Any]) -> tuple[TrainingTaskSpec, str]:
@@ -585,7 +594,9 @@ def build_parser() -> argparse.ArgumentParser:
         signer=True,
     )
     post.add_argument("--spec", required=True, help="task spec YAML")
-    post.add_argument("--spec-uri", default=None, help="where the spec artifact lives (default: local file URI)")
+    post.add_argument(
+        "--spec-uri", default=None, help="http(s) URL of the spec artifact (default: publish it to --blob-store)"
+    )
     post.add_argument(
         "--blob-store", default=None, help="blob service URL to publish a dataset_source spec's artifacts"
     )

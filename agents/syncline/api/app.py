@@ -20,6 +20,7 @@ from syncline.api.artifacts import model_archive, state_blob
 from syncline.api.challenges import build_challenge
 from syncline.api.db import TaskRow
 from syncline.api.errors import ApiError, error_response, install_error_handlers
+from syncline.api.health import health
 from syncline.api.metrics import CONTENT_TYPE_LATEST
 from syncline.api.middleware import BodyLimit, RequestMetrics
 from syncline.api.prepare import prepare_task
@@ -49,7 +50,9 @@ from syncline.api.stream import updates
 from syncline.api.template import template
 
 CATCH_UP_S = 5.0
-ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (404, 409, 413, 422, 500, 502)}
+MAX_TASK_ID = 2**63 - 1
+"""Task ids are uint256 on chain; ids beyond SQLite's signed 64-bit integers are never indexed."""
+ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (404, 409, 413, 422, 429, 500, 502)}
 
 
 def _address(value: str) -> str:
@@ -68,6 +71,8 @@ def _root(value: str) -> str:
 
 def _task_row(services: ApiServices, task_id: int) -> TaskRow:
     """The indexed task, waiting briefly for the indexer if the chain already has it."""
+    if not 1 <= task_id <= MAX_TASK_ID:  # the database's integers are 64-bit signed
+        raise ApiError(404, f"unknown task id {task_id}")
     with services.db.session() as s:
         row = s.get(TaskRow, task_id)
     if row is None and task_id >= 1 and task_id <= services.market.task_count():
@@ -102,8 +107,8 @@ def _routes(services: ApiServices) -> APIRouter:
         return template(services.dev_accounts(), services.chain_time())
 
     @api.post("/tasks/prepare", response_model=PreparedTask)
-    def prepare(body: PrepareRequest) -> PreparedTask:
-        return prepare_task(services, body)
+    def prepare(body: PrepareRequest, request: Request) -> PreparedTask:
+        return prepare_task(services, body, request.client.host if request.client else "unknown")
 
     @api.get("/runs", response_model=list[RunSummary])
     def runs() -> list[RunSummary]:
@@ -223,7 +228,7 @@ def create_app(settings: ApiSettings, services: ApiServices | None = None) -> Fa
 
     @app.get("/healthz", response_model=Health)
     def healthz() -> Health:
-        return Health(status="ok", indexed_block=services.indexer.indexed_block, head_block=services.indexer.head_block)
+        return health(services.probe_w3, services.probe_blobs, services.indexer, max_lag_blocks=settings.max_lag_blocks)
 
     @app.get("/metrics", response_class=Response)
     def metrics() -> Response:

@@ -12,13 +12,17 @@ Each pass:
    market's address, decoded by topic; the raw events and the read-model rows they touch
    (refreshed from the contract's views) are written in one transaction together with the new
    cursor, so a crash never leaves a half-applied batch. A restart resumes at the cursor.
-3. **Enrich** from the blob store with bounded retries: spec artifacts (checked against the on-chain
-   spec hash) and trainers' signed loss reports (kept only when signed by the committing trainer).
+3. **Enrich**, on a separate worker (:class:`IndexerThread` runs both), from the blob store with
+   bounded retries: spec artifacts (checked against the on-chain spec hash) and trainers' signed
+   loss reports (kept only when signed by the committing trainer). Every fetch has a total
+   deadline and runs outside any database transaction, so a slow or hostile blob store never
+   holds the indexing path: the index keeps up with the chain whatever the blob store does.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -118,7 +122,7 @@ class Indexer:
     # ------------------------------------------------------------------ one pass
 
     def sync(self) -> SyncResult:
-        """Reconcile, index up to the head, enrich. Safe to call again after any failure."""
+        """Reconcile and index up to the head (no blob store I/O). Safe to call again after any failure."""
         reset = self._reconcile()
         head = int(self.w3.eth.block_number)
         self.head_block = head
@@ -128,7 +132,6 @@ class Indexer:
             if done < 0:
                 break  # the chain moved under the batch: reconcile on the next pass
             events += done
-        self._enrich()
         if self.metrics is not None:
             self.metrics.observe_blocks(self.indexed_block, head)
         return SyncResult(self.indexed_block, head, events, reset)
@@ -284,40 +287,44 @@ class Indexer:
                 self.metrics.events.labels(event=ev.name).inc()
         return len(events)
 
-    def _enrich(self) -> None:
+    def enrich(self) -> None:
+        """Fetch due spec artifacts and loss reports (the enrichment worker's pass; never called by
+        :meth:`sync`)."""
         if self.blobs is None:
             return
-        with self.db.transaction() as s:
-            fetch_spec_artifacts(s, self.blobs)
-            fetch_reports(s, self.blobs)
+        fetch_spec_artifacts(self.db, self.blobs)
+        fetch_reports(self.db, self.blobs)
 
 
-class IndexerThread:
-    """Runs :meth:`Indexer.sync` every ``poll_interval_s`` in a daemon thread; waiters are told
-    each time the indexed block changes."""
+class PassLoop:
+    """Runs ``work`` every ``poll_interval_s`` in a daemon thread; waiters are told after each pass,
+    failures are logged and counted and the next pass retries."""
 
-    def __init__(self, indexer: Indexer, poll_interval_s: float = 1.0, on_error: Callable[[], None] | None = None):
-        self.indexer = indexer
+    def __init__(
+        self,
+        name: str,
+        work: Callable[[], object],
+        *,
+        poll_interval_s: float,
+        on_error: Callable[[], None] | None = None,
+        metrics: ApiMetrics | None = None,
+    ):
+        self.name = name
+        self.work = work
         self.poll_interval_s = poll_interval_s
         self.on_error = on_error
+        self.metrics = metrics
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._advanced = threading.Condition()
         self._thread: threading.Thread | None = None
         self.last_error: str | None = None
+        self.last_pass_at: float | None = None  # monotonic time the last pass ended
         self.started = 0
         self.passes = 0
 
-    @property
-    def indexed_block(self) -> int:
-        return self.indexer.indexed_block
-
-    @property
-    def head_block(self) -> int:
-        return self.indexer.head_block
-
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="syncline-api-indexer", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"syncline-api-{self.name}", daemon=True)
         self._thread.start()
 
     def stop(self, timeout_s: float = 10.0) -> None:
@@ -325,6 +332,9 @@ class IndexerThread:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
+
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
 
     def wake(self) -> None:
         self._wake.set()
@@ -341,17 +351,50 @@ class IndexerThread:
             with self._advanced:
                 self.started += 1
             try:
-                self.indexer.sync()
+                self.work()
                 self.last_error = None
-            except Exception as exc:  # the node or the DB hiccuped: log, count, retry next pass
+            except Exception as exc:  # the node, the blob store or the DB hiccuped: log, count, retry
                 self.last_error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"
-                log.warning("api.indexer_error", error=self.last_error)
-                if self.indexer.metrics is not None:
-                    self.indexer.metrics.errors.inc()
+                log.warning(f"api.{self.name}_error", error=self.last_error)
+                if self.metrics is not None:
+                    self.metrics.errors.inc()
                 if self.on_error is not None:
                     self.on_error()
             with self._advanced:
                 self.passes += 1
+                self.last_pass_at = time.monotonic()
                 self._advanced.notify_all()
             self._wake.wait(self.poll_interval_s)
             self._wake.clear()
+
+
+class IndexerThread(PassLoop):
+    """The indexing loop (:meth:`Indexer.sync`) plus its enrichment worker (:meth:`Indexer.enrich`),
+    each in its own daemon thread, so blob-store fetches never delay indexing."""
+
+    def __init__(self, indexer: Indexer, poll_interval_s: float = 1.0, on_error: Callable[[], None] | None = None):
+        super().__init__(
+            "indexer", indexer.sync, poll_interval_s=poll_interval_s, on_error=on_error, metrics=indexer.metrics
+        )
+        self.indexer = indexer
+        self.enricher = PassLoop("enrichment", indexer.enrich, poll_interval_s=poll_interval_s, metrics=indexer.metrics)
+
+    @property
+    def indexed_block(self) -> int:
+        return self.indexer.indexed_block
+
+    @property
+    def head_block(self) -> int:
+        return self.indexer.head_block
+
+    def start(self) -> None:
+        super().start()
+        self.enricher.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        super().stop(timeout_s)
+        self.enricher.stop(timeout_s)
+
+    def wake(self) -> None:
+        super().wake()
+        self.enricher.wake()

@@ -1,4 +1,4 @@
-"""ASGI middleware: a request body size limit (413) and per-route request metrics."""
+"""ASGI middleware: a request body size limit (413) and nesting limit (422), and per-route request metrics."""
 
 from __future__ import annotations
 
@@ -8,8 +8,11 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from syncline.api.metrics import ApiMetrics
+from syncline.protocol.wire import WireFormatError, check_bounded_json
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+MAX_BODY_DEPTH = 16
+"""Deepest JSON request body accepted (the deepest, a task template, nests about five levels)."""
 
 
 async def _send_error(send: Send, status: int, message: str) -> None:
@@ -57,6 +60,11 @@ class BodyLimit:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
+        try:
+            check_bounded_json(body, max_bytes=self.max_bytes, max_depth=MAX_BODY_DEPTH, what="request body")
+        except WireFormatError as exc:  # refused before FastAPI parses it (deep JSON overflows the C stack)
+            await _send_error(send, 422, str(exc))
+            return
         replayed = False
 
         async def replay() -> Message:

@@ -43,11 +43,11 @@ def check_request(req: PrepareRequest, now: int) -> dict[str, Any]:
     return template
 
 
-def prepare_task(services: ApiServices, req: PrepareRequest) -> PreparedTask:
+def prepare_task(services: ApiServices, req: PrepareRequest, client: str) -> PreparedTask:
     now = services.chain_time()
     template = check_request(req, now)
     model = req.model.model_dump()
-    with services.prepare_lock:  # one corpus/model build at a time (CPU-bound)
+    with services.prepare_gate.build(client):  # one CPU-bound corpus/model build at a time, rate-limited
         published = publish_language_task(
             services.blobs,
             template=template,

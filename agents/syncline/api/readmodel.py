@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from syncline.api.db import (
     TASK_SCOPED,
     ChallengeRow,
+    Database,
     RawEvent,
     RoundRow,
     SubmissionRow,
@@ -34,7 +35,7 @@ from syncline.chain.market import MarketClient, TaskView
 from syncline.errors import ChainError, SynclineError
 from syncline.observability import get_logger
 from syncline.protocol.enums import ChallengeStatus, RoundStatus, TaskStatus
-from syncline.run.gossip import read_report
+from syncline.run.gossip import TrainerReport, read_report
 
 log = get_logger("syncline.api.indexer")
 
@@ -341,74 +342,96 @@ class Projector:
 
 
 # ---------------------------------------------------------------------- blob-backed enrichment
+#
+# These run on the enrichment worker, never on the indexing path: due rows are read in one short
+# session, fetched with no transaction open (each fetch has a total deadline), and the results are
+# written in one short transaction, so a slow or hostile blob store never holds the database.
 
 
-def fetch_spec_artifacts(s: Session, blobs: BlobStore, now: float | None = None, budget_s: float = 2.0) -> int:
+def fetch_spec_artifacts(db: Database, blobs: BlobStore, now: float | None = None, budget_s: float = 2.0) -> int:
     """Fetch and verify the spec artifacts still missing (bounded retries, at most ``budget_s`` of
     fetching per call); returns how many arrived."""
     now = time.time() if now is None else now
     stop_at = time.monotonic() + budget_s
-    rows = s.scalars(
-        select(TaskRow).where(
-            TaskRow.spec_artifact.is_(None),
-            TaskRow.spec_attempts < MAX_SPEC_ATTEMPTS,
-            TaskRow.spec_next_try <= now,
-        )
-    ).all()
-    arrived = 0
-    for row in rows:
+    with db.session() as s:
+        due = s.execute(
+            select(TaskRow.task_id, TaskRow.spec_uri, TaskRow.spec_hash).where(
+                TaskRow.spec_artifact.is_(None),
+                TaskRow.spec_attempts < MAX_SPEC_ATTEMPTS,
+                TaskRow.spec_next_try <= now,
+            )
+        ).all()
+    results: list[tuple[int, str, dict[str, Any] | None, str | None]] = []
+    for task_id, spec_uri, spec_hash in due:
         if time.monotonic() > stop_at:
             break
         try:
-            artifact = fetch_artifact(blobs, row.spec_uri, row.spec_hash)
+            results.append((int(task_id), str(spec_hash), fetch_artifact(blobs, spec_uri, spec_hash), None))
         except (SynclineError, ValueError) as exc:
-            row.spec_attempts += 1
-            row.spec_next_try = now + backoff_s(row.spec_attempts)
-            row.spec_error = str(exc).splitlines()[0][:500] if str(exc) else type(exc).__name__
-            log.info("api.spec_unavailable", task_id=row.task_id, attempt=row.spec_attempts, reason=row.spec_error)
-            continue
-        row.spec_artifact = artifact
-        row.name = str(artifact.get("name") or row.name)[:256]
-        row.spec_error = None
-        arrived += 1
+            failure = str(exc).splitlines()[0][:500] if str(exc) else type(exc).__name__
+            results.append((int(task_id), str(spec_hash), None, failure))
+    arrived = 0
+    with db.transaction() as s:
+        for task_id, spec_hash, artifact, reason in results:
+            row = s.get(TaskRow, task_id)
+            if row is None or row.spec_hash != spec_hash or row.spec_artifact is not None:
+                continue  # rolled back or re-indexed meanwhile
+            if artifact is None:
+                row.spec_attempts += 1
+                row.spec_next_try = now + backoff_s(row.spec_attempts)
+                row.spec_error = reason
+                log.info("api.spec_unavailable", task_id=task_id, attempt=row.spec_attempts, reason=reason)
+                continue
+            row.spec_artifact = artifact
+            row.name = str(artifact.get("name") or row.name)[:256]
+            row.spec_error = None
+            arrived += 1
     return arrived
 
 
 def fetch_reports(
-    s: Session, blobs: BlobStore, now: float | None = None, limit: int = REPORTS_PER_PASS, budget_s: float = 2.0
+    db: Database, blobs: BlobStore, now: float | None = None, limit: int = REPORTS_PER_PASS, budget_s: float = 2.0
 ) -> int:
     """Fetch due trainer loss reports (at most ``limit`` and ``budget_s`` of fetching per call); a
     report counts only if signed by the trainer that committed the fragment on chain. Returns how
     many were stored."""
     now = time.time() if now is None else now
     stop_at = time.monotonic() + budget_s
-    rows = s.scalars(
-        select(TrainerLossRow)
-        .where(TrainerLossRow.status == "pending", TrainerLossRow.next_try <= now)
-        .order_by(TrainerLossRow.next_try)
-        .limit(limit)
-    ).all()
-    stored = 0
-    for row in rows:
+    with db.session() as s:
+        due = s.execute(
+            select(TrainerLossRow.task_id, TrainerLossRow.round, TrainerLossRow.fragment)
+            .where(TrainerLossRow.status == "pending", TrainerLossRow.next_try <= now)
+            .order_by(TrainerLossRow.next_try)
+            .limit(limit)
+        ).all()
+    results: list[tuple[tuple[int, int, int], TrainerReport | None]] = []
+    for task_id, round_, fragment in due:
         if time.monotonic() > stop_at:
             break
         try:
-            report = read_report(blobs, row.task_id, row.round, row.fragment)
+            report = read_report(blobs, int(task_id), int(round_), int(fragment))
         except SynclineError:
             report = None
-        if report is None:
-            row.attempts += 1
-            if row.attempts >= MAX_REPORT_ATTEMPTS:
-                row.status = "absent"
-            row.next_try = now + backoff_s(row.attempts)
-            continue
-        if report.signer.lower() != row.trainer.lower():
-            row.status = "rejected"
-            log.info("api.report_rejected", task_id=row.task_id, round=row.round, fragment=row.fragment)
-            continue
-        row.status = "ok"
-        row.loss = report.loss
-        row.steps = report.steps
-        row.tokens = report.tokens
-        stored += 1
+        results.append(((int(task_id), int(round_), int(fragment)), report))
+    stored = 0
+    with db.transaction() as s:
+        for key, report in results:
+            row = s.get(TrainerLossRow, key)
+            if row is None or row.status != "pending":
+                continue
+            if report is None:
+                row.attempts += 1
+                if row.attempts >= MAX_REPORT_ATTEMPTS:
+                    row.status = "absent"
+                row.next_try = now + backoff_s(row.attempts)
+                continue
+            if report.signer.lower() != row.trainer.lower():
+                row.status = "rejected"
+                log.info("api.report_rejected", task_id=row.task_id, round=row.round, fragment=row.fragment)
+                continue
+            row.status = "ok"
+            row.loss = report.loss
+            row.steps = report.steps
+            row.tokens = report.tokens
+            stored += 1
     return stored

@@ -35,10 +35,18 @@ class ErrorBody(BaseModel):
     status: int
 
 
+class DependencyHealth(BaseModel):
+    ok: bool
+    detail: str | None = None
+
+
 class Health(BaseModel):
-    status: str
+    status: str  # "ok" or "degraded"
     indexed_block: int
     head_block: int
+    lag_blocks: int
+    max_lag_blocks: int
+    dependencies: dict[str, DependencyHealth]
 
 
 class DevAccount(BaseModel):

@@ -88,9 +88,11 @@ class ApiServer:
 
     def wait_indexed(self, timeout_s: float = 30.0) -> int:
         """Wait for an indexer pass that starts after this call (it sees every block mined before
-        it); returns the indexed block."""
+        it), then for an enrichment pass after it; returns the indexed block."""
         if not self.services.indexer.wait_for_pass(timeout_s):
             raise SynclineError(f"the indexer did not complete a pass within {timeout_s:.0f} s")
+        if not self.services.indexer.enricher.wait_for_pass(timeout_s):
+            raise SynclineError(f"the enrichment worker did not complete a pass within {timeout_s:.0f} s")
         return self.services.indexer.indexed_block
 
     def stop(self) -> None:

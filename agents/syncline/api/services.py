@@ -10,7 +10,9 @@ from pathlib import Path
 from web3 import Web3
 
 from syncline.api.db import Database
+from syncline.api.health import PROBE_TIMEOUT_S
 from syncline.api.indexer import Indexer, IndexerThread
+from syncline.api.limits import PrepareGate
 from syncline.api.metrics import ApiMetrics
 from syncline.api.settings import ApiSettings
 from syncline.blobstore import HttpBlobStore
@@ -24,8 +26,8 @@ CONTEXT_CACHE = 8
 INDEXER_BLOB_TIMEOUT_S = 5.0
 
 
-def _web3(url: str) -> Web3:
-    return Web3(Web3.HTTPProvider(url, request_kwargs={"timeout": 30}))
+def _web3(url: str, timeout_s: float = 30.0) -> Web3:
+    return Web3(Web3.HTTPProvider(url, request_kwargs={"timeout": timeout_s}))
 
 
 def _blob_store(url: str, timeout_s: float = 30.0) -> HttpBlobStore:
@@ -56,6 +58,9 @@ class ApiServices:
         self.market = MarketClient(self.w3, self.deployment.market, self.abi)
         self.blob_url = settings.blob_store.rstrip("/")
         self.blobs = _blob_store(self.blob_url)
+        # /healthz probes with short timeouts, on connections of their own.
+        self.probe_w3 = _web3(self.rpc_url, PROBE_TIMEOUT_S)
+        self.probe_blobs = _blob_store(self.blob_url, PROBE_TIMEOUT_S)
         self.db = Database(settings.database_url)
         self.metrics = ApiMetrics()
         # The indexer has its own connection and a short blob timeout (it must not stall on a fetch).
@@ -72,7 +77,7 @@ class ApiServices:
             poll_interval_s=settings.poll_interval_s,
         )
         self.stopping = threading.Event()
-        self.prepare_lock = threading.Lock()
+        self.prepare_gate = PrepareGate(settings.prepare_per_minute)
         self._contexts: OrderedDict[tuple[int, str], TaskContext] = OrderedDict()
         self._contexts_lock = threading.Lock()
         self._file_locks: dict[str, threading.Lock] = {}

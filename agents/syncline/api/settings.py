@@ -48,6 +48,10 @@ class ApiSettings:
     state_dir: Path | None = None
     max_body_bytes: int = MAX_BODY_BYTES
     batch_blocks: int = 2_000
+    prepare_per_minute: int = 4
+    """Task preparations (``POST /api/tasks/prepare``) one client address may start per minute."""
+    max_lag_blocks: int = 20
+    """``/healthz`` reports ``degraded`` when the index is further than this behind the chain head."""
 
     @property
     def api_dir(self) -> Path:

@@ -4,7 +4,6 @@ spec artifact once it has been fetched from the blob store and checked against t
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -12,8 +11,7 @@ from syncline.blobstore import BlobStore
 from syncline.chain.market import _hex
 from syncline.errors import SpecError
 from syncline.protocol.enums import AggregationRule, Modality, Tier
-from syncline.protocol.spec import PPM, TrainingTaskSpec
-from syncline.run.context import MAX_SPEC_BYTES
+from syncline.protocol.spec import MAX_SPEC_BYTES, PPM, TrainingTaskSpec
 
 # Field names of the on-chain TaskSpec tuple, in SynclineTypes.sol order (YAML spelling).
 ONCHAIN_FIELDS: tuple[str, ...] = (
@@ -106,10 +104,7 @@ def run_spec(onchain: Mapping[str, Any], artifact: Mapping[str, Any] | None) -> 
 def fetch_artifact(blobs: BlobStore, spec_uri: str, spec_hash: str) -> dict[str, Any]:
     """The spec artifact at ``spec_uri``, checked against the on-chain ``spec_hash``."""
     raw = blobs.fetch(spec_uri, expected_digest=spec_hash, max_bytes=MAX_SPEC_BYTES)
-    try:
-        spec = TrainingTaskSpec.from_mapping(json.loads(raw))
-    except json.JSONDecodeError:
-        raise SpecError("the spec artifact is not JSON") from None
+    spec = TrainingTaskSpec.from_artifact(raw)
     if spec.spec_hash != spec_hash.lower():
         raise SpecError(f"spec artifact hash {spec.spec_hash} != on-chain {spec_hash}")
     return spec.to_mapping()

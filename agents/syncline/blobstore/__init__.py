@@ -8,7 +8,8 @@ Modules
 store
     :class:`BlobRef`, the :class:`BlobBackend` / :class:`BlobStore` protocols, digests, errors.
 fetch
-    :func:`fetch_uri`: verified, size-capped reads from ``http(s)://`` and ``file://`` URIs.
+    :func:`fetch_uri`: verified, size-capped reads from ``http(s)://`` URIs under a total deadline
+    (``file://`` only when the caller allows a local locator).
 local
     :class:`LocalBlobStore`: blobs and alias candidates as files, written atomically.
 http_service

@@ -1,20 +1,17 @@
 """A :class:`~syncline.blobstore.store.BlobStore` that talks to a remote :class:`BlobService`.
 
-Only the stdlib (``urllib``) is used, every request has an explicit timeout, and nothing the
-server says is trusted: uploaded digests are recomputed locally and downloads are verified.
+Only the stdlib is used, every request has a socket timeout and a total deadline
+(:func:`~syncline.blobstore.fetch.http_request`), and nothing the server says is trusted: uploaded
+digests are recomputed locally and downloads are verified.
 """
 
 from __future__ import annotations
 
-import http.client
-import json
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from syncline.blobstore.fetch import http_error_message
+from syncline.blobstore.fetch import Deadline, default_deadline_s, http_request
 from syncline.blobstore.http_service import ALIAS_HEADER, ALIAS_SIGNATURE_HEADER
 from syncline.blobstore.store import (
     DEFAULT_MAX_BLOB_BYTES,
@@ -32,6 +29,7 @@ from syncline.blobstore.store import (
     normalize_digest,
     validate_alias,
 )
+from syncline.protocol.wire import WireFormatError, load_bounded_json
 
 _MAX_JSON_BYTES = 64 * 1024
 
@@ -44,7 +42,8 @@ class HttpBlobStore(BlobStoreBase):
     base_url : str
         ``http(s)://host:port`` of the service (a trailing slash is ignored).
     timeout_s : float, optional
-        Timeout of each socket operation (connect, each read / write).
+        Timeout of each socket operation (connect, each read / write); each request also has a
+        total deadline (:func:`~syncline.blobstore.fetch.default_deadline_s`).
     max_bytes : int, optional
         Largest blob :meth:`put` uploads and :meth:`get` downloads.
     """
@@ -146,10 +145,14 @@ class HttpBlobStore(BlobStoreBase):
     def healthy(self) -> bool:
         """Whether ``GET /healthz`` answers 200."""
         try:
-            status, _ = self._request("GET", "/healthz", ok=(200,))
+            self.check_health()
         except BlobUnavailable:
             return False
-        return status == 200
+        return True
+
+    def check_health(self) -> None:
+        """``GET /healthz``; raises :class:`BlobUnavailable` (one line, the reason) unless it answers 200."""
+        self._request("GET", "/healthz", ok=(200,))
 
     # ------------------------------------------------------------------ transport
 
@@ -167,31 +170,18 @@ class HttpBlobStore(BlobStoreBase):
         headers: dict[str, str] | None = None,
     ) -> tuple[int, bytes]:
         url = self.base_url + path
-        request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                status = int(response.status)
-                body = response.read(_MAX_JSON_BYTES) if method != "HEAD" else b""
-        except urllib.error.HTTPError as exc:
-            with exc:
-                status = exc.code
-                if status not in ok:
-                    message = http_error_message(exc)
-                    if status == 413:
-                        raise BlobTooLarge(f"{method} {url} refused: {message}") from None
-                    raise BlobUnavailable(f"{method} {url} failed with HTTP {status}: {message}") from None
-                body = b""
-        except urllib.error.URLError as exc:
-            raise BlobUnavailable(f"cannot reach {url}: {exc.reason}") from None
-        except (OSError, http.client.HTTPException) as exc:
-            raise BlobUnavailable(f"{method} {url} failed: {exc!r}") from None
-        if status not in ok:
-            raise BlobUnavailable(f"{method} {url} answered unexpected HTTP {status}")
-        return status, body
+        limit = len(data) if data is not None else _MAX_JSON_BYTES
+        deadline = Deadline.after(default_deadline_s(self.timeout_s, limit), timeout_s=self.timeout_s)
+        answer = http_request(method, url, deadline=deadline, max_bytes=_MAX_JSON_BYTES, body=data, headers=headers)
+        if answer.status not in ok:
+            if answer.status == 413:
+                raise BlobTooLarge(f"{method} {url} refused: {answer.error_message()}")
+            raise BlobUnavailable(f"{method} {url} failed with HTTP {answer.status}: {answer.error_message()}")
+        return answer.status, answer.body if 200 <= answer.status < 300 else b""
 
 
 def _parse_json(body: bytes, what: str, base_url: str) -> Any:
     try:
-        return json.loads(body)
-    except ValueError:
-        raise BlobUnavailable(f"{base_url} answered {what} with invalid JSON") from None
+        return load_bounded_json(body, max_bytes=_MAX_JSON_BYTES, max_depth=2, what=f"the answer to {what}")
+    except WireFormatError as exc:
+        raise BlobUnavailable(f"{base_url} answered {what} with invalid JSON: {exc}") from None

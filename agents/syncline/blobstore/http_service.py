@@ -9,6 +9,9 @@ Endpoints
     :func:`~syncline.blobstore.store.alias_message`) is sent too, else in the anonymous ring; no
     writer can replace another's candidate. The server hashes the body itself and answers 200 with
     the JSON :class:`~syncline.blobstore.store.BlobRef` (``uri`` = ``<public url>/blobs/<digest>``).
+    Uploads share ``max_concurrent_uploads`` slots, at most ``max_uploads_per_client`` per client
+    address (503 with ``Retry-After`` when none frees up in time); an upload slower than
+    ``min_upload_bytes_per_s`` after ``request_timeout_s`` is cut with 408.
 ``GET /blobs/<digest>``
     200 with the verified bytes, 404 if absent, 400 for a malformed digest, 500 if the stored
     file is corrupt (it is quarantined, so the next request answers 404).
@@ -34,6 +37,7 @@ import socketserver
 import threading
 import time
 import urllib.parse
+from collections.abc import Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -73,6 +77,95 @@ class _HttpError(Exception):
         self.headers = headers or {}
 
 
+class _UploadGate:
+    """Upload slots shared fairly: at most ``total`` uploads are buffered at once and at most
+    ``per_client`` of them from one client address, so one slow or greedy client cannot take
+    every slot. An upload over its client's share waits for that share (it holds no global slot
+    meanwhile); waits end after ``wait_s``."""
+
+    def __init__(self, *, total: int, per_client: int, wait_s: float) -> None:
+        self.total = threading.BoundedSemaphore(total)
+        self.per_client = per_client
+        self.wait_s = wait_s
+        self._active: dict[str, int] = {}
+        self._changed = threading.Condition()
+
+    @contextlib.contextmanager
+    def slot(self, client: str) -> Iterator[None]:
+        """Hold one upload slot for ``client``; raises ``_HttpError`` 503 when none frees up in time."""
+        give_up = time.monotonic() + self.wait_s
+        with self._changed:
+            if not self._changed.wait_for(lambda: self._active.get(client, 0) < self.per_client, self.wait_s):
+                raise _HttpError(
+                    HTTPStatus.SERVICE_UNAVAILABLE,
+                    f"this client already has {self.per_client} uploads in progress; retry later",
+                    headers={"Retry-After": "1"},
+                )
+            self._active[client] = self._active.get(client, 0) + 1
+        try:
+            if not self.total.acquire(timeout=max(0.0, give_up - time.monotonic())):
+                raise _HttpError(
+                    HTTPStatus.SERVICE_UNAVAILABLE,
+                    "too many concurrent uploads; retry later",
+                    headers={"Retry-After": "1"},
+                )
+            try:
+                yield
+            finally:
+                self.total.release()
+        finally:
+            with self._changed:
+                self._active[client] -= 1
+                if not self._active[client]:
+                    del self._active[client]
+                self._changed.notify_all()
+
+
+class _UploadPace:
+    """The slowest acceptable upload: after ``grace_s``, at least ``min_bytes_per_s`` on average."""
+
+    def __init__(self, *, grace_s: float, min_bytes_per_s: int) -> None:
+        self.started = time.monotonic()
+        self.grace_s = grace_s
+        self.min_bytes_per_s = min_bytes_per_s
+
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
+
+    def wait_s(self, received: int) -> float:
+        """Seconds the next byte may still take before the client is too slow (<= 0: cut it now)."""
+        due = self.grace_s + (received + 1) / self.min_bytes_per_s
+        return due - self.elapsed_s()
+
+
+class _ConnectionLimit:
+    """At most ``per_client`` open connections per client address (more are closed unanswered)."""
+
+    def __init__(self, per_client: int) -> None:
+        self.per_client = per_client
+        self._open: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def admit(self, client: str) -> bool:
+        with self._lock:
+            if self._open.get(client, 0) >= self.per_client:
+                return False
+            self._open[client] = self._open.get(client, 0) + 1
+            return True
+
+    def release(self, client: str) -> None:
+        with self._lock:
+            left = self._open.get(client, 0) - 1
+            if left > 0:
+                self._open[client] = left
+            else:
+                self._open.pop(client, None)
+
+
+def _client_key(client_address: Any) -> str:
+    return str(client_address[0]) if isinstance(client_address, tuple) and client_address else "?"
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
@@ -82,8 +175,33 @@ class _Server(ThreadingHTTPServer):
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         self.service = service
-        self.upload_slots = threading.BoundedSemaphore(service.max_concurrent_uploads)
+        self.upload_gate = _UploadGate(
+            total=service.max_concurrent_uploads,
+            per_client=service.max_uploads_per_client,
+            wait_s=service.request_timeout_s,
+        )
+        self.connections = _ConnectionLimit(service.max_connections_per_client)
         super().__init__(address, _Handler)
+
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        """Admit a connection only while its client holds fewer than its share of connections."""
+        if self.connections.admit(_client_key(client_address)):
+            return True
+        log.info("http.connection_refused", client=_client_key(client_address), reason="per-client connection limit")
+        return False
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request(request, client_address)  # starts process_request_thread
+        except BaseException:
+            self.connections.release(_client_key(client_address))
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.connections.release(_client_key(client_address))
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind resolves the FQDN of the host, which can block on DNS.
@@ -327,16 +445,12 @@ class _Handler(BaseHTTPRequestHandler):
         length, alias = self._check_upload_headers()
         signature = self._alias_signature(alias)
         service = self.server.service
-        if not self.server.upload_slots.acquire(timeout=service.request_timeout_s):
-            raise _HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "too many concurrent uploads; retry later")
-        try:
+        with self.server.upload_gate.slot(_client_key(self.client_address)):
             data = self._read_body(length)
             try:
                 ref = service.store.put(data, alias=alias, alias_signature=signature)
             except InvalidBlobName as exc:  # a signature that does not recover
                 raise _HttpError(HTTPStatus.BAD_REQUEST, str(exc)) from None
-        finally:
-            self.server.upload_slots.release()
         self._note["digest"] = ref.digest
         if alias is not None:
             self._note["alias"] = alias
@@ -383,19 +497,44 @@ class _Handler(BaseHTTPRequestHandler):
             ) from None
 
     def _read_body(self, length: int) -> bytes:
+        """Read the upload, cutting a client whose bytes arrive slower than the service's floor."""
+        service = self.server.service
+        floor = _UploadPace(grace_s=service.request_timeout_s, min_bytes_per_s=service.min_upload_bytes_per_s)
         chunks: list[bytes] = []
         remaining = length
-        while remaining > 0:
-            chunk = self.rfile.read(min(_READ_CHUNK, remaining))
-            if not chunk:
-                self._unread = -1
-                raise _HttpError(
-                    HTTPStatus.BAD_REQUEST, f"body ended after {length - remaining} of {length} bytes (Content-Length)"
-                )
-            chunks.append(chunk)
-            remaining -= len(chunk)
-            self._unread = remaining
-            self._bytes_in += len(chunk)
+        try:
+            while remaining > 0:
+                wait = floor.wait_s(length - remaining)
+                if wait <= 0:
+                    self._unread = -1
+                    raise _HttpError(
+                        HTTPStatus.REQUEST_TIMEOUT,
+                        f"upload too slow: {length - remaining} of {length} bytes after {floor.elapsed_s():.1f} s "
+                        f"(at least {service.min_upload_bytes_per_s} bytes/s after {service.request_timeout_s:g} s)",
+                    )
+                self.connection.settimeout(min(service.request_timeout_s, wait))
+                try:
+                    chunk = self.rfile.read1(min(_READ_CHUNK, remaining))
+                except TimeoutError:
+                    self._unread = -1
+                    raise _HttpError(
+                        HTTPStatus.REQUEST_TIMEOUT,
+                        f"upload too slow or stalled: {length - remaining} of {length} bytes after "
+                        f"{floor.elapsed_s():.1f} s (at least {service.min_upload_bytes_per_s} bytes/s after "
+                        f"{service.request_timeout_s:g} s)",
+                    ) from None
+                if not chunk:
+                    self._unread = -1
+                    raise _HttpError(
+                        HTTPStatus.BAD_REQUEST,
+                        f"body ended after {length - remaining} of {length} bytes (Content-Length)",
+                    )
+                chunks.append(chunk)
+                remaining -= len(chunk)
+                self._unread = remaining
+                self._bytes_in += len(chunk)
+        finally:
+            self.connection.settimeout(service.request_timeout_s)  # keep-alive requests get the usual timeout
         return b"".join(chunks)
 
     @staticmethod
@@ -436,6 +575,13 @@ class BlobService:
         Socket timeout per connection (a stalled client is dropped after it).
     max_concurrent_uploads : int, optional
         Uploads buffered at once (bounds memory to about this times ``max_bytes``).
+    max_uploads_per_client : int, optional
+        Of those, how many one client address may hold (default half); its further uploads wait.
+    min_upload_bytes_per_s : int, optional
+        After ``request_timeout_s``, an upload slower than this on average is cut with 408, so slow
+        clients cannot keep the slots from others.
+    max_connections_per_client : int, optional
+        Open connections one client address may hold; more are closed unanswered.
 
     Examples
     --------
@@ -453,6 +599,9 @@ class BlobService:
         public_url: str | None = None,
         request_timeout_s: float = 30.0,
         max_concurrent_uploads: int = 8,
+        max_uploads_per_client: int | None = None,
+        min_upload_bytes_per_s: int = 256 * 1024,
+        max_connections_per_client: int = 64,
     ) -> None:
         if max_bytes < 0:
             raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
@@ -464,6 +613,15 @@ class BlobService:
         self.max_bytes = max_bytes
         self.request_timeout_s = request_timeout_s
         self.max_concurrent_uploads = max_concurrent_uploads
+        self.max_uploads_per_client = max_uploads_per_client or max(1, max_concurrent_uploads // 2)
+        self.min_upload_bytes_per_s = min_upload_bytes_per_s
+        self.max_connections_per_client = max_connections_per_client
+        if not 1 <= self.max_uploads_per_client <= max_concurrent_uploads:
+            raise ValueError(
+                f"max_uploads_per_client must be in 1..{max_concurrent_uploads}, got {max_uploads_per_client}"
+            )
+        if min_upload_bytes_per_s < 1 or max_connections_per_client < 1:
+            raise ValueError("min_upload_bytes_per_s and max_connections_per_client must be >= 1")
         self._public_url = public_url.rstrip("/") if public_url else None
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None

@@ -37,6 +37,7 @@ from syncline.blobstore.store import (
     BlobNotFound,
     BlobRef,
     BlobStoreBase,
+    BlobTooLarge,
     InvalidBlobName,
     alias_signer,
     digest_of,
@@ -85,6 +86,21 @@ class LocalBlobStore(BlobStoreBase):
     def uri_for(self, digest: str) -> str:
         """The ``file://`` URI of ``digest``'s file."""
         return self.blob_path(digest).as_uri()
+
+    def fetch(self, uri: str, *, expected_digest: str, max_bytes: int) -> bytes:
+        """Like :meth:`BlobStoreBase.fetch`, but a ``file://`` locator that names this store's own file
+        for ``expected_digest`` is read from the store (the directory its operator configured).
+        Any other local locator is refused, as for every store."""
+        try:
+            own = uri == self.uri_for(expected_digest)
+        except InvalidBlobName:
+            own = False
+        if own:
+            size = self.size(expected_digest)
+            if size is not None and size > max_bytes:
+                raise BlobTooLarge(f"blob at {uri} is {size} bytes, larger than max_bytes={max_bytes}")
+            return self.get(expected_digest)
+        return super().fetch(uri, expected_digest=expected_digest, max_bytes=max_bytes)
 
     # ------------------------------------------------------------------ BlobBackend
 

@@ -323,7 +323,7 @@ class BlobStoreBase(ABC):
     Parameters
     ----------
     fetch_timeout_s : float, optional
-        Timeout of network operations in :meth:`fetch`.
+        Timeout of each network operation in :meth:`fetch` (which also has a total deadline).
     """
 
     def __init__(self, *, fetch_timeout_s: float = 30.0) -> None:
@@ -356,8 +356,8 @@ class BlobStoreBase(ABC):
         Parameters
         ----------
         uri : str
-            ``http://``, ``https://`` or ``file://`` locator (more via
-            :func:`syncline.blobstore.fetch.register_fetcher`).
+            ``http://`` or ``https://`` locator (more via
+            :func:`syncline.blobstore.fetch.register_fetcher`); untrusted, so ``file://`` is refused.
         expected_digest : str
             The digest the bytes must hash to.
         max_bytes : int

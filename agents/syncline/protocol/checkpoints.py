@@ -57,6 +57,7 @@ from syncline.errors import SynclineError
 from syncline.protocol import merkle
 from syncline.protocol.fixed_point import padded_json
 from syncline.protocol.layout import ParameterLayout
+from syncline.protocol.wire import WireFormatError, load_bounded_json
 
 CHECKPOINT_FORMAT = "syncline-checkpoint-v1"
 MANIFEST_FORMAT = "syncline-checkpoint-manifest-v1"
@@ -262,10 +263,14 @@ class Checkpoint:
         (header_len,) = struct.unpack("<Q", data[8:16])
         if header_len > MAX_HEADER_BYTES or header_len % 8 or 16 + header_len > len(data):
             raise CheckpointError(f"checkpoint header length {header_len} is invalid")
+        if not data[16 : 16 + header_len].isascii():
+            raise CheckpointError("checkpoint header is not ASCII JSON")
         try:
-            header = json.loads(data[16 : 16 + header_len].decode("ascii"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise CheckpointError("checkpoint header is not ASCII JSON") from None
+            header = load_bounded_json(
+                data[16 : 16 + header_len], max_bytes=MAX_HEADER_BYTES, max_depth=4, what="checkpoint header"
+            )
+        except WireFormatError as exc:
+            raise CheckpointError(str(exc)) from None
         if not isinstance(header, dict) or sorted(header) != sorted(_HEADER_KEYS):
             raise CheckpointError(f"checkpoint header must have exactly the keys {', '.join(_HEADER_KEYS)}")
         if header["format"] != CHECKPOINT_FORMAT:
@@ -434,9 +439,9 @@ class CheckpointManifest:
         if not isinstance(data, bytes | bytearray) or len(data) > MAX_MANIFEST_BYTES:
             raise CheckpointError(f"manifest must be at most {MAX_MANIFEST_BYTES} bytes")
         try:
-            raw = json.loads(bytes(data))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise CheckpointError("manifest is not JSON") from None
+            raw = load_bounded_json(data, max_bytes=MAX_MANIFEST_BYTES, max_depth=2, what="manifest")
+        except WireFormatError as exc:
+            raise CheckpointError(str(exc)) from None
         keys = ("format", "hashes", "inner_steps", "interval", "uris")
         if not isinstance(raw, dict) or sorted(raw) != list(keys):
             raise CheckpointError(f"manifest must have exactly the keys {', '.join(keys)}")

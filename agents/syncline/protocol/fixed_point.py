@@ -38,6 +38,8 @@ import numpy as np
 import torch
 from safetensors.torch import load as _safetensors_load
 
+from syncline.protocol.wire import load_bounded_json
+
 FRAC_BITS = 32
 ONE = 1 << FRAC_BITS
 CHUNK_SIZE = 256
@@ -235,10 +237,9 @@ def _parse_header(data: bytes, max_bytes: int | None) -> tuple[dict[str, object]
     (header_len,) = struct.unpack("<Q", data[:8])
     if header_len > MAX_SAFETENSORS_HEADER or 8 + header_len > len(data):
         raise ValueError(f"safetensors header length {header_len} is invalid")
-    try:
-        header = json.loads(data[8 : 8 + header_len])
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"safetensors header is not JSON: {exc}") from None
+    header = load_bounded_json(
+        data[8 : 8 + header_len], max_bytes=MAX_SAFETENSORS_HEADER, max_depth=4, what="safetensors header"
+    )
     if not isinstance(header, dict):
         raise ValueError("safetensors header is not an object")
     metadata = header.pop("__metadata__", {})

@@ -18,6 +18,7 @@ from eth_utils import keccak, to_checksum_address
 from syncline.errors import SpecError
 from syncline.protocol import merkle, tier_policy
 from syncline.protocol.enums import AggregationRule, Modality, Tier, parse_enum
+from syncline.protocol.wire import WireFormatError, load_bounded_json
 
 # Solidity integer width of each numeric field of the on-chain TaskSpec (SynclineTypes.sol).
 ONCHAIN_BITS: dict[str, int] = {
@@ -44,6 +45,10 @@ MAX_WINDOW_S = 365 * 24 * 3600  # TaskEscrow.MAX_WINDOW
 MAX_TRAINERS = 64
 MAX_WITNESSES = 32
 MAX_SHARDS = 256
+MAX_SPEC_BYTES = 1 << 20
+"""Largest spec artifact agents and the API read."""
+MAX_SPEC_DEPTH = 8
+"""Deepest nesting a spec artifact may have (a model config's own mappings included)."""
 PPM = 1_000_000
 
 
@@ -326,6 +331,21 @@ class TrainingTaskSpec:
         )
 
     # ------------------------------------------------------------------ parsing
+
+    @classmethod
+    def from_artifact(cls, raw: bytes) -> TrainingTaskSpec:
+        """Parse a spec artifact fetched from the network (size and nesting bounded before parsing).
+
+        Raises
+        ------
+        SpecError
+            One line: too large, too deeply nested, not JSON, or not a valid spec.
+        """
+        try:
+            data = load_bounded_json(raw, max_bytes=MAX_SPEC_BYTES, max_depth=MAX_SPEC_DEPTH, what="spec artifact")
+        except WireFormatError as exc:
+            raise SpecError(str(exc)) from None
+        return cls.from_mapping(data)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> TrainingTaskSpec:

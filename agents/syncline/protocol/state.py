@@ -14,7 +14,6 @@ metadata ``format = "syncline-state-v1"`` and ``layout`` (the layout's canonical
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -33,6 +32,7 @@ from syncline.protocol.fixed_point import (
 )
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.outer_optimizer import STATE_BOUND_BITS, nesterov_step
+from syncline.protocol.wire import load_bounded_json
 
 STATE_FORMAT = "syncline-state-v1"
 
@@ -127,10 +127,11 @@ class TrainingState:
         meta = safetensors_metadata(data, max_bytes=max_bytes)
         if meta.get("format") != STATE_FORMAT:
             raise ValueError(f"state format {meta.get('format')!r} != {STATE_FORMAT!r}")
-        try:
-            layout = ParameterLayout.from_mapping(json.loads(meta.get("layout", "")))
-        except json.JSONDecodeError:
-            raise ValueError("state metadata 'layout' is not JSON") from None
+        layout = ParameterLayout.from_mapping(
+            load_bounded_json(
+                meta.get("layout", ""), max_bytes=MAX_SAFETENSORS_HEADER, max_depth=4, what="state metadata 'layout'"
+            )
+        )
         if expected_layout is not None and layout != expected_layout:
             raise ValueError("state layout differs from the expected layout")
         shape = (layout.numel,)

@@ -14,7 +14,6 @@ signed slots first) and kept only if its bytes recompute the root.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,11 +26,10 @@ from syncline.chain.market import MarketClient
 from syncline.errors import SpecError, SynclineError
 from syncline.modality.language import LanguageAdapter
 from syncline.protocol.layout import ParameterLayout
-from syncline.protocol.spec import TrainingTaskSpec
+from syncline.protocol.spec import MAX_SPEC_BYTES, TrainingTaskSpec
 from syncline.protocol.state import TrainingState
 from syncline.protocol.sync_round import CommittedSubmission, RoundResult, compute_round
 
-MAX_SPEC_BYTES = 1 << 20
 MAX_SHARD_BYTES = 256 << 20
 MAX_PAYLOAD_OVERHEAD = 1 << 20
 
@@ -62,9 +60,9 @@ class TaskContext:
         spec_hash, spec_uri = _hex(onchain[0]), str(onchain[1])
         raw = fetch_by_digest(blobs, spec_hash, (spec_uri,), max_bytes=MAX_SPEC_BYTES)
         try:
-            spec = TrainingTaskSpec.from_mapping(json.loads(raw))
-        except json.JSONDecodeError:
-            raise SpecError(f"task {task_id}: the spec artifact is not JSON") from None
+            spec = TrainingTaskSpec.from_artifact(raw)
+        except SpecError as exc:
+            raise SpecError(f"task {task_id}: {exc}") from None
         if spec.spec_hash != spec_hash:
             raise SpecError(f"task {task_id}: spec artifact hash {spec.spec_hash} != on-chain {spec_hash}")
         meta = dict(spec.metadata)

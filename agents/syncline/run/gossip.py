@@ -18,6 +18,7 @@ from syncline.blobstore import BlobStore, find_verified
 from syncline.chain.keys import Signer
 from syncline.errors import SynclineError
 from syncline.protocol.signed_messages import Commitment, Domain, Vote, recover
+from syncline.protocol.wire import WireFormatError, load_bounded_json
 
 MAX_GOSSIP_BYTES = 4096
 
@@ -107,9 +108,9 @@ def _load(data: bytes, kind: str) -> dict[str, Any]:
     if len(data) > MAX_GOSSIP_BYTES:
         raise GossipError(f"gossip message of {len(data)} bytes exceeds {MAX_GOSSIP_BYTES}")
     try:
-        obj = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        raise GossipError("gossip message is not JSON") from None
+        obj = load_bounded_json(data, max_bytes=MAX_GOSSIP_BYTES, max_depth=2, what="gossip message")
+    except WireFormatError as exc:
+        raise GossipError(str(exc)) from None
     if not isinstance(obj, dict) or obj.get("type") != kind:
         raise GossipError(f"gossip message is not a {kind}")
     return obj
