@@ -443,7 +443,10 @@ def test_unavailable_checkpoints_bring_no_claim_and_no_guilty_vote(
             c = market.challenge(claim)
             assert (c.guilty_votes, c.innocent_votes) == (0, 0) and claim not in duty.decided
 
-        # The checkpoints are back (through their file:// locators): the same agents now judge.
+        # The checkpoints are back on the service: the same agents now judge.
+        served = LocalBlobStore(tmp_path / "served", fsync=False)
+        for digest in digests:
+            served.put(world.store.get(digest))
         duty.step()
         c = market.challenge(claim)
         assert (c.guilty_votes, c.innocent_votes) == (0, 1)
@@ -453,6 +456,8 @@ def test_unavailable_checkpoints_bring_no_claim_and_no_guilty_vote(
 
         # A claim whose data stays out of reach until its deadline: the referee abstains.
         late = market.challenge_training(outsider, world.task_id, 0, honest, 2)
+        for digest in digests:
+            served.blob_path(digest).unlink()
         with _hidden(world.store, digests):
             duty.step()
             assert late not in duty.decided
