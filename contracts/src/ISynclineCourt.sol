@@ -16,7 +16,8 @@ import {ISynclineEvents} from "./ISynclineEvents.sol";
 /// rolls back to the round's previous state root; the run carries on from there.
 /// Each fault can be claimed once (duplicates revert `SynclineDuplicateChallenge`).
 interface ISynclineCourt is ISynclineEvents {
-    /// @notice Prove that a trainer signed two different commitments for one (task, round, fragment).
+    /// @notice Prove that a trainer signed two different commitments for one (task, round, fragment)
+    /// (any signed field differs, the uri included).
     /// Slashes and evicts the trainer; revokes its reward for that round if it was accepted.
     /// @dev `msg.value` must equal the task's `challengeBond`.
     function proveTrainerEquivocation(
@@ -26,7 +27,9 @@ interface ISynclineCourt is ISynclineEvents {
         bytes calldata sigB
     ) external payable returns (uint256 challengeId);
 
-    /// @notice Prove that a witness signed two different votes for one (task, round). Slashes its bond.
+    /// @notice Prove that a witness signed two different votes for one (task, round, prevStateRoot)
+    /// (any signed field differs, the metric included). Votes on different previous roots are
+    /// no equivocation: a rollback lets a witness vote again on the restored root. Slashes its bond.
     function proveWitnessEquivocation(Vote calldata a, bytes calldata sigA, Vote calldata b, bytes calldata sigB)
         external
         payable

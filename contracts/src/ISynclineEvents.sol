@@ -33,6 +33,8 @@ interface ISynclineEvents {
     error SynclineUnsupportedGradientBits(uint8 bits);
     /// @notice The escrow sent does not cover the witness fee budget plus a positive reward pool.
     error SynclineInsufficientEscrow(uint256 sent, uint256 witnessFeeBudget);
+    /// @notice The sponsor listed itself as a witness: the committee must be others with a bond at stake.
+    error SynclineSponsorIsWitness(address sponsor, uint256 index);
 
     // ------------------------------------------------------------------ errors: life cycle
     /// @notice No task with this id.
@@ -84,6 +86,9 @@ interface ISynclineEvents {
     /// @notice Carry-forward is possible only once the grace window has ended, strictly after `earliest`
     /// (= round deadline + grace window), like finalize is only possible strictly after the deadline.
     error SynclineGraceWindowOpen(uint256 taskId, uint32 round, uint64 earliest);
+    /// @notice The vote builds on `offered`, but the round's previous state root is `current`
+    /// (a stale vote cast before a rollback, or one for another history).
+    error SynclineWrongPrevStateRoot(bytes32 offered, bytes32 current);
 
     // ------------------------------------------------------------------ errors: settlement
     /// @notice Sealing waits for the last round's challenge window to end at `until`.
@@ -124,13 +129,15 @@ interface ISynclineEvents {
         uint16 weight,
         bytes signature
     );
-    /// @notice A witness voted for `result` = keccak256(abi.encode(stateRoot, aggregateRoot, acceptedMask)).
-    /// `metric` (e.g. validation loss x 1e6) travels with the vote but is not part of the result.
+    /// @notice A witness voted for `result` = keccak256(abi.encode(stateRoot, aggregateRoot, acceptedMask)),
+    /// built on `prevStateRoot`. `metric` (validation loss x 1e6) is signed with the vote but is not
+    /// part of the result.
     event VoteCast(
         uint256 indexed taskId,
         uint32 indexed round,
         address indexed witness,
         bytes32 result,
+        bytes32 prevStateRoot,
         bytes32 stateRoot,
         bytes32 aggregateRoot,
         uint256 acceptedMask,
@@ -260,4 +267,7 @@ interface ISynclineEvents {
     event RoundsInvalidated(uint256 indexed taskId, uint32 fromRound, uint32 throughRound, bytes32 restoredRoot);
     /// @notice A trainer's reward for one round was revoked by a proven trainer fault.
     event RewardRevoked(uint256 indexed taskId, uint32 indexed round, address indexed trainer, uint16 weight);
+    /// @notice A rollback replaced the open round's previous state root `staleRoot` with
+    /// `prevStateRoot`: the votes cast on the stale root no longer count.
+    event VotesDiscarded(uint256 indexed taskId, uint32 indexed round, bytes32 staleRoot, bytes32 prevStateRoot);
 }

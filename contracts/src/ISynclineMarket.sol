@@ -40,13 +40,14 @@ interface ISynclineMarket is ISynclineEvents {
 
     /// @notice Commit a trainer's outer gradient for the open round, before its deadline, once.
     /// The commitment is EIP-712 typed data signed by the trainer holding `c.fragment`; anyone
-    /// may relay it (the signer, not `msg.sender`, is the trainer).
+    /// may relay it (the signer, not `msg.sender`, is the trainer). Everything a verifier needs
+    /// to locate and check the submission is signed, so a relayed copy is harmless: sending the
+    /// identical commitment again succeeds and changes nothing; a different one reverts.
     /// @param c taskId, round, fragment, payloadHash (keccak256 of the payload blob), chunkRoot
     /// (Merkle root over the payload's chunks), checkpointRoot (Merkle root over the inner-loop
-    /// checkpoint hashes).
-    /// @param uri Where the blob can be fetched (a locator only; the hash is the integrity check).
+    /// checkpoint hashes), uri (where the blob can be fetched: a locator; the hash is the check).
     /// @param signature The trainer's EIP-712 signature of `c`.
-    function commitSubmission(Commitment calldata c, string calldata uri, bytes calldata signature) external;
+    function commitSubmission(Commitment calldata c, bytes calldata signature) external;
 
     // ------------------------------------------------------------------ witnesses
     /// @notice Post the exact `witnessBond` of a task; a witness must be bonded before it votes.
@@ -56,12 +57,15 @@ interface ISynclineMarket is ISynclineEvents {
     /// @notice Vote for a round's result after its deadline. `threshold` matching votes finalize.
     /// Idempotent: once finalized, the same result succeeds and changes nothing; a different one
     /// reverts with `ConflictingFinalize`. Before quorum, a differing vote is recorded as dissent.
-    /// The vote is EIP-712 typed data signed by a witness of the task; anyone may relay it.
-    /// @param v taskId, round, stateRoot (Merkle root of the new fixed-point state), aggregateRoot
-    /// (Merkle root of the aggregated outer gradient), acceptedMask (bit i = fragment i accepted).
-    /// @param metric Informational (validation loss x 1e6); not part of the result.
+    /// The vote is EIP-712 typed data signed by a witness of the task; anyone may relay it. It
+    /// must build on the round's current previous state root; votes cast before a rollback of
+    /// that root stop counting, and their witnesses may vote again on the restored root.
+    /// @param v taskId, round, prevStateRoot (the state root the round builds on), stateRoot
+    /// (Merkle root of the new fixed-point state), aggregateRoot (Merkle root of the aggregated
+    /// outer gradient), acceptedMask (bit i = fragment i accepted), metric (validation loss x 1e6,
+    /// informational: not part of the result).
     /// @param signature The witness's EIP-712 signature of `v`.
-    function finalizeRound(Vote calldata v, uint256 metric, bytes calldata signature) external;
+    function finalizeRound(Vote calldata v, bytes calldata signature) external;
 
     /// @notice Close the open round without endorsement once its grace window has passed without
     /// quorum: the previous state root carries forward and the run moves on. Anyone may call.

@@ -23,7 +23,7 @@ import {ShardAssignment} from "./libraries/ShardAssignment.sol";
 /// accounting and eviction.
 abstract contract RoundLedger is TrainerStaking {
     /// @inheritdoc ISynclineMarket
-    function commitSubmission(Commitment calldata c, string calldata uri, bytes calldata signature) external {
+    function commitSubmission(Commitment calldata c, bytes calldata signature) external {
         uint256 taskId = c.taskId;
         uint32 round = c.round;
         uint16 fragment = c.fragment;
@@ -32,14 +32,23 @@ abstract contract RoundLedger is TrainerStaking {
         address trainer = _trainersByFragment[taskId][fragment];
         address signer = _recover(_commitmentDigest(c), signature);
         if (signer != trainer) revert SynclineWrongSigner(signer, trainer);
+        RoundRecord storage rr = _rounds[taskId][round];
+        uint256 bit = uint256(1) << fragment;
+        Submission storage s = _submissions[taskId][round][fragment];
+        if (rr.committedMask & bit != 0) {
+            // INVARIANT: a relayed copy of the trainer's own signed commitment is harmless. The
+            // identical commitment (uri included) is already on record: succeed, change nothing.
+            if (
+                s.payloadHash == c.payloadHash && s.chunkRoot == c.chunkRoot && s.checkpointRoot == c.checkpointRoot
+                    && keccak256(bytes(s.uri)) == keccak256(bytes(c.uri))
+            ) return;
+            revert SynclineDuplicateSubmission(taskId, round, fragment);
+        }
         TrainerRecord storage r = _trainerRecords[taskId][trainer];
         if (r.evicted) revert SynclineNotActiveTrainer(taskId, trainer);
         if (round != t.currentRound) revert SynclineWrongRound(taskId, round, t.currentRound);
         uint64 deadline = t.roundOpenedAt + _specs[taskId].roundDuration;
         if (block.timestamp > deadline) revert SynclineSubmissionLate(taskId, round, deadline);
-        RoundRecord storage rr = _rounds[taskId][round];
-        uint256 bit = uint256(1) << fragment;
-        if (rr.committedMask & bit != 0) revert SynclineDuplicateSubmission(taskId, round, fragment);
         if (c.payloadHash == bytes32(0) || c.chunkRoot == bytes32(0) || c.checkpointRoot == bytes32(0)) {
             revert SynclineEmptyCommitment();
         }
@@ -47,22 +56,20 @@ abstract contract RoundLedger is TrainerStaking {
         uint16 weight = ShardAssignment.count(r.shardMask);
         rr.committedMask |= bit;
         r.submitted += 1;
-        _submissions[taskId][round][fragment] = Submission({
-            trainer: trainer,
-            weight: weight,
-            committedAt: uint64(block.timestamp),
-            payloadHash: c.payloadHash,
-            chunkRoot: c.chunkRoot,
-            checkpointRoot: c.checkpointRoot,
-            uri: uri
-        });
+        s.trainer = trainer;
+        s.weight = weight;
+        s.committedAt = uint64(block.timestamp);
+        s.payloadHash = c.payloadHash;
+        s.chunkRoot = c.chunkRoot;
+        s.checkpointRoot = c.checkpointRoot;
+        s.uri = c.uri;
         emit SubmissionCommitted(
-            taskId, round, fragment, trainer, c.payloadHash, c.chunkRoot, c.checkpointRoot, uri, weight, signature
+            taskId, round, fragment, trainer, c.payloadHash, c.chunkRoot, c.checkpointRoot, c.uri, weight, signature
         );
     }
 
     /// @inheritdoc ISynclineMarket
-    function finalizeRound(Vote calldata v, uint256 metric, bytes calldata signature) external {
+    function finalizeRound(Vote calldata v, bytes calldata signature) external {
         uint256 taskId = v.taskId;
         uint32 round = v.round;
         bytes32 stateRoot = v.stateRoot;
@@ -89,19 +96,32 @@ abstract contract RoundLedger is TrainerStaking {
         if (block.timestamp <= deadline) revert SynclineRoundStillOpen(taskId, round, deadline);
         uint256 stray = acceptedMask & ~rr.committedMask;
         if (stray != 0) revert SynclineAcceptedNotCommitted(taskId, round, stray);
+        bytes32 prevStateRoot = t.stateRoot;
+        if (v.prevStateRoot != prevStateRoot) {
+            revert SynclineWrongPrevStateRoot(v.prevStateRoot, prevStateRoot);
+        }
+        // INVARIANT: every vote on record for the open round built on `rr.prevStateRoot`. A
+        // rollback since the last vote (a proven fault in an earlier round) made them stale:
+        // they stop counting, and their witnesses may vote again on the restored root.
+        if (rr.prevStateRoot != prevStateRoot) {
+            if (rr.voteCount != 0) _discardVotes(taskId, rr, round, prevStateRoot);
+            rr.prevStateRoot = prevStateRoot;
+        }
 
         bytes32 previous = _votes[taskId][round][witness];
         if (previous == result) return;
         if (previous != bytes32(0)) revert SynclineAlreadyVoted(taskId, round, witness, previous);
         WitnessRecord storage w = _witnessRecords[taskId][witness];
         // An unbonded witness, or one whose bond was slashed away, has nothing at stake: no vote.
-        if (w.bond == 0 && _specs[taskId].witnessBond != 0) revert SynclineWitnessUnbonded(taskId, witness);
+        if (w.bond == 0) revert SynclineWitnessUnbonded(taskId, witness);
 
         _votes[taskId][round][witness] = result;
         uint16 tally = ++_tally[taskId][round][result];
         rr.voteCount += 1;
         w.votes += 1;
-        emit VoteCast(taskId, round, witness, result, stateRoot, aggregateRoot, acceptedMask, metric, signature);
+        emit VoteCast(
+            taskId, round, witness, result, prevStateRoot, stateRoot, aggregateRoot, acceptedMask, v.metric, signature
+        );
         if (rr.firstVote == bytes32(0)) {
             rr.firstVote = result;
         } else if (rr.firstVote != result) {
@@ -155,6 +175,21 @@ abstract contract RoundLedger is TrainerStaking {
 
     // ------------------------------------------------------------------ internal
 
+    /// @dev Drops the open round's votes cast on a root a rollback replaced (at most one pass per
+    /// rollback, bounded by the witness set): they no longer count toward quorum, fees or dissent.
+    function _discardVotes(uint256 taskId, RoundRecord storage rr, uint32 round, bytes32 prevStateRoot) private {
+        address[] storage witnesses = _specs[taskId].witnesses;
+        for (uint256 i = 0; i < witnesses.length; ++i) {
+            bytes32 stale = _votes[taskId][round][witnesses[i]];
+            if (stale == bytes32(0)) continue;
+            delete _votes[taskId][round][witnesses[i]];
+            delete _tally[taskId][round][stale];
+        }
+        emit VotesDiscarded(taskId, round, rr.prevStateRoot, prevStateRoot);
+        rr.voteCount = 0;
+        rr.firstVote = bytes32(0);
+    }
+
     function _finalize(
         uint256 taskId,
         TaskState storage t,
@@ -173,8 +208,8 @@ abstract contract RoundLedger is TrainerStaking {
         rr.stateRoot = stateRoot;
         rr.aggregateRoot = aggregateRoot;
         rr.acceptedMask = acceptedMask;
-        rr.prevStateRoot = t.stateRoot;
-        t.stateRoot = stateRoot;
+        t.stateRoot = stateRoot; // rr.prevStateRoot holds the root the votes built on
+
         t.roundsFinalized += 1;
         emit RoundFinalized(taskId, round, result, stateRoot, aggregateRoot, acceptedMask);
 

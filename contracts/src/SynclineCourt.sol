@@ -92,7 +92,9 @@ contract SynclineCourt is ISynclineCourt, SynclineStorage {
         onlyDelegated
         returns (uint256 challengeId)
     {
-        if (a.taskId != b.taskId || a.round != b.round) revert SynclineNotEquivocation();
+        if (a.taskId != b.taskId || a.round != b.round || a.prevStateRoot != b.prevStateRoot) {
+            revert SynclineNotEquivocation();
+        }
         bytes32 digestA = _voteDigest(a);
         bytes32 digestB = _voteDigest(b);
         if (digestA == digestB) revert SynclineNotEquivocation();

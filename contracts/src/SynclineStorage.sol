@@ -48,10 +48,11 @@ abstract contract SynclineStorage is ISynclineEvents, ReentrancyGuard, EIP712 {
     bytes32 internal constant REASON_FORFEIT = "forfeited-bond";
 
     bytes32 internal constant COMMITMENT_TYPEHASH = keccak256(
-        "Commitment(uint256 taskId,uint32 round,uint16 fragment,bytes32 payloadHash,bytes32 chunkRoot,bytes32 checkpointRoot)"
+        "Commitment(uint256 taskId,uint32 round,uint16 fragment,bytes32 payloadHash,bytes32 chunkRoot,bytes32 checkpointRoot,string uri)"
     );
-    bytes32 internal constant VOTE_TYPEHASH =
-        keccak256("Vote(uint256 taskId,uint32 round,bytes32 stateRoot,bytes32 aggregateRoot,uint256 acceptedMask)");
+    bytes32 internal constant VOTE_TYPEHASH = keccak256(
+        "Vote(uint256 taskId,uint32 round,bytes32 prevStateRoot,bytes32 stateRoot,bytes32 aggregateRoot,uint256 acceptedMask,uint256 metric)"
+    );
 
     /// @dev A committee member's verdict on a training-fraud challenge (`None`: not voted).
     enum RefereeVerdict {
@@ -177,12 +178,19 @@ abstract contract SynclineStorage is ISynclineEvents, ReentrancyGuard, EIP712 {
 
     // ------------------------------------------------------------------ signatures
 
-    /// @dev EIP-712 digest of a trainer commitment.
+    /// @dev EIP-712 digest of a trainer commitment (the `string uri` member is hashed, per EIP-712).
     function _commitmentDigest(Commitment calldata c) internal view returns (bytes32) {
         return _hashTypedDataV4(
             keccak256(
                 abi.encode(
-                    COMMITMENT_TYPEHASH, c.taskId, c.round, c.fragment, c.payloadHash, c.chunkRoot, c.checkpointRoot
+                    COMMITMENT_TYPEHASH,
+                    c.taskId,
+                    c.round,
+                    c.fragment,
+                    c.payloadHash,
+                    c.chunkRoot,
+                    c.checkpointRoot,
+                    keccak256(bytes(c.uri))
                 )
             )
         );
@@ -191,7 +199,18 @@ abstract contract SynclineStorage is ISynclineEvents, ReentrancyGuard, EIP712 {
     /// @dev EIP-712 digest of a witness vote.
     function _voteDigest(Vote calldata v) internal view returns (bytes32) {
         return _hashTypedDataV4(
-            keccak256(abi.encode(VOTE_TYPEHASH, v.taskId, v.round, v.stateRoot, v.aggregateRoot, v.acceptedMask))
+            keccak256(
+                abi.encode(
+                    VOTE_TYPEHASH,
+                    v.taskId,
+                    v.round,
+                    v.prevStateRoot,
+                    v.stateRoot,
+                    v.aggregateRoot,
+                    v.acceptedMask,
+                    v.metric
+                )
+            )
         );
     }
 

@@ -181,7 +181,8 @@ struct Submission {
     string uri;
 }
 
-/// @notice EIP-712 message a trainer signs for its round commitment (`Commitment` type).
+/// @notice EIP-712 message a trainer signs for its round commitment (`Commitment` type): everything
+/// a verifier needs to locate and check the submission.
 struct Commitment {
     uint256 taskId;
     uint32 round;
@@ -189,15 +190,24 @@ struct Commitment {
     bytes32 payloadHash;
     bytes32 chunkRoot;
     bytes32 checkpointRoot;
+    /// Where the payload can be fetched. Signed, so whoever relays the commitment cannot
+    /// substitute another locator (EIP-712 `string`: its keccak256 is hashed into the struct).
+    string uri;
 }
 
 /// @notice EIP-712 message a witness signs for its round result (`Vote` type).
 struct Vote {
     uint256 taskId;
     uint32 round;
+    /// The state root the round builds on. The vote counts only while this is the round's
+    /// previous root: a rollback (a proven fault in an earlier round) makes it stale.
+    bytes32 prevStateRoot;
     bytes32 stateRoot;
     bytes32 aggregateRoot;
     uint256 acceptedMask;
+    /// Validation loss x 1e6 of the new state, as the witness measured it (signed, so no
+    /// relayer can change it; informational, not part of the result).
+    uint256 metric;
 }
 
 /// @notice A bonded challenge.

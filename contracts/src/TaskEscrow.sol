@@ -123,7 +123,8 @@ abstract contract TaskEscrow is ISynclineMarket, SynclineStorage {
 
     // ------------------------------------------------------------------ internal
 
-    /// @dev Checks every spec rule the contract enforces; returns the witness fee budget.
+    /// @dev Checks every spec rule the contract enforces (the caller is the sponsor); returns the
+    /// witness fee budget.
     function _validateSpec(TaskSpec calldata spec) internal view returns (uint256 feeBudget) {
         uint256 n = spec.witnesses.length;
         if (spec.threshold == 0 || spec.threshold > n || n > MAX_WITNESSES) {
@@ -132,6 +133,7 @@ abstract contract TaskEscrow is ISynclineMarket, SynclineStorage {
         for (uint256 i = 0; i < n; ++i) {
             address w = spec.witnesses[i];
             if (w == address(0)) revert SynclineZeroWitness(i);
+            if (w == msg.sender) revert SynclineSponsorIsWitness(w, i);
             for (uint256 j = 0; j < i; ++j) {
                 if (spec.witnesses[j] == w) revert SynclineDuplicateWitness(w);
             }
@@ -140,6 +142,8 @@ abstract contract TaskEscrow is ISynclineMarket, SynclineStorage {
         if (spec.innerSteps == 0) revert SynclineZeroSpecField("innerSteps");
         if (spec.roundDuration == 0) revert SynclineZeroSpecField("roundDuration");
         if (spec.trainerStake == 0) revert SynclineZeroSpecField("trainerStake");
+        // Every vote puts a bond at stake: a free vote could finalize a wrong round at no cost.
+        if (spec.witnessBond == 0) revert SynclineZeroSpecField("witnessBond");
         if (spec.specHash == bytes32(0)) revert SynclineZeroSpecField("specHash");
         if (spec.initialStateRoot == bytes32(0)) revert SynclineZeroSpecField("initialStateRoot");
         if (spec.outerLrPpm == 0) revert SynclineZeroSpecField("outerLrPpm");

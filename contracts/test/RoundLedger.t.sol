@@ -49,7 +49,7 @@ contract RoundLedgerTest is SynclineTest {
             id, 0, 2, trainers[2], c.payloadHash, c.chunkRoot, c.checkpointRoot, URI, 2, sig
         );
         vm.prank(trainers[2]);
-        market.commitSubmission(c, URI, sig);
+        market.commitSubmission(c, sig);
 
         Submission memory s = market.getSubmission(id, 0, 2);
         vm.assertEq(s.trainer, trainers[2], "trainer");
@@ -99,7 +99,7 @@ contract RoundLedgerTest is SynclineTest {
         );
         bytes memory sig = _signC(trainers[0], _commitment(id, 0, MAX_TRAINERS));
         vm.prank(stranger);
-        market.commitSubmission(_commitment(id, 0, MAX_TRAINERS), URI, sig);
+        market.commitSubmission(_commitment(id, 0, MAX_TRAINERS), sig);
     }
 
     function test_commitSubmission_futureRound_reverts() public {
@@ -107,10 +107,20 @@ contract RoundLedgerTest is SynclineTest {
         _commitSigned(trainers[0], _rawCommitment(id, 1, 0, bytes32(uint256(1)), bytes32(uint256(1))));
     }
 
+    /// A closed round takes no new commitment; one already on record may be relayed again (a no-op).
     function test_commitSubmission_pastRound_reverts() public {
-        _runRound(id, 0);
+        _commit(id, 0, trainers[1]);
+        _warpPastGrace(id);
+        market.carryForward(id, 0);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongRound.selector, id, uint32(0), uint32(1)));
         _commitSigned(trainers[0], _rawCommitment(id, 0, 0, bytes32(uint256(1)), bytes32(uint256(1))));
+        vm.recordLogs();
+        _commit(id, 0, trainers[1]);
+        vm.assertEq(vm.getRecordedLogs().length, 0, "the recorded commitment again: a silent no-op");
+        vm.expectRevert(
+            abi.encodeWithSelector(ISynclineEvents.SynclineDuplicateSubmission.selector, id, uint32(0), uint16(1))
+        );
+        _commitSigned(trainers[1], _rawCommitment(id, 0, 1, bytes32(uint256(1)), bytes32(uint256(1))));
     }
 
     function test_commitSubmission_atDeadline_succeeds() public {
@@ -154,6 +164,47 @@ contract RoundLedgerTest is SynclineTest {
         vm.assertEq(market.getSubmission(id, 0, 3).payloadHash, _payload(id, 0, 3), "first commitment kept");
     }
 
+    /// Finding 1: an outsider relays the trainer's own signed commitment first. The uri is signed,
+    /// so it can relay only the trainer's own locator; the trainer's transaction then succeeds as
+    /// an idempotent no-op and the trainer's commitment (its uri included) is the one on record.
+    function test_commitSubmission_frontRunWithTrainersSignature_trainerStillCommits() public {
+        Commitment memory c = _commitment(id, 0, 1);
+        bytes memory sig = _signC(trainers[1], c);
+        // A dead uri under the trainer's signature recovers to somebody else.
+        Commitment memory dead = _commitment(id, 0, 1);
+        dead.uri = "http://dead.invalid/x";
+        address recovered = _ecrecover(_commitmentDigest(dead, address(market), block.chainid), sig);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongSigner.selector, recovered, trainers[1]));
+        vm.prank(stranger);
+        market.commitSubmission(dead, sig);
+        // The verbatim copy lands first...
+        vm.prank(stranger);
+        market.commitSubmission(c, sig);
+        bytes32 before = keccak256(abi.encode(market.getSubmission(id, 0, 1), market.getRound(id, 0)));
+        // ...and the trainer's own transaction succeeds, silently, changing nothing.
+        vm.recordLogs();
+        vm.prank(trainers[1]);
+        market.commitSubmission(c, sig);
+        vm.assertEq(vm.getRecordedLogs().length, 0, "idempotent: no event");
+        vm.assertEq(
+            keccak256(abi.encode(market.getSubmission(id, 0, 1), market.getRound(id, 0))), before, "nothing changed"
+        );
+        vm.assertEq(market.getSubmission(id, 0, 1).uri, URI, "the trainer's own uri is on record");
+        vm.assertEq(uint256(market.getTrainer(id, trainers[1]).submitted), 1, "counted once");
+    }
+
+    /// A different signed commitment for a recorded slot still reverts, the uri alone included.
+    function test_commitSubmission_duplicateOtherUri_reverts() public {
+        _commit(id, 0, trainers[3]);
+        Commitment memory c = _commitment(id, 0, 3);
+        c.uri = "ipfs://another-locator";
+        vm.expectRevert(
+            abi.encodeWithSelector(ISynclineEvents.SynclineDuplicateSubmission.selector, id, uint32(0), uint16(3))
+        );
+        _commitSigned(trainers[3], c);
+        vm.assertEq(market.getSubmission(id, 0, 3).uri, URI, "first commitment kept");
+    }
+
     function test_commitSubmission_emptyPayloadHash_reverts() public {
         vm.expectRevert(ISynclineEvents.SynclineEmptyCommitment.selector);
         _commitSigned(trainers[0], _rawCommitment(id, 0, 0, bytes32(0), bytes32(uint256(1))));
@@ -191,7 +242,7 @@ contract RoundLedgerTest is SynclineTest {
             id, 0, 1, trainers[1], c.payloadHash, c.chunkRoot, c.checkpointRoot, URI, 3, sig
         );
         vm.prank(stranger); // anyone may relay: the signer is the trainer
-        market.commitSubmission(c, URI, sig);
+        market.commitSubmission(c, sig);
         vm.assertEq(market.getSubmission(id, 0, 1).trainer, trainers[1], "the signer committed");
         vm.assertEq(uint256(market.getTrainer(id, trainers[1]).submitted), 1, "counted for the signer");
         vm.assertFalse(market.getTrainer(id, stranger).enrolled, "the relayer is nobody");
@@ -200,7 +251,7 @@ contract RoundLedgerTest is SynclineTest {
     function _expectBadCommitSignature(bytes memory sig) internal {
         vm.expectRevert(ISynclineEvents.SynclineBadSignature.selector);
         vm.prank(trainers[0]);
-        market.commitSubmission(_commitment(id, 0, 0), URI, sig);
+        market.commitSubmission(_commitment(id, 0, 0), sig);
     }
 
     function test_commitSubmission_malformedSignature_reverts() public {
@@ -236,7 +287,7 @@ contract RoundLedgerTest is SynclineTest {
         _expectBadCommitSignature(flipped);
         // The canonical one still works.
         vm.prank(trainers[0]);
-        market.commitSubmission(c, URI, good);
+        market.commitSubmission(c, good);
         vm.assertEq(market.getRound(id, 0).committedMask, 1, "canonical signature accepted");
     }
 
@@ -253,7 +304,7 @@ contract RoundLedgerTest is SynclineTest {
             vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongSigner.selector, signer, trainers[0]));
         }
         vm.prank(stranger);
-        market.commitSubmission(c, URI, sig);
+        market.commitSubmission(c, sig);
     }
 
     function testFuzz_commitSubmission_randomLengthSignature_reverts(bytes memory sig) public {
@@ -272,7 +323,7 @@ contract RoundLedgerTest is SynclineTest {
         vm.assertTrue(recovered != trainers[0], "another digest");
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongSigner.selector, recovered, trainers[0]));
         vm.prank(stranger);
-        market.commitSubmission(c, URI, sig);
+        market.commitSubmission(c, sig);
         vm.assertEq(market.getRound(other, 0).committedMask, 0, "nothing committed in the other task");
     }
 
@@ -281,14 +332,14 @@ contract RoundLedgerTest is SynclineTest {
         Commitment memory c = _commitment(id, 0, 2);
         bytes memory sig = _signC(trainers[2], c);
         vm.prank(trainers[2]);
-        market.commitSubmission(c, URI, sig);
+        market.commitSubmission(c, sig);
         _warpPastDeadline(id);
         _finalize(id, 0, 1 << 2);
         c.round = 1;
         address recovered = _ecrecover(_commitmentDigest(c, address(market), block.chainid), sig);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongSigner.selector, recovered, trainers[2]));
         vm.prank(stranger);
-        market.commitSubmission(c, URI, sig);
+        market.commitSubmission(c, sig);
     }
 
     /// A signature is bound to one chain: after a fork (new chain id) it names another signer.
@@ -301,7 +352,7 @@ contract RoundLedgerTest is SynclineTest {
         vm.assertTrue(recovered != trainers[0], "another domain");
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongSigner.selector, recovered, trainers[0]));
         vm.prank(trainers[0]);
-        market.commitSubmission(c, URI, sig);
+        market.commitSubmission(c, sig);
         // A signature made for the new chain id is accepted there: the domain follows block.chainid.
         _commitSigned(trainers[0], c);
         vm.assertEq(market.getRound(id, 0).committedMask, 1, "committed with the fork's domain");
@@ -313,7 +364,7 @@ contract RoundLedgerTest is SynclineTest {
         address recovered = _ecrecover(_commitmentDigest(c, address(market), block.chainid), sig);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongSigner.selector, recovered, trainers[0]));
         vm.prank(trainers[0]);
-        market.commitSubmission(c, URI, sig);
+        market.commitSubmission(c, sig);
     }
 
     /// A signature is bound to one market deployment.
@@ -331,26 +382,18 @@ contract RoundLedgerTest is SynclineTest {
         address recovered = _ecrecover(_commitmentDigest(c, address(second), block.chainid), sig);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongSigner.selector, recovered, trainers[0]));
         vm.prank(trainers[0]);
-        second.commitSubmission(c, URI, sig);
+        second.commitSubmission(c, sig);
         vm.prank(trainers[0]);
-        first.commitSubmission(c, URI, sig);
+        first.commitSubmission(c, sig);
         vm.assertEq(first.getRound(id, 0).committedMask, 1, "valid where it was signed for");
     }
 
-    /// The test suite's EIP-712 digests agree with OpenZeppelin's EIP712 (the harness's domain).
+    /// The test suite's EIP-712 digests agree with the market's own (`SynclineStorage`, in the harness's domain).
     function testFuzz_eip712_digestsMatchOpenZeppelin(Commitment memory c, Vote memory v) public {
         SignedMessagesHarness h =
             SignedMessagesHarness(vm.deployCode("SignedMessagesHarness.sol:SignedMessagesHarness"));
-        vm.assertEq(
-            _commitmentDigest(c, address(h), block.chainid),
-            h.commitmentDigest(c.taskId, c.round, c.fragment, c.payloadHash, c.chunkRoot, c.checkpointRoot),
-            "commitment digest"
-        );
-        vm.assertEq(
-            _voteDigest(v, address(h), block.chainid),
-            h.voteDigest(v.taskId, v.round, v.stateRoot, v.aggregateRoot, v.acceptedMask),
-            "vote digest"
-        );
+        vm.assertEq(_commitmentDigest(c, address(h), block.chainid), h.commitmentDigest(c), "commitment digest");
+        vm.assertEq(_voteDigest(v, address(h), block.chainid), h.voteDigest(v), "vote digest");
     }
 
     // ================================================================== finalizeRound: reverts
@@ -448,15 +491,24 @@ contract RoundLedgerTest is SynclineTest {
         bytes memory sig = _signV(witnesses[1], v);
         vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.VoteCast(
-            id, 0, witnesses[1], _result(v.stateRoot, v.aggregateRoot, mask), v.stateRoot, v.aggregateRoot, mask, 7, sig
+            id,
+            0,
+            witnesses[1],
+            _result(v.stateRoot, v.aggregateRoot, mask),
+            v.prevStateRoot,
+            v.stateRoot,
+            v.aggregateRoot,
+            mask,
+            METRIC,
+            sig
         );
         vm.prank(stranger);
-        market.finalizeRound(v, 7, sig);
+        market.finalizeRound(v, sig);
         vm.assertEq(market.voteOf(id, 0, witnesses[1]), _result(v.stateRoot, v.aggregateRoot, mask), "signer's vote");
         vm.assertEq(market.voteOf(id, 0, stranger), bytes32(0), "the relayer voted nothing");
         // Another witness relaying it does not vote either: the signature is witness 1's.
         vm.prank(witnesses[0]);
-        market.finalizeRound(v, 7, sig);
+        market.finalizeRound(v, sig);
         vm.assertEq(market.voteOf(id, 0, witnesses[0]), bytes32(0), "relaying is not voting");
         vm.assertEq(uint256(market.getRound(id, 0).voteCount), 1, "one vote");
     }
@@ -467,13 +519,13 @@ contract RoundLedgerTest is SynclineTest {
         bytes memory sig = _signV(stranger, v);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineNotWitness.selector, id, stranger));
         vm.prank(witnesses[0]); // a witness relaying someone else's signature does not help
-        market.finalizeRound(v, 0, sig);
+        market.finalizeRound(v, sig);
     }
 
     function _expectBadVoteSignature(bytes memory sig) internal {
         vm.expectRevert(ISynclineEvents.SynclineBadSignature.selector);
         vm.prank(witnesses[0]);
-        market.finalizeRound(_voteMsg(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), 0), 0, sig);
+        market.finalizeRound(_voteMsg(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), 0), sig);
     }
 
     function test_finalizeRound_badSignatures_reverts() public {
@@ -489,14 +541,14 @@ contract RoundLedgerTest is SynclineTest {
         _expectBadVoteSignature(_malleate(good));
         vm.assertEq(uint256(market.getRound(id, 0).voteCount), 0, "no vote counted");
         vm.prank(witnesses[0]);
-        market.finalizeRound(v, 0, good);
+        market.finalizeRound(v, good);
         vm.assertEq(uint256(market.getRound(id, 0).voteCount), 1, "the canonical signature counts");
     }
 
     /// The unknown-task check comes after recovery: a bad signature is refused first.
     function test_finalizeRound_badSignatureUnknownTask_reverts() public {
         vm.expectRevert(ISynclineEvents.SynclineBadSignature.selector);
-        market.finalizeRound(_voteMsg(99, 0, bytes32(uint256(1)), 0, 0), 0, new bytes(65));
+        market.finalizeRound(_voteMsg(99, 0, bytes32(uint256(1)), 0, 0), new bytes(65));
     }
 
     function testFuzz_finalizeRound_randomSignature_reverts(bytes32 r, bytes32 s, uint8 v, bool plausibleV) public {
@@ -511,7 +563,7 @@ contract RoundLedgerTest is SynclineTest {
         } else {
             vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineNotWitness.selector, id, signer));
         }
-        market.finalizeRound(vote, 0, sig);
+        market.finalizeRound(vote, sig);
     }
 
     /// Replays of a witness's vote into another task, round, chain or market name another signer,
@@ -524,7 +576,7 @@ contract RoundLedgerTest is SynclineTest {
         v.taskId = other;
         address recovered = _ecrecover(_voteDigest(v, address(market), block.chainid), sig);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineNotWitness.selector, other, recovered));
-        market.finalizeRound(v, 0, sig);
+        market.finalizeRound(v, sig);
     }
 
     function test_finalizeRound_replayOtherRound_reverts() public {
@@ -534,7 +586,7 @@ contract RoundLedgerTest is SynclineTest {
         v.round = 1;
         address recovered = _ecrecover(_voteDigest(v, address(market), block.chainid), sig);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineNotWitness.selector, id, recovered));
-        market.finalizeRound(v, 0, sig);
+        market.finalizeRound(v, sig);
     }
 
     function test_finalizeRound_replayOtherChain_reverts() public {
@@ -544,7 +596,7 @@ contract RoundLedgerTest is SynclineTest {
         vm.chainId(block.chainid + 1);
         address recovered = _ecrecover(_voteDigest(v, address(market), block.chainid), sig);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineNotWitness.selector, id, recovered));
-        market.finalizeRound(v, 0, sig);
+        market.finalizeRound(v, sig);
     }
 
     function test_finalizeRound_replayOtherMarket_reverts() public {
@@ -560,8 +612,8 @@ contract RoundLedgerTest is SynclineTest {
         bytes memory sig = _signV(witnesses[0], v); // for `first`
         address recovered = _ecrecover(_voteDigest(v, address(second), block.chainid), sig);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineNotWitness.selector, id, recovered));
-        second.finalizeRound(v, 0, sig);
-        first.finalizeRound(v, 0, sig);
+        second.finalizeRound(v, sig);
+        first.finalizeRound(v, sig);
         vm.assertEq(first.voteOf(id, 0, witnesses[0]), _result(v.stateRoot, v.aggregateRoot, 0), "valid where signed");
     }
 
@@ -591,10 +643,48 @@ contract RoundLedgerTest is SynclineTest {
         vm.assertEq(vm.getRecordedLogs().length, 0, "silent no-op");
     }
 
-    function test_finalizeRound_zeroWitnessBond_needsNoBond_succeeds() public {
-        vm.assertEq(uint256(market.getSpec(id).witnessBond), 0, "default spec asks no bond");
+    // ================================================================== finalizeRound: previous state root
+
+    /// The vote helpers read the market's storage with `vm.load` (no call): their slots match the views.
+    function test_prevRoot_matchesViews() public {
+        vm.assertEq(_prevRoot(id, 0), market.getTaskState(id).stateRoot, "open round: the task's root");
         _runRound(id, 0);
-        vm.assertFalse(market.getWitness(id, witnesses[0]).bonded, "voted without bonding");
+        vm.assertEq(_prevRoot(id, 0), market.getRound(id, 0).prevStateRoot, "finalized: the round's previous root");
+        vm.assertEq(_prevRoot(id, 0), keccak256("initial-state"), "round 0 built on the initial state");
+        vm.assertEq(_prevRoot(id, 1), _stateRoot(id, 0), "round 1 builds on round 0");
+    }
+
+    /// A vote must build on the round's previous state root; the error names both roots.
+    function test_finalizeRound_wrongPrevStateRoot_reverts() public {
+        uint256 mask = _commitAll(id, 0);
+        _warpPastDeadline(id);
+        Vote memory v = _voteMsg(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), mask);
+        bytes32 current = v.prevStateRoot;
+        vm.assertEq(current, keccak256("initial-state"), "round 0 builds on the initial state");
+        v.prevStateRoot = ALT_ROOT;
+        bytes memory sig = _signV(witnesses[0], v);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongPrevStateRoot.selector, ALT_ROOT, current));
+        market.finalizeRound(v, sig);
+        vm.assertEq(uint256(market.getRound(id, 0).voteCount), 0, "no vote recorded");
+        // Once finalized, the round has no open previous root: only its result is compared
+        // (idempotent replay or ConflictingFinalize), and a vote for the next round builds on it.
+        _finalize(id, 0, mask);
+        vm.assertEq(market.getRound(id, 0).prevStateRoot, current, "recorded: what the votes built on");
+        vm.assertEq(_prevRoot(id, 1), _stateRoot(id, 0), "round 1 builds on round 0's result");
+    }
+
+    /// The metric is signed: a relayer that changes it relays a vote nobody signed.
+    function test_finalizeRound_relayerChangesMetric_reverts() public {
+        uint256 mask = _commitAll(id, 0);
+        _warpPastDeadline(id);
+        Vote memory v = _voteMsg(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), mask);
+        bytes memory sig = _signV(witnesses[0], v);
+        v.metric = 1;
+        address recovered = _ecrecover(_voteDigest(v, address(market), block.chainid), sig);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineNotWitness.selector, id, recovered));
+        vm.prank(stranger);
+        market.finalizeRound(v, sig);
+        vm.assertEq(market.voteOf(id, 0, witnesses[0]), bytes32(0), "no vote recorded");
     }
 
     // ================================================================== finalizeRound: voting
@@ -607,7 +697,9 @@ contract RoundLedgerTest is SynclineTest {
 
         bytes memory sig = _signV(witnesses[0], _voteMsg(id, 0, root, _aggRoot(id, 0), mask));
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineEvents.VoteCast(id, 0, witnesses[0], result, root, _aggRoot(id, 0), mask, METRIC, sig);
+        emit ISynclineEvents.VoteCast(
+            id, 0, witnesses[0], result, keccak256("initial-state"), root, _aggRoot(id, 0), mask, METRIC, sig
+        );
         _vote(id, 0, witnesses[0], root, _aggRoot(id, 0), mask);
 
         RoundRecord memory rr = market.getRound(id, 0);
@@ -647,7 +739,9 @@ contract RoundLedgerTest is SynclineTest {
         _prepareQuorum(id, 0, mask);
         bytes memory sig = _signV(witnesses[1], _voteMsg(id, 0, root, agg, mask));
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineEvents.VoteCast(id, 0, witnesses[1], result, root, agg, mask, METRIC, sig);
+        emit ISynclineEvents.VoteCast(
+            id, 0, witnesses[1], result, keccak256("initial-state"), root, agg, mask, METRIC, sig
+        );
         vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.RoundFinalized(id, 0, result, root, agg, mask);
         vm.expectEmit(true, true, true, true, address(market));
@@ -696,6 +790,7 @@ contract RoundLedgerTest is SynclineTest {
         TaskSpec memory s = _defaultSpec();
         s.threshold = 1;
         uint256 other = _post(s, POOL);
+        _bondAll(other);
         _enrollMany(other, MAX_TRAINERS);
         uint256 mask = _commitAll(other, 0);
         _warpPastDeadline(other);
@@ -745,7 +840,9 @@ contract RoundLedgerTest is SynclineTest {
         _vote(id, 0, witnesses[0], _stateRoot(id, 0), _aggRoot(id, 0), mask);
         bytes memory sig = _signV(witnesses[1], _voteMsg(id, 0, ALT_ROOT, _aggRoot(id, 0), mask));
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineEvents.VoteCast(id, 0, witnesses[1], forked, ALT_ROOT, _aggRoot(id, 0), mask, METRIC, sig);
+        emit ISynclineEvents.VoteCast(
+            id, 0, witnesses[1], forked, keccak256("initial-state"), ALT_ROOT, _aggRoot(id, 0), mask, METRIC, sig
+        );
         vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.DissentRecorded(id, 0, witnesses[1], forked, honest);
         _vote(id, 0, witnesses[1], ALT_ROOT, _aggRoot(id, 0), mask);
@@ -1051,6 +1148,7 @@ contract RoundLedgerTest is SynclineTest {
         s.maxTrainers = 64;
         s.shardCount = 256;
         big = _post(s, POOL);
+        _bondAll(big);
         _enrollMany(big, 64);
         _assertStatus(big, TaskStatus.Running, "auto-started with 64");
     }

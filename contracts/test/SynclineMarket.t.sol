@@ -150,7 +150,9 @@ contract SynclineMarketTest is SynclineTest {
         vm.assertEq(dust, 3, "3 wei of rounding dust");
 
         uint256 escrow = market.escrowOf(id);
-        vm.assertEq(escrow, POOL + 6 * uint256(FEE) + 4 * uint256(STAKE), "escrow before seal");
+        vm.assertEq(
+            escrow, POOL + 6 * uint256(FEE) + 4 * uint256(STAKE) + 3 * uint256(WITNESS_BOND), "escrow before seal"
+        );
         vm.warp(_sealTime(id));
 
         vm.expectEmit(true, true, true, true, address(market));
@@ -175,9 +177,9 @@ contract SynclineMarketTest is SynclineTest {
             vm.assertEq(market.getTrainer(id, trainers[i]).reward, reward[i], "recorded reward");
             vm.assertEq(uint256(market.getTrainer(id, trainers[i]).stake), 0, "stake released");
         }
-        vm.assertEq(market.creditOf(witnesses[0]), 3 * uint256(FEE), "w0 fees");
-        vm.assertEq(market.creditOf(witnesses[1]), 2 * uint256(FEE), "w1 fees (dissented once)");
-        vm.assertEq(market.creditOf(witnesses[2]), uint256(FEE), "w2 fees");
+        vm.assertEq(market.creditOf(witnesses[0]), 3 * uint256(FEE) + WITNESS_BOND, "w0 fees + bond");
+        vm.assertEq(market.creditOf(witnesses[1]), 2 * uint256(FEE) + WITNESS_BOND, "w1 fees (dissented once) + bond");
+        vm.assertEq(market.creditOf(witnesses[2]), uint256(FEE) + WITNESS_BOND, "w2 fees + bond");
         vm.assertEq(market.creditOf(sponsor), dust, "sponsor gets the dust, all fees were earned");
         vm.assertEq(market.escrowOf(id), 0, "escrow empty");
 
@@ -245,8 +247,8 @@ contract SynclineMarketTest is SynclineTest {
         vm.assertEq(market.creditOf(sponsor), 4 * uint256(FEE), "unearned fees back to the sponsor");
         vm.assertEq(market.creditOf(trainers[1]), 3 ether + STAKE, "3/10 of the pool + stake");
         vm.assertEq(market.creditOf(trainers[0]), 2 ether + STAKE, "2/10 of the pool + stake");
-        vm.assertEq(market.creditOf(witnesses[0]), FEE, "w0 one fee");
-        vm.assertEq(market.creditOf(witnesses[2]), 0, "w2 nothing");
+        vm.assertEq(market.creditOf(witnesses[0]), FEE + WITNESS_BOND, "w0 one fee + bond");
+        vm.assertEq(market.creditOf(witnesses[2]), WITNESS_BOND, "w2 its bond only");
         TrainingReceipt memory rc = _receipt(id);
         vm.assertEq(uint256(rc.roundsCarried), 2, "carried");
         vm.assertEq(uint256(rc.roundsFinalized), 1, "finalized");
@@ -267,7 +269,7 @@ contract SynclineMarketTest is SynclineTest {
             vm.assertEq(market.creditOf(trainers[i]), STAKE, "stake only");
             vm.assertEq(market.getTrainer(id, trainers[i]).reward, 0, "no reward");
         }
-        vm.assertEq(market.creditOf(witnesses[0]), 3 * uint256(FEE), "witnesses still paid");
+        vm.assertEq(market.creditOf(witnesses[0]), 3 * uint256(FEE) + WITNESS_BOND, "witnesses still paid");
         TaskState memory t = market.getTaskState(id);
         vm.assertEq(t.sponsorRefund, POOL, "sponsorRefund");
         vm.assertEq(t.sealedPool, POOL, "sealedPool");
@@ -337,9 +339,10 @@ contract SynclineMarketTest is SynclineTest {
         s.shardCount = shards;
         vm.deal(sponsor, pool + _feeBudget(s));
         uint256 id = _post(s, pool);
+        _bondAll(id);
         _enrollMany(id, MAX_TRAINERS);
         uint256 escrow = market.escrowOf(id);
-        vm.assertEq(escrow, pool + _feeBudget(s) + 4 * uint256(stake), "escrow");
+        vm.assertEq(escrow, pool + _feeBudget(s) + 4 * uint256(stake) + 3 * uint256(WITNESS_BOND), "escrow");
 
         for (uint32 r = 0; r < ROUNDS; ++r) {
             uint256 mask = _commitAll(id, r);
@@ -363,7 +366,7 @@ contract SynclineMarketTest is SynclineTest {
         for (uint256 i = 0; i < N_WITNESSES; ++i) {
             credited += market.creditOf(witnesses[i]);
         }
-        vm.assertEq(market.creditOf(witnesses[0]), 3 * uint256(fee), "w0 voted in every quorum");
+        vm.assertEq(market.creditOf(witnesses[0]), 3 * uint256(fee) + WITNESS_BOND, "w0 voted in every quorum");
         uint256 dust = pool - paid;
         vm.assertEq(market.creditOf(sponsor), dust, "sponsor gets what trainers did not");
         if (total != 0) vm.assertLt(dust, 4, "dust below the number of trainers");
@@ -381,6 +384,7 @@ contract SynclineMarketTest is SynclineTest {
         s.shardCount = 256;
         s.rounds = 1;
         uint256 id = _post(s, POOL);
+        _bondAll(id);
         _enrollMany(id, 64);
         _runRound(id, 0);
         _warpAndSeal(id);
@@ -577,6 +581,7 @@ contract SynclineMarketTest is SynclineTest {
         s.rounds = 1;
         s.trainerStake = 2 ether;
         uint256 b = _post(s, 3 ether);
+        _bondAll(b);
         _enroll(b, trainers[0]);
         _enroll(b, trainers[4]);
         vm.warp(s.enrollmentDeadline + 1);

@@ -142,7 +142,7 @@ contract TaskEscrowTest is SynclineTest {
         vm.assertEq(uint256(stored.gradientBits), 8, "gradientBits");
         vm.assertEq(uint256(stored.paramCount), PARAM_COUNT, "paramCount");
         vm.assertEq(uint256(stored.checkpointInterval), CHECKPOINT_INTERVAL, "checkpointInterval");
-        vm.assertEq(uint256(stored.witnessBond), 0, "witnessBond");
+        vm.assertEq(uint256(stored.witnessBond), WITNESS_BOND, "witnessBond");
         vm.assertEq(uint256(stored.challengeBond), CHALLENGE_BOND, "challengeBond");
         vm.assertEq(t.bondsHeld, 0, "no bond held");
         vm.assertEq(uint256(t.openChallenges), 0, "no challenge");
@@ -312,7 +312,21 @@ contract TaskEscrowTest is SynclineTest {
         _expectSpecRevert(s, abi.encodeWithSelector(ISynclineEvents.SynclineDuplicateWitness.selector, witnesses[0]));
     }
 
+    /// Finding 4: the sponsor may not sit on its own committee (it could finalize anything).
+    function test_postTask_sponsorAsWitness_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.witnesses[1] = sponsor;
+        _expectSpecRevert(s, abi.encodeWithSelector(ISynclineEvents.SynclineSponsorIsWitness.selector, sponsor, 1));
+    }
+
     // ================================================================== postTask: zero fields
+
+    /// Finding 4: every vote puts a bond at stake; a spec without one is refused.
+    function test_postTask_zeroWitnessBond_reverts() public {
+        TaskSpec memory s = _defaultSpec();
+        s.witnessBond = 0;
+        _expectSpecRevert(s, _zeroField("witnessBond"));
+    }
 
     function test_postTask_zeroRounds_reverts() public {
         TaskSpec memory s = _defaultSpec();
@@ -527,8 +541,10 @@ contract TaskEscrowTest is SynclineTest {
         }
     }
 
-    /// The bonds are free parameters: any witness bond and challenge bond (zero included) is accepted.
+    /// The bonds are free parameters: any positive witness bond and any challenge bond (zero
+    /// included) is accepted.
     function testFuzz_postTask_bonds_succeeds(uint128 witnessBond, uint128 challengeBond) public {
+        witnessBond = uint128(bound(witnessBond, 1, type(uint128).max));
         TaskSpec memory s = _defaultSpec();
         s.witnessBond = witnessBond;
         s.challengeBond = challengeBond;
@@ -785,6 +801,7 @@ contract TaskEscrowTest is SynclineTest {
     }
 
     function testFuzz_bondWitness_wrongAmount_reverts(uint128 bond, uint256 sent) public {
+        bond = uint128(bound(bond, 1, type(uint128).max)); // a spec's witness bond is never 0
         TaskSpec memory s = _defaultSpec();
         s.witnessBond = bond;
         uint256 id = _post(s, POOL);
@@ -804,16 +821,12 @@ contract TaskEscrowTest is SynclineTest {
         _assertMoneyInvariant(_one(id), _allActors());
     }
 
-    function test_bondWitness_zeroBond_succeeds() public {
-        uint256 id = _postDefault(); // witnessBond = 0
+    function test_bondWitness_nothingSent_reverts() public {
+        uint256 id = _postDefault();
         vm.prank(witnesses[2]);
-        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongBond.selector, 1, 0));
-        market.bondWitness{value: 1}(id);
-        vm.prank(witnesses[2]);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongBond.selector, 0, WITNESS_BOND));
         market.bondWitness(id);
-        WitnessRecord memory w = market.getWitness(id, witnesses[2]);
-        vm.assertTrue(w.bonded, "bonded with nothing");
-        vm.assertEq(uint256(w.bond), 0, "zero bond");
+        vm.assertFalse(market.getWitness(id, witnesses[2]).bonded, "a witness never bonds with nothing");
     }
 
     function test_bondWitness_twice_reverts() public {
@@ -1089,6 +1102,7 @@ contract TaskEscrowTest is SynclineTest {
         s.challengeWindow = 365 days;
         s.enrollmentDeadline = uint64(block.timestamp + 365 days);
         uint256 id = _post(s, POOL);
+        _bondAll(id);
         _enrollMany(id, MIN_TRAINERS);
         vm.warp(s.enrollmentDeadline + 1);
         market.startRun(id);

@@ -382,6 +382,7 @@ contract TrainerStakingTest is SynclineTest {
         TaskSpec memory s = _defaultSpec();
         s.maxMissedRounds = 0;
         uint256 id = _post(s, POOL);
+        _bondAll(id);
         _enrollMany(id, MAX_TRAINERS);
         _roundWithout(id, 0, trainers[3]);
         TrainerRecord memory r = market.getTrainer(id, trainers[3]);
@@ -394,6 +395,7 @@ contract TrainerStakingTest is SynclineTest {
         TaskSpec memory s = _defaultSpec();
         s.evictionSlashBps = 10_000;
         uint256 id = _post(s, POOL);
+        _bondAll(id);
         _enrollMany(id, MAX_TRAINERS);
         _roundWithout(id, 0, trainers[0]);
         uint256 mask = _commitExcept(id, 1, trainers[0]);
@@ -410,6 +412,7 @@ contract TrainerStakingTest is SynclineTest {
         TaskSpec memory s = _defaultSpec();
         s.evictionSlashBps = 0;
         uint256 id = _post(s, POOL);
+        _bondAll(id);
         _enrollMany(id, MAX_TRAINERS);
         _roundWithout(id, 0, trainers[0]);
         uint256 mask = _commitExcept(id, 1, trainers[0]);
@@ -461,6 +464,7 @@ contract TrainerStakingTest is SynclineTest {
         s.evictionSlashBps = bps;
         s.maxMissedRounds = 0;
         uint256 id = _post(s, POOL);
+        _bondAll(id);
         _enrollMany(id, MAX_TRAINERS);
         uint256 escrowBefore = market.escrowOf(id);
         uint256 mask = _commitExcept(id, 0, trainers[2]);

@@ -13,6 +13,7 @@ the restarted witness's own vote: its recomputation after the restart is on the 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,10 +26,11 @@ from syncline.protocol.enums import RoundStatus, TaskStatus
 from syncline.protocol.quantization import QuantizedGradient, quantize
 from syncline.run.agent_config import load_agent_config
 from syncline.run.context import TaskContext
+from syncline.run.gossip import decode_vote
 from syncline.trainer.agent import ZERO_ADDRESS, round_seed
 from syncline.trainer.inner_loop import InnerLoop, replay_environment
 from syncline.trainer.referee import ZERO32
-from syncline.witness.agent import WitnessAgent
+from syncline.witness.agent import VOTES_FILE, WitnessAgent
 
 from ._agent_harness import (
     ManualRun,
@@ -155,26 +157,46 @@ def test_sigkilled_trainer_and_witness_resume_to_the_reference_roots(tmp_path: P
         for line in lines:
             assert (line["state_root"], line["aggregate_root"], line["accepted_mask"]) == chain[line["round"]]
 
-        # Re-vote every round with the restarted witness's agent code, key, config and state_dir:
-        # it recomputes the same result and finalize is a no-op on chain (idempotent).
+        # Re-vote every round with the restarted witness's agent code, key, config and state_dir: it
+        # re-sends the very votes it signed (its local store), never a new signature, and finalize
+        # is a no-op on chain (idempotent).
         cfg = load_agent_config(run.config_path(WITNESS))
-        agent = WitnessAgent(cfg, from_private_key(run.keys[WITNESS]), m, run.blobs)
-        agent.ctx = TaskContext.load(m, run.blobs, task)
-        sent: list[tuple[str, object]] = []
-        agent._send = lambda what, call: sent.append((what, call()))  # type: ignore[assignment,method-assign,misc,operator]
+        signer = from_private_key(run.keys[WITNESS])
         before = ([m.round(task, r) for r in range(rounds)], m.task(task), m.witness(task, witness), len(record.votes))
         n_lines = len(lines)
-        with replay_environment(1):
-            for r in range(rounds):
-                previous = record.initial_state.state_root_hex if r == 0 else record.rounds[r - 1].state_root
-                agent._vote(r, previous)
-        votes_now = len(m.get_logs("VoteCast", from_block=0, taskId=task))
-        assert ([m.round(task, r) for r in range(rounds)], m.task(task), m.witness(task, witness), votes_now) == before
-        assert [what for what, _ in sent] == ["finalize"] * rounds
-        for _, receipt in sent:
-            assert receipt["status"] == 1  # type: ignore[index]
-            assert not m.events(receipt, "VoteCast") and not m.events(receipt, "RoundFinalized")  # type: ignore[arg-type]
-        revoted = read_jsonl(tmp_path / "agents" / WITNESS / "rounds.jsonl")[n_lines:]
-        assert [(x["state_root"], x["aggregate_root"], x["accepted_mask"]) for x in revoted] == [
-            chain[r] for r in range(rounds)
-        ]
+        cast = {
+            int(e["args"]["round"]): bytes(e["args"]["signature"])
+            for e in m.get_logs("VoteCast", from_block=0, taskId=task, witness=witness)
+        }
+        for state_dir, recompute in ((cfg.state_dir, False), (tmp_path / "fresh-witness-state", True)):
+            agent = WitnessAgent(replace(cfg, state_dir=state_dir), signer, m, run.blobs)
+            agent.ctx = TaskContext.load(m, run.blobs, task)
+            sent: list[tuple[str, object]] = []
+            agent._send = lambda what, call, sent=sent: sent.append((what, call()))  # type: ignore[assignment,method-assign,misc,operator]
+            with replay_environment(1):
+                for r in range(rounds):
+                    previous = record.initial_state.state_root_hex if r == 0 else record.rounds[r - 1].state_root
+                    agent._vote(r, previous)
+            votes_now = len(m.get_logs("VoteCast", from_block=0, taskId=task))
+            assert (
+                [m.round(task, r) for r in range(rounds)],
+                m.task(task),
+                m.witness(task, witness),
+                votes_now,
+            ) == before
+            assert [what for what, _ in sent] == ["finalize"] * rounds
+            for _, receipt in sent:
+                assert receipt["status"] == 1  # type: ignore[index]
+                assert not m.events(receipt, "VoteCast") and not m.events(receipt, "RoundFinalized")  # type: ignore[arg-type]
+            stored = read_jsonl(Path(state_dir) / VOTES_FILE)
+            signed = {int(x["round"]): decode_vote(str(x["vote"]).encode(), m.domain()) for x in stored}
+            assert all(v.signer == witness for v in signed.values())
+            if not recompute:
+                assert not read_jsonl(tmp_path / "agents" / WITNESS / "rounds.jsonl")[n_lines:], "recomputed"
+                assert {r: v.signature for r, v in signed.items() if r in cast} == cast, "a new signature"
+                continue
+            # Without its store the witness recomputes: the same results, bit for bit.
+            revoted = read_jsonl(Path(state_dir) / "rounds.jsonl")
+            assert [(x["state_root"], x["aggregate_root"], x["accepted_mask"]) for x in revoted] == [
+                chain[r] for r in range(rounds)
+            ]

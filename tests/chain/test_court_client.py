@@ -110,9 +110,9 @@ def test_trainer_equivocation_slashes_evicts_and_pays_the_challenger_to_the_wei(
     stake, bond = spec.trainer_stake_wei, spec.challenge_bond_wei
 
     # t0 commits A on chain, and signs a conflicting B that it never sends (e.g. gossips to others).
-    a, sig_a = market.sign_commitment(t0, task_id, 0, 0, h32("A"), h32("A chunks"), checkpoint_root("A"))
-    market.send_commitment(t0, a, "ipfs://a", sig_a)
-    b, sig_b = market.sign_commitment(t0, task_id, 0, 0, h32("B"), h32("B chunks"), checkpoint_root("B"))
+    a, sig_a = market.sign_commitment(t0, task_id, 0, 0, h32("A"), h32("A chunks"), checkpoint_root("A"), "ipfs://a")
+    market.send_commitment(t0, a, sig_a)
+    b, sig_b = market.sign_commitment(t0, task_id, 0, 0, h32("B"), h32("B chunks"), checkpoint_root("B"), "ipfs://b")
     assert a.conflicts_with(b)
     submitted = market.get_logs("SubmissionCommitted", taskId=task_id)[0]["args"]
     assert bytes(submitted["signature"]) == sig_a  # anyone watching the chain holds A's signature
@@ -162,10 +162,10 @@ def test_trainer_equivocation_slashes_evicts_and_pays_the_challenger_to_the_wei(
     assert market.credit_of(outsider.address) == bond + bounty
     money_invariant(market, w3, contract_start, [task_id], everyone)
 
-    # the evicted trainer cannot commit again
+    # the evicted trainer cannot commit again (its round-0 slot holds the commitment on record)
     with pytest.raises(ChainError) as err:
         commit(market, t0, task_id, 0, 0, tag="again")
-    check_error(err.value, "SynclineNotActiveTrainer", {"taskId": task_id, "caller": t0.address})
+    check_error(err.value, "SynclineDuplicateSubmission", {"taskId": task_id, "round": 0, "fragment": 0})
 
     # nothing left to slash: a second proof of the same fault is refused before any bond moves
     with pytest.raises(ChainError) as err:
@@ -257,13 +257,13 @@ def test_a_signature_replayed_from_another_chain_or_task_is_refused(
     assert market.trainer(second.task_id, t0.address).fragment == 0
 
     # 1. a commitment signed for another chain (same market address)
-    message, _ = market.sign_commitment(t0, first.task_id, 0, 0, h32("p"), h32("c"), checkpoint_root("x"))
+    message, _ = market.sign_commitment(t0, first.task_id, 0, 0, h32("p"), h32("c"), checkpoint_root("x"), "ipfs://p")
     other_chain = Domain(market.domain().chain_id + 1, market.address)
     foreign = sign(t0.account, other_chain, message)
     stranger = recover(market.domain(), message, foreign)
     nonce = w3.eth.get_transaction_count(outsider.address)
     with pytest.raises(ChainError) as err:
-        market.send_commitment(outsider, message, "ipfs://replay", foreign)
+        market.send_commitment(outsider, message, foreign)
     check_error(err.value, "SynclineWrongSigner", {"signer": stranger, "expected": t0.address})
     assert str(err.value).startswith("commitSubmission reverted: SynclineWrongSigner(")
 
@@ -274,7 +274,7 @@ def test_a_signature_replayed_from_another_chain_or_task_is_refused(
     signature = bytes(market.events(committed, "SubmissionCommitted")[0]["args"]["signature"])
     replayed = replace(message, task_id=second.task_id)
     with pytest.raises(ChainError) as err:
-        market.send_commitment(outsider, replayed, "ipfs://p", signature)
+        market.send_commitment(outsider, replayed, signature)
     check_error(
         err.value,
         "SynclineWrongSigner",
@@ -283,7 +283,7 @@ def test_a_signature_replayed_from_another_chain_or_task_is_refused(
     assert market.round(second.task_id, 0).committed_mask == 0
 
     # 3. the same replays cannot prove an equivocation either
-    b, _ = market.sign_commitment(t0, first.task_id, 0, 0, h32("q"), h32("c"), checkpoint_root("x"))
+    b, _ = market.sign_commitment(t0, first.task_id, 0, 0, h32("q"), h32("c"), checkpoint_root("x"), "ipfs://x")
     foreign_b = sign(t0.account, other_chain, b)
     with pytest.raises(ChainError) as err:
         market.prove_trainer_equivocation(outsider, message, signature, b, foreign_b)
@@ -649,9 +649,9 @@ def test_a_trainer_caught_equivocating_in_the_open_round_earns_nothing_for_it(
     run = start_run(market, sponsor, trainers, witnesses, spec_factory)
     task_id = run.task_id
     t0 = trainers[0]
-    a, sig_a = market.sign_commitment(t0, task_id, 0, 0, h32("A"), h32("A chunks"), checkpoint_root("A"))
-    market.send_commitment(t0, a, "ipfs://a", sig_a)
-    b, sig_b = market.sign_commitment(t0, task_id, 0, 0, h32("B"), h32("B chunks"), checkpoint_root("B"))
+    a, sig_a = market.sign_commitment(t0, task_id, 0, 0, h32("A"), h32("A chunks"), checkpoint_root("A"), "ipfs://a")
+    market.send_commitment(t0, a, sig_a)
+    b, sig_b = market.sign_commitment(t0, task_id, 0, 0, h32("B"), h32("B chunks"), checkpoint_root("B"), "ipfs://b")
     for fragment, trainer in enumerate(trainers[1:], start=1):
         commit(market, trainer, task_id, 0, fragment)
     market.prove_trainer_equivocation(outsider, a, sig_a, b, sig_b)  # while round 0 is still open

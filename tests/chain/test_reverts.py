@@ -132,7 +132,7 @@ def test_relayed_commitment_counts_for_the_signer(
     )
     (event,) = market.events(receipt, "SubmissionCommitted")
     message, signature = market.sign_commitment(
-        trainers[2], running_task, 0, 2, h32("p"), h32("c"), checkpoint_root("relayed")
+        trainers[2], running_task, 0, 2, h32("p"), h32("c"), checkpoint_root("relayed"), "ipfs://relayed"
     )
     assert bytes(event["args"]["signature"]) == signature
     # a tampered message recovers to someone else; a truncated signature recovers to nobody
@@ -140,9 +140,9 @@ def test_relayed_commitment_counts_for_the_signer(
     stranger = recover(market.domain(), tampered, signature)
     assert stranger != trainers[2].address
     with reverts(w3, outsider, "SynclineWrongSigner", {"signer": stranger, "expected": trainers[2].address}):
-        market.send_commitment(outsider, tampered, "ipfs://x", signature)
+        market.send_commitment(outsider, tampered, signature)
     with reverts(w3, outsider, "SynclineBadSignature", {}):
-        market.send_commitment(outsider, message, "ipfs://x", signature[:64])
+        market.send_commitment(outsider, message, signature[:64])
 
 
 def test_empty_checkpoint_root(market: MarketClient, w3: Web3, trainers: list[Signer], running_task: int) -> None:
@@ -357,7 +357,7 @@ def test_finalize_boundary(
     commit(market, trainers[0], running_task, 0, 0)
     d = market.round_deadline(running_task)
     vote, signature = market.sign_vote(witnesses[0], running_task, 0, h32("s"), h32("a"), 1)
-    fn = market.contract.functions.finalizeRound(vote.as_tuple(), 0, signature)
+    fn = market.contract.functions.finalizeRound(vote.as_tuple(), signature)
     assert _simulate_at(market, w3, d, witnesses[0], fn) == (
         "SynclineRoundStillOpen",
         {"taskId": running_task, "round": 0, "deadline": d},

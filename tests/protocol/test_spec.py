@@ -400,6 +400,7 @@ def test_validate_rejects_values_that_do_not_fit_the_onchain_field(
         ({"param_count": -1}, "param_count must be positive"),
         ({"checkpoint_interval": -1}, "checkpoint_interval -1 must be within 1..inner_steps"),
         ({"witness_bond_wei": -1}, "witness_bond_wei must not be negative"),
+        ({"witness_bond_wei": 0}, "witness_bond_wei must be positive"),
         ({"challenge_bond_wei": -5}, "challenge_bond_wei must not be negative"),
     ],
     ids=lambda o: next(iter(o)) if isinstance(o, dict) else None,
@@ -562,6 +563,7 @@ threshold: 2
 reward_pool_wei: 5000
 initial_state_root: '{h32("root")}'
 param_count: 26688
+witness_bond_wei: 7
 """
     spec = TrainingTaskSpec.from_mapping(yaml.safe_load(text))
     assert spec.aggregation.rule == AggregationRule.TRIMMED_MEAN
@@ -570,7 +572,7 @@ param_count: 26688
     assert spec.dataset.shard_count == 4
     assert (spec.max_missed_rounds, spec.eviction_slash_bps, spec.gradient_bits) == (2, 1000, 8)
     assert (spec.param_count, spec.checkpoint_interval_steps) == (26688, 10)
-    assert (spec.witness_bond_wei, spec.challenge_bond_wei) == (0, 0)
+    assert (spec.witness_bond_wei, spec.challenge_bond_wei) == (7, 0)
     spec.validate(now=OFFLINE_DEADLINE - 600)
 
 
@@ -713,3 +715,12 @@ def test_model_hash_and_dataset_root_go_on_chain() -> None:
     # paramCount, checkpointInterval, witnessBond, challengeBond
     assert (t[26], t[27], t[28], t[29]) == (1024, 10, ETH // 2, ETH // 10)
     assert t[30] == [Web3.to_checksum_address(w) for w in OFFLINE_WITNESSES]
+
+
+def test_validate_refuses_the_sponsor_as_witness(offline_spec_factory: Callable[..., TrainingTaskSpec]) -> None:
+    spec = offline_spec_factory()
+    sponsor = spec.witnesses[1]
+    with pytest.raises(SpecError, match=r"the sponsor .* cannot be a witness") as info:
+        spec.validate(now=OFFLINE_DEADLINE - 600, sponsor=sponsor.lower())
+    assert "\n" not in str(info.value)
+    spec.validate(now=OFFLINE_DEADLINE - 600, sponsor="0x" + "11" * 20)

@@ -23,8 +23,8 @@ from syncline.run.gossip import (
 
 DOMAIN = Domain(31337, "0x" + "ab" * 20)
 KEY = Account.from_key("0x" + "42" * 32)
-COMMITMENT = Commitment(7, 3, 1, b"\x01" * 32, b"\x02" * 32, b"\x03" * 32)
-VOTE = Vote(7, 3, b"\x04" * 32, b"\x05" * 32, 0b101)
+COMMITMENT = Commitment(7, 3, 1, b"\x01" * 32, b"\x02" * 32, b"\x03" * 32, "http://blobs.example/0x01")
+VOTE = Vote(7, 3, b"\x06" * 32, b"\x04" * 32, b"\x05" * 32, 0b101, 2_345_678)
 
 
 def test_round_trip_through_the_blob_store(tmp_path: Path) -> None:
@@ -53,12 +53,17 @@ def test_a_signature_from_another_domain_recovers_someone_else() -> None:
         (lambda d: d.update(fragment=True), "fragment must be a non-negative integer"),
         (lambda d: d.update(chunkRoot="0x1234"), "chunkRoot must be 32 bytes"),
         (lambda d: d.update(payloadHash="nothex"), "payloadHash must be a 0x-hex string"),
+        (lambda d: d.update(uri=5), "uri must be a string"),
+        (lambda d: d.update(uri="http://dead.invalid/x"), None),
         (lambda d: d.update(signature="0x" + "00" * 65), "signature does not recover"),
     ],
 )
-def test_malformed_commitments_are_one_line_errors(mutate: object, message: str) -> None:
+def test_malformed_commitments_are_one_line_errors(mutate: object, message: str | None) -> None:
     obj = json.loads(encode_commitment(COMMITMENT, sign(KEY, DOMAIN, COMMITMENT)))
     mutate(obj)  # type: ignore[operator]
+    if message is None:  # well formed, but the signed uri was swapped: it is someone else's message
+        assert decode_commitment(json.dumps(obj).encode(), DOMAIN).signer != KEY.address
+        return
     with pytest.raises(GossipError, match=message) as err:
         decode_commitment(json.dumps(obj).encode(), DOMAIN)
     assert "\n" not in str(err.value)
@@ -86,3 +91,15 @@ def test_a_later_garbage_announcement_does_not_hide_the_signed_one(tmp_path: Pat
     blobs.put(b'{"type": "Commitment"}', alias="gossip:commitment:7:3:1")
     got = read_commitment(blobs, DOMAIN, 7, 3, 1)
     assert got is not None and got.message == COMMITMENT
+
+
+def test_a_vote_signs_its_previous_root_and_metric() -> None:
+    from syncline.run.gossip import encode_vote
+
+    obj = json.loads(encode_vote(VOTE, sign(KEY, DOMAIN, VOTE)))
+    assert decode_vote(json.dumps(obj).encode(), DOMAIN).signer == KEY.address
+    for field, value in (("metric", 1), ("prevStateRoot", "0x" + "07" * 32)):
+        changed = {**obj, field: value}
+        assert decode_vote(json.dumps(changed).encode(), DOMAIN).signer != KEY.address, field
+    with pytest.raises(GossipError, match="metric must be a non-negative integer"):
+        decode_vote(json.dumps({**obj, "metric": -1}).encode(), DOMAIN)

@@ -263,7 +263,7 @@ class MarketClient:
 
     def post_task(self, sponsor: Signer, spec: TrainingTaskSpec, spec_uri: str) -> tuple[int, TxReceipt]:
         """Validate ``spec`` off chain, post it with its escrow; returns (task id, receipt)."""
-        spec.validate(now=int(self.w3.eth.get_block("latest")["timestamp"]))
+        spec.validate(now=int(self.w3.eth.get_block("latest")["timestamp"]), sponsor=sponsor.address)
         receipt = self._send(sponsor, "postTask", spec.onchain(spec_uri), value=spec.escrow_wei)
         (event,) = self.events(receipt, "TaskPosted")
         return int(event["args"]["taskId"]), receipt
@@ -295,9 +295,12 @@ class MarketClient:
         payload_hash: str | bytes,
         chunk_root: str | bytes,
         checkpoint_root: str | bytes,
+        uri: str,
     ) -> tuple[Commitment, bytes]:
-        """The trainer's EIP-712 commitment and its signature, without sending anything."""
-        message = Commitment(task_id, round_, fragment, _b32(payload_hash), _b32(chunk_root), _b32(checkpoint_root))
+        """The trainer's EIP-712 commitment (the ``uri`` included) and its signature, without sending anything."""
+        message = Commitment(
+            task_id, round_, fragment, _b32(payload_hash), _b32(chunk_root), _b32(checkpoint_root), uri
+        )
         return message, sign(trainer.account, self.domain(), message)
 
     def commit_submission(
@@ -315,13 +318,21 @@ class MarketClient:
     ) -> TxReceipt:
         """Sign the commitment with ``trainer``'s key and send it (from ``relayer``, default the trainer)."""
         message, signature = self.sign_commitment(
-            trainer, task_id, round_, fragment, payload_hash, chunk_root, checkpoint_root
+            trainer, task_id, round_, fragment, payload_hash, chunk_root, checkpoint_root, uri
         )
-        return self.send_commitment(relayer or trainer, message, uri, signature)
+        return self.send_commitment(relayer or trainer, message, signature)
 
-    def send_commitment(self, relayer: Signer, commitment: Commitment, uri: str, signature: bytes) -> TxReceipt:
-        """Relay an already signed commitment (anyone may; the signer is the trainer)."""
-        return self._send(relayer, "commitSubmission", commitment.as_tuple(), uri, bytes(signature))
+    def send_commitment(self, relayer: Signer, commitment: Commitment, signature: bytes) -> TxReceipt:
+        """Relay an already signed commitment (anyone may; the signer is the trainer). The identical
+        commitment already on record succeeds as a no-op (a relayed copy is harmless)."""
+        return self._send(relayer, "commitSubmission", commitment.as_tuple(), bytes(signature))
+
+    def commitment_recorded(self, commitment: Commitment) -> bool:
+        """Whether exactly ``commitment`` (every signed field, the uri included) is the one on record."""
+        s = self.submission(commitment.task_id, commitment.round, commitment.fragment)
+        recorded = (s.payload_hash, s.chunk_root, s.checkpoint_root, s.uri)
+        mine = (_hex(commitment.payload_hash), _hex(commitment.chunk_root), _hex(commitment.checkpoint_root))
+        return recorded == (*mine, commitment.uri)
 
     # ------------------------------------------------------------------ witnesses
 
@@ -343,10 +354,21 @@ class MarketClient:
         state_root: str | bytes,
         aggregate_root: str | bytes,
         accepted_mask: int,
+        *,
+        prev_state_root: str | bytes | None = None,
+        metric: int = 0,
     ) -> tuple[Vote, bytes]:
-        """The witness's EIP-712 vote and its signature, without sending anything."""
-        message = Vote(task_id, round_, _b32(state_root), _b32(aggregate_root), accepted_mask)
+        """The witness's EIP-712 vote and its signature, without sending anything. The vote builds
+        on ``prev_state_root`` (default: the round's previous root as the chain has it now)."""
+        prev = _b32(prev_state_root) if prev_state_root is not None else _b32(self.prev_state_root(task_id, round_))
+        message = Vote(task_id, round_, prev, _b32(state_root), _b32(aggregate_root), accepted_mask, metric)
         return message, sign(witness.account, self.domain(), message)
+
+    def prev_state_root(self, task_id: int, round_: int) -> str:
+        """The state root a vote on ``round_`` must build on: the finalized round's previous root,
+        else the task's current root."""
+        r = self.round(task_id, round_)
+        return r.prev_state_root if r.status == RoundStatus.FINALIZED else self.task(task_id).state_root
 
     def finalize_round(
         self,
@@ -358,15 +380,25 @@ class MarketClient:
         accepted_mask: int,
         metric: int = 0,
         *,
+        prev_state_root: str | bytes | None = None,
         relayer: Signer | None = None,
     ) -> TxReceipt:
         """Sign the vote with ``witness``'s key and send it (from ``relayer``, default the witness)."""
-        message, signature = self.sign_vote(witness, task_id, round_, state_root, aggregate_root, accepted_mask)
-        return self.send_vote(relayer or witness, message, signature, metric=metric)
+        message, signature = self.sign_vote(
+            witness,
+            task_id,
+            round_,
+            state_root,
+            aggregate_root,
+            accepted_mask,
+            prev_state_root=prev_state_root,
+            metric=metric,
+        )
+        return self.send_vote(relayer or witness, message, signature)
 
-    def send_vote(self, relayer: Signer, vote: Vote, signature: bytes, *, metric: int = 0) -> TxReceipt:
+    def send_vote(self, relayer: Signer, vote: Vote, signature: bytes) -> TxReceipt:
         """Relay an already signed vote (anyone may; the signer is the witness)."""
-        return self._send(relayer, "finalizeRound", vote.as_tuple(), metric, bytes(signature), min_gas=QUORUM_VOTE_GAS)
+        return self._send(relayer, "finalizeRound", vote.as_tuple(), bytes(signature), min_gas=QUORUM_VOTE_GAS)
 
     def carry_forward(self, caller: Signer, task_id: int, round_: int) -> TxReceipt:
         return self._send(caller, "carryForward", task_id, round_)
@@ -394,7 +426,7 @@ class MarketClient:
         )
 
     def prove_witness_equivocation(self, challenger: Signer, a: Vote, sig_a: bytes, b: Vote, sig_b: bytes) -> int:
-        """Two different signed votes for one (task, round): slash the witness's bond."""
+        """Two different signed votes for one (task, round, prevStateRoot): slash the witness's bond."""
         return self._open_challenge(
             challenger, a.task_id, "proveWitnessEquivocation", a.as_tuple(), bytes(sig_a), b.as_tuple(), bytes(sig_b)
         )

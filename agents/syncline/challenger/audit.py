@@ -161,6 +161,7 @@ class RoundAuditor:
                 payload_hash=bytes(a["payloadHash"]),
                 chunk_root=bytes(a["chunkRoot"]),
                 checkpoint_root=bytes(a["checkpointRoot"]),
+                uri=str(a["uri"]),
             )
             out[message.fragment] = SignedCommitment(message, bytes(a["signature"]), str(a["trainer"]))
         return out
@@ -183,9 +184,11 @@ class RoundAuditor:
             message = Vote(
                 task_id=self.ctx.task_id,
                 round=round_,
+                prev_state_root=bytes(a["prevStateRoot"]),
                 state_root=bytes(a["stateRoot"]),
                 aggregate_root=bytes(a["aggregateRoot"]),
                 accepted_mask=int(a["acceptedMask"]),
+                metric=int(a["metric"]),
             )
             onchain = SignedVote(message, bytes(a["signature"]), witness)
             announced = read_vote(self.ctx.blobs, self.domain, self.ctx.task_id, round_, witness)

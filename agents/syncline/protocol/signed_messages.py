@@ -3,7 +3,16 @@
 The domain binds the chain id and the verifying contract, and every message names its task and
 round, so a signature made for one chain, market, task or round cannot be replayed on another.
 Two different messages signed by one key for the same (task, round, fragment) — or, for votes,
-the same (task, round) — are an equivocation that a contract can check on its own.
+the same (task, round, prevStateRoot) — are an equivocation that a contract can check on its own.
+
+A commitment signs everything a verifier needs to locate and check the submission (the ``uri``
+included), so relaying a trainer's signed commitment can only ever record the trainer's own. A vote
+signs the state root it builds on and its validation-loss metric, so no relayer sets the metric and
+a vote cast before a rollback cannot count after it.
+
+The EIP-712 types are ``type_string("Commitment", COMMITMENT_FIELDS)`` and
+``type_string("Vote", VOTE_FIELDS)``: exactly the strings ``SynclineStorage`` hashes (a parity test
+checks them against the contract's typehashes).
 """
 
 from __future__ import annotations
@@ -26,14 +35,23 @@ COMMITMENT_FIELDS = [
     {"name": "payloadHash", "type": "bytes32"},
     {"name": "chunkRoot", "type": "bytes32"},
     {"name": "checkpointRoot", "type": "bytes32"},
+    {"name": "uri", "type": "string"},
 ]
 VOTE_FIELDS = [
     {"name": "taskId", "type": "uint256"},
     {"name": "round", "type": "uint32"},
+    {"name": "prevStateRoot", "type": "bytes32"},
     {"name": "stateRoot", "type": "bytes32"},
     {"name": "aggregateRoot", "type": "bytes32"},
     {"name": "acceptedMask", "type": "uint256"},
+    {"name": "metric", "type": "uint256"},
 ]
+METRIC_SCALE = 1_000_000  # a vote's metric is the validation loss x 1e6
+
+
+def type_string(primary: str, fields: list[dict[str, str]]) -> str:
+    """The EIP-712 type string ``Name(type name,...)`` (what the contract's typehash hashes)."""
+    return f"{primary}(" + ",".join(f"{f['type']} {f['name']}" for f in fields) + ")"
 
 
 @dataclass(frozen=True)
@@ -54,7 +72,8 @@ class Domain:
 
 @dataclass(frozen=True)
 class Commitment:
-    """A trainer's outer-gradient commitment for one round and fragment."""
+    """A trainer's outer-gradient commitment for one round and fragment, with the ``uri`` its
+    payload can be fetched from (signed: a relayer cannot substitute another locator)."""
 
     task_id: int
     round: int
@@ -62,6 +81,7 @@ class Commitment:
     payload_hash: bytes
     chunk_root: bytes
     checkpoint_root: bytes
+    uri: str
 
     def message(self) -> dict[str, Any]:
         return {
@@ -71,9 +91,10 @@ class Commitment:
             "payloadHash": _b32(self.payload_hash),
             "chunkRoot": _b32(self.chunk_root),
             "checkpointRoot": _b32(self.checkpoint_root),
+            "uri": self.uri,
         }
 
-    def as_tuple(self) -> tuple[int, int, int, bytes, bytes, bytes]:
+    def as_tuple(self) -> tuple[int, int, int, bytes, bytes, bytes, str]:
         """The Solidity ``Commitment`` struct, in field order."""
         return (
             self.task_id,
@@ -82,44 +103,60 @@ class Commitment:
             _b32(self.payload_hash),
             _b32(self.chunk_root),
             _b32(self.checkpoint_root),
+            self.uri,
         )
 
     def conflicts_with(self, other: Commitment) -> bool:
-        """Same slot, different content: equivocation."""
+        """Same slot, different content (any signed field, the uri included): equivocation."""
         same_slot = (self.task_id, self.round, self.fragment) == (other.task_id, other.round, other.fragment)
-        mine = (self.payload_hash, self.chunk_root, self.checkpoint_root)
-        theirs = (other.payload_hash, other.chunk_root, other.checkpoint_root)
-        return same_slot and mine != theirs
+        return same_slot and self != other
 
 
 @dataclass(frozen=True)
 class Vote:
-    """A witness's result for one round (what ``finalizeRound`` takes, minus the metric)."""
+    """A witness's result for one round, built on ``prev_state_root``, with its validation-loss
+    ``metric`` (loss x ``METRIC_SCALE``): what ``finalizeRound`` takes."""
 
     task_id: int
     round: int
+    prev_state_root: bytes
     state_root: bytes
     aggregate_root: bytes
     accepted_mask: int
+    metric: int = 0
 
     def message(self) -> dict[str, Any]:
         return {
             "taskId": self.task_id,
             "round": self.round,
+            "prevStateRoot": _b32(self.prev_state_root),
             "stateRoot": _b32(self.state_root),
             "aggregateRoot": _b32(self.aggregate_root),
             "acceptedMask": self.accepted_mask,
+            "metric": self.metric,
         }
 
-    def as_tuple(self) -> tuple[int, int, bytes, bytes, int]:
+    def as_tuple(self) -> tuple[int, int, bytes, bytes, bytes, int, int]:
         """The Solidity ``Vote`` struct, in field order."""
-        return (self.task_id, self.round, _b32(self.state_root), _b32(self.aggregate_root), self.accepted_mask)
+        return (
+            self.task_id,
+            self.round,
+            _b32(self.prev_state_root),
+            _b32(self.state_root),
+            _b32(self.aggregate_root),
+            self.accepted_mask,
+            self.metric,
+        )
 
     def conflicts_with(self, other: Vote) -> bool:
-        same_slot = (self.task_id, self.round) == (other.task_id, other.round)
-        mine = (self.state_root, self.aggregate_root, self.accepted_mask)
-        theirs = (other.state_root, other.aggregate_root, other.accepted_mask)
-        return same_slot and mine != theirs
+        """Same (task, round, prevStateRoot), different content (the metric included): equivocation.
+        Votes on different previous roots never conflict (a rollback lets a witness vote again)."""
+        same_slot = (self.task_id, self.round, self.prev_state_root) == (
+            other.task_id,
+            other.round,
+            other.prev_state_root,
+        )
+        return same_slot and self != other
 
 
 def _b32(value: bytes) -> bytes:

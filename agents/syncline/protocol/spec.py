@@ -161,7 +161,7 @@ class TrainingTaskSpec:
     param_count: int = 0
     # Inner steps between committed checkpoints (training-fraud proofs); 0 means inner_steps.
     checkpoint_interval: int = 0
-    # Bond each witness posts before voting (slashed on a proven witness fault).
+    # Bond each witness posts before voting (slashed on a proven witness fault); must be positive.
     witness_bond_wei: int = 0
     # Bond a challenger posts with each challenge (returned with a bounty when the fault is proven).
     challenge_bond_wei: int = 0
@@ -219,8 +219,9 @@ class TrainingTaskSpec:
 
     # ------------------------------------------------------------------ validation
 
-    def validate(self, *, now: int | None = None) -> TrainingTaskSpec:
-        """Raise ``SpecError`` (one line) for any rule ``postTask`` would reject; return self."""
+    def validate(self, *, now: int | None = None, sponsor: str | None = None) -> TrainingTaskSpec:
+        """Raise ``SpecError`` (one line) for any rule ``postTask`` would reject; return self.
+        ``sponsor`` (the address that will post it), when given, may not be a witness."""
         if self.param_count <= 0:
             raise SpecError(
                 "param_count must be positive: it is the model's parameter count, "
@@ -234,6 +235,8 @@ class TrainingTaskSpec:
         for name in ("witness_bond_wei", "challenge_bond_wei"):
             if getattr(self, name) < 0:
                 raise SpecError(f"{name} must not be negative")
+        if self.witness_bond_wei == 0:
+            raise SpecError("witness_bond_wei must be positive: every witness puts a bond at stake before it votes")
         for name, bits in ONCHAIN_BITS.items():
             value = getattr(self, name)
             if not 0 <= value < 2**bits:
@@ -247,6 +250,8 @@ class TrainingTaskSpec:
             raise SpecError("witnesses: duplicate address")
         if any(int(w, 16) == 0 for w in self.witnesses):
             raise SpecError("witnesses: the zero address cannot be a witness")
+        if sponsor is not None and sponsor.lower() in {w.lower() for w in self.witnesses}:
+            raise SpecError(f"witnesses: the sponsor {sponsor} cannot be a witness of its own task")
         for name in ("rounds", "inner_steps", "round_duration_s", "trainer_stake_wei", "reward_pool_wei"):
             if getattr(self, name) <= 0:
                 raise SpecError(f"{name} must be positive")

@@ -73,6 +73,12 @@ def _i(value: Any, what: str) -> int:
     return value
 
 
+def _s(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise GossipError(f"gossip field {what} must be a string")
+    return value
+
+
 def encode_commitment(message: Commitment, signature: bytes) -> bytes:
     return json.dumps(
         {
@@ -83,6 +89,7 @@ def encode_commitment(message: Commitment, signature: bytes) -> bytes:
             "payloadHash": _hex(message.payload_hash),
             "chunkRoot": _hex(message.chunk_root),
             "checkpointRoot": _hex(message.checkpoint_root),
+            "uri": message.uri,
             "signature": _hex(signature),
         },
         sort_keys=True,
@@ -95,9 +102,11 @@ def encode_vote(message: Vote, signature: bytes) -> bytes:
             "type": "Vote",
             "taskId": message.task_id,
             "round": message.round,
+            "prevStateRoot": _hex(message.prev_state_root),
             "stateRoot": _hex(message.state_root),
             "aggregateRoot": _hex(message.aggregate_root),
             "acceptedMask": message.accepted_mask,
+            "metric": message.metric,
             "signature": _hex(signature),
         },
         sort_keys=True,
@@ -135,6 +144,7 @@ def decode_commitment(data: bytes, domain: Domain) -> SignedCommitment:
         payload_hash=_b(obj.get("payloadHash"), "payloadHash", 32),
         chunk_root=_b(obj.get("chunkRoot"), "chunkRoot", 32),
         checkpoint_root=_b(obj.get("checkpointRoot"), "checkpointRoot", 32),
+        uri=_s(obj.get("uri"), "uri"),
     )
     return SignedCommitment(message, *_signature(obj, domain, message))
 
@@ -144,9 +154,11 @@ def decode_vote(data: bytes, domain: Domain) -> SignedVote:
     message = Vote(
         task_id=_i(obj.get("taskId"), "taskId"),
         round=_i(obj.get("round"), "round"),
+        prev_state_root=_b(obj.get("prevStateRoot"), "prevStateRoot", 32),
         state_root=_b(obj.get("stateRoot"), "stateRoot", 32),
         aggregate_root=_b(obj.get("aggregateRoot"), "aggregateRoot", 32),
         accepted_mask=_i(obj.get("acceptedMask"), "acceptedMask"),
+        metric=_i(obj.get("metric"), "metric"),
     )
     return SignedVote(message, *_signature(obj, domain, message))
 

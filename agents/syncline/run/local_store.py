@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 
@@ -11,3 +12,30 @@ def append_record(state_dir: Path, name: str, record: dict[str, object]) -> None
     state_dir.mkdir(parents=True, exist_ok=True)
     with (state_dir / name).open("a") as fh:
         fh.write(json.dumps(record) + "\n")
+
+
+def append_durable(state_dir: Path, name: str, record: dict[str, object]) -> None:
+    """Append one JSON line to ``state_dir/name`` and flush it to disk before returning (for a
+    record that must survive a crash right after, such as a signed message about to be published)."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with (state_dir / name).open("a") as fh:
+        fh.write(json.dumps(record) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def read_records(state_dir: Path, name: str) -> list[dict[str, object]]:
+    """Every complete JSON line of ``state_dir/name`` (none if the file is absent; a torn last
+    line, from a crash mid-write, is skipped)."""
+    path = state_dir / name
+    if not path.exists():
+        return []
+    out: list[dict[str, object]] = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out

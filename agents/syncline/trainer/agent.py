@@ -190,18 +190,22 @@ class TrainerAgent:
         ref = self.blobs.put(payload)
         self._bytes_sent += len(payload)
         checkpoint_root = self._publish_checkpoints(round_, fragment, interval, work.checkpoints)
+        message, signature = self.market.sign_commitment(
+            self.signer, ctx.task_id, round_, fragment, ref.digest, chunk_root, checkpoint_root, ref.uri
+        )
         try:
-            message, signature = self.market.sign_commitment(
-                self.signer, ctx.task_id, round_, fragment, ref.digest, chunk_root, checkpoint_root
-            )
             self._announce(message, signature)
-            self.market.send_commitment(self.signer, message, ref.uri, signature)
+            self.market.send_commitment(self.signer, message, signature)
             outcome = "committed"
         except ChainError as exc:
-            outcome = "late" if exc.error_name == "SynclineSubmissionLate" else "refused"
-            self.metrics.submissions.labels(outcome=outcome).inc()
-            log.warning("trainer.commit_refused", round=round_, error=str(exc))
-            return
+            if not self._recorded(message):
+                outcome = "late" if exc.error_name == "SynclineSubmissionLate" else "refused"
+                self.metrics.submissions.labels(outcome=outcome).inc()
+                log.warning("trainer.commit_refused", round=round_, error=str(exc))
+                return
+            # Someone relayed our own announced commitment first: it is on record, uri included.
+            log.info("trainer.commit_relayed", round=round_, fragment=fragment, error=exc.error_name)
+            outcome = "committed"
         self._train_seconds += work.train_seconds
         wall = time.perf_counter() - (self._wall_started or time.perf_counter())
         steps = len(work.losses)
@@ -256,6 +260,13 @@ class TrainerAgent:
         except SynclineError as exc:
             log.warning("trainer.report_failed", round=round_, error=str(exc))
 
+    def _recorded(self, message: Commitment) -> bool:
+        """Whether exactly our signed commitment is on record (a relayed copy counts as ours)."""
+        try:
+            return self.market.commitment_recorded(message)
+        except ChainError:
+            return False
+
     def _announce(self, message: Commitment, signature: bytes) -> None:
         """Announce the signed commitment (gossip) before committing it on chain."""
         if self.cfg.misbehave != "equivocate":
@@ -271,6 +282,7 @@ class TrainerAgent:
             other.payload_hash,
             other.chunk_root,
             other.checkpoint_root,
+            other.uri,
         )[1]
         announce_commitment(self.blobs, other, other_signature)
         log.warning("trainer.misbehaving", mode="equivocate", round=message.round)

@@ -2,8 +2,10 @@
 
 After each round's deadline it fetches every committed payload, rejects bad ones with a reason,
 aggregates with the task's rule, applies the outer step, publishes the new state, measures the
-validation loss and votes. A crashed witness recomputes the same bytes and its repeated vote is a
-no-op on chain (idempotent finalize). After the grace window it carries a stuck round forward;
+validation loss and votes. Every signed vote is written to the local store before it is published;
+a witness whose finalize failed, or that restarted, re-sends that same vote for the same (task,
+round, prevStateRoot) and never signs a different one (which would read as equivocation). A
+repeated vote is a no-op on chain (idempotent finalize). After the grace window it carries a stuck round forward;
 after the challenge window it seals; then it claims its fees.
 
 Unless it misbehaves, a witness also runs the challenger on every closed round (it audits the
@@ -30,12 +32,12 @@ from syncline.challenger.training import make_training_checker
 from syncline.errors import ChainError
 from syncline.observability import get_logger
 from syncline.protocol.enums import TaskStatus
-from syncline.protocol.signed_messages import Vote
+from syncline.protocol.signed_messages import METRIC_SCALE, Vote
 from syncline.protocol.sync_round import RoundResult
 from syncline.run.agent_config import AgentConfig
 from syncline.run.context import StateUnavailable, TaskContext, load_weights
-from syncline.run.gossip import announce_vote
-from syncline.run.local_store import append_record
+from syncline.run.gossip import GossipError, announce_vote, decode_vote, encode_vote
+from syncline.run.local_store import append_durable, append_record, read_records
 from syncline.run.loop import pending_time, run_forever
 from syncline.run.metrics import AgentMetrics
 from syncline.witness.court_duty import RefereeDuty
@@ -43,6 +45,7 @@ from syncline.witness.court_duty import RefereeDuty
 log = get_logger("syncline.witness")
 ZERO = "0x" + "00" * 32
 CHEAT_FROM_ROUND = 1  # misbehaviour (tests and demos only) starts after one honest round
+VOTES_FILE = "signed-votes.jsonl"  # every vote this witness signed, written before it is published
 
 
 @dataclass
@@ -107,6 +110,13 @@ class WitnessAgent:
     def _vote(self, round_: int, previous_root: str) -> None:
         ctx = self.ctx
         assert ctx is not None
+        stored = self._stored_vote(round_, previous_root)
+        if stored is not None:
+            vote, signature = stored
+            log.info("witness.vote_resent", round=round_, prev_state_root=previous_root[:18])
+            announce_vote(self.blobs, vote, signature, self.signer.address)
+            self._send("finalize", lambda: self.market.send_vote(self.signer, vote, signature))
+            return
         try:
             previous = ctx.fetch_state(previous_root)
         except StateUnavailable as exc:
@@ -129,12 +139,28 @@ class WitnessAgent:
             self.metrics.rejected.labels(reason=reason.split(":")[0].split(" (")[0]).inc()
             log.info("witness.rejected", round=round_, fragment=fragment, reason=reason)
         vote, signature = self.market.sign_vote(
-            self.signer, ctx.task_id, round_, result.state_root, result.aggregate_root, result.accepted_mask
+            self.signer,
+            ctx.task_id,
+            round_,
+            result.state_root,
+            result.aggregate_root,
+            result.accepted_mask,
+            prev_state_root=previous_root,
+            metric=int(loss * METRIC_SCALE),
+        )
+        # Durable before published: after a crash or a failed finalize, this vote is re-sent as is.
+        append_durable(
+            self.cfg.state_dir,
+            VOTES_FILE,
+            {
+                "task": ctx.task_id,
+                "round": round_,
+                "prev": previous_root.lower(),
+                "vote": encode_vote(vote, signature).decode(),
+            },
         )
         self._announce(vote, signature, equivocate=cheating and self.cfg.misbehave == "equivocate")
-        self._send(
-            "finalize", lambda: self.market.send_vote(self.signer, vote, signature, metric=int(loss * 1_000_000))
-        )
+        self._send("finalize", lambda: self.market.send_vote(self.signer, vote, signature))
         self.metrics.round.set(round_)
         self.metrics.validation_loss.set(loss)
         self.metrics.finalized.inc()
@@ -160,6 +186,25 @@ class WitnessAgent:
             },
         )
 
+    def _stored_vote(self, round_: int, previous_root: str) -> tuple[Vote, bytes] | None:
+        """The vote this witness already signed for (task, round, prevStateRoot), if any."""
+        task_id = self.cfg.task_id
+        for record in reversed(read_records(self.cfg.state_dir, VOTES_FILE)):
+            if (record.get("task"), record.get("round"), record.get("prev")) != (
+                task_id,
+                round_,
+                previous_root.lower(),
+            ):
+                continue
+            try:
+                signed = decode_vote(str(record.get("vote", "")).encode(), self.market.domain())
+            except GossipError as exc:
+                log.warning("witness.stored_vote_unreadable", round=round_, error=str(exc))
+                continue
+            if signed.signer.lower() == self.signer.address.lower():
+                return signed.message, signed.signature
+        return None
+
     def _announce(self, vote: Vote, signature: bytes, *, equivocate: bool) -> None:
         """Announce the signed vote (gossip). TESTS AND DEMOS ONLY when ``equivocate``: announce a
         signed vote for a different state root than the one cast on chain."""
@@ -168,7 +213,14 @@ class WitnessAgent:
             return
         other = replace(vote, state_root=keccak(b"equivocation" + vote.state_root))
         _, other_signature = self.market.sign_vote(
-            self.signer, other.task_id, other.round, other.state_root, other.aggregate_root, other.accepted_mask
+            self.signer,
+            other.task_id,
+            other.round,
+            other.state_root,
+            other.aggregate_root,
+            other.accepted_mask,
+            prev_state_root=other.prev_state_root,
+            metric=other.metric,
         )
         announce_vote(self.blobs, other, other_signature, self.signer.address)
         log.warning("witness.misbehaving", mode="equivocate", round=vote.round)

@@ -18,10 +18,11 @@ abstract contract SynclineSigning is TestBase {
     bytes32 internal constant DOMAIN_NAME_HASH = keccak256("Syncline");
     bytes32 internal constant DOMAIN_VERSION_HASH = keccak256("1");
     bytes32 internal constant COMMITMENT_TYPEHASH = keccak256(
-        "Commitment(uint256 taskId,uint32 round,uint16 fragment,bytes32 payloadHash,bytes32 chunkRoot,bytes32 checkpointRoot)"
+        "Commitment(uint256 taskId,uint32 round,uint16 fragment,bytes32 payloadHash,bytes32 chunkRoot,bytes32 checkpointRoot,string uri)"
     );
-    bytes32 internal constant VOTE_TYPEHASH =
-        keccak256("Vote(uint256 taskId,uint32 round,bytes32 stateRoot,bytes32 aggregateRoot,uint256 acceptedMask)");
+    bytes32 internal constant VOTE_TYPEHASH = keccak256(
+        "Vote(uint256 taskId,uint32 round,bytes32 prevStateRoot,bytes32 stateRoot,bytes32 aggregateRoot,uint256 acceptedMask,uint256 metric)"
+    );
 
     /// @dev Private key of every actor made by `_keyedActor`.
     mapping(address account => uint256 privateKey) internal _keys;
@@ -56,12 +57,32 @@ abstract contract SynclineSigning is TestBase {
 
     function _commitmentStructHash(Commitment memory c) internal pure returns (bytes32) {
         return keccak256(
-            abi.encode(COMMITMENT_TYPEHASH, c.taskId, c.round, c.fragment, c.payloadHash, c.chunkRoot, c.checkpointRoot)
+            abi.encode(
+                COMMITMENT_TYPEHASH,
+                c.taskId,
+                c.round,
+                c.fragment,
+                c.payloadHash,
+                c.chunkRoot,
+                c.checkpointRoot,
+                keccak256(bytes(c.uri))
+            )
         );
     }
 
     function _voteStructHash(Vote memory v) internal pure returns (bytes32) {
-        return keccak256(abi.encode(VOTE_TYPEHASH, v.taskId, v.round, v.stateRoot, v.aggregateRoot, v.acceptedMask));
+        return keccak256(
+            abi.encode(
+                VOTE_TYPEHASH,
+                v.taskId,
+                v.round,
+                v.prevStateRoot,
+                v.stateRoot,
+                v.aggregateRoot,
+                v.acceptedMask,
+                v.metric
+            )
+        );
     }
 
     /// @dev EIP-712 digest of a commitment for the market at `verifyingContract` on `chainId`.

@@ -50,8 +50,7 @@ abstract contract SynclineTest is SynclineSigning {
     uint16 internal constant SLASH_BPS = 2500;
     uint8 internal constant THRESHOLD = 2;
     uint256 internal constant N_WITNESSES = 3;
-    /// @dev The default spec asks no witness bond (so the settlement sums of the older tests stay
-    /// exact); `_bondedSpec` asks this one.
+    /// @dev Every witness posts this bond before it votes (a spec's `witnessBond` is never 0).
     uint128 internal constant WITNESS_BOND = 0.5 ether;
     uint128 internal constant CHALLENGE_BOND = 0.1 ether;
     uint256 internal constant METRIC = 1_234_567;
@@ -163,12 +162,12 @@ abstract contract SynclineTest is SynclineSigning {
         s.gradientBits = 8;
         s.paramCount = PARAM_COUNT;
         s.checkpointInterval = CHECKPOINT_INTERVAL;
-        s.witnessBond = 0;
+        s.witnessBond = WITNESS_BOND;
         s.challengeBond = CHALLENGE_BOND;
         s.witnesses = _witnessArray();
     }
 
-    /// @dev The default spec with a witness bond of `WITNESS_BOND`.
+    /// @dev The default spec (its witness bond is `WITNESS_BOND`), named where the bond matters.
     function _bondedSpec() internal view returns (TaskSpec memory s) {
         s = _defaultSpec();
         s.witnessBond = WITNESS_BOND;
@@ -206,9 +205,10 @@ abstract contract SynclineTest is SynclineSigning {
         return i < trainers.length ? trainers[i] : _extraTrainer(i);
     }
 
-    /// @dev Posts the default task and fills it to maxTrainers, which starts the run.
+    /// @dev Posts the default task, bonds its witnesses and fills it to maxTrainers, which starts the run.
     function _postAndStart() internal returns (uint256 taskId) {
         taskId = _postDefault();
+        _bondAll(taskId);
         _enrollMany(taskId, MAX_TRAINERS);
     }
 
@@ -232,7 +232,8 @@ abstract contract SynclineTest is SynclineSigning {
             fragment: fragment,
             payloadHash: _payload(taskId, round, fragment),
             chunkRoot: _chunk(taskId, round, fragment),
-            checkpointRoot: _checkpoints(taskId, round, fragment)
+            checkpointRoot: _checkpoints(taskId, round, fragment),
+            uri: URI
         });
     }
 
@@ -248,7 +249,8 @@ abstract contract SynclineTest is SynclineSigning {
             fragment: fragment,
             payloadHash: payloadHash,
             chunkRoot: chunkRoot,
-            checkpointRoot: keccak256("checkpoints")
+            checkpointRoot: keccak256("checkpoints"),
+            uri: URI
         });
     }
 
@@ -268,14 +270,14 @@ abstract contract SynclineTest is SynclineSigning {
         Commitment memory c = _commitment(taskId, round, fragment);
         bytes memory sig = _signC(trainer, c);
         vm.prank(trainer);
-        market.commitSubmission(c, URI, sig);
+        market.commitSubmission(c, sig);
     }
 
     /// @dev `trainer` signs `c` and sends it (for commitments that are expected to revert).
     function _commitSigned(address trainer, Commitment memory c) internal {
         bytes memory sig = _signC(trainer, c);
         vm.prank(trainer);
-        market.commitSubmission(c, URI, sig);
+        market.commitSubmission(c, sig);
     }
 
     /// @dev Every non-evicted trainer commits; returns the committed fragment mask.
@@ -313,12 +315,40 @@ abstract contract SynclineTest is SynclineSigning {
         return keccak256(abi.encode(stateRoot, aggregateRoot, acceptedMask));
     }
 
+    /// @dev Storage slots of `SynclineStorage` (ReentrancyGuard `_status` 0, EIP712's two fallback
+    /// strings 1-2, then `_taskCount` 3, `_specs` 4, `_tasks` 5, ..., `_rounds` 11), read with
+    /// `vm.load` so that vote helpers make no call (a call would consume a pending `expectRevert`
+    /// or `prank`). `test_prevRoot_matchesViews` keeps them honest.
+    uint256 internal constant TASKS_SLOT = 5;
+    uint256 internal constant ROUNDS_SLOT = 11;
+
+    /// @dev The state root a vote on `round` builds on: the finalized round's previous root, else
+    /// the task's current root (what an honest witness reads when it votes).
+    function _prevRoot(uint256 taskId, uint32 round) internal view returns (bytes32) {
+        bytes32 task = keccak256(abi.encode(taskId, TASKS_SLOT));
+        bytes32 rr = keccak256(abi.encode(round, keccak256(abi.encode(taskId, ROUNDS_SLOT))));
+        // RoundRecord: status is the lowest byte of its first slot, prevStateRoot its 8th slot.
+        bool finalized = uint8(uint256(vm.load(address(market), rr))) == uint8(RoundStatus.Finalized);
+        if (finalized) return vm.load(address(market), bytes32(uint256(rr) + 7));
+        // TaskState: stateRoot is its 3rd slot.
+        return vm.load(address(market), bytes32(uint256(task) + 2));
+    }
+
+    /// @dev A vote (metric `METRIC`) built on the round's previous root (`_prevRoot`).
     function _voteMsg(uint256 taskId, uint32 round, bytes32 stateRoot, bytes32 agg, uint256 mask)
         internal
-        pure
+        view
         returns (Vote memory)
     {
-        return Vote({taskId: taskId, round: round, stateRoot: stateRoot, aggregateRoot: agg, acceptedMask: mask});
+        return Vote({
+            taskId: taskId,
+            round: round,
+            prevStateRoot: _prevRoot(taskId, round),
+            stateRoot: stateRoot,
+            aggregateRoot: agg,
+            acceptedMask: mask,
+            metric: METRIC
+        });
     }
 
     /// @dev `witness` signs and sends a vote (metric `METRIC`).
@@ -328,10 +358,12 @@ abstract contract SynclineTest is SynclineSigning {
         _voteWithMetric(_voteMsg(taskId, round, stateRoot, agg, mask), witness, METRIC);
     }
 
+    /// @dev `witness` signs `v` with `metric` and sends it.
     function _voteWithMetric(Vote memory v, address witness, uint256 metric) internal {
+        v.metric = metric;
         bytes memory sig = _signV(witness, v);
         vm.prank(witness);
-        market.finalizeRound(v, metric, sig);
+        market.finalizeRound(v, sig);
     }
 
     /// @dev `witness` posts the task's witness bond.

@@ -16,6 +16,7 @@ interface Vm {
     // ------------------------------------------------------------------ environment
     function warp(uint256 newTimestamp) external;
     function deal(address account, uint256 newBalance) external;
+    function load(address target, bytes32 slot) external view returns (bytes32 data);
     function label(address account, string calldata newLabel) external;
     function addr(uint256 privateKey) external pure returns (address);
     /// @notice Signs `digest` with `privateKey` (secp256k1, low-s, v in {27, 28}).

@@ -259,9 +259,16 @@ contract CourtProofsGasTest is CourtTestBase {
     }
 
     function test_gas_proveWitnessEquivocation() public {
-        Vote memory a =
-            Vote(taskId, 0, keccak256("state-0"), keccak256(abi.encode("aggregate", keccak256("state-0"))), 0x07);
-        Vote memory b = Vote(taskId, 0, keccak256("other"), bytes32(0), 0x07);
+        Vote memory a = Vote(
+            taskId,
+            0,
+            bytes32(0),
+            keccak256("state-0"),
+            keccak256(abi.encode("aggregate", keccak256("state-0"))),
+            0x07,
+            0
+        );
+        Vote memory b = Vote(taskId, 0, bytes32(0), keccak256("other"), bytes32(0), 0x07, 0);
         bytes memory sa = _signV(witnesses[0], a);
         bytes memory sb = _signV(witnesses[0], b);
         vm.prank(challenger);

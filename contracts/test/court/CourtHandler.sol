@@ -233,8 +233,8 @@ contract CourtHandler is CourtTestBase {
         // Mostly keep a bonded quorum, so rounds keep finalizing.
         (, uint256 bondedCount) = _bondedWitnesses();
         if (bondedCount <= THRESHOLD && roundSeed % 4 != 0) return;
-        Vote memory a = Vote(current, round, keccak256("va"), bytes32(0), 1);
-        Vote memory b = Vote(current, round, keccak256("vb"), bytes32(0), 1);
+        Vote memory a = Vote(current, round, bytes32(0), keccak256("va"), bytes32(0), 1, 0);
+        Vote memory b = Vote(current, round, bytes32(0), keccak256("vb"), bytes32(0), 1, 0);
         bytes memory sa = _signV(witnesses[w], a);
         bytes memory sb = _signV(witnesses[w], b);
         vm.prank(challenger);

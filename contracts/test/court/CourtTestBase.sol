@@ -122,7 +122,8 @@ abstract contract CourtTestBase is SynclineTest {
             fragment: fragment,
             payloadHash: keccak256(abi.encode("payload", taskId, round, fragment, chunkRoot)),
             chunkRoot: chunkRoot,
-            checkpointRoot: keccak256(abi.encode("checkpoints", taskId, round, fragment))
+            checkpointRoot: keccak256(abi.encode("checkpoints", taskId, round, fragment)),
+            uri: URI
         });
     }
 
@@ -141,7 +142,7 @@ abstract contract CourtTestBase is SynclineTest {
     /// @dev The vote for `(stateRoot, mask)` (its aggregate root derived from the state root).
     function _voteMsg(uint256 taskId, uint32 round, bytes32 stateRoot, uint256 mask)
         internal
-        pure
+        view
         returns (Vote memory)
     {
         return _voteMsg(taskId, round, stateRoot, keccak256(abi.encode("aggregate", stateRoot)), mask);

@@ -163,7 +163,7 @@ contract TrainerEquivocationTest is CourtTestBase {
         bytes memory sig = _signC(trainers[1], c);
         _finalize(taskId, 0, keccak256("s0"), ALL & ~uint256(2));
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineNotActiveTrainer.selector, taskId, trainers[1]));
-        market.commitSubmission(c, "u", sig);
+        market.commitSubmission(c, sig);
         _assertMoney();
     }
 
@@ -195,17 +195,32 @@ contract TrainerEquivocationTest is CourtTestBase {
         bytes32 payloadHash,
         bytes32 chunkRoot,
         bytes32 checkpointRoot,
-        uint8 fragment
+        uint8 fragment,
+        bool otherUri
     ) public {
         uint16 f = uint16(bound(fragment, 0, N_TRAINERS - 1));
         Commitment memory a = _commitment(taskId, 0, f, _gradRoot(0, f));
-        Commitment memory b = Commitment(taskId, 0, f, payloadHash, chunkRoot, checkpointRoot);
-        vm.assume(a.payloadHash != b.payloadHash || a.chunkRoot != b.chunkRoot || a.checkpointRoot != b.checkpointRoot);
+        Commitment memory b =
+            Commitment(taskId, 0, f, payloadHash, chunkRoot, checkpointRoot, otherUri ? "http://dead.invalid/x" : URI);
+        vm.assume(
+            a.payloadHash != b.payloadHash || a.chunkRoot != b.chunkRoot || a.checkpointRoot != b.checkpointRoot
+                || otherUri
+        );
         bytes memory sa = _signC(trainers[f], a);
         bytes memory sb = _signC(trainers[f], b);
         _prove(b, sb, a, sa);
         vm.assertEq(market.getTrainer(taskId, trainers[f]).slashed, STAKE, "slashed");
         vm.assertEq(market.creditOf(challenger), CHALLENGE_BOND + STAKE / 2, "bounty");
+        _assertMoney();
+    }
+
+    /// The uri is signed: the same gradient announced at two locators is two different commitments.
+    function test_proveTrainerEquivocation_uriOnly_slashes() public {
+        Commitment memory a = _commitment(taskId, 0, 2, _gradRoot(0, 2));
+        Commitment memory b = _commitment(taskId, 0, 2, _gradRoot(0, 2));
+        b.uri = "http://elsewhere.example/x";
+        _prove(a, _signC(trainers[2], a), b, _signC(trainers[2], b));
+        vm.assertEq(market.getTrainer(taskId, trainers[2]).slashed, STAKE, "slashed");
         _assertMoney();
     }
 
@@ -506,7 +521,7 @@ contract WitnessEquivocationTest is CourtTestBase {
         _pastDeadline(taskId);
         (Vote memory a, bytes memory sa, Vote memory b, bytes memory sb) = _pair(taskId, 0, 0);
         vm.prank(witnesses[0]);
-        market.finalizeRound(a, 0, sa);
+        market.finalizeRound(a, sa);
 
         vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.WitnessSlashed(taskId, witnesses[0], WITNESS_BOND);
@@ -537,7 +552,7 @@ contract WitnessEquivocationTest is CourtTestBase {
         Vote memory v1 = _voteMsg(taskId, 1, keccak256("s1"), ALL);
         bytes memory s1 = _signV(witnesses[0], v1);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWitnessUnbonded.selector, taskId, witnesses[0]));
-        market.finalizeRound(v1, 0, s1);
+        market.finalizeRound(v1, s1);
         _finalizeBy(taskId, 1, keccak256("s1"), ALL, 1, 2);
         _seal(taskId);
         uint256 pool = POOL + WITNESS_BOND / 2;
@@ -564,7 +579,7 @@ contract WitnessEquivocationTest is CourtTestBase {
         public
     {
         (Vote memory a, bytes memory sa,,) = _pair(taskId, 0, 1);
-        Vote memory b = Vote(taskId, 0, stateRoot, aggregateRoot, mask);
+        Vote memory b = Vote(taskId, 0, a.prevStateRoot, stateRoot, aggregateRoot, mask, a.metric);
         vm.assume(b.stateRoot != a.stateRoot || b.aggregateRoot != a.aggregateRoot || b.acceptedMask != a.acceptedMask);
         _prove(a, sa, b, _signV(witnesses[1], b));
         vm.assertEq(market.getWitness(taskId, witnesses[1]).bond, 0, "slashed");
@@ -682,7 +697,7 @@ contract WitnessEquivocationTest is CourtTestBase {
         _expectProveRevert(err, a, sa, b, sb);
     }
 
-    /// A witness that never bonded (or a task that asks no bond) has nothing to slash.
+    /// A witness that never bonded has nothing to slash (every task asks a bond).
     function test_proveWitnessEquivocation_unbonded_reverts() public {
         uint256 task2 = _post(_spec(AggregationRule.Mean));
         _enrollMany(task2, N_TRAINERS);
@@ -690,12 +705,25 @@ contract WitnessEquivocationTest is CourtTestBase {
         _expectProveRevert(
             abi.encodeWithSelector(ISynclineEvents.SynclineNothingToSlash.selector, task2, witnesses[0]), a, sa, b, sb
         );
-        TaskSpec memory s = _spec(AggregationRule.Mean);
-        s.witnessBond = 0;
-        uint256 task3 = _start(s);
-        (a, sa, b, sb) = _pair(task3, 0, 1);
+    }
+
+    /// The metric is signed: two votes that differ only in it are two different signed votes.
+    function test_proveWitnessEquivocation_metricOnly_slashesBond() public {
+        (Vote memory a, bytes memory sa,,) = _pair(taskId, 0, 1);
+        Vote memory b =
+            Vote(a.taskId, a.round, a.prevStateRoot, a.stateRoot, a.aggregateRoot, a.acceptedMask, a.metric + 1);
+        _prove(a, sa, b, _signV(witnesses[1], b));
+        vm.assertEq(market.getWitness(taskId, witnesses[1]).bond, 0, "slashed");
+        _assertMoney();
+    }
+
+    /// Votes on different previous state roots are no equivocation: after a rollback a witness
+    /// votes again on the restored root.
+    function test_proveWitnessEquivocation_otherPrevStateRoot_reverts() public {
+        (Vote memory a, bytes memory sa, Vote memory b,) = _pair(taskId, 0, 0);
+        b.prevStateRoot = keccak256("restored root");
         _expectProveRevert(
-            abi.encodeWithSelector(ISynclineEvents.SynclineNothingToSlash.selector, task3, witnesses[1]), a, sa, b, sb
+            abi.encodeWithSelector(ISynclineEvents.SynclineNotEquivocation.selector), a, sa, b, _signV(witnesses[0], b)
         );
     }
 

@@ -459,8 +459,8 @@ contract TrainingFraudTest is CourtTestBase {
     /// A referee whose bond was slashed (proven equivocation) has nothing at stake: no verdict.
     function test_refereeVote_slashedWitness_reverts() public {
         uint256 id = _challengeTraining(0, 0);
-        Vote memory a = Vote(taskId, 1, keccak256("x"), keccak256("y"), 1);
-        Vote memory b = Vote(taskId, 1, keccak256("x2"), keccak256("y"), 1);
+        Vote memory a = Vote(taskId, 1, bytes32(0), keccak256("x"), keccak256("y"), 1, 0);
+        Vote memory b = Vote(taskId, 1, bytes32(0), keccak256("x2"), keccak256("y"), 1, 0);
         bytes memory sa = _signV(witnesses[2], a);
         bytes memory sb = _signV(witnesses[2], b);
         vm.prank(stranger);

@@ -240,8 +240,8 @@ contract MarketHandler is SynclineSigning {
         s.gradientBits = 16;
         s.paramCount = uint64(bound((shape >> 64) & 0xffffffff, 1, 10_000_000));
         s.checkpointInterval = uint32(bound((shape >> 96) & 0xff, 1, s.innerSteps));
-        // Half the tasks ask a witness bond (up to 2 ether), half none.
-        s.witnessBond = bond % 2 == 0 ? 0 : uint128(bound(bond >> 1, 1, 2 ether));
+        // Every task asks a witness bond (1 wei to 2 ether): a spec without one is refused.
+        s.witnessBond = uint128(bound(bond, 1, 2 ether));
         s.challengeBond = 0.1 ether;
         s.witnesses = _witnesses;
         uint256 budget = uint256(s.witnessFee) * s.threshold * s.rounds;
@@ -319,11 +319,12 @@ contract MarketHandler is SynclineSigning {
                 fragment: uint16(i),
                 payloadHash: keccak256(abi.encode("payload", id, t.currentRound, i)),
                 chunkRoot: keccak256(abi.encode("chunks", id, t.currentRound, i)),
-                checkpointRoot: keccak256(abi.encode("checkpoints", id, t.currentRound, i))
+                checkpointRoot: keccak256(abi.encode("checkpoints", id, t.currentRound, i)),
+                uri: "ipfs://grad"
             });
             bytes memory sig = _signCommitment(_keyOf(ts[i]), c, address(market));
             vm.prank(relayer);
-            try market.commitSubmission(c, "ipfs://grad", sig) {} catch {}
+            try market.commitSubmission(c, sig) {} catch {}
         }
     }
 
@@ -363,14 +364,24 @@ contract MarketHandler is SynclineSigning {
             mask = before.committedMask & maskSeed;
         }
         bytes32 offered = keccak256(abi.encode(root, agg, mask));
-        Vote memory v = Vote({taskId: id, round: round, stateRoot: root, aggregateRoot: agg, acceptedMask: mask});
+        Vote memory v = Vote({
+            taskId: id,
+            round: round,
+            prevStateRoot: before.status == RoundStatus.Finalized
+                ? before.prevStateRoot
+                : market.getTaskState(id).stateRoot,
+            stateRoot: root,
+            aggregateRoot: agg,
+            acceptedMask: mask,
+            metric: maskSeed % 1e6
+        });
         bytes memory sig = _signVote(_keyOf(w), v, address(market));
         // Book what earlier calls of this step logged, so that a replay's own logs can be told apart.
         _afterStep();
         vm.recordLogs();
         // The witness relays its own vote, or (maskSeed bit 8) a trainer relays it.
         vm.prank((maskSeed >> 8) & 1 == 0 ? w : _trainers[(maskSeed >> 9) % _trainers.length]);
-        try market.finalizeRound(v, maskSeed % 1e6, sig) {
+        try market.finalizeRound(v, sig) {
             if (before.status == RoundStatus.Finalized) {
                 if (offered != before.result) ghostConflictAccepted += 1;
                 if (keccak256(abi.encode(market.getRound(id, round))) != keccak256(abi.encode(before))) {

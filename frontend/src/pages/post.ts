@@ -275,11 +275,13 @@ export function postPage(): Page {
     if (shards !== null && maxT !== null && maxT > shards) e.set("corpus.shard_count", `need max trainers (${maxT}) ≤ shards`);
     const stake = has("trainer_stake_wei") ? toWei(raw("trainer_stake_wei")) : null;
     if (stake === 0n) e.set("trainer_stake_wei", "must be positive");
+    const bond = has("witness_bond_wei") ? toWei(raw("witness_bond_wei")) : null;
+    if (bond === 0n) e.set("witness_bond_wei", "must be positive: every witness puts a bond at stake before it votes");
     needInt("max_missed_rounds", 0n, U(16));
     const maxSlash = BigInt(limitNum("max_slash_bps", 10_000));
     needInt("eviction_slash_bps", 0n, maxSlash, `must be within 0..${maxSlash} bps`);
 
-    // Witnesses: valid, non-zero, distinct addresses; 0 < k <= N <= 32.
+    // Witnesses: valid, non-zero, distinct addresses, not the sponsor's own; 0 < k <= N <= 32.
     const maxWitnesses = limitNum("max_witnesses", 32);
     const witnesses = has("witnesses") ? lines(values.witnesses) : [];
     if (has("witnesses")) {
@@ -295,6 +297,10 @@ export function postPage(): Page {
         }
         if (seen.has(w.toLowerCase())) {
           e.set("witnesses", `duplicate address ${shortHex(w)}`);
+          break;
+        }
+        if (wallet.selected && w.toLowerCase() === wallet.selected.toLowerCase()) {
+          e.set("witnesses", `the sponsor ${shortHex(w)} (the selected account) cannot be a witness of its own task`);
           break;
         }
         seen.add(w.toLowerCase());
