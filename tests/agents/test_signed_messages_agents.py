@@ -52,8 +52,8 @@ class ObservedBlobStore(LocalBlobStore):
         super().__init__(root)
         self.on_commitment: Callable[[bytes], None] | None = None
 
-    def put(self, data: bytes, *, alias: str | None = None) -> BlobRef:
-        ref = super().put(data, alias=alias)
+    def put(self, data: bytes, *, alias: str | None = None, alias_signature: bytes | None = None) -> BlobRef:
+        ref = super().put(data, alias=alias, alias_signature=alias_signature)
         if alias is not None and alias.startswith("gossip:commitment:") and self.on_commitment is not None:
             self.on_commitment(data)
         return ref
