@@ -21,7 +21,7 @@ import torch
 from eth_account.signers.local import LocalAccount
 
 from syncline.blobstore import BlobStore, find_verified, put_signed
-from syncline.blobstore.store import MAX_ALIAS_SIGNERS, BlobTooLarge
+from syncline.blobstore.store import MAX_ALIAS_SIGNERS, BlobTooLarge, BlobUnavailable
 from syncline.chain.market import MarketClient
 from syncline.errors import SpecError, SynclineError
 from syncline.modality.language import LanguageAdapter
@@ -129,6 +129,8 @@ class TaskContext:
 
         try:
             return find_verified(self.blobs, (root,), check, signers=self.publishers(), what=f"state {root}")
+        except BlobUnavailable as exc:
+            raise StateUnavailable(f"cannot look up state root {state_root}: {_one_line(exc)}", outage=True) from None
         except SynclineError as exc:
             raise StateUnavailable(f"no blob is known for state root {state_root}: {_one_line(exc)}") from None
 
@@ -207,7 +209,16 @@ class TaskContext:
 
 
 class StateUnavailable(SynclineError):
-    """The state blob for a root cannot be found or does not match it (yet)."""
+    """The state blob for a root cannot be found or does not match it (yet).
+
+    ``outage`` is True when the blob store itself could not be asked (connection refused, a
+    deadline): the agent's loop then backs off and reports degraded health instead of polling.
+    Either way it is never evidence against anyone.
+    """
+
+    def __init__(self, message: str, *, outage: bool = False) -> None:
+        super().__init__(message)
+        self.outage = outage
 
 
 def fetch_by_digest(blobs: BlobStore, digest: str, hints: tuple[str, ...], *, max_bytes: int) -> bytes:

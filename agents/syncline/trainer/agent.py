@@ -166,6 +166,8 @@ class TrainerAgent:
         try:
             state = self._sync_state(round_, fragment, state_root)
         except StateUnavailable as exc:
+            if exc.outage:  # the store is down: the loop backs off and reports degraded health
+                raise
             log.info("trainer.waiting_for_state", round=round_, reason=str(exc))
             return
         inner = self._ensure_inner()

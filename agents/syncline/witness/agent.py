@@ -120,6 +120,8 @@ class WitnessAgent:
         try:
             previous = ctx.fetch_state(previous_root)
         except StateUnavailable as exc:
+            if exc.outage:  # the store is down: the loop backs off and reports degraded health
+                raise
             log.info("witness.waiting_for_state", round=round_, reason=str(exc))
             return
         started = time.perf_counter()
