@@ -47,21 +47,41 @@ interface ISynclineCourt is ISynclineEvents {
     function proveAggregationFraud(AggregationProof calldata proof) external payable returns (uint256 challengeId);
 
     /// @notice Claim that `fragment`'s on-time committed submission was left out of a finalized
-    /// round. Opens a defence period of `challengeWindow`: the exclusion is justified only by
-    /// `answerCensorship` (a malformed chunk opened against the submission's chunk root).
+    /// round. Opens a defence period of `challengeWindow`. A voter of the finalized result defends
+    /// it with `answerCensorship` (a malformed chunk) or `demandAvailability` (the data-availability
+    /// sub-game); undefended, `resolveCensorship` upholds it.
     function challengeCensorship(uint256 taskId, uint32 round, uint16 fragment)
         external
         payable
         returns (uint256 challengeId);
 
-    /// @notice Defend an exclusion: open chunk `chunkIndex` of the excluded submission and show
-    /// it is malformed. Rejects the challenge; its bond goes to the caller.
+    /// @notice Defend an exclusion: open chunk `chunkIndex` of the excluded submission against its
+    /// committed chunk root and show it is malformed. Rejects the challenge; its bond goes to the
+    /// caller. Only a witness that voted the finalized result may answer, never the claimant.
     function answerCensorship(uint256 challengeId, uint32 chunkIndex, bytes calldata chunk, bytes32[] calldata proof)
         external;
 
-    /// @notice After an unanswered defence period: uphold the censorship challenge (slash the
-    /// witnesses that voted for the result, invalidate the round onwards). Anyone may call.
+    /// @notice A witness that voted the finalized result (never the claimant) says it could not
+    /// get the excluded submission's data: chunk `chunkIndex` of it must be opened against its
+    /// chunk root by `answerAvailability` within `challengeWindow / 2` of the first demand (later
+    /// demands join the first one's chunk and window, until the claim's deadline). Unanswered,
+    /// the claim fails: its bond pays the demanders and the submission is unavailable for good.
+    /// Answered (data shown only after the vote): the demanders keep their bonds but give up the
+    /// round's fee, the trainer is credited the round, the voters that did not demand are slashed.
+    function demandAvailability(uint256 challengeId, uint32 chunkIndex) external;
+
+    /// @notice Open the demanded chunk of the excluded submission (anyone; normally its trainer).
+    /// A malformed chunk rejects the claim (bond to the demanders).
+    function answerAvailability(uint256 challengeId, bytes calldata chunk, bytes32[] calldata proof) external;
+
+    /// @notice After the defence period (and any response window): unanswered demand -> rejected
+    /// (bond to the demanders); no demand -> upheld (slash the voters, roll the round back);
+    /// demand answered -> the late-availability settlement of `demandAvailability`. Anyone may call.
     function resolveCensorship(uint256 challengeId) external;
+
+    /// @notice Void the next batch of a pending rollback (a proven round fault voids the round and
+    /// every later one in batches, so no call outgrows a block). Anyone may call; the seal waits.
+    function continueInvalidation(uint256 taskId) external;
 
     /// @notice Claim that an accepted submission was not produced by honest training: segment
     /// `segment` of its inner loop (or, for `segment == ceil(innerSteps / checkpointInterval)`,
@@ -77,9 +97,23 @@ interface ISynclineCourt is ISynclineEvents {
     /// bond is forfeited to the witnesses that voted innocent.
     function refereeVote(uint256 challengeId, bool guilty) external;
 
-    /// @notice Close a training challenge the committee did not decide by its deadline; the bond
-    /// goes back to the challenger. Anyone may call.
+    /// @notice Close a training challenge the committee did not decide by its deadline. Each
+    /// referee that voted is paid `bond / N` for its re-execution; the challenger gets the rest
+    /// back. Anyone may call.
     function expireChallenge(uint256 challengeId) external;
+
+    /// @notice A censorship claim's availability demand (`deadline` 0: none made).
+    function availabilityDemand(uint256 challengeId)
+        external
+        view
+        returns (uint64 deadline, uint32 chunkIndex, uint16 demanders, bool answered);
+
+    /// @notice Whether `witness` demanded availability on censorship claim `challengeId`.
+    function demandedBy(uint256 challengeId, address witness) external view returns (bool);
+
+    /// @notice The task's rollback: rounds `[next, end)` are still to be voided (pending while
+    /// `next < end`), `from` is the round it started at.
+    function invalidation(uint256 taskId) external view returns (uint32 from, uint32 next, uint32 end);
 
     /// @notice One challenge.
     function getChallenge(uint256 challengeId) external view returns (Challenge memory);

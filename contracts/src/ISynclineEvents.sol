@@ -236,6 +236,19 @@ interface ISynclineEvents {
     error SynclineAlreadyRefereed(uint256 challengeId, address witness);
     /// @notice The opened chunk is well formed, so it is no reason to exclude the submission.
     error SynclineChunkWellFormed(uint256 challengeId, uint32 chunkIndex);
+    /// @notice The caller may not defend this censorship claim: only a witness that voted the
+    /// finalized result may, and never the claimant.
+    error SynclineNotDefender(uint256 challengeId, address caller);
+    /// @notice The witness already demanded availability on this claim.
+    error SynclineAlreadyDemanded(uint256 challengeId, address witness);
+    /// @notice No availability demand is open on this claim (none made, answered, or its
+    /// response window ended at `deadline`).
+    error SynclineAvailabilityClosed(uint256 challengeId, uint64 deadline);
+    /// @notice The task has no rollback left to carry out.
+    error SynclineNothingToInvalidate(uint256 taskId);
+    /// @notice A rollback of rounds `[next, end)` is still being carried out: call
+    /// `continueInvalidation` until it is done, then prove a fault in a later round.
+    error SynclineInvalidationPending(uint256 taskId, uint32 next, uint32 end);
 
     // ------------------------------------------------------------------ events: bonds and challenges
     /// @notice A witness posted its bond.
@@ -270,4 +283,18 @@ interface ISynclineEvents {
     /// @notice A rollback replaced the open round's previous state root `staleRoot` with
     /// `prevStateRoot`: the votes cast on the stale root no longer count.
     event VotesDiscarded(uint256 indexed taskId, uint32 indexed round, bytes32 staleRoot, bytes32 prevStateRoot);
+    /// @notice A voter of a censored round demanded that chunk `chunkIndex` of the excluded
+    /// submission be opened on chain by `deadline`.
+    event AvailabilityDemanded(uint256 indexed challengeId, address indexed witness, uint32 chunkIndex, uint64 deadline);
+    /// @notice The demanded chunk was opened (well formed): the data is available now.
+    event AvailabilityAnswered(uint256 indexed challengeId, address indexed by, uint32 chunkIndex);
+    /// @notice The demanded chunk was not opened in time: the submission is unavailable for good.
+    event SubmissionUnavailable(uint256 indexed taskId, uint32 indexed round, uint16 fragment, uint256 challengeId);
+    /// @notice An excluded submission shown available after the vote was credited as accepted work.
+    event LateWorkCredited(uint256 indexed taskId, uint32 indexed round, address indexed trainer, uint16 weight);
+    /// @notice A voter that demanded availability of data later shown available gave up its round fee.
+    event FeeForfeited(uint256 indexed taskId, uint32 indexed round, address indexed witness, uint256 fee);
+    /// @notice A rollback voided rounds up to `nextRound` (exclusive) of `[.., endRound)`; it is
+    /// complete when `nextRound == endRound`.
+    event InvalidationProgressed(uint256 indexed taskId, uint32 nextRound, uint32 endRound);
 }

@@ -2,7 +2,8 @@
 pragma solidity ^0.8.24;
 
 import {ISynclineCourt} from "./ISynclineCourt.sol";
-import {SynclineStorage} from "./SynclineStorage.sol";
+import {SynclineCourtCore} from "./SynclineCourtCore.sol";
+import {SynclineRulings} from "./SynclineRulings.sol";
 import {
     TaskSpec,
     TaskState,
@@ -33,20 +34,18 @@ import {TierPolicy} from "./libraries/TierPolicy.sol";
 /// (see `ISynclineCourt` for the rules). Equivocation and aggregation proofs are checked entirely
 /// on chain in one transaction; a censorship claim waits out a defence period; a training-fraud
 /// claim is refereed by the witness committee re-executing one inner-loop segment (k-of-N).
+/// The rulings on asynchronous claims (censorship defence and the data-availability sub-game,
+/// `resolveCensorship`, `expireChallenge`, `continueInvalidation`) run in `SynclineRulings`,
+/// which this module creates and forwards those selectors to, so each module stays under EIP-170.
 /// @dev No external calls: money only moves between the task's obligations and pull credits, so
 /// the market's money invariant holds through every path here.
-contract SynclineCourt is ISynclineCourt, SynclineStorage {
-    /// @dev This module's own address: direct calls (not delegated by the market) are refused.
-    address private immutable SELF = address(this);
+contract SynclineCourt is ISynclineCourt, SynclineCourtCore {
+    /// @notice The `SynclineRulings` module this court created; the rulings run there.
+    address public immutable RULINGS = address(new SynclineRulings());
 
     /// @dev `which` values of `SynclineBadMerkleProof` for the two state openings.
     uint256 private constant PREV_STATE = type(uint256).max - 1;
     uint256 private constant CLAIMED_STATE = type(uint256).max;
-
-    modifier onlyDelegated() {
-        if (address(this) == SELF) revert SynclineCourtDirectCall();
-        _;
-    }
 
     // ------------------------------------------------------------------ equivocation
 
@@ -222,15 +221,6 @@ contract SynclineCourt is ISynclineCourt, SynclineStorage {
         return bytes.concat(chunk[8 * lo:8 * hi], chunk[8 * (count + lo):8 * (count + hi)]);
     }
 
-    /// @dev Number of chunks of a `paramCount`-parameter state, and the coordinates in chunk
-    /// `index` (0 if the index is out of range).
-    function _chunkShape(uint64 paramCount, uint32 index) private pure returns (uint256 chunkCount, uint256 count) {
-        chunkCount = (uint256(paramCount) + ChunkAggregation.CHUNK_SIZE - 1) / ChunkAggregation.CHUNK_SIZE;
-        if (index >= chunkCount) return (chunkCount, 0);
-        uint256 rest = uint256(paramCount) - uint256(index) * ChunkAggregation.CHUNK_SIZE;
-        count = rest < ChunkAggregation.CHUNK_SIZE ? rest : ChunkAggregation.CHUNK_SIZE;
-    }
-
     // ------------------------------------------------------------------ censorship
 
     /// @inheritdoc ISynclineCourt
@@ -260,40 +250,6 @@ contract SynclineCourt is ISynclineCourt, SynclineStorage {
             address(0),
             keccak256(abi.encode(ChallengeKind.Censorship, taskId, round, fragment))
         );
-    }
-
-    /// @inheritdoc ISynclineCourt
-    function answerCensorship(uint256 challengeId, uint32 chunkIndex, bytes calldata chunk, bytes32[] calldata proof)
-        external
-        onlyDelegated
-    {
-        Challenge storage c = _requireOpen(challengeId, ChallengeKind.Censorship);
-        if (block.timestamp > c.deadline) revert SynclineChallengeDeadline(challengeId, c.deadline);
-        TaskSpec storage spec = _specs[c.taskId];
-        (uint256 chunkCount, uint256 count) = _chunkShape(spec.paramCount, chunkIndex);
-        if (count == 0) revert SynclineBadOpening(c.taskId, c.round, chunkIndex);
-        bytes32 root = _submissions[c.taskId][c.round][c.fragment].chunkRoot;
-        if (!ChunkMerkle.verify(root, chunkIndex, chunkCount, keccak256(chunk), proof)) {
-            revert SynclineBadMerkleProof(0, root);
-        }
-        if (ChunkAggregation.isWellFormedGradientChunk(chunk, spec.gradientBits, count)) {
-            revert SynclineChunkWellFormed(challengeId, chunkIndex);
-        }
-        _reject(challengeId, c);
-        _credit(c.taskId, msg.sender, c.bond, REASON_FORFEIT);
-    }
-
-    /// @inheritdoc ISynclineCourt
-    function resolveCensorship(uint256 challengeId) external onlyDelegated {
-        Challenge storage c = _requireOpen(challengeId, ChallengeKind.Censorship);
-        if (block.timestamp <= c.deadline) revert SynclineChallengeDeadline(challengeId, c.deadline);
-        RoundRecord storage rr = _rounds[c.taskId][c.round];
-        if (rr.status != RoundStatus.Finalized) {
-            // Another proof already voided the round: nothing left to uphold, the bond goes back.
-            _expire(challengeId, c);
-            return;
-        }
-        _uphold(challengeId, _convictRound(c.taskId, c.round, rr.result));
     }
 
     // ------------------------------------------------------------------ training fraud
@@ -349,25 +305,80 @@ contract SynclineCourt is ISynclineCourt, SynclineStorage {
             // Guilty can no longer reach the threshold: the bond pays the referees' re-execution,
             // split between those that voted innocent (the dust goes to the reward pool).
             _reject(challengeId, c);
-            uint256 share = c.bond / innocent;
-            address[] storage referees = spec.witnesses;
-            for (uint256 i = 0; i < referees.length; ++i) {
-                if (_refereeVerdicts[challengeId][referees[i]] == RefereeVerdict.Innocent) {
-                    _credit(taskId, referees[i], share, REASON_FORFEIT);
-                }
-            }
-            _tasks[taskId].rewardPool += c.bond - share * innocent;
+            _splitBond(challengeId, c, innocent, PAY_INNOCENT);
         }
     }
 
+    // ------------------------------------------------------------------ rulings (SynclineRulings)
+
     /// @inheritdoc ISynclineCourt
-    function expireChallenge(uint256 challengeId) external onlyDelegated {
-        Challenge storage c = _requireOpen(challengeId, ChallengeKind.TrainingFraud);
-        if (block.timestamp <= c.deadline) revert SynclineChallengeDeadline(challengeId, c.deadline);
-        _expire(challengeId, c);
+    function answerCensorship(uint256, uint32, bytes calldata, bytes32[] calldata) external onlyDelegated {
+        _forward();
+    }
+
+    /// @inheritdoc ISynclineCourt
+    function demandAvailability(uint256, uint32) external onlyDelegated {
+        _forward();
+    }
+
+    /// @inheritdoc ISynclineCourt
+    function answerAvailability(uint256, bytes calldata, bytes32[] calldata) external onlyDelegated {
+        _forward();
+    }
+
+    /// @inheritdoc ISynclineCourt
+    function resolveCensorship(uint256) external onlyDelegated {
+        _forward();
+    }
+
+    /// @inheritdoc ISynclineCourt
+    function expireChallenge(uint256) external onlyDelegated {
+        _forward();
+    }
+
+    /// @inheritdoc ISynclineCourt
+    function continueInvalidation(uint256) external onlyDelegated {
+        _forward();
+    }
+
+    /// @dev Runs this call in `SynclineRulings` (by delegatecall: still on the market's storage)
+    /// and returns or reverts with its data.
+    function _forward() private {
+        address rulings = RULINGS;
+        // assembly: forward calldata and the return/revert data unchanged, through memory past
+        // the free-memory pointer (memory-safe: the call never returns to Solidity).
+        assembly ("memory-safe") {
+            let ptr := mload(0x40)
+            calldatacopy(ptr, 0, calldatasize())
+            let ok := delegatecall(gas(), rulings, ptr, calldatasize(), 0, 0)
+            returndatacopy(ptr, 0, returndatasize())
+            if iszero(ok) { revert(ptr, returndatasize()) }
+            return(ptr, returndatasize())
+        }
     }
 
     // ------------------------------------------------------------------ views
+
+    /// @inheritdoc ISynclineCourt
+    function availabilityDemand(uint256 challengeId)
+        external
+        view
+        returns (uint64 deadline, uint32 chunkIndex, uint16 demanders, bool answered)
+    {
+        AvailabilityDemand storage d = _demands[challengeId];
+        return (d.deadline, d.chunkIndex, d.demanders, d.answered);
+    }
+
+    /// @inheritdoc ISynclineCourt
+    function demandedBy(uint256 challengeId, address witness) external view returns (bool) {
+        return _demanded[challengeId][witness];
+    }
+
+    /// @inheritdoc ISynclineCourt
+    function invalidation(uint256 taskId) external view returns (uint32 from, uint32 next, uint32 end) {
+        Invalidation storage inv = _invalidations[taskId];
+        return (inv.from, inv.next, inv.end);
+    }
 
     /// @inheritdoc ISynclineCourt
     function getChallenge(uint256 challengeId) external view returns (Challenge memory) {
@@ -427,206 +438,5 @@ contract SynclineCourt is ISynclineCourt, SynclineStorage {
     /// @inheritdoc ISynclineCourt
     function challengeCount() external view returns (uint256) {
         return _challengeCount;
-    }
-
-    // ------------------------------------------------------------------ checks
-
-    /// @dev A challenge is heard while the run is running or waiting to seal, and until
-    /// `challengeWindow` after the challenged round closed; an open round (equivocation only,
-    /// `mustBeFinalized` false) can be challenged while it is open.
-    function _requireChallengeable(uint256 taskId, uint32 round, bool mustBeFinalized)
-        private
-        view
-        returns (TaskState storage t, RoundRecord storage rr)
-    {
-        t = _requireTask(taskId);
-        if (t.status != TaskStatus.Running && t.status != TaskStatus.AwaitingSeal) {
-            revert SynclineWrongTaskStatus(taskId, t.status, TaskStatus.Running);
-        }
-        rr = _rounds[taskId][round];
-        if (mustBeFinalized && rr.status != RoundStatus.Finalized) revert SynclineRoundNotFinalized(taskId, round);
-        if (rr.closedAt == 0) {
-            bool current = t.status == TaskStatus.Running && round == t.currentRound;
-            if (!current) revert SynclineRoundNotFinalized(taskId, round);
-            return (t, rr);
-        }
-        uint64 until = rr.closedAt + _specs[taskId].challengeWindow;
-        if (block.timestamp > until) revert SynclineChallengeWindowClosed(taskId, round, until);
-    }
-
-    function _requireOpen(uint256 challengeId, ChallengeKind kind) private view returns (Challenge storage c) {
-        if (challengeId == 0 || challengeId > _challengeCount) revert SynclineUnknownChallenge(challengeId);
-        c = _challenges[challengeId];
-        if (c.kind != kind) revert SynclineWrongChallengeKind(challengeId, c.kind);
-        if (c.status != ChallengeStatus.Open) revert SynclineChallengeNotOpen(challengeId, c.status);
-    }
-
-    // ------------------------------------------------------------------ challenge life cycle
-
-    /// @dev Takes the bond, claims the fault key and records an open challenge. Synchronous
-    /// proofs resolve it in the same transaction.
-    function _open(
-        ChallengeKind kind,
-        uint256 taskId,
-        uint32 round,
-        uint16 fragment,
-        uint32 segment,
-        address accused,
-        bytes32 faultKey
-    ) private returns (uint256 challengeId) {
-        uint256 required = _specs[taskId].challengeBond;
-        if (msg.value != required) revert SynclineWrongBond(msg.value, required);
-        uint256 claimed = _faults[faultKey];
-        if (claimed != 0) revert SynclineDuplicateChallenge(faultKey, claimed);
-
-        challengeId = ++_challengeCount;
-        _faults[faultKey] = challengeId;
-        uint64 deadline = uint64(block.timestamp) + _specs[taskId].challengeWindow;
-        Challenge storage c = _challenges[challengeId];
-        c.kind = kind;
-        c.status = ChallengeStatus.Open;
-        c.fragment = fragment;
-        c.round = round;
-        c.segment = segment;
-        c.openedAt = uint64(block.timestamp);
-        c.deadline = deadline;
-        c.challenger = msg.sender;
-        c.accused = accused;
-        c.taskId = taskId;
-        c.bond = msg.value;
-        TaskState storage t = _tasks[taskId];
-        t.bondsHeld += msg.value;
-        if (_isAsynchronous(kind)) t.openChallenges += 1;
-        emit ChallengeOpened(challengeId, taskId, round, kind, msg.sender, accused, fragment, segment, deadline);
-    }
-
-    /// @dev The kinds decided in a later transaction (a defence or referee period): while open
-    /// they count in `openChallenges`, which holds back the seal.
-    function _isAsynchronous(ChallengeKind kind) private pure returns (bool) {
-        return kind == ChallengeKind.Censorship || kind == ChallengeKind.TrainingFraud;
-    }
-
-    /// @dev Every way out of `Open` goes through here: records `status`, takes the bond out of
-    /// the task's obligations (the caller credits it) and closes the `openChallenges` count.
-    function _close(Challenge storage c, ChallengeStatus status) private returns (TaskState storage t) {
-        c.status = status;
-        t = _tasks[c.taskId];
-        t.bondsHeld -= c.bond;
-        if (_isAsynchronous(c.kind)) t.openChallenges -= 1;
-    }
-
-    /// @dev Upheld: the challenger gets its bond back plus its share of what was slashed (the
-    /// slash is already in the reward pool).
-    function _uphold(uint256 challengeId, uint256 slashed) private {
-        Challenge storage c = _challenges[challengeId];
-        TaskState storage t = _close(c, ChallengeStatus.Upheld);
-        uint256 bounty = (slashed * CHALLENGER_SHARE_BPS) / TierPolicy.BPS;
-        c.slashed = slashed;
-        t.rewardPool -= bounty;
-        _credit(c.taskId, c.challenger, c.bond, REASON_BOND);
-        _credit(c.taskId, c.challenger, bounty, REASON_BOUNTY);
-        emit ChallengeResolved(challengeId, c.taskId, ChallengeStatus.Upheld, slashed, bounty);
-    }
-
-    /// @dev Rejected: the caller pays the forfeited bond out.
-    function _reject(uint256 challengeId, Challenge storage c) private {
-        _close(c, ChallengeStatus.Rejected);
-        emit ChallengeResolved(challengeId, c.taskId, ChallengeStatus.Rejected, 0, 0);
-    }
-
-    /// @dev Expired (nobody decided in time, or the round was voided by another proof): bond back.
-    function _expire(uint256 challengeId, Challenge storage c) private {
-        _close(c, ChallengeStatus.Expired);
-        _credit(c.taskId, c.challenger, c.bond, REASON_BOND);
-        emit ChallengeResolved(challengeId, c.taskId, ChallengeStatus.Expired, 0, 0);
-    }
-
-    // ------------------------------------------------------------------ consequences
-
-    /// @dev A proven trainer fault: slashes the trainer's whole remaining stake, evicts it
-    /// (rebalancing shards while the run is running) and revokes its reward for `round`.
-    function _convictTrainer(uint256 taskId, uint32 round, uint16 fragment, address trainer)
-        private
-        returns (uint256 slashed)
-    {
-        TrainerRecord storage r = _trainerRecords[taskId][trainer];
-        slashed = _slash(taskId, trainer, r.stake);
-        if (!r.evicted) {
-            _markEvicted(taskId, trainer, round);
-            TaskState storage t = _tasks[taskId];
-            if (t.status == TaskStatus.Running && t.active > 0) _assignShards(taskId, _specs[taskId].shardCount);
-        }
-        _revokeReward(taskId, round, fragment);
-    }
-
-    /// @dev Takes back an accepted submission's weight (its share of the pool at seal).
-    function _revokeReward(uint256 taskId, uint32 round, uint16 fragment) private {
-        RoundRecord storage rr = _rounds[taskId][round];
-        uint256 bit = uint256(1) << fragment;
-        if (rr.status != RoundStatus.Finalized || rr.acceptedMask & bit == 0 || rr.revokedMask & bit != 0) return;
-        rr.revokedMask |= bit;
-        Submission storage s = _submissions[taskId][round][fragment];
-        TrainerRecord storage r = _trainerRecords[taskId][s.trainer];
-        r.accepted -= 1;
-        r.acceptedWeight -= s.weight;
-        _tasks[taskId].totalWeight -= s.weight;
-        emit RewardRevoked(taskId, round, s.trainer, s.weight);
-    }
-
-    /// @dev A proven round fault (its finalized `result` is wrong): slashes the bond of every
-    /// witness that voted for it, then voids the round onwards (`_invalidateFrom`).
-    function _convictRound(uint256 taskId, uint32 round, bytes32 result) private returns (uint256 slashed) {
-        address[] storage witnesses = _specs[taskId].witnesses;
-        for (uint256 i = 0; i < witnesses.length; ++i) {
-            if (_votes[taskId][round][witnesses[i]] == result) slashed += _slashWitness(taskId, witnesses[i]);
-        }
-        _invalidateFrom(taskId, round);
-    }
-
-    /// @dev Voids `round` and every round finalized after it (their rewards and witness fees are
-    /// reversed) and rolls the task's state root back to `round`'s previous state root. A running
-    /// run carries on from that root; a completed one seals with it.
-    function _invalidateFrom(uint256 taskId, uint32 round) private {
-        TaskState storage t = _tasks[taskId];
-        TaskSpec storage spec = _specs[taskId];
-        uint32 end = t.status == TaskStatus.Running ? t.currentRound : spec.rounds;
-        for (uint32 r = round; r < end; ++r) {
-            RoundRecord storage rr = _rounds[taskId][r];
-            if (rr.status == RoundStatus.Finalized) _voidRound(taskId, t, spec, rr, r);
-        }
-        bytes32 restored = _rounds[taskId][round].prevStateRoot;
-        t.stateRoot = restored;
-        emit RoundsInvalidated(taskId, round, end - 1, restored);
-    }
-
-    function _voidRound(uint256 taskId, TaskState storage t, TaskSpec storage spec, RoundRecord storage rr, uint32 r)
-        private
-    {
-        rr.status = RoundStatus.Invalidated;
-        t.roundsFinalized -= 1;
-        t.roundsInvalidated += 1;
-        uint256 mask = rr.acceptedMask & ~rr.revokedMask;
-        uint256 total = 0;
-        while (mask != 0) {
-            uint16 fragment = _lowestBit(mask);
-            mask &= mask - 1;
-            Submission storage s = _submissions[taskId][r][fragment];
-            TrainerRecord storage tr = _trainerRecords[taskId][s.trainer];
-            tr.accepted -= 1;
-            tr.acceptedWeight -= s.weight;
-            total += s.weight;
-        }
-        t.totalWeight -= total;
-
-        address[] storage witnesses = spec.witnesses;
-        uint256 fee = spec.witnessFee;
-        for (uint256 i = 0; i < witnesses.length; ++i) {
-            if (_votes[taskId][r][witnesses[i]] != rr.result) continue;
-            WitnessRecord storage w = _witnessRecords[taskId][witnesses[i]];
-            w.matched -= 1;
-            w.fees -= fee;
-            t.feesEarned -= fee;
-            t.feeBudget += fee;
-        }
     }
 }

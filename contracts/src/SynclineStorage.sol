@@ -86,6 +86,38 @@ abstract contract SynclineStorage is ISynclineEvents, ReentrancyGuard, EIP712 {
     /// @dev Referee verdicts on training-fraud challenges (a rejection pays the innocent voters).
     mapping(uint256 challengeId => mapping(address witness => RefereeVerdict)) internal _refereeVerdicts;
 
+    // ------------------------------------------------------------------ appended (issue 10)
+
+    /// @dev A proven round fault's rollback, voided in bounded batches: rounds `[next, end)` are
+    /// still to be voided (`next == end`: nothing pending); `from` is the earliest voided round.
+    struct Invalidation {
+        uint32 from;
+        uint32 next;
+        uint32 end;
+    }
+
+    /// @dev A data-availability demand on a censorship claim: the accused submission's chunk
+    /// `chunkIndex` must be opened by `deadline`. `demanders` voters of the round demanded it.
+    struct AvailabilityDemand {
+        uint64 deadline;
+        uint32 chunkIndex;
+        uint16 demanders;
+        bool answered;
+    }
+
+    /// @dev Pending (or last) rollback per task.
+    mapping(uint256 taskId => Invalidation) internal _invalidations;
+    /// @dev Data-availability demand per censorship claim.
+    mapping(uint256 challengeId => AvailabilityDemand) internal _demands;
+    /// @dev Voters that demanded availability on a censorship claim.
+    mapping(uint256 challengeId => mapping(address witness => bool)) internal _demanded;
+    /// @dev Excluded submissions shown available after the vote and credited as accepted work
+    /// (not part of the round's result): a later rollback reverses them like accepted ones.
+    mapping(uint256 taskId => mapping(uint32 round => uint256 mask)) internal _compensatedMask;
+    /// @dev Voters that gave up a round's fee (demanded data shown only after the vote): the fee
+    /// is given up once, and a later rollback of the round does not reverse it again.
+    mapping(uint256 taskId => mapping(uint32 round => mapping(address witness => bool))) internal _feeForfeited;
+
     /// @dev The EIP-712 domain is ("Syncline", "1", chain id, this market). The court module runs
     /// by delegatecall, so `address(this)` is the market there too.
     constructor() EIP712("Syncline", "1") {}

@@ -65,7 +65,9 @@ abstract contract TaskEscrow is ISynclineMarket, SynclineStorage {
         }
         if (!_isWitness[taskId][msg.sender]) revert SynclineNotWitness(taskId, msg.sender);
         WitnessRecord storage w = _witnessRecords[taskId][msg.sender];
-        if (w.bonded) revert SynclineWitnessAlreadyBonded(taskId, msg.sender);
+        // A witness slashed to zero may bond again (a run never stays below its quorum for good);
+        // a zero bond (a task without one) is posted once.
+        if (w.bond != 0 || (w.bonded && msg.value == 0)) revert SynclineWitnessAlreadyBonded(taskId, msg.sender);
         uint256 required = _specs[taskId].witnessBond;
         if (msg.value != required) revert SynclineWrongBond(msg.value, required);
         w.bonded = true;

@@ -287,7 +287,7 @@ contract CourtProofsGasTest is CourtTestBase {
         uint256 id4 = court.challengeCensorship{value: CHALLENGE_BOND}(taskId, 0, 4);
         bytes[] memory chunks = _f4();
         bytes32[] memory proof = MerkleRef.proof(MerkleRef.hashes(chunks), 1);
-        vm.prank(answerer);
+        vm.prank(witnesses[0]);
         g = gasleft();
         court.answerCensorship(id4, 1, chunks[1], proof);
         _log("answerCensorship (256-value malformed chunk, 2-sibling path)", g);

@@ -56,14 +56,14 @@ contract CensorshipTest is CourtTestBase {
 
     function _answer(uint256 id, uint32 ci, bytes[] memory chunks) internal {
         bytes32[] memory proof = MerkleRef.proof(MerkleRef.hashes(chunks), ci);
-        vm.prank(answerer);
+        vm.prank(witnesses[0]);
         court.answerCensorship(id, ci, chunks[ci], proof);
     }
 
     function _expectAnswerRevert(uint256 id, uint32 ci, bytes memory chunk, bytes32[] memory proof, bytes memory err)
         internal
     {
-        vm.prank(answerer);
+        vm.prank(witnesses[0]);
         vm.expectRevert(err);
         court.answerCensorship(id, ci, chunk, proof);
     }
@@ -197,13 +197,13 @@ contract CensorshipTest is CourtTestBase {
         vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.ChallengeResolved(id, taskId, ChallengeStatus.Rejected, 0, 0);
         vm.expectEmit(true, true, true, true, address(market));
-        emit ISynclineEvents.Credited(taskId, answerer, CHALLENGE_BOND, REASON_FORFEIT);
+        emit ISynclineEvents.Credited(taskId, witnesses[0], CHALLENGE_BOND, REASON_FORFEIT);
         _answer(id, 1, chunks);
         _assertChallenge(id, ChallengeKind.Censorship, ChallengeStatus.Rejected, 0);
         TaskState memory t = market.getTaskState(taskId);
         vm.assertEq(t.openChallenges, 0, "closed");
         vm.assertEq(t.bondsHeld, 3 * uint256(WITNESS_BOND), "challenge bond released");
-        vm.assertEq(market.creditOf(answerer), CHALLENGE_BOND, "answerer paid");
+        vm.assertEq(market.creditOf(witnesses[0]), CHALLENGE_BOND, "witnesses[0] paid");
         vm.assertEq(uint256(market.getRound(taskId, 0).status), uint256(RoundStatus.Finalized), "round stands");
         // Answered once: no second answer, no resolve.
         bytes32[] memory proof = MerkleRef.proof(MerkleRef.hashes(chunks), 1);
@@ -226,7 +226,7 @@ contract CensorshipTest is CourtTestBase {
         _add(witnesses[0], 2 * FEE + WITNESS_BOND);
         _add(witnesses[1], 2 * FEE + WITNESS_BOND);
         _add(witnesses[2], WITNESS_BOND);
-        _add(answerer, CHALLENGE_BOND);
+        _add(witnesses[0], CHALLENGE_BOND);
         _add(sponsor, POOL - paid);
         _checkExpected();
     }
@@ -241,7 +241,7 @@ contract CensorshipTest is CourtTestBase {
         uint256 id = _challengeCensorship(task2, 0, 4);
         _answer(id, uint32(ci), _f4Chunks(ci, kind));
         _assertChallenge(id, ChallengeKind.Censorship, ChallengeStatus.Rejected, 0);
-        vm.assertEq(market.creditOf(answerer), CHALLENGE_BOND, "answerer paid");
+        vm.assertEq(market.creditOf(witnesses[0]), CHALLENGE_BOND, "witnesses[0] paid");
         _assertMoney();
     }
 
@@ -352,7 +352,7 @@ contract CensorshipTest is CourtTestBase {
         bytes memory data = abi.encodeCall(
             ISynclineCourt.answerCensorship, (id, uint32(1), chunks[1], MerkleRef.proof(MerkleRef.hashes(chunks), 1))
         );
-        vm.prank(answerer);
+        vm.prank(witnesses[0]);
         (bool ok,) = address(market).call{value: 1}(data);
         vm.assertFalse(ok, "answer with value refused");
         vm.warp(block.timestamp + CHALLENGE_WINDOW + 1);
@@ -362,14 +362,15 @@ contract CensorshipTest is CourtTestBase {
         vm.assertTrue(ok, "resolve without value");
     }
 
-    /// The challenger may answer its own (false) claim and take its bond back: anyone may answer,
-    /// and a second address is free, so the protocol does not try to tell them apart.
-    function test_answerCensorship_byTheChallenger_returnsBond() public {
+    /// The challenger may not answer its own (false) claim to take its bond back: only a voter
+    /// of the finalized result defends it (this used to return the claimant's bond).
+    function test_answerCensorship_byTheChallenger_reverts() public {
         uint256 id = _challengeCensorship(4);
         bytes[] memory chunks = _f4Chunks(1, 0);
         vm.prank(challenger);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineNotDefender.selector, id, challenger));
         court.answerCensorship(id, 1, chunks[1], MerkleRef.proof(MerkleRef.hashes(chunks), 1));
-        vm.assertEq(market.creditOf(challenger), CHALLENGE_BOND, "bond back to the challenger");
+        vm.assertEq(market.creditOf(challenger), 0, "no bond back to the challenger");
     }
 
     // ------------------------------------------------------------------ resolve
@@ -436,7 +437,7 @@ contract CensorshipTest is CourtTestBase {
         vm.assertEq(uint256(market.getRound(taskId, 0).status), uint256(RoundStatus.Invalidated), "void");
         _answer(id4, 1, _f4Chunks(1, 0));
         _assertChallenge(id4, ChallengeKind.Censorship, ChallengeStatus.Rejected, 0);
-        vm.assertEq(market.creditOf(answerer), CHALLENGE_BOND, "answerer paid");
+        vm.assertEq(market.creditOf(witnesses[0]), CHALLENGE_BOND, "witnesses[0] paid");
         vm.assertEq(market.getTaskState(taskId).openChallenges, 0, "closed");
         _assertMoney();
     }

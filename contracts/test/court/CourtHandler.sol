@@ -10,6 +10,7 @@ import {
     AggregationRule,
     RoundRecord,
     RoundStatus,
+    TrainerRecord,
     Commitment,
     Vote,
     Challenge,
@@ -33,6 +34,17 @@ contract CourtHandler is CourtTestBase {
     mapping(uint256 => mapping(uint32 => mapping(uint16 => bool))) internal claimed;
     mapping(uint256 => mapping(address => bool)) internal refereed;
 
+    /// Honest actors: trainer 0 commits well-formed work every round and never equivocates;
+    /// witness 2 never equivocates and defends every claim against a round it voted, like the
+    /// witness agent (answers a malformed chunk, else demands availability). The committee is
+    /// honest about honest work (training claims against trainer 0 get innocent votes).
+    uint16 internal constant HONEST_TRAINER = 0;
+    uint256 internal constant HONEST_WITNESS = 2;
+    /// What seal paid the honest trainer short of its stake plus its recorded reward (must stay 0).
+    uint256 public honestTrainerShortfall;
+    /// Seals at which the honest trainer was checked.
+    uint256 public honestSeals;
+
     constructor() {
         setUp();
         _newTask();
@@ -54,6 +66,43 @@ contract CourtHandler is CourtTestBase {
 
     function marketAddress() external view returns (address) {
         return address(market);
+    }
+
+    function honestTrainer() external view returns (address) {
+        return trainers[HONEST_TRAINER];
+    }
+
+    function honestWitness() external view returns (address) {
+        return witnesses[HONEST_WITNESS];
+    }
+
+    /// @dev The honest trainer commits its well-formed work as soon as a round is open (every
+    /// action starts with this, so no warp can make it miss a deadline).
+    function _honestCommit() internal {
+        TaskState memory t = _state();
+        if (t.status != TaskStatus.Running) return;
+        if (block.timestamp > uint256(t.roundOpenedAt) + ROUND_DURATION) return;
+        if (market.getTrainer(current, trainers[HONEST_TRAINER]).evicted) return;
+        if ((market.getRound(current, t.currentRound).committedMask >> HONEST_TRAINER) & 1 == 1) return;
+        malformedAt[current][t.currentRound][HONEST_TRAINER] = 0;
+        _commit(current, t.currentRound, HONEST_TRAINER, _root(_chunks(t.currentRound, HONEST_TRAINER, 0)));
+    }
+
+    /// @dev The honest witness defends claim `id` if it voted the claimed round's result.
+    function _honestDefence(uint256 id) internal {
+        Challenge memory c = court.getChallenge(id);
+        if (c.status != ChallengeStatus.Open || block.timestamp > c.deadline) return;
+        address w = witnesses[HONEST_WITNESS];
+        if (market.voteOf(c.taskId, c.round, w) != market.getRound(c.taskId, c.round).result) return;
+        uint256 bad = malformedAt[c.taskId][c.round][c.fragment];
+        if (bad != 0) {
+            bytes[] memory chunks = _chunks(c.round, c.fragment, bad);
+            vm.prank(w);
+            court.answerCensorship(id, uint32(bad - 1), chunks[bad - 1], MerkleRef.proof(MerkleRef.hashes(chunks), bad - 1));
+        } else if (!court.demandedBy(id, w)) {
+            vm.prank(w);
+            court.demandAvailability(id, uint32(id % CHUNKS));
+        }
     }
 
     // ------------------------------------------------------------------ task and round helpers
@@ -98,9 +147,11 @@ contract CourtHandler is CourtTestBase {
 
     function commit(uint8 fragmentSeed, uint8 badSeed) external {
         ++calls;
+        _honestCommit();
         TaskState memory t = _state();
         if (t.status != TaskStatus.Running) return;
         uint16 f = uint16(fragmentSeed % N_TRAINERS);
+        if (f == HONEST_TRAINER) return;
         if (block.timestamp > uint256(t.roundOpenedAt) + ROUND_DURATION) return;
         if (market.getTrainer(current, trainers[f]).evicted) return;
         if ((market.getRound(current, t.currentRound).committedMask >> f) & 1 == 1) return;
@@ -112,6 +163,7 @@ contract CourtHandler is CourtTestBase {
 
     function finalize(uint8 maskSeed, uint8 rootSeed, uint8 pairSeed) external {
         ++calls;
+        _honestCommit();
         TaskState memory t = _state();
         if (t.status != TaskStatus.Running) return;
         (uint256[] memory bonded, uint256 n) = _bondedWitnesses();
@@ -138,13 +190,14 @@ contract CourtHandler is CourtTestBase {
     /// or the round is carried forward when fewer than two bonds are left.
     function playRound(uint8 commitSeed, uint8 acceptSeed, uint8 badSeed, uint8 rootSeed) external {
         ++calls;
+        _honestCommit();
         TaskState memory t = _state();
         if (t.status != TaskStatus.Running) return;
         uint32 round = t.currentRound;
         if (block.timestamp <= uint256(t.roundOpenedAt) + ROUND_DURATION) {
             uint256 committed = market.getRound(current, round).committedMask;
             for (uint16 f = 0; f < N_TRAINERS; ++f) {
-                if ((commitSeed >> f) & 1 == 0 || (committed >> f) & 1 == 1) continue;
+                if ((commitSeed >> f) & 1 == 0 || (committed >> f) & 1 == 1 || f == HONEST_TRAINER) continue;
                 if (market.getTrainer(current, trainers[f]).evicted) continue;
                 uint256 bad = (badSeed >> f) & 1 == 1 ? 1 + (f + round) % 3 : 0;
                 malformedAt[current][round][f] = bad;
@@ -170,6 +223,7 @@ contract CourtHandler is CourtTestBase {
 
     function carryForward() external {
         ++calls;
+        _honestCommit();
         TaskState memory t = _state();
         if (t.status != TaskStatus.Running) return;
         _carry(current, t.currentRound);
@@ -178,22 +232,32 @@ contract CourtHandler is CourtTestBase {
 
     function warp(uint32 dt) external {
         ++calls;
+        _honestCommit();
         vm.warp(block.timestamp + bound(dt, 0, 6 hours));
     }
 
     function seal() external {
         ++calls;
+        _honestCommit();
         TaskState memory t = _state();
         if (t.status != TaskStatus.AwaitingSeal || t.openChallenges != 0) return;
         uint256 until = uint256(t.lastClosedAt) + market.getSpec(current).challengeWindow;
         if (block.timestamp < until) vm.warp(until);
+        address h = trainers[HONEST_TRAINER];
+        uint256 before = market.creditOf(h);
         market.seal(current);
+        TrainerRecord memory r = market.getTrainer(current, h);
+        uint256 got = market.creditOf(h) - before;
+        uint256 owed = uint256(STAKE) + r.reward;
+        if (got < owed) honestTrainerShortfall += owed - got;
+        ++honestSeals;
         _ok(this.seal.selector);
         _newTask();
     }
 
     function withdraw(uint8 who) external {
         ++calls;
+        _honestCommit();
         address a = everyone[who % everyone.length];
         if (market.creditOf(a) == 0) return;
         vm.prank(a);
@@ -205,12 +269,13 @@ contract CourtHandler is CourtTestBase {
 
     function trainerEquivocation(uint8 fragmentSeed, uint8 roundSeed) external {
         ++calls;
+        _honestCommit();
         TaskState memory t = _state();
         if (t.status != TaskStatus.Running && t.status != TaskStatus.AwaitingSeal) return;
         uint16 f = uint16(fragmentSeed % N_TRAINERS);
         uint32 round = roundSeed % 2 == 0 && t.status == TaskStatus.Running ? t.currentRound : _closedRound(roundSeed);
         if (round == type(uint32).max) return;
-        if (market.getTrainer(current, trainers[f]).stake == 0) return;
+        if (f == HONEST_TRAINER || market.getTrainer(current, trainers[f]).stake == 0) return;
         // Mostly keep at least three trainers active, so the run stays interesting.
         if (_state().active <= 3 && roundSeed % 4 != 0) return;
         Commitment memory a = _commitment(current, round, f, keccak256(abi.encode("eq-a", round)));
@@ -224,9 +289,11 @@ contract CourtHandler is CourtTestBase {
 
     function witnessEquivocation(uint8 witnessSeed, uint8 roundSeed) external {
         ++calls;
+        _honestCommit();
         TaskState memory t = _state();
         if (t.status != TaskStatus.Running && t.status != TaskStatus.AwaitingSeal) return;
         uint256 w = witnessSeed % witnesses.length;
+        if (w == HONEST_WITNESS) return;
         uint32 round = roundSeed % 2 == 0 && t.status == TaskStatus.Running ? t.currentRound : _closedRound(roundSeed);
         if (round == type(uint32).max) return;
         if (market.getWitness(current, witnesses[w]).bond == 0) return;
@@ -246,10 +313,12 @@ contract CourtHandler is CourtTestBase {
 
     function challengeCensorship(uint8 roundSeed, uint8 fragmentSeed) external {
         ++calls;
+        _honestCommit();
         (uint32 round, uint16 f, bool found) = _target(roundSeed, fragmentSeed, false);
         if (!found) return;
         claimed[current][round][f] = true;
-        _challengeCensorship(current, round, f);
+        uint256 id = _challengeCensorship(current, round, f);
+        _honestDefence(id);
         _ok(this.challengeCensorship.selector);
     }
 
@@ -294,6 +363,7 @@ contract CourtHandler is CourtTestBase {
 
     function answerCensorship(uint8 idSeed) external {
         ++calls;
+        _honestCommit();
         uint256 n = court.challengeCount();
         for (uint256 k = 0; k < n; ++k) {
             uint256 id = 1 + (uint256(idSeed) + k) % n;
@@ -301,20 +371,115 @@ contract CourtHandler is CourtTestBase {
             if (c.kind != ChallengeKind.Censorship || c.status != ChallengeStatus.Open) continue;
             uint256 bad = malformedAt[c.taskId][c.round][c.fragment];
             if (bad == 0 || block.timestamp > c.deadline) continue;
+            address voter = _voterOf(c);
+            if (voter == address(0)) continue;
             bytes[] memory chunks = _chunks(c.round, c.fragment, bad);
             bytes32[] memory proof = MerkleRef.proof(MerkleRef.hashes(chunks), bad - 1);
-            vm.prank(answerer);
+            vm.prank(voter);
             court.answerCensorship(id, uint32(bad - 1), chunks[bad - 1], proof);
             _ok(this.answerCensorship.selector);
             return;
         }
     }
 
+    /// @dev A voter of the claim's round result other than the claimant (or zero).
+    function _voterOf(Challenge memory c) internal view returns (address) {
+        bytes32 result = market.getRound(c.taskId, c.round).result;
+        for (uint256 i = 0; i < witnesses.length; ++i) {
+            if (market.voteOf(c.taskId, c.round, witnesses[i]) == result) return witnesses[i];
+        }
+        return address(0);
+    }
+
+    /// @dev A (dishonest or lazy) voter of a claimed round demands availability.
+    function demandAvailability(uint8 idSeed, uint8 witnessSeed) external {
+        ++calls;
+        _honestCommit();
+        uint256 id = _openChallenge(idSeed, ChallengeKind.Censorship);
+        if (id == 0) return;
+        Challenge memory c = court.getChallenge(id);
+        if (block.timestamp > c.deadline) return;
+        bytes32 result = market.getRound(c.taskId, c.round).result;
+        address w = witnesses[witnessSeed % witnesses.length];
+        if (market.voteOf(c.taskId, c.round, w) != result || court.demandedBy(id, w)) return;
+        vm.prank(w);
+        court.demandAvailability(id, uint32(witnessSeed % CHUNKS));
+        _ok(this.demandAvailability.selector);
+    }
+
+    /// @dev The accused trainer opens the demanded chunk (well formed or not) in time.
+    function answerAvailability(uint8 idSeed) external {
+        ++calls;
+        _honestCommit();
+        uint256 id = _openChallenge(idSeed, ChallengeKind.Censorship);
+        if (id == 0) return;
+        (uint64 d, uint32 ci,, bool answered) = court.availabilityDemand(id);
+        if (d == 0 || answered || block.timestamp > d) return;
+        Challenge memory c = court.getChallenge(id);
+        bytes[] memory chunks = _chunks(c.round, c.fragment, malformedAt[c.taskId][c.round][c.fragment]);
+        vm.prank(trainers[c.fragment]);
+        court.answerAvailability(id, chunks[ci], MerkleRef.proof(MerkleRef.hashes(chunks), ci));
+        _ok(this.answerAvailability.selector);
+    }
+
+    uint256 internal constant BLOCK_GAS = 30_000_000;
+    /// Closing calls (resolve, expire, continue a rollback) that failed or needed more than a block.
+    uint256 public lockedCalls;
+    uint256 public closedByCloseAll;
+
+    /// @dev Sends a closing call with at most a block's gas; a failure is a locked escrow.
+    function _mustClose(bytes memory data) internal {
+        (bool ok,) = address(market).call{gas: BLOCK_GAS - 50_000}(data);
+        if (!ok) ++lockedCalls;
+        else ++closedByCloseAll;
+    }
+
+    /// @dev Escrow is never locked: past every deadline, every open claim of the current task
+    /// closes and every pending rollback finishes, each call within a block's gas.
+    function closeAll(uint8 seed) external {
+        ++calls;
+        if (seed % 4 != 0) return; // mostly let the games play out
+        uint256 n = court.challengeCount();
+        for (uint256 id = 1; id <= n; ++id) {
+            Challenge memory c = court.getChallenge(id);
+            if (c.taskId != current || c.status != ChallengeStatus.Open) continue;
+            uint256 until = c.deadline;
+            (uint64 respondBy,,,) = court.availabilityDemand(id);
+            if (respondBy > until) until = respondBy;
+            if (block.timestamp <= until) vm.warp(until + 1);
+            _mustClose(
+                c.kind == ChallengeKind.Censorship
+                    ? abi.encodeCall(court.resolveCensorship, (id))
+                    : abi.encodeCall(court.expireChallenge, (id))
+            );
+        }
+        for (uint256 k = 0; k < 64; ++k) {
+            (, uint32 next, uint32 end) = court.invalidation(current);
+            if (next == end) break;
+            _mustClose(abi.encodeCall(court.continueInvalidation, (current)));
+        }
+        if (_state().openChallenges != 0) ++lockedCalls;
+        _ok(this.closeAll.selector);
+    }
+
+    /// @dev Anyone carries a pending rollback one batch further.
+    function continueInvalidation() external {
+        ++calls;
+        _honestCommit();
+        (, uint32 next, uint32 end) = court.invalidation(current);
+        if (next == end) return;
+        court.continueInvalidation(current);
+        _ok(this.continueInvalidation.selector);
+    }
+
     function resolveCensorship(uint8 idSeed) external {
         ++calls;
+        _honestCommit();
         uint256 id = _openChallenge(idSeed, ChallengeKind.Censorship);
         if (id == 0) return;
         uint64 deadline = court.getChallenge(id).deadline;
+        (uint64 respondBy,,, bool answered) = court.availabilityDemand(id);
+        if (!answered && respondBy > deadline) deadline = respondBy;
         if (block.timestamp <= deadline) {
             if (idSeed % 3 != 0) return; // mostly leave time for an answer
             vm.warp(uint256(deadline) + 1);
@@ -327,6 +492,7 @@ contract CourtHandler is CourtTestBase {
 
     function challengeTraining(uint8 roundSeed, uint8 fragmentSeed, uint8 segmentSeed) external {
         ++calls;
+        _honestCommit();
         (uint32 round, uint16 f, bool found) = _target(roundSeed, fragmentSeed, true);
         if (!found) return;
         _challengeTraining(current, round, f, uint32(segmentSeed % 11));
@@ -335,6 +501,7 @@ contract CourtHandler is CourtTestBase {
 
     function refereeVote(uint8 idSeed, uint8 witnessSeed, bool guilty) external {
         ++calls;
+        _honestCommit();
         uint256 id = _openChallenge(idSeed, ChallengeKind.TrainingFraud);
         if (id == 0) return;
         Challenge memory c = court.getChallenge(id);
@@ -344,7 +511,7 @@ contract CourtHandler is CourtTestBase {
             if (refereed[id][w] || market.getWitness(c.taskId, w).bond == 0) continue;
             refereed[id][w] = true;
             vm.prank(w);
-            court.refereeVote(id, guilty);
+            court.refereeVote(id, c.accused == trainers[HONEST_TRAINER] ? false : guilty);
             _ok(this.refereeVote.selector);
             return;
         }
@@ -352,6 +519,7 @@ contract CourtHandler is CourtTestBase {
 
     function expireChallenge(uint8 idSeed) external {
         ++calls;
+        _honestCommit();
         uint256 id = _openChallenge(idSeed, ChallengeKind.TrainingFraud);
         if (id == 0) return;
         uint64 deadline = court.getChallenge(id).deadline;

@@ -495,7 +495,10 @@ contract TrainingFraudTest is CourtTestBase {
         vm.prank(stranger);
         court.expireChallenge(id);
         _assertChallenge(id, ChallengeKind.TrainingFraud, ChallengeStatus.Expired, 0);
-        vm.assertEq(market.creditOf(challenger), CHALLENGE_BOND, "bond back");
+        // The referee that re-executed the segment is paid its share; the claimant gets the rest.
+        uint256 share = CHALLENGE_BOND / N_WITNESSES;
+        vm.assertEq(market.creditOf(challenger), CHALLENGE_BOND - share, "unearned rest back");
+        vm.assertEq(market.creditOf(witnesses[0]), share, "the voting referee paid");
         vm.assertEq(market.getTaskState(taskId).openChallenges, 0, "closed");
         vm.assertEq(market.getTrainer(taskId, trainers[3]).stake, STAKE, "trainer untouched");
         vm.expectRevert(
@@ -512,10 +515,10 @@ contract TrainingFraudTest is CourtTestBase {
         _carry(taskId, 1);
         _seal(taskId);
         uint256 paid = _addTrainerPayouts(POOL, _weights(WEIGHT), 0);
-        _add(witnesses[0], FEE + WITNESS_BOND);
+        _add(witnesses[0], FEE + WITNESS_BOND + share);
         _add(witnesses[1], FEE + WITNESS_BOND);
         _add(witnesses[2], WITNESS_BOND);
-        _add(challenger, CHALLENGE_BOND);
+        _add(challenger, CHALLENGE_BOND - share);
         _add(sponsor, POOL - paid + 2 * FEE);
         _checkExpected();
     }
@@ -542,7 +545,9 @@ contract TrainingFraudTest is CourtTestBase {
         _referee(id, 2, true);
         vm.warp(court.getChallenge(id).deadline + 1);
         court.expireChallenge(id);
-        vm.assertEq(market.creditOf(challenger), CHALLENGE_BOND, "bond back");
+        uint256 share = CHALLENGE_BOND / N_WITNESSES;
+        vm.assertEq(market.creditOf(witnesses[2]), share, "w2 refereed: paid");
+        vm.assertEq(market.creditOf(challenger), CHALLENGE_BOND - share, "unearned rest back");
         _assertMoney();
     }
 }

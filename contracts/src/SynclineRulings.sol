@@ -1,0 +1,197 @@
+// SPDX-License-Identifier: MIT
+pragma solidity ^0.8.24;
+
+import {SynclineCourtCore} from "./SynclineCourtCore.sol";
+import {
+    TaskSpec,
+    TaskState,
+    TrainerRecord,
+    WitnessRecord,
+    Submission,
+    RoundRecord,
+    Challenge,
+    ChallengeKind,
+    ChallengeStatus
+} from "./SynclineTypes.sol";
+import {ChunkAggregation} from "./libraries/ChunkAggregation.sol";
+import {ChunkMerkle} from "./libraries/ChunkMerkle.sol";
+
+/// @title SynclineRulings
+/// @notice The court's rulings on asynchronous claims, split off `SynclineCourt` to keep each
+/// module under the EIP-170 size limit: the defence of a censorship claim (`answerCensorship`,
+/// the data-availability sub-game `demandAvailability` / `answerAvailability`), its ruling
+/// (`resolveCensorship`), the expiry of a training claim and the batched rollback
+/// (`continueInvalidation`). `SynclineCourt` creates it and forwards these selectors to it by
+/// delegatecall, so it runs on the market's storage too (see `ISynclineCourt` for the rules).
+contract SynclineRulings is SynclineCourtCore {
+    /// @notice See `ISynclineCourt` (reached through `SynclineCourt`).
+    function answerCensorship(uint256 challengeId, uint32 chunkIndex, bytes calldata chunk, bytes32[] calldata proof)
+        external
+        onlyDelegated
+    {
+        Challenge storage c = _requireOpen(challengeId, ChallengeKind.Censorship);
+        if (block.timestamp > c.deadline) revert SynclineChallengeDeadline(challengeId, c.deadline);
+        // INVARIANT: only a voter of the finalized result defends it, never the claimant.
+        if (!_votedResult(c, msg.sender)) revert SynclineNotDefender(challengeId, msg.sender);
+        if (_openedChunkWellFormed(c, chunkIndex, chunk, proof)) revert SynclineChunkWellFormed(challengeId, chunkIndex);
+        _reject(challengeId, c);
+        _credit(c.taskId, msg.sender, c.bond, REASON_FORFEIT);
+    }
+
+    /// @notice See `ISynclineCourt` (reached through `SynclineCourt`).
+    function demandAvailability(uint256 challengeId, uint32 chunkIndex) external onlyDelegated {
+        Challenge storage c = _requireOpen(challengeId, ChallengeKind.Censorship);
+        if (block.timestamp > c.deadline) revert SynclineChallengeDeadline(challengeId, c.deadline);
+        if (!_votedResult(c, msg.sender)) revert SynclineNotDefender(challengeId, msg.sender);
+        if (_demanded[challengeId][msg.sender]) revert SynclineAlreadyDemanded(challengeId, msg.sender);
+        AvailabilityDemand storage d = _demands[challengeId];
+        if (d.deadline == 0) {
+            TaskSpec storage spec = _specs[c.taskId];
+            (, uint256 count) = _chunkShape(spec.paramCount, chunkIndex);
+            if (count == 0) revert SynclineBadOpening(c.taskId, c.round, chunkIndex);
+            d.deadline = uint64(block.timestamp) + spec.challengeWindow / 2;
+            d.chunkIndex = chunkIndex;
+        }
+        // A later voter joins the first demand (its chunk and window) until the claim's deadline,
+        // even once answered: demanding is what keeps a voter's bond, and costs at most its fee.
+        _demanded[challengeId][msg.sender] = true;
+        d.demanders += 1;
+        emit AvailabilityDemanded(challengeId, msg.sender, d.chunkIndex, d.deadline);
+    }
+
+    /// @notice See `ISynclineCourt` (reached through `SynclineCourt`).
+    function answerAvailability(uint256 challengeId, bytes calldata chunk, bytes32[] calldata proof)
+        external
+        onlyDelegated
+    {
+        Challenge storage c = _requireOpen(challengeId, ChallengeKind.Censorship);
+        AvailabilityDemand storage d = _demands[challengeId];
+        if (d.deadline == 0 || d.answered || block.timestamp > d.deadline) {
+            revert SynclineAvailabilityClosed(challengeId, d.deadline);
+        }
+        if (!_openedChunkWellFormed(c, d.chunkIndex, chunk, proof)) {
+            // The opened chunk proves the exclusion was justified: the claim fails.
+            _rejectUnavailable(challengeId, c, false);
+            return;
+        }
+        d.answered = true;
+        emit AvailabilityAnswered(challengeId, msg.sender, d.chunkIndex);
+    }
+
+    /// @notice See `ISynclineCourt` (reached through `SynclineCourt`).
+    function resolveCensorship(uint256 challengeId) external onlyDelegated {
+        Challenge storage c = _requireOpen(challengeId, ChallengeKind.Censorship);
+        if (block.timestamp <= c.deadline) revert SynclineChallengeDeadline(challengeId, c.deadline);
+        AvailabilityDemand storage d = _demands[challengeId];
+        if (d.deadline != 0 && !d.answered && block.timestamp <= d.deadline) {
+            revert SynclineChallengeDeadline(challengeId, d.deadline);
+        }
+        uint256 taskId = c.taskId;
+        RoundRecord storage rr = _rounds[taskId][c.round];
+        if (d.deadline != 0 && !d.answered) {
+            // INVARIANT: data demanded and not shown in the response window is unavailable; the
+            // claim fails and its bond pays the demanders.
+            _rejectUnavailable(challengeId, c, true);
+        } else if (_isVoid(taskId, c.round)) {
+            // Another proof already voided the round: nothing left to uphold, the bond goes back.
+            _expire(challengeId, c);
+        } else if (d.deadline == 0) {
+            _uphold(challengeId, _convictRound(taskId, c.round, rr.result));
+        } else {
+            _settleLateAvailability(challengeId, c, rr);
+        }
+    }
+
+    /// @dev The submission's data was shown available only after the vote, which the chain cannot
+    /// tell from a voter that did not fetch it: the trainer is credited its round's work (the round
+    /// stands), the voters that demanded give up their round fee into the reward pool, and the
+    /// voters that neither demanded nor defended are slashed (no rollback). Upheld if anyone was
+    /// slashed, else the claim expires (bond back).
+    function _settleLateAvailability(uint256 challengeId, Challenge storage c, RoundRecord storage rr) internal {
+        uint256 taskId = c.taskId;
+        uint32 round = c.round;
+        TaskState storage t = _tasks[taskId];
+        Submission storage s = _submissions[taskId][round][c.fragment];
+        TrainerRecord storage tr = _trainerRecords[taskId][s.trainer];
+        if (!tr.evicted) {
+            _compensatedMask[taskId][round] |= uint256(1) << c.fragment;
+            tr.accepted += 1;
+            tr.acceptedWeight += s.weight;
+            t.totalWeight += s.weight;
+            emit LateWorkCredited(taskId, round, s.trainer, s.weight);
+        }
+        address[] storage witnesses = _specs[taskId].witnesses;
+        uint256 fee = _specs[taskId].witnessFee;
+        uint256 slashed = 0;
+        for (uint256 i = 0; i < witnesses.length; ++i) {
+            address w = witnesses[i];
+            if (_votes[taskId][round][w] != rr.result) continue;
+            if (!_demanded[challengeId][w]) {
+                slashed += _slashWitness(taskId, w);
+                continue;
+            }
+            // INVARIANT: a voter gives up one round's fee at most once (several claims may
+            // settle late on one round).
+            if (_feeForfeited[taskId][round][w]) continue;
+            _feeForfeited[taskId][round][w] = true;
+            WitnessRecord storage wr = _witnessRecords[taskId][w];
+            wr.matched -= 1;
+            wr.fees -= fee;
+            t.feesEarned -= fee;
+            t.rewardPool += fee;
+            emit FeeForfeited(taskId, round, w, fee);
+        }
+        if (slashed == 0) _expire(challengeId, c);
+        else _uphold(challengeId, slashed);
+    }
+
+    /// @dev The claim fails for the submission's own fault (malformed or unavailable): the bond
+    /// is split between the voters that demanded availability (dust to the reward pool).
+    function _rejectUnavailable(uint256 challengeId, Challenge storage c, bool unavailable) internal {
+        _reject(challengeId, c);
+        if (unavailable) emit SubmissionUnavailable(c.taskId, c.round, c.fragment, challengeId);
+        _splitBond(challengeId, c, _demands[challengeId].demanders, PAY_DEMANDERS);
+    }
+
+    /// @dev Whether `who` voted the finalized result of the claim's round and is not the claimant.
+    function _votedResult(Challenge storage c, address who) internal view returns (bool) {
+        return who != c.challenger && _votes[c.taskId][c.round][who] == _rounds[c.taskId][c.round].result;
+    }
+
+    /// @dev Verifies chunk `chunkIndex` of the accused submission against its committed chunk
+    /// root (the binding commitment of its bytes) and says whether it is well formed.
+    function _openedChunkWellFormed(Challenge storage c, uint32 chunkIndex, bytes calldata chunk, bytes32[] calldata proof)
+        internal
+        view
+        returns (bool)
+    {
+        TaskSpec storage spec = _specs[c.taskId];
+        (uint256 chunkCount, uint256 count) = _chunkShape(spec.paramCount, chunkIndex);
+        if (count == 0) revert SynclineBadOpening(c.taskId, c.round, chunkIndex);
+        bytes32 root = _submissions[c.taskId][c.round][c.fragment].chunkRoot;
+        if (!ChunkMerkle.verify(root, chunkIndex, chunkCount, keccak256(chunk), proof)) {
+            revert SynclineBadMerkleProof(0, root);
+        }
+        return ChunkAggregation.isWellFormedGradientChunk(chunk, spec.gradientBits, count);
+    }
+
+    /// @notice See `ISynclineCourt` (reached through `SynclineCourt`).
+    function continueInvalidation(uint256 taskId) external onlyDelegated {
+        TaskState storage t = _requireTask(taskId);
+        Invalidation storage inv = _invalidations[taskId];
+        if (inv.next == inv.end) revert SynclineNothingToInvalidate(taskId);
+        _continueInvalidation(taskId, t, inv);
+    }
+
+    /// @notice See `ISynclineCourt` (reached through `SynclineCourt`).
+    function expireChallenge(uint256 challengeId) external onlyDelegated {
+        Challenge storage c = _requireOpen(challengeId, ChallengeKind.TrainingFraud);
+        if (block.timestamp <= c.deadline) revert SynclineChallengeDeadline(challengeId, c.deadline);
+        // INVARIANT: a referee that re-executed the segment is paid for it even when the committee
+        // did not decide: each voter earns `bond / N`; the claimant gets back only the rest.
+        _close(c, ChallengeStatus.Expired);
+        uint256 paid = _payWitnesses(challengeId, c, c.bond / _specs[c.taskId].witnesses.length, PAY_REFEREES);
+        _credit(c.taskId, c.challenger, c.bond - paid, REASON_BOND);
+        emit ChallengeResolved(challengeId, c.taskId, ChallengeStatus.Expired, 0, 0);
+    }
+}
