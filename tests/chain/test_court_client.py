@@ -8,7 +8,7 @@
 * a duplicate challenge is refused (``SynclineDuplicateChallenge`` names the first one);
 * censorship: unanswered -> resolved after the defence period: the voters' bonds slashed, the round
   and the round after it invalidated, the state root rolled back; answered with a malformed chunk
-  -> rejected, the bond paid to whoever answered;
+  by a voter of the round -> rejected, the bond paid to that voter;
 * training fraud: referees vote guilty (upheld), innocent (rejected, bond to the innocent voters), or
   nobody decides (expired, bond back); an open challenge holds the seal.
 
@@ -464,7 +464,7 @@ def test_answered_censorship_is_rejected_and_pays_the_answerer(
     finalize(market, w3, witnesses[:2], task_id, 0, 0b011)  # fragment 2 rightly left out
     challenge_id = market.challenge_censorship(outsider, task_id, 0, 2)
 
-    w2 = witnesses[2]
+    w2 = witnesses[0]  # a voter of the finalized result defends it (the claimant never can)
     with pytest.raises(ChainError) as err:  # a well-formed chunk justifies nothing
         market.answer_censorship(w2, challenge_id, 0, chunks[0], merkle.proof(hashes, 0))
     check_error(err.value, "SynclineChunkWellFormed", {"challengeId": challenge_id, "chunkIndex": 0})

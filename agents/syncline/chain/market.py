@@ -606,3 +606,41 @@ class MarketClient:
 
     def receipt(self, task_id: int) -> TrainingReceipt:
         return TrainingReceipt.from_chain(self._call("getReceipt", task_id))
+
+    # ------------------------------------------------------------------ data availability and rollbacks
+
+    def demand_availability(self, witness: Signer, challenge_id: int, chunk_index: int) -> TxReceipt:
+        """A voter of the claimed round demands chunk ``chunk_index`` of the excluded submission."""
+        return self._send(witness, "demandAvailability", challenge_id, chunk_index)
+
+    def answer_availability(
+        self, caller: Signer, challenge_id: int, chunk: bytes, proof: Sequence[str | bytes]
+    ) -> TxReceipt:
+        """Open the demanded chunk against the submission's chunk root (anyone; normally its trainer)."""
+        return self._send(caller, "answerAvailability", challenge_id, bytes(chunk), [_b32(h) for h in proof])
+
+    def availability_demand(self, challenge_id: int) -> AvailabilityDemandView:
+        d = self._call("availabilityDemand", challenge_id)
+        return AvailabilityDemandView(int(d[0]), int(d[1]), int(d[2]), bool(d[3]))
+
+    def demanded_by(self, challenge_id: int, witness: str) -> bool:
+        return bool(self._call("demandedBy", challenge_id, Web3.to_checksum_address(witness)))
+
+    def continue_invalidation(self, caller: Signer, task_id: int) -> TxReceipt:
+        """Void the next batch of a pending rollback (anyone; the seal waits until it is done)."""
+        return self._send(caller, "continueInvalidation", task_id)
+
+    def invalidation(self, task_id: int) -> tuple[int, int, int]:
+        """``(from, next, end)`` of the task's rollback; pending while ``next < end``."""
+        f, n, e = self._call("invalidation", task_id)
+        return int(f), int(n), int(e)
+
+
+@dataclass(frozen=True)
+class AvailabilityDemandView:
+    """A censorship claim's data-availability demand (``availabilityDemand``); ``deadline`` 0: none."""
+
+    deadline: int
+    chunk_index: int
+    demanders: int
+    answered: bool

@@ -29,8 +29,9 @@ from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient, TaskView
 from syncline.challenger.agent import Challenger
 from syncline.challenger.training import make_training_checker
-from syncline.errors import ChainError
+from syncline.errors import ChainError, SynclineError
 from syncline.observability import get_logger
+from syncline.protocol.chunking import num_chunks
 from syncline.protocol.enums import TaskStatus
 from syncline.protocol.signed_messages import METRIC_SCALE, Vote
 from syncline.protocol.sync_round import RoundResult
@@ -41,6 +42,7 @@ from syncline.run.local_store import append_durable, append_record, read_records
 from syncline.run.loop import pending_time, run_forever
 from syncline.run.metrics import AgentMetrics
 from syncline.witness.court_duty import RefereeDuty
+from syncline.witness.defence import CensorshipDefence, MalformedChunk, find_malformed_chunk
 
 log = get_logger("syncline.witness")
 ZERO = "0x" + "00" * 32
@@ -60,6 +62,7 @@ class WitnessAgent:
     _bonded: bool = False
     challenger: Challenger | None = None
     referee: RefereeDuty | None = None
+    defence: CensorshipDefence | None = None
 
     def run(self, *, max_iterations: int | None = None) -> None:
         if self.cfg.threads:
@@ -246,9 +249,32 @@ class WitnessAgent:
                 ctx=ctx,
             )
         self._defer_on_error(self.referee.step)
+        if self.defence is None and self.cfg.misbehave is None:
+            self.defence = CensorshipDefence(
+                self.market,
+                self.signer,
+                self.cfg.task_id,
+                find_malformed=self._malformed_chunk,
+                now=lambda: pending_time(self.market.w3),
+                chunk_count=num_chunks(ctx.layout.numel),
+            )
+        if self.defence is not None:
+            self._defer_on_error(self.defence.step)
         if self.challenger is not None:
             challenger = self.challenger
             self._defer_on_error(lambda: challenger.step(task))
+
+    def _malformed_chunk(self, round_: int, fragment: int) -> MalformedChunk | None:
+        """A malformed chunk of an excluded submission, if this witness holds its payload."""
+        ctx = self.ctx
+        assert ctx is not None
+        s = self.market.submission(ctx.task_id, round_, fragment)
+        try:
+            payload = ctx.blobs.fetch(s.uri, expected_digest=s.payload_hash, max_bytes=ctx.max_payload_bytes)
+        except SynclineError:
+            return None
+        chunk_root = bytes.fromhex(s.chunk_root[2:])
+        return find_malformed_chunk(payload, chunk_root, numel=ctx.layout.numel, bits=ctx.spec.gradient_bits)
 
     def _defer_on_error(self, duty: Callable[[], None]) -> None:
         """Run a court duty; a chain or state problem defers it to the next step."""

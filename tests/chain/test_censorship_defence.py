@@ -1,0 +1,184 @@
+"""Witnesses defend the rounds they voted against censorship claims, on a real anvil.
+
+* a claim about a payload the trainer withheld: each honest voter's ``CensorshipDefence`` demands
+  availability, nobody opens the demanded chunk in time, the claim is rejected when due: the voters
+  keep their bonds and split the claimant's bond, the claimant loses it;
+* the trainer opens the demanded chunk in time (data shown after the vote): nobody is slashed,
+  the trainer is credited its round, the demanders give up their round fee, the claimant's bond
+  goes back;
+* ``decide`` (pure): answer with a malformed chunk when that was the reason, else demand; resolve
+  only once the claim's deadline and any response window have passed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from eth_utils import keccak
+from web3 import Web3
+
+from conftest import check_error, checkpoint_root, finalize, h32, start_task, travel_past
+from syncline.chain import devnet as devnet_mod
+from syncline.chain.keys import Signer
+from syncline.chain.market import MarketClient
+from syncline.errors import ChainError
+from syncline.protocol import merkle
+from syncline.protocol.enums import ChallengeStatus, RoundStatus
+from syncline.protocol.spec import TrainingTaskSpec
+from syncline.witness.defence import CensorshipDefence, ClaimView, DefenceAction, MalformedChunk, decide
+
+pytestmark = pytest.mark.chain
+
+
+def _chunks(spec: TrainingTaskSpec) -> list[bytes]:
+    """A well-formed 8-bit payload's chunks (256 coordinates each)."""
+    return [bytes((8, 0)) + bytes(range(128)) * 2 for _ in range(spec.param_count // 256)]
+
+
+def _defence(
+    market: MarketClient, w3: Web3, witness: Signer, task_id: int, spec: TrainingTaskSpec
+) -> CensorshipDefence:
+    # The witness holds no payload of the excluded submission (it was withheld): no malformed chunk to show.
+    held: dict[tuple[int, int], MalformedChunk] = {}
+    return CensorshipDefence(
+        market,
+        witness,
+        task_id,
+        find_malformed=lambda r, f: held.get((r, f)),
+        now=lambda: devnet_mod.chain_time(w3),
+        chunk_count=spec.param_count // 256,
+    )
+
+
+def _round0_excluding_2(
+    market: MarketClient,
+    w3: Web3,
+    sponsor: Signer,
+    trainers: list[Signer],
+    witnesses: list[Signer],
+    spec_factory: Callable[..., TrainingTaskSpec],
+) -> tuple[int, TrainingTaskSpec, list[bytes]]:
+    spec = spec_factory()
+    task_id, _ = start_task(market, sponsor, spec, witnesses, trainers)
+    chunks = _chunks(spec)
+    root = merkle.root([keccak(c) for c in chunks])
+    for f, t in enumerate(trainers):
+        chunk_root = root if f == 2 else h32(f"chunks/{f}")
+        market.commit_submission(
+            t, task_id, 0, f, h32(f"payload/{f}"), chunk_root, "ipfs://g", checkpoint_root=checkpoint_root(str(f))
+        )
+    finalize(market, w3, witnesses[:2], task_id, 0, 0b011)  # fragment 2's payload never reached them
+    return task_id, spec, chunks
+
+
+def test_withheld_payload_claim_fails_and_honest_voters_keep_their_bonds(
+    market: MarketClient,
+    w3: Web3,
+    sponsor: Signer,
+    trainers: list[Signer],
+    witnesses: list[Signer],
+    outsider: Signer,
+    spec_factory: Callable[..., TrainingTaskSpec],
+) -> None:
+    task_id, spec, _ = _round0_excluding_2(market, w3, sponsor, trainers, witnesses, spec_factory)
+    claim = market.challenge_censorship(outsider, task_id, 0, 2)
+    defences = [_defence(market, w3, w, task_id, spec) for w in witnesses]
+    for d in defences:
+        d.step()
+    demand = market.availability_demand(claim)
+    assert demand.demanders == 2 and not demand.answered  # w0 and w1 voted; w2 did not and stays out
+    assert [market.demanded_by(claim, w.address) for w in witnesses] == [True, True, False]
+
+    c = market.challenge(claim)
+    travel_past(w3, max(c.deadline, demand.deadline))
+    for d in defences:
+        d.step()  # the first resolves; the others see it closed
+    c = market.challenge(claim)
+    bond = spec.challenge_bond_wei
+    assert c.status == ChallengeStatus.REJECTED
+    assert market.credit_of(outsider.address) == 0
+    for w in witnesses[:2]:
+        view = market.witness(task_id, w.address)
+        assert (view.bond_wei, view.slashed_wei) == (spec.witness_bond_wei, 0)
+        assert market.credit_of(w.address) == bond // 2
+    assert market.round(task_id, 0).status == RoundStatus.FINALIZED
+    assert market.task(task_id).open_challenges == 0
+
+
+def test_data_shown_after_the_vote_credits_the_trainer_and_slashes_nobody(
+    market: MarketClient,
+    w3: Web3,
+    sponsor: Signer,
+    trainers: list[Signer],
+    witnesses: list[Signer],
+    outsider: Signer,
+    spec_factory: Callable[..., TrainingTaskSpec],
+) -> None:
+    task_id, spec, chunks = _round0_excluding_2(market, w3, sponsor, trainers, witnesses, spec_factory)
+    claim = market.challenge_censorship(outsider, task_id, 0, 2)
+    with pytest.raises(ChainError) as err:  # the claimant cannot answer its own claim
+        market.answer_censorship(outsider, claim, 0, chunks[0], merkle.proof([keccak(c) for c in chunks], 0))
+    check_error(err.value, "SynclineNotDefender", {"challengeId": claim, "caller": outsider.address})
+    defences = [_defence(market, w3, w, task_id, spec) for w in witnesses]
+    for d in defences:
+        d.step()
+    demand = market.availability_demand(claim)
+    hashes = [keccak(c) for c in chunks]
+    market.answer_availability(trainers[2], claim, chunks[demand.chunk_index], merkle.proof(hashes, demand.chunk_index))
+    travel_past(w3, market.challenge(claim).deadline)
+    for d in defences:
+        d.step()
+    c = market.challenge(claim)
+    assert (c.status, c.slashed_wei) == (ChallengeStatus.EXPIRED, 0)
+    assert market.credit_of(outsider.address) == spec.challenge_bond_wei
+    assert market.trainer(task_id, trainers[2].address).accepted == 1
+    for w in witnesses[:2]:
+        view = market.witness(task_id, w.address)
+        assert (view.bond_wei, view.slashed_wei, view.fees_wei) == (spec.witness_bond_wei, 0, 0)
+
+
+def test_decide_answers_demands_and_resolves_in_order() -> None:
+    open_claim = ClaimView(
+        deadline=100, demand_deadline=0, demand_answered=False, voted_result=True, demanded_by_me=False
+    )
+    bad = MalformedChunk(1, b"\x10\x00", [])
+    assert decide(open_claim, malformed=bad, now=50) is DefenceAction.ANSWER_MALFORMED
+    assert decide(open_claim, malformed=None, now=50) is DefenceAction.DEMAND
+    demanded = ClaimView(100, 150, False, True, True)
+    assert decide(demanded, malformed=None, now=50) is DefenceAction.NOTHING
+    assert decide(demanded, malformed=None, now=120) is DefenceAction.NOTHING  # response window still open
+    assert decide(demanded, malformed=None, now=151) is DefenceAction.RESOLVE
+    assert decide(ClaimView(100, 150, True, True, True), malformed=None, now=101) is DefenceAction.RESOLVE
+    not_voter = ClaimView(100, 0, False, False, False)
+    assert decide(not_voter, malformed=bad, now=50) is DefenceAction.NOTHING
+    assert decide(not_voter, malformed=None, now=101) is DefenceAction.RESOLVE
+
+
+def test_find_malformed_chunk_opens_the_committed_root() -> None:
+    import json
+
+    import torch
+
+    from syncline.protocol.chunking import gradient_chunk_contents
+    from syncline.protocol.quantization import quantize
+    from syncline.witness.defence import find_malformed_chunk
+
+    qg = quantize(torch.linspace(-1.0, 1.0, 600), 8)
+    payload = qg.to_safetensors_bytes()
+    contents = gradient_chunk_contents(qg)
+    clean_root = merkle.root([keccak(c) for c in contents])
+    assert find_malformed_chunk(payload, clean_root, numel=600, bits=8) is None
+
+    # coordinate 300 (chunk 1, position 44) set to -128, the value the contract's chunk check refuses
+    header_len = int.from_bytes(payload[:8], "little")
+    start = 8 + header_len + json.loads(payload[8 : 8 + header_len])["values"]["data_offsets"][0]
+    bad = bytearray(payload)
+    bad[start + 300] = 0x80
+    contents[1] = contents[1][: 2 + 44] + b"\x80" + contents[1][2 + 45 :]
+    hashes = [keccak(c) for c in contents]
+    found = find_malformed_chunk(bytes(bad), merkle.root(hashes), numel=600, bits=8)
+    assert found is not None and found.index == 1 and found.content == contents[1]
+    assert found.proof == merkle.proof(hashes, 1)
+    # bytes that do not open the committed root prove nothing: demand availability instead
+    assert find_malformed_chunk(bytes(bad), clean_root, numel=600, bits=8) is None
