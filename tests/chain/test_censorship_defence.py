@@ -18,7 +18,7 @@ import pytest
 from eth_utils import keccak
 from web3 import Web3
 
-from conftest import check_error, checkpoint_root, finalize, h32, start_task, travel_past
+from conftest import check_error, checkpoint_root, commit, finalize, h32, start_task, travel_past
 from syncline.chain import devnet as devnet_mod
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
@@ -136,6 +136,39 @@ def test_data_shown_after_the_vote_credits_the_trainer_and_slashes_nobody(
     for w in witnesses[:2]:
         view = market.witness(task_id, w.address)
         assert (view.bond_wei, view.slashed_wei, view.fees_wei) == (spec.witness_bond_wei, 0, 0)
+
+
+def test_a_long_rollback_is_carried_to_the_end_by_the_witnesses(
+    market: MarketClient,
+    w3: Web3,
+    sponsor: Signer,
+    trainers: list[Signer],
+    witnesses: list[Signer],
+    outsider: Signer,
+    spec_factory: Callable[..., TrainingTaskSpec],
+) -> None:
+    """An undefended claim on round 0 after 40 rounds: the ruling voids 32 rounds, the witnesses'
+    defence carries the rest (``continueInvalidation``) so the run can seal."""
+    spec = spec_factory(rounds=44)
+    task_id, _ = start_task(market, sponsor, spec, witnesses, trainers)
+    for f, t in enumerate(trainers):
+        commit(market, t, task_id, 0, f)
+    finalize(market, w3, witnesses[:2], task_id, 0, 0b011)
+    claim = market.challenge_censorship(outsider, task_id, 0, 2)
+    for rnd in range(1, 41):
+        for f, t in enumerate(trainers):
+            commit(market, t, task_id, rnd, f)
+        finalize(market, w3, witnesses[:2], task_id, rnd, 0b111)
+    travel_past(w3, market.challenge(claim).deadline)
+    market.resolve_censorship(outsider, claim)  # nobody defended: upheld, first batch voided
+    _, next_round, end = market.invalidation(task_id)
+    assert (next_round, end) == (32, 41)
+    assert market.task(task_id).open_challenges == 1  # the rollback holds the seal
+    _defence(market, w3, witnesses[2], task_id, spec).step()
+    _, next_round, end = market.invalidation(task_id)
+    assert next_round == end == 41
+    task = market.task(task_id)
+    assert (task.open_challenges, task.rounds_invalidated, task.total_weight) == (0, 41, 0)
 
 
 def test_decide_answers_demands_and_resolves_in_order() -> None:

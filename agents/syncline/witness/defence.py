@@ -10,7 +10,8 @@ voted that round's result defends it on chain:
   ``demandAvailability`` — the accused trainer must open a chunk against its chunk root within the
   response window. Unanswered, the claim fails and its bond pays the demanders; answered, the
   data came late and the demanders keep their bonds (they give up the round's fee);
-* once the claim's deadline (and any response window) has passed: ``resolveCensorship``.
+* once the claim's deadline (and any response window) has passed: ``resolveCensorship``;
+* a rollback longer than one batch is carried on with ``continueInvalidation`` (the seal waits).
 
 ``decide`` is pure (unit tested); ``CensorshipDefence`` reads the chain, asks ``decide`` and sends.
 """
@@ -138,6 +139,7 @@ class CensorshipDefence:
     done: set[int] = field(default_factory=set)
 
     def step(self) -> None:
+        self._continue_rollback()
         for challenge_id in range(1, self.market.challenge_count() + 1):
             if challenge_id in self.done:
                 continue
@@ -147,6 +149,18 @@ class CensorshipDefence:
                 self.done.add(challenge_id)
                 continue
             self._defend(challenge_id, c.round, c.fragment, c.deadline, c.challenger)
+
+    def _continue_rollback(self) -> None:
+        """Carry a pending rollback one batch further (the seal waits for it; anyone may send it)."""
+        _, next_round, end = self.market.invalidation(self.task_id)
+        if next_round >= end:
+            return
+        try:
+            self.market.continue_invalidation(self.signer, self.task_id)
+        except ChainError as exc:
+            log.info("witness.rollback_skipped", reason=exc.error_name)
+            return
+        log.info("witness.rollback_continued", next_round=next_round, end=end)
 
     def _defend(self, challenge_id: int, round_: int, fragment: int, deadline: int, claimant: str) -> None:
         me = self.signer.address
