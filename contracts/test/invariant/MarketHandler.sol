@@ -36,6 +36,8 @@ contract MarketHandler is SynclineSigning {
     bytes32 internal constant FINALIZED = keccak256("RoundFinalized(uint256,uint32,bytes32,bytes32,bytes32,uint256)");
     bytes32 internal constant BONDED = keccak256("WitnessBonded(uint256,address,uint256)");
     bytes32 internal constant REASON_BOND = "bond-refund";
+    bytes32 internal constant REASON_STAKE = "stake-refund";
+    bytes32 internal constant REASON_REWARD = "reward";
 
     SynclineMarket public immutable market;
     uint256 public currentTime;
@@ -69,6 +71,9 @@ contract MarketHandler is SynclineSigning {
     mapping(uint256 => mapping(address => uint256)) public bondRefunded;
     /// A WitnessBonded event for a witness that was already bonded, or with another amount than the spec's.
     uint256 public ghostBadBond;
+    /// What settlement credited each trainer: its stake refund and its reward, per (task, trainer).
+    mapping(uint256 => mapping(address => uint256)) public stakeRefunded;
+    mapping(uint256 => mapping(address => uint256)) public rewardPaid;
 
     /// Successful calls per action, and outcomes seen in the logs (to check that the sequences
     /// reach every part of the life cycle).
@@ -160,6 +165,8 @@ contract MarketHandler is SynclineSigning {
                     bondRefunded[uint256(logs[i].topics[1])][account] += amount;
                     outcomes["bondRefunded"] += 1;
                 }
+                if (reason == REASON_STAKE) stakeRefunded[uint256(logs[i].topics[1])][account] += amount;
+                if (reason == REASON_REWARD) rewardPaid[uint256(logs[i].topics[1])][account] += amount;
             } else if (topic == BONDED) {
                 uint256 id = uint256(logs[i].topics[1]);
                 address w = address(uint160(uint256(logs[i].topics[2])));

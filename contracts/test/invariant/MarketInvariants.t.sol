@@ -4,7 +4,7 @@ pragma solidity ^0.8.24;
 import {InvariantChecks} from "./InvariantChecks.sol";
 import {MarketHandler} from "./MarketHandler.sol";
 import {SynclineMarket} from "../../src/SynclineMarket.sol";
-import {TaskState, TaskStatus, WitnessRecord} from "../../src/SynclineTypes.sol";
+import {TaskSpec, TaskState, TaskStatus, TrainerRecord, WitnessRecord} from "../../src/SynclineTypes.sol";
 
 /// @notice Stateful fuzzing of the market through `MarketHandler`.
 contract MarketInvariantsTest is InvariantChecks {
@@ -115,6 +115,38 @@ contract MarketInvariantsTest is InvariantChecks {
                 held += w.bond;
             }
             if (t.openChallenges == 0) vm.assertEq(t.bondsHeld, held, "bondsHeld == sum of witness bonds");
+        }
+    }
+
+    /// (f) Honest actors are made whole: a trainer never evicted (it committed every round it was
+    /// asked to, and no fault of its own was proven) is credited at settlement its whole stake and,
+    /// when the run sealed, exactly its pro-rata reward for its accepted work; a bonded witness
+    /// (no fault proven in this market-only campaign) gets its whole bond back.
+    function invariant_honestActorsMadeWhole() public view virtual {
+        uint256[] memory ids = handler.tasks();
+        address[] memory ws = handler.witnessSet();
+        for (uint256 i = 0; i < ids.length; ++i) {
+            TaskState memory t = market.getTaskState(ids[i]);
+            if (t.status != TaskStatus.Sealed && t.status != TaskStatus.Cancelled) continue;
+            TaskSpec memory spec = market.getSpec(ids[i]);
+            address[] memory ts = market.getTrainers(ids[i]);
+            for (uint256 k = 0; k < ts.length; ++k) {
+                TrainerRecord memory r = market.getTrainer(ids[i], ts[k]);
+                if (r.evicted) continue;
+                vm.assertEq(r.slashed, 0, "an honest trainer is never slashed");
+                vm.assertEq(handler.stakeRefunded(ids[i], ts[k]), spec.trainerStake, "honest stake refunded whole");
+                uint256 earned = t.totalWeight == 0 ? 0 : (t.sealedPool * r.acceptedWeight) / t.totalWeight;
+                vm.assertEq(handler.rewardPaid(ids[i], ts[k]), earned, "honest trainer paid its earned reward");
+                vm.assertGe(
+                    handler.stakeRefunded(ids[i], ts[k]) + handler.rewardPaid(ids[i], ts[k]),
+                    uint256(spec.trainerStake) + r.reward,
+                    "credit >= stake + earned reward"
+                );
+            }
+            for (uint256 k = 0; k < ws.length; ++k) {
+                if (!market.getWitness(ids[i], ws[k]).bonded) continue;
+                vm.assertEq(handler.bondRefunded(ids[i], ws[k]), spec.witnessBond, "honest witness bond back whole");
+            }
         }
     }
 }
