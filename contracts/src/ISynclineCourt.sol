@@ -13,7 +13,9 @@ import {ISynclineEvents} from "./ISynclineEvents.sol";
 /// The challenger is credited its bond plus `CHALLENGER_SHARE_BPS` of the slash; the rest goes to
 /// the reward pool. A proven aggregation or censorship fault also invalidates the round and every
 /// round finalized after it: their rewards and witness fees are reversed and the task's state root
-/// rolls back to the round's previous state root; the run carries on from there.
+/// rolls back to the round's previous state root; the run carries on from there. The rounds are
+/// voided 32 per call (the ruling, then `continueInvalidation` by anyone), so no call outgrows a
+/// block; the pending rollback counts in `openChallenges` and holds the seal until it is done.
 /// Each fault can be claimed once (duplicates revert `SynclineDuplicateChallenge`).
 interface ISynclineCourt is ISynclineEvents {
     /// @notice Prove that a trainer signed two different commitments for one (task, round, fragment)
