@@ -13,12 +13,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+import torch
 from eth_utils import keccak
 from web3 import Web3
 
 from conftest import check_error, checkpoint_root, commit, finalize, h32, start_task, travel_past
+from syncline.blobstore.local import LocalBlobStore
 from syncline.chain import devnet as devnet_mod
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
@@ -26,7 +29,16 @@ from syncline.errors import ChainError
 from syncline.protocol import merkle
 from syncline.protocol.enums import ChallengeStatus, RoundStatus
 from syncline.protocol.spec import TrainingTaskSpec
-from syncline.witness.defence import CensorshipDefence, ClaimView, DefenceAction, MalformedChunk, decide
+from syncline.trainer.segments import encode_payload
+from syncline.witness.defence import (
+    AvailabilityResponder,
+    CensorshipDefence,
+    ClaimView,
+    DefenceAction,
+    MalformedChunk,
+    decide,
+    payload_chunks,
+)
 
 pytestmark = pytest.mark.chain
 
@@ -114,18 +126,51 @@ def test_data_shown_after_the_vote_credits_the_trainer_and_slashes_nobody(
     witnesses: list[Signer],
     outsider: Signer,
     spec_factory: Callable[..., TrainingTaskSpec],
+    tmp_path: Path,
 ) -> None:
-    task_id, spec, chunks = _round0_excluding_2(market, w3, sponsor, trainers, witnesses, spec_factory)
+    """The accused trainer's ``AvailabilityResponder`` opens the demanded chunk from its own
+    payload (a real quantized gradient in a real blob store) in time."""
+    spec = spec_factory()
+    task_id, _ = start_task(market, sponsor, spec, witnesses, trainers)
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    payload, chunk_root = encode_payload(torch.linspace(-1.0, 1.0, spec.param_count), spec.gradient_bits)
+    ref = blobs.put(payload)
+    for f, t in enumerate(trainers):
+        if f == 2:
+            market.commit_submission(
+                t,
+                task_id,
+                0,
+                f,
+                "0x" + keccak(payload).hex(),
+                "0x" + chunk_root.hex(),
+                ref.uri,
+                checkpoint_root=checkpoint_root("2"),
+            )
+        else:
+            commit(market, t, task_id, 0, f)
+    finalize(market, w3, witnesses[:2], task_id, 0, 0b011)  # fragment 2 published after the vote
     claim = market.challenge_censorship(outsider, task_id, 0, 2)
+    chunks = payload_chunks(payload, numel=spec.param_count, bits=spec.gradient_bits)
+    assert chunks is not None
     with pytest.raises(ChainError) as err:  # the claimant cannot answer its own claim
         market.answer_censorship(outsider, claim, 0, chunks[0], merkle.proof([keccak(c) for c in chunks], 0))
     check_error(err.value, "SynclineNotDefender", {"challengeId": claim, "caller": outsider.address})
     defences = [_defence(market, w3, w, task_id, spec) for w in witnesses]
     for d in defences:
         d.step()
-    demand = market.availability_demand(claim)
-    hashes = [keccak(c) for c in chunks]
-    market.answer_availability(trainers[2], claim, chunks[demand.chunk_index], merkle.proof(hashes, demand.chunk_index))
+    responder = AvailabilityResponder(
+        market,
+        trainers[2],
+        task_id,
+        2,
+        own_payload=lambda r: blobs.fetch(ref.uri, expected_digest=ref.digest, max_bytes=len(payload)),
+        numel=spec.param_count,
+        bits=spec.gradient_bits,
+        now=lambda: devnet_mod.chain_time(w3),
+    )
+    responder.step()
+    assert market.availability_demand(claim).answered
     travel_past(w3, market.challenge(claim).deadline)
     for d in defences:
         d.step()

@@ -34,6 +34,7 @@ from syncline.run.loop import pending_time, run_forever
 from syncline.run.metrics import AgentMetrics
 from syncline.trainer.inner_loop import InnerLoop, RoundWork
 from syncline.trainer.segments import encode_payload
+from syncline.witness.defence import AvailabilityResponder
 
 log = get_logger("syncline.trainer")
 ZERO_ADDRESS = "0x0000000000000000000000000000000000000000"
@@ -68,6 +69,7 @@ class TrainerAgent:
     _optimizer_round: int | None = None
     _bytes_received: int = 0
     _state: TrainingState | None = None
+    _availability: AvailabilityResponder | None = None
 
     def run(self, *, max_iterations: int | None = None) -> None:
         if self.cfg.threads:
@@ -110,6 +112,7 @@ class TrainerAgent:
             log.info("trainer.not_enrolled", task_id=task_id, status=t.status.name.lower())
             return True
         self._record_outcomes(t.current_round if t.status == TaskStatus.RUNNING else t.current_round + 1, me.fragment)
+        self._answer_availability(me.fragment)
         if t.status == TaskStatus.AWAITING_SEAL:
             return self._try_seal(t.last_closed_at)
         if me.evicted:
@@ -122,6 +125,35 @@ class TrainerAgent:
             return False
         self._train_and_commit(round_, me.fragment, me.shards, t.state_root, deadline)
         return False
+
+    def _answer_availability(self, fragment: int) -> None:
+        """Open any chunk a censorship claim's voters demand from this trainer's own submissions."""
+        ctx = self.ctx
+        assert ctx is not None
+        if self._availability is None:
+            self._availability = AvailabilityResponder(
+                self.market,
+                self.signer,
+                ctx.task_id,
+                fragment,
+                own_payload=lambda round_: self._own_payload(round_, fragment),
+                numel=ctx.layout.numel,
+                bits=ctx.spec.gradient_bits,
+                now=lambda: pending_time(self.market.w3),
+            )
+        try:
+            self._availability.step()
+        except (ChainError, SynclineError) as exc:
+            log.info("trainer.availability_deferred", reason=str(exc).splitlines()[0][:160])
+
+    def _own_payload(self, round_: int, fragment: int) -> bytes | None:
+        ctx = self.ctx
+        assert ctx is not None
+        s = self.market.submission(ctx.task_id, round_, fragment)
+        try:
+            return self.blobs.fetch(s.uri, expected_digest=s.payload_hash, max_bytes=ctx.max_payload_bytes)
+        except SynclineError:
+            return None
 
     # ------------------------------------------------------------------ work
 

@@ -83,13 +83,9 @@ def decide(claim: ClaimView, *, malformed: MalformedChunk | None, now: int) -> D
     return DefenceAction.NOTHING
 
 
-def find_malformed_chunk(payload: bytes, chunk_root: bytes, *, numel: int, bits: int) -> MalformedChunk | None:
-    """The first chunk of ``payload`` that the contract's chunk check rejects, if the payload's
-    chunks open ``chunk_root`` (only then can the chunk be proven on chain); else ``None``.
-
-    The payload is decoded without the value checks of ``QuantizedGradient`` (those are what make
-    a chunk malformed); a payload that does not even decode has no chunk to open.
-    """
+def payload_chunks(payload: bytes, *, numel: int, bits: int) -> list[bytes] | None:
+    """The chunk contents of a gradient payload, decoded without the value checks of
+    ``QuantizedGradient`` (those are what make a chunk malformed); ``None`` if it does not decode."""
     try:
         meta = _peek_metadata(payload, None)
         if meta["numel"] != numel or meta["bits"] != bits or meta["chunk_size"] != CHUNK_SIZE:
@@ -104,7 +100,15 @@ def find_malformed_chunk(payload: bytes, chunk_root: bytes, *, numel: int, bits:
     object.__setattr__(raw, "bits", bits)
     object.__setattr__(raw, "values", tensors["values"])
     object.__setattr__(raw, "exponents", tensors["exponents"])
-    contents = gradient_chunk_contents(raw)
+    return gradient_chunk_contents(raw)
+
+
+def find_malformed_chunk(payload: bytes, chunk_root: bytes, *, numel: int, bits: int) -> MalformedChunk | None:
+    """The first chunk of ``payload`` that the contract's chunk check rejects, if the payload's
+    chunks open ``chunk_root`` (only then can the chunk be proven on chain); else ``None``."""
+    contents = payload_chunks(payload, numel=numel, bits=bits)
+    if contents is None:
+        return None
     hashes = [keccak(c) for c in contents]
     if merkle.root(hashes) != chunk_root:
         return None
@@ -199,3 +203,54 @@ class CensorshipDefence:
         """A chunk the trainer cannot predict when it publishes only part of its payload."""
         seed = keccak(challenge_id.to_bytes(32, "big") + bytes.fromhex(self.signer.address[2:]))
         return int.from_bytes(seed, "big") % self.chunk_count
+
+
+@dataclass
+class AvailabilityResponder:
+    """The accused trainer's side of the sub-game: opens every chunk demanded from one of its own
+    submissions (read from its payload, proven against the chunk root it committed) in time."""
+
+    market: MarketClient
+    signer: Signer
+    task_id: int
+    fragment: int
+    #: ``(round) -> payload bytes`` of this trainer's own submission (``None`` if it no longer has it).
+    own_payload: Callable[[int], bytes | None]
+    numel: int
+    bits: int
+    now: Callable[[], int]
+    done: set[int] = field(default_factory=set)
+
+    def step(self) -> None:
+        for challenge_id in range(1, self.market.challenge_count() + 1):
+            if challenge_id in self.done:
+                continue
+            c = self.market.challenge(challenge_id)
+            ours = c.task_id == self.task_id and c.kind == ChallengeKind.CENSORSHIP and c.fragment == self.fragment
+            if not ours or c.status != ChallengeStatus.OPEN:
+                self.done.add(challenge_id)
+                continue
+            demand = self.market.availability_demand(challenge_id)
+            if demand.deadline == 0:
+                continue  # nothing demanded yet
+            if demand.answered or self.now() > demand.deadline:
+                self.done.add(challenge_id)
+                continue
+            self._answer(challenge_id, c.round, demand.chunk_index)
+
+    def _answer(self, challenge_id: int, round_: int, chunk_index: int) -> None:
+        payload = self.own_payload(round_)
+        contents = None if payload is None else payload_chunks(payload, numel=self.numel, bits=self.bits)
+        if contents is None:
+            log.warning("trainer.availability_unanswerable", challenge=challenge_id, round=round_)
+            return
+        hashes = [keccak(c) for c in contents]
+        try:
+            self.market.answer_availability(
+                self.signer, challenge_id, contents[chunk_index], merkle.proof(hashes, chunk_index)
+            )
+        except ChainError as exc:
+            log.info("trainer.availability_skipped", challenge=challenge_id, reason=exc.error_name)
+            return
+        self.done.add(challenge_id)
+        log.info("trainer.availability_answered", challenge=challenge_id, round=round_, chunk=chunk_index)
