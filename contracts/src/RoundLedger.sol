@@ -263,6 +263,8 @@ abstract contract RoundLedger is TrainerStaking {
     }
 
     /// @dev Missed-round accounting and eviction for the closed round, then opens the next one.
+    /// A round nobody committed to counts no miss: it tells an outage of what every trainer shares
+    /// (blob service, RPC, the run's state) from one lazy trainer, and an outage slashes no one.
     function _closeRound(
         uint256 taskId,
         TaskState storage t,
@@ -272,7 +274,8 @@ abstract contract RoundLedger is TrainerStaking {
     ) private {
         address[] storage trainers = _trainersByFragment[taskId];
         bool evicted = false;
-        for (uint256 i = 0; i < trainers.length; ++i) {
+        uint256 count = rr.committedMask == 0 ? 0 : trainers.length;
+        for (uint256 i = 0; i < count; ++i) {
             TrainerRecord storage r = _trainerRecords[taskId][trainers[i]];
             if (r.evicted) continue;
             if (rr.committedMask & (uint256(1) << r.fragment) != 0) {
