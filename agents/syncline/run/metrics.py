@@ -83,6 +83,9 @@ class AgentMetrics:
         self.rejected = Counter("syncline_witness_rejected", "submissions rejected, by reason", ["reason"], registry=r)
         self.finalized = Counter("syncline_witness_votes", "finalize calls sent", registry=r)
         self.aggregate_seconds = Gauge("syncline_witness_aggregate_seconds", "aggregation time", registry=r)
+        self.uploads_pending = Gauge(
+            "syncline_trainer_uploads_pending", "blobs waiting in the outbox for the blob store", registry=r
+        )
         self.loop = LoopMetrics(role, r)
         self.role = role
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 from eth_utils import keccak
 
-from syncline.blobstore import BlobStore, put_signed
+from syncline.blobstore import BlobStore
+from syncline.blobstore.store import BlobUnavailable, digest_of, sign_alias
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient, RoundView
 from syncline.errors import ChainError, SynclineError
@@ -33,6 +34,7 @@ from syncline.run.local_store import append_record
 from syncline.run.loop import pending_time, run_forever
 from syncline.run.metrics import AgentMetrics
 from syncline.trainer.inner_loop import InnerLoop, RoundWork
+from syncline.trainer.outbox import Outbox
 from syncline.trainer.segments import encode_payload
 from syncline.witness.defence import AvailabilityResponder
 
@@ -70,6 +72,7 @@ class TrainerAgent:
     _bytes_received: int = 0
     _state: TrainingState | None = None
     _availability: AvailabilityResponder | None = None
+    _outbox: Outbox | None = None
 
     def run(self, *, max_iterations: int | None = None) -> None:
         if self.cfg.threads:
@@ -97,6 +100,7 @@ class TrainerAgent:
                     f"{ctx.spec.inner_steps}; gradients with another H are rejected"
                 )
             self.ctx = ctx
+        self._flush_outbox()
         me = self.market.trainer(task_id, self.signer.address)
         if t.status == TaskStatus.ENROLLING:
             if not me.enrolled:
@@ -146,10 +150,29 @@ class TrainerAgent:
         except (ChainError, SynclineError) as exc:
             log.info("trainer.availability_deferred", reason=str(exc).splitlines()[0][:160])
 
+    @property
+    def outbox(self) -> Outbox:
+        """Uploads that wait out a blob-store outage on disk (:class:`Outbox`)."""
+        if self._outbox is None:
+            self._outbox = Outbox(self.blobs, self.cfg.state_dir / "outbox")
+        return self._outbox
+
+    def _flush_outbox(self) -> None:
+        """Upload what an outage held back (best effort: the next tick tries again)."""
+        try:
+            waiting = self.outbox.flush()
+        except OSError as exc:
+            log.warning("trainer.outbox_unreadable", error=str(exc)[:160])
+            return
+        self.metrics.uploads_pending.set(waiting)
+
     def _own_payload(self, round_: int, fragment: int) -> bytes | None:
         ctx = self.ctx
         assert ctx is not None
         s = self.market.submission(ctx.task_id, round_, fragment)
+        kept = self.outbox.own(s.payload_hash)
+        if kept is not None:
+            return kept
         try:
             return self.blobs.fetch(s.uri, expected_digest=s.payload_hash, max_bytes=ctx.max_payload_bytes)
         except SynclineError:
@@ -221,14 +244,22 @@ class TrainerAgent:
             work = replace(work, pseudo_gradient=torch.randn_like(work.pseudo_gradient) * 0.05)
         self._save_optimizer(inner, round_ + 1)
         payload, chunk_root = encode_payload(work.pseudo_gradient, ctx.spec.gradient_bits)
-        ref = self.blobs.put(payload)
+        # Through the outbox: a blob-store outage now delays the upload, never the commitment.
+        ref = self.outbox.put(payload)
+        self.outbox.keep_own(round_, payload)
+        # A censorship claim names a round within the challenge window of its close: keep that many.
+        spec = ctx.spec
+        self.outbox.prune_own(round_ - (-(-spec.challenge_window_s // spec.round_duration_s) + 2))
         self._bytes_sent += len(payload)
         checkpoint_root = self._publish_checkpoints(round_, fragment, interval, work.checkpoints)
         message, signature = self.market.sign_commitment(
             self.signer, ctx.task_id, round_, fragment, ref.digest, chunk_root, checkpoint_root, ref.uri
         )
         try:
-            self._announce(message, signature)
+            try:
+                self._announce(message, signature)
+            except BlobUnavailable as exc:  # gossip is for relayers and proofs; the chain comes first
+                log.warning("trainer.announce_deferred", round=round_, error=str(exc)[:160])
             self.market.send_commitment(self.signer, message, signature)
             outcome = "committed"
         except ChainError as exc:
@@ -328,7 +359,7 @@ class TrainerAgent:
         everything as soon as the commitment is on chain."""
         ctx = self.ctx
         assert ctx is not None
-        refs = [self.blobs.put(c) for c in checkpoints]
+        refs = [self.outbox.put(c) for c in checkpoints]
         manifest = CheckpointManifest(
             interval=interval,
             inner_steps=ctx.spec.inner_steps,
@@ -338,7 +369,8 @@ class TrainerAgent:
         root = manifest.root
         data = manifest.to_json()
         for alias in (manifest_root_alias(root), manifest_alias(ctx.task_id, round_, fragment)):
-            put_signed(self.blobs, data, alias, self.signer.account)
+            signature = sign_alias(self.signer.account, alias, digest_of(data))
+            self.outbox.put(data, alias=alias, alias_signature=signature)
         size = sum(r.size for r in refs)
         self._checkpoint_bytes_sent += size + 2 * len(data)
         log.info(
