@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from _harness import deploy_harness
+from _harness import deploy_chunk_aggregation_harness, python_chunk_round
 from eth_abi import encode
 from eth_utils import keccak
 from hexbytes import HexBytes
@@ -24,24 +24,19 @@ from web3.contract import Contract
 from web3.exceptions import ContractCustomError
 
 from syncline.chain.keys import Signer
-from syncline.paths import repo_root
-from syncline.protocol.aggregation import make_rule
-from syncline.protocol.chunking import gradient_chunk_contents, state_chunk_contents
+from syncline.protocol.chunking import state_chunk_contents
 from syncline.protocol.enums import AggregationRule
-from syncline.protocol.outer_optimizer import nesterov_step
-from syncline.protocol.quantization import QuantizedGradient, dequantize, max_grad_exp, qmax
+from syncline.protocol.quantization import QuantizedGradient, max_grad_exp, qmax
 
 pytestmark = pytest.mark.chain
 
-HARNESS = "contracts/test/harness/ChunkAggregationHarness.sol"
 STATE_ABS = 1 << 43  # |theta|, |m| < 2**43 and lr <= 1.5 keep every result inside Python's 2**46 bounds
 RULES = (AggregationRule.MEAN, AggregationRule.TRIMMED_MEAN, AggregationRule.COORDINATE_MEDIAN)
 
 
 @pytest.fixture(scope="module")
 def harness(w3: Web3, sponsor: Signer) -> Contract:
-    libraries = sorted((repo_root() / "contracts" / "src" / "libraries").glob("*.sol"))
-    return deploy_harness(w3, sponsor, HARNESS, "ChunkAggregationHarness", libraries)
+    return deploy_chunk_aggregation_harness(w3, sponsor)
 
 
 @st.composite
@@ -70,32 +65,10 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
-def _python_side(case: dict[str, Any]) -> tuple[list[bytes], bytes, bytes]:
-    """(gradient chunk contents, previous state chunk, expected new state chunk) from the protocol code."""
-    dtype = torch.int8 if case["bits"] == 8 else torch.int16
-    chunks, rows = [], []
-    for values, exponent in case["grads"]:
-        qg = QuantizedGradient(
-            bits=case["bits"],
-            values=torch.tensor(values, dtype=dtype),
-            exponents=torch.tensor([exponent], dtype=torch.uint8),
-        )
-        (content,) = gradient_chunk_contents(qg)
-        chunks.append(content)
-        rows.append(dequantize(qg))
-    weights = torch.tensor(case["weights"], dtype=torch.int64)
-    momentum = torch.tensor(case["momentum"], dtype=torch.int64)
-    (prev,) = state_chunk_contents(weights, momentum)
-    aggregate = make_rule(case["rule"], case["param"]).aggregate(torch.stack(rows))
-    new_w, new_m = nesterov_step(weights, momentum, aggregate, case["lr_ppm"], case["mom_ppm"])
-    (expected,) = state_chunk_contents(new_w, new_m)
-    return chunks, prev, expected
-
-
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=cases())
 def test_recompute_state_chunk_matches_python(harness: Contract, case: dict[str, Any]) -> None:
-    chunks, prev, expected = _python_side(case)
+    chunks, prev, expected, _, _ = python_chunk_round(case)
     args = (chunks, case["bits"], int(case["rule"]), case["param"], prev, case["lr_ppm"], case["mom_ppm"])
     got = harness.functions.recomputeStateChunk(*args).call()
     assert bytes(got) == expected

@@ -13,23 +13,19 @@ from typing import Any
 
 import pytest
 import torch
-from _harness import deploy_harness
+from _harness import deploy_chunk_aggregation_harness, python_chunk_round
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from web3 import Web3
 from web3.contract import Contract
 
 from syncline.chain.keys import Signer
-from syncline.paths import repo_root
-from syncline.protocol.aggregation import make_rule
-from syncline.protocol.chunking import gradient_chunk_contents, state_chunk_contents
 from syncline.protocol.enums import AggregationRule
 from syncline.protocol.outer_optimizer import STATE_MAX, nesterov_step
-from syncline.protocol.quantization import QuantizedGradient, dequantize, max_grad_exp, qmax
+from syncline.protocol.quantization import max_grad_exp, qmax
 
 pytestmark = pytest.mark.chain
 
-HARNESS = "contracts/test/harness/ChunkAggregationHarness.sol"
 LIMIT = (1 << 46) - 1
 DELTA_MAX = (1 << 41) - 1
 RULES = (AggregationRule.MEAN, AggregationRule.TRIMMED_MEAN, AggregationRule.COORDINATE_MEDIAN)
@@ -37,8 +33,7 @@ RULES = (AggregationRule.MEAN, AggregationRule.TRIMMED_MEAN, AggregationRule.COO
 
 @pytest.fixture(scope="module")
 def harness(w3: Web3, sponsor: Signer) -> Contract:
-    libraries = sorted((repo_root() / "contracts" / "src" / "libraries").glob("*.sol"))
-    return deploy_harness(w3, sponsor, HARNESS, "ChunkAggregationHarness", libraries)
+    return deploy_chunk_aggregation_harness(w3, sponsor)
 
 
 def near_bound() -> st.SearchStrategy[int]:
@@ -73,28 +68,6 @@ def bound_cases(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
-def _python_side(case: dict[str, Any]) -> tuple[list[bytes], bytes, bytes, torch.Tensor, torch.Tensor]:
-    """(gradient chunks, previous state chunk, expected new state chunk, new weights, new momentum)."""
-    dtype = torch.int8 if case["bits"] == 8 else torch.int16
-    chunks, rows = [], []
-    for values, exponent in case["grads"]:
-        qg = QuantizedGradient(
-            bits=case["bits"],
-            values=torch.tensor(values, dtype=dtype),
-            exponents=torch.tensor([exponent], dtype=torch.uint8),
-        )
-        (content,) = gradient_chunk_contents(qg)
-        chunks.append(content)
-        rows.append(dequantize(qg))
-    weights = torch.tensor(case["weights"], dtype=torch.int64)
-    momentum = torch.tensor(case["momentum"], dtype=torch.int64)
-    (prev,) = state_chunk_contents(weights, momentum)
-    aggregate = make_rule(case["rule"], case["param"]).aggregate(torch.stack(rows))
-    new_w, new_m = nesterov_step(weights, momentum, aggregate, case["lr_ppm"], case["mom_ppm"])
-    (expected,) = state_chunk_contents(new_w, new_m)
-    return chunks, prev, expected, new_w, new_m
-
-
 def _on_chain(harness: Contract, case: dict[str, Any], chunks: list[bytes], prev: bytes) -> bytes:
     args = (chunks, case["bits"], int(case["rule"]), case["param"], prev, case["lr_ppm"], case["mom_ppm"])
     return bytes(harness.functions.recomputeStateChunk(*args).call())
@@ -103,7 +76,7 @@ def _on_chain(harness: Contract, case: dict[str, Any], chunks: list[bytes], prev
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=bound_cases())
 def test_recompute_at_and_around_the_bound_matches_python(harness: Contract, case: dict[str, Any]) -> None:
-    chunks, prev, expected, _, _ = _python_side(case)
+    chunks, prev, expected, _, _ = python_chunk_round(case)
     assert _on_chain(harness, case, chunks, prev) == expected
 
 
@@ -123,7 +96,7 @@ def test_maximal_gradients_on_a_state_at_the_bound(harness: Contract, sign: int,
         "lr_ppm": 700_000,
         "mom_ppm": mom_ppm,
     }
-    chunks, prev, expected, new_w, new_m = _python_side(case)
+    chunks, prev, expected, new_w, new_m = python_chunk_round(case)
     assert _on_chain(harness, case, chunks, prev) == expected
     assert new_w.tolist()[:3] == [-sign * LIMIT] * 3  # the weights saturate
     assert max(abs(int(x)) for x in (*new_w, *new_m)) <= LIMIT == STATE_MAX
