@@ -32,13 +32,13 @@ from syncline.chain.devnet import Devnet, chain_time, start_anvil
 from syncline.chain.keys import Signer, from_private_key
 from syncline.chain.market import MarketClient, RoundView, TaskView, WitnessView
 from syncline.demo.training_run import AgentProcess, DemoPlan, TrainingDemo, _template
+from syncline.protocol.seeds import round_seed
 from syncline.protocol.state import TrainingState
 from syncline.protocol.sync_round import CommittedSubmission, RoundResult
 from syncline.run.agent_config import InnerOptimizerConfig
 from syncline.run.context import TaskContext
 from syncline.run.loop import pending_time
 from syncline.sponsor.task_builder import publish_language_task
-from syncline.trainer.agent import round_seed
 from syncline.trainer.inner_loop import InnerLoop, replay_environment
 from syncline.trainer.segments import encode_payload
 

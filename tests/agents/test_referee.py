@@ -44,7 +44,8 @@ from syncline.chain.devnet import set_next_timestamp
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
 from syncline.challenger.agent import Challenger
-from syncline.challenger.training import make_training_checker
+from syncline.court.duty import RefereeDuty
+from syncline.court.sampling import make_training_checker
 from syncline.modality.language import LanguageAdapter
 from syncline.protocol.checkpoints import (
     Checkpoint,
@@ -57,11 +58,12 @@ from syncline.protocol.checkpoints import (
 )
 from syncline.protocol.enums import RoundStatus, TaskStatus
 from syncline.protocol.layout import ParameterLayout
+from syncline.protocol.seeds import round_seed
 from syncline.protocol.spec import DatasetManifest, ModelArchitecture, TrainingTaskSpec
 from syncline.protocol.state import TrainingState
 from syncline.run.agent_config import InnerOptimizerConfig, config_from_mapping
 from syncline.run.context import TaskContext
-from syncline.trainer.agent import TrainerAgent, round_seed
+from syncline.trainer.agent import TrainerAgent
 from syncline.trainer.inner_loop import InnerLoop
 from syncline.trainer.referee import (
     Claim,
@@ -77,7 +79,6 @@ from syncline.trainer.referee import (
     referee_segment,
 )
 from syncline.trainer.segments import derive_payload, encode_payload
-from syncline.witness.court_duty import RefereeDuty
 
 H, INTERVAL, BATCH, SEQ = 6, 2, 4, 32
 S = segment_count(H, INTERVAL)

@@ -23,7 +23,7 @@ from web3 import Web3
 from conftest import checkpoint_root, h32, start_task, travel_past
 from syncline.chain.keys import Signer
 from syncline.chain.market import AggregationProof, MarketClient
-from syncline.challenger.proofs import build_aggregation_proof, first_differing_chunk
+from syncline.court.proofs import build_aggregation_proof, first_differing_chunk
 from syncline.errors import ChainError
 from syncline.protocol.aggregation import make_rule
 from syncline.protocol.chunking import (

@@ -25,12 +25,7 @@ from syncline.blobstore.local import LocalBlobStore
 from syncline.chain import devnet as devnet_mod
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
-from syncline.errors import ChainError
-from syncline.protocol import merkle
-from syncline.protocol.enums import ChallengeStatus, RoundStatus
-from syncline.protocol.spec import TrainingTaskSpec
-from syncline.trainer.segments import encode_payload
-from syncline.witness.defence import (
+from syncline.court.defence import (
     AvailabilityResponder,
     CensorshipDefence,
     ClaimView,
@@ -39,6 +34,11 @@ from syncline.witness.defence import (
     decide,
     payload_chunks,
 )
+from syncline.errors import ChainError
+from syncline.protocol import merkle
+from syncline.protocol.enums import ChallengeStatus, RoundStatus
+from syncline.protocol.spec import TrainingTaskSpec
+from syncline.trainer.segments import encode_payload
 
 pytestmark = pytest.mark.chain
 
@@ -238,9 +238,9 @@ def test_find_malformed_chunk_opens_the_committed_root() -> None:
 
     import torch
 
+    from syncline.court.defence import find_malformed_chunk
     from syncline.protocol.chunking import gradient_chunk_contents
     from syncline.protocol.quantization import quantize
-    from syncline.witness.defence import find_malformed_chunk
 
     qg = quantize(torch.linspace(-1.0, 1.0, 600), 8)
     payload = qg.to_safetensors_bytes()

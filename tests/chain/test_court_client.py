@@ -32,6 +32,7 @@ from syncline.chain.deployment import Deployment, merged_abi
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
 from syncline.chain.toolchain import compile_contracts
+from syncline.court.findings import Censorship, TrainingFraud
 from syncline.errors import ChainError
 from syncline.protocol import merkle
 from syncline.protocol.enums import ChallengeKind, ChallengeStatus, RoundStatus, TaskStatus
@@ -664,3 +665,49 @@ def test_a_trainer_caught_equivocating_in_the_open_round_earns_nothing_for_it(
     assert market.trainer(task_id, trainers[1].address).accepted == 1
     revoked = market.get_logs("RewardRevoked", taskId=task_id, round=0)
     assert [str(e["args"]["trainer"]) for e in revoked] == [t0.address]
+
+
+# ---------------------------------------------------------------------- findings build their calls
+
+
+def test_a_finding_builds_its_court_call_and_the_client_only_sends_it(
+    market: MarketClient,
+    w3: Web3,
+    sponsor: Signer,
+    trainers: list[Signer],
+    witnesses: list[Signer],
+    outsider: Signer,
+    spec_factory: Callable[..., TrainingTaskSpec],
+) -> None:
+    run = start_run(market, sponsor, trainers, witnesses, spec_factory)
+    task_id = run.task_id
+    for f, t in enumerate(trainers):
+        commit(market, t, task_id, 0, f)
+    finalize(market, w3, witnesses[:2], task_id, 0, 0b011)
+
+    censorship = Censorship(0, 2)
+    call = censorship.call(market, task_id)
+    assert (call.target, call.function, call.value) == (
+        market.address,
+        "challengeCensorship",
+        market.challenge_bond(task_id),
+    )
+    assert call.calldata == market.encode_call("challengeCensorship", [task_id, 0, 2])
+    assert (censorship.kind_name, censorship.key()) == ("censorship", (ChallengeKind.CENSORSHIP, 0, 2))
+    # a call whose calldata or target does not match what it says is refused before signing
+    for forged in (replace(call, calldata=call.calldata[:-1] + b"\x01"), replace(call, target=outsider.address)):
+        with pytest.raises(ChainError, match="challengeCensorship"):
+            market.send_call(outsider, forged)
+    opened = market.send_call(outsider, call)
+    view = market.challenge(opened)
+    assert (view.kind, view.round, view.fragment) == (ChallengeKind.CENSORSHIP, 0, 2)
+
+    training = TrainingFraud(0, 0, 1, "replay differs", trainers[0].address)
+    assert training.accused() == trainers[0].address.lower()
+    assert not training.decided_in_its_transaction and training.key() == (ChallengeKind.TRAINING_FRAUD, 0, (0, 1))
+    view = market.challenge(market.send_call(outsider, training.call(market, task_id)))
+    assert (view.kind, view.segment, view.accused.lower()) == (
+        ChallengeKind.TRAINING_FRAUD,
+        1,
+        trainers[0].address.lower(),
+    )

@@ -1,87 +1,21 @@
 """``POST /api/runs/{id}/challenges/build``: audit one closed round from public data (chain, blob
-store, gossip) with the challenger's :class:`RoundAuditor`, and encode the court call that proves the
-requested fault. The browser sends it with the task's challenge bond.
+store, gossip) with the court's :class:`RoundAuditor`, and hand over the call the finding builds
+(:meth:`~syncline.court.findings.Finding.call`): the browser signs and sends it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from syncline.api.errors import ApiError
 from syncline.api.schemas import ChallengeProof, ChallengeRequest
 from syncline.api.services import ApiServices
 from syncline.api.specs import ONCHAIN_FIELDS
-from syncline.chain.market import SPEC_CHALLENGE_BOND
-from syncline.challenger.audit import (
-    AggregationFraud,
-    Censorship,
-    Finding,
-    RoundAuditor,
-    TrainerEquivocation,
-    TrainingChecker,
-    TrainingFraud,
-    WitnessEquivocation,
-)
-from syncline.challenger.training import make_training_checker
+from syncline.court.audit import RoundAuditor, TrainingChecker
+from syncline.court.findings import Finding, TrainingFraud
+from syncline.court.sampling import make_training_checker
 from syncline.run.context import TaskContext
 from syncline.trainer.referee import Outcome
-
-ZERO_ADDRESS = "0x" + "00" * 20
-
-KIND_OF: dict[type[Any], str] = {
-    TrainerEquivocation: "trainer_equivocation",
-    WitnessEquivocation: "witness_equivocation",
-    AggregationFraud: "aggregation_fraud",
-    Censorship: "censorship",
-    TrainingFraud: "training_fraud",
-}
-
-
-def call_of(finding: Finding, task_id: int) -> tuple[str, list[Any], str, str]:
-    """(court function, ABI arguments, accused as the court records it, one-line description)."""
-    if isinstance(finding, TrainerEquivocation):
-        a, b = finding.onchain, finding.announced
-        return (
-            "proveTrainerEquivocation",
-            [a.message.as_tuple(), bytes(a.signature), b.message.as_tuple(), bytes(b.signature)],
-            a.signer.lower(),
-            f"round {finding.round}: trainer {a.signer.lower()} (fragment {finding.fragment}) signed two different "
-            f"commitments (payload 0x{a.message.payload_hash.hex()[:12]}... on chain, "
-            f"0x{b.message.payload_hash.hex()[:12]}... announced)",
-        )
-    if isinstance(finding, WitnessEquivocation):
-        va, vb = finding.onchain, finding.announced
-        return (
-            "proveWitnessEquivocation",
-            [va.message.as_tuple(), bytes(va.signature), vb.message.as_tuple(), bytes(vb.signature)],
-            finding.witness.lower(),
-            f"round {finding.round}: witness {finding.witness.lower()} signed two different votes (state root "
-            f"0x{va.message.state_root.hex()[:12]}... on chain, 0x{vb.message.state_root.hex()[:12]}... announced)",
-        )
-    if isinstance(finding, AggregationFraud):
-        o = finding.opening
-        return (
-            "proveAggregationFraud",
-            [o.as_tuple()],
-            ZERO_ADDRESS,
-            f"round {finding.round}: the finalized state differs from the recomputed aggregate in chunk "
-            f"{o.chunk_index} (coordinates {o.lo}..{o.hi} of {len(o.input_chunks)} accepted inputs)",
-        )
-    if isinstance(finding, Censorship):
-        return (
-            "challengeCensorship",
-            [task_id, finding.round, finding.fragment],
-            ZERO_ADDRESS,
-            f"round {finding.round}: the valid on-time submission of fragment {finding.fragment} was left out",
-        )
-    return (
-        "challengeTraining",
-        [task_id, finding.round, finding.fragment, finding.segment],
-        "",
-        f"round {finding.round}: fragment {finding.fragment} segment {finding.segment} does not re-execute: "
-        f"{finding.reason}",
-    )
 
 
 def _findings(auditor: RoundAuditor, req: ChallengeRequest) -> Iterable[Finding]:
@@ -93,7 +27,7 @@ def _findings(auditor: RoundAuditor, req: ChallengeRequest) -> Iterable[Finding]
 
 
 def _matches(finding: Finding, req: ChallengeRequest) -> bool:
-    if KIND_OF[type(finding)] != req.kind:
+    if finding.kind_name != req.kind:
         return False
     fragment = getattr(finding, "fragment", None)
     if req.fragment is not None and fragment is not None and fragment != req.fragment:
@@ -133,17 +67,14 @@ def build_challenge(services: ApiServices, task_id: int, req: ChallengeRequest) 
         what = req.kind.replace("_", " ").replace(" fraud", "")
         later = " yet (its state or checkpoints are not available)" if auditor.incomplete else ""
         raise ApiError(409, f"round {req.round}: no provable {what} fault{later}")
-    function, args, accused, description = call_of(finding, task_id)
-    if isinstance(finding, TrainingFraud):
-        accused = market.submission(task_id, finding.round, finding.fragment).trainer.lower()
-    data = market.contract.encode_abi(function, args=args)
+    call = finding.call(market, task_id)
     return ChallengeProof(
         kind=req.kind,
         round=req.round,
-        accused=accused,
-        description=description,
-        function=function,
-        to=market.address.lower(),
-        data=str(data),
-        value_wei=str(int(spec[SPEC_CHALLENGE_BOND])),
+        accused=finding.accused(),
+        description=finding.describe(),
+        function=call.function,
+        to=call.target.lower(),
+        data="0x" + call.calldata.hex(),
+        value_wei=str(call.value),
     )

@@ -18,6 +18,7 @@ from web3.contract import Contract
 from web3.logs import DISCARD
 from web3.types import EventData, TxReceipt
 
+from syncline.chain.calls import ContractCall
 from syncline.chain.deployment import Deployment
 from syncline.chain.keys import Signer
 from syncline.chain.transactions import ErrorDecoder, TransactionSender
@@ -412,10 +413,27 @@ class MarketClient:
 
     def _open_challenge(self, challenger: Signer, task_id: int, name: str, *args: Any) -> int:
         receipt = self._send(challenger, name, *args, value=self.challenge_bond(task_id))
+        return self._opened(receipt, name)
+
+    def _opened(self, receipt: TxReceipt, name: str) -> int:
         opened = self.events(receipt, "ChallengeOpened")
         if len(opened) != 1:
             raise ChainError(f"{name}: expected one ChallengeOpened event, got {len(opened)}")
         return int(opened[0]["args"]["challengeId"])
+
+    def encode_call(self, function: str, args: list[Any]) -> bytes:
+        """ABI calldata (selector and arguments) of ``function`` on the market (court functions included)."""
+        return bytes.fromhex(str(self.contract.encode_abi(function, args=args)).removeprefix("0x"))
+
+    def send_call(self, challenger: Signer, call: ContractCall) -> int:
+        """Send a court call a finding built (:meth:`syncline.court.findings.Finding.call`);
+        returns the id of the challenge it opened."""
+        if Web3.to_checksum_address(call.target) != self.address:
+            raise ChainError(f"{call.function}: the call targets {call.target}, not this market {self.address}")
+        if self.encode_call(call.function, list(call.args)) != call.calldata:
+            raise ChainError(f"{call.function}: the calldata does not encode its function and arguments")
+        receipt = self._send(challenger, call.function, *call.args, value=call.value)
+        return self._opened(receipt, call.function)
 
     def prove_trainer_equivocation(
         self, challenger: Signer, a: Commitment, sig_a: bytes, b: Commitment, sig_b: bytes

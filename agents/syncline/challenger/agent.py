@@ -1,10 +1,10 @@
 """The challenger agent: ``syncline challenger run --config challenger.yaml``.
 
 Anyone can run it; witness agents run one by default. Every closed round still inside its
-challenge window is audited once (:mod:`syncline.challenger.audit`); each fault found is proven on
-chain with the task's challenge bond. Censorship claims are resolved after their defence period,
-undecided training claims expired after theirs, and the credit earned (bonds back plus the
-challenger's share of each slash) is withdrawn.
+challenge window is audited once (:mod:`syncline.court.audit`); each fault found is proven on
+chain by sending the call the finding builds (:meth:`syncline.court.findings.Finding.call`).
+Censorship claims are resolved after their defence period, undecided training claims expired after
+theirs, and the credit earned (bonds back plus the challenger's share of each slash) is withdrawn.
 """
 
 from __future__ import annotations
@@ -19,17 +19,9 @@ from prometheus_client import Counter, Gauge, start_http_server
 from syncline.blobstore import BlobStore
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient, TaskView
-from syncline.challenger.audit import (
-    AggregationFraud,
-    Censorship,
-    Finding,
-    RoundAuditor,
-    TrainerEquivocation,
-    TrainingChecker,
-    TrainingFraud,
-    WitnessEquivocation,
-)
-from syncline.challenger.training import make_training_checker
+from syncline.court.audit import RoundAuditor, TrainingChecker
+from syncline.court.findings import Finding
+from syncline.court.sampling import make_training_checker
 from syncline.errors import ChainError
 from syncline.observability import get_logger
 from syncline.protocol.enums import ChallengeKind, ChallengeStatus, TaskStatus
@@ -47,27 +39,6 @@ LATENCY = Gauge("syncline_challenger_last_proof_latency_seconds", "Seconds from 
 AUDITED = Gauge("syncline_challenger_last_audited_round", "Last round the challenger audited")
 
 
-def finding_kind(f: Finding) -> str:
-    return {
-        TrainerEquivocation: "trainer-equivocation",
-        WitnessEquivocation: "witness-equivocation",
-        AggregationFraud: "aggregation",
-        Censorship: "censorship",
-        TrainingFraud: "training",
-    }[type(f)]
-
-
-def fault_of(f: Finding) -> tuple[str, int, object]:
-    """The fault a finding proves, as the court keys it: kind, round and the accused slot."""
-    if isinstance(f, WitnessEquivocation):
-        return finding_kind(f), f.round, f.witness.lower()
-    if isinstance(f, TrainingFraud):
-        return finding_kind(f), f.round, (f.fragment, f.segment)
-    if isinstance(f, (TrainerEquivocation, Censorship)):
-        return finding_kind(f), f.round, f.fragment
-    return finding_kind(f), f.round, None
-
-
 @dataclass
 class Challenger:
     """Audits one task's rounds and brings the proofs; embeddable in other agents."""
@@ -83,7 +54,7 @@ class Challenger:
     ctx: TaskContext | None = None
     audited: set[int] = field(default_factory=set)
     # Findings already proven (or lost to a faster challenger): never brought twice.
-    brought: set[tuple[str, int, object]] = field(default_factory=set)
+    brought: set[tuple[ChallengeKind, int, object]] = field(default_factory=set)
     # Censorship and training challenges this challenger brought that are still open (they need a
     # follow-up after their deadline); proofs decided in their own transaction are not kept.
     mine: set[int] = field(default_factory=set)
@@ -117,10 +88,10 @@ class Challenger:
                     continue
                 auditor = self._auditor_for()
                 for finding in auditor.audit(round_):
-                    key = fault_of(finding)
+                    key = finding.key()
                     if key in self.brought:
                         continue  # a re-audit of a round that could not be judged whole before
-                    FINDINGS.labels(kind=finding_kind(finding)).inc()
+                    FINDINGS.labels(kind=finding.kind_name).inc()
                     self._prove(finding, rr.closed_at)
                     self.brought.add(key)
                 AUDITED.set(round_)
@@ -133,17 +104,17 @@ class Challenger:
     # ------------------------------------------------------------------ proving
 
     def _prove(self, finding: Finding, closed_at: int) -> None:
-        kind = finding_kind(finding)
-        log.info("challenger.fault_found", kind=kind, round=finding.round, detail=_describe(finding))
+        kind = finding.kind_name
+        log.info("challenger.fault_found", kind=kind, round=finding.round, detail=finding.details())
         try:
-            challenge_id = self._bring(finding)
+            challenge_id = self.market.send_call(self.signer, finding.call(self.market, self.task_id))
         except ChainError as exc:
             # Someone else proved it first (duplicate), or the window closed: nothing lost.
             log.info(
                 "challenger.proof_skipped", kind=kind, round=finding.round, reason=exc.error_name or str(exc)[:160]
             )
             return
-        if isinstance(finding, (Censorship, TrainingFraud)):
+        if not finding.decided_in_its_transaction:
             self.mine.add(challenge_id)
         latency = max(0, pending_time(self.market.w3) - closed_at)
         LATENCY.set(latency)
@@ -160,28 +131,10 @@ class Challenger:
                     "kind": kind,
                     "round": finding.round,
                     "latency_s": latency,
-                    "detail": _describe(finding),
+                    "detail": finding.details(),
                     "wall_time": time.time(),
                 },
             )
-
-    def _bring(self, finding: Finding) -> int:
-        """Send the challenge transaction for ``finding``; returns the challenge id."""
-        if isinstance(finding, TrainerEquivocation):
-            a, b = finding.onchain, finding.announced
-            return self.market.prove_trainer_equivocation(self.signer, a.message, a.signature, b.message, b.signature)
-        if isinstance(finding, WitnessEquivocation):
-            va, vb = finding.onchain, finding.announced
-            return self.market.prove_witness_equivocation(
-                self.signer, va.message, va.signature, vb.message, vb.signature
-            )
-        if isinstance(finding, AggregationFraud):
-            return self.market.prove_aggregation_fraud(self.signer, finding.opening)
-        if isinstance(finding, Censorship):
-            return self.market.challenge_censorship(self.signer, self.task_id, finding.round, finding.fragment)
-        return self.market.challenge_training(
-            self.signer, self.task_id, finding.round, finding.fragment, finding.segment
-        )
 
     def _follow_up(self, now: int) -> None:
         for challenge_id in sorted(self.mine):
@@ -209,28 +162,6 @@ class Challenger:
         amount = self.market.claim(self.signer)
         if amount:
             log.info("challenger.withdrew", wei=amount)
-
-
-def _describe(finding: Finding) -> dict[str, object]:
-    if isinstance(finding, TrainerEquivocation):
-        return {
-            "fragment": finding.fragment,
-            "trainer": finding.onchain.signer,
-            "onchain_payload": "0x" + finding.onchain.message.payload_hash.hex(),
-            "announced_payload": "0x" + finding.announced.message.payload_hash.hex(),
-        }
-    if isinstance(finding, WitnessEquivocation):
-        return {
-            "witness": finding.witness,
-            "onchain_state_root": "0x" + finding.onchain.message.state_root.hex(),
-            "announced_state_root": "0x" + finding.announced.message.state_root.hex(),
-        }
-    if isinstance(finding, AggregationFraud):
-        o = finding.opening
-        return {"chunk": o.chunk_index, "lo": o.lo, "hi": o.hi, "inputs": len(o.input_chunks)}
-    if isinstance(finding, Censorship):
-        return {"fragment": finding.fragment}
-    return {"fragment": finding.fragment, "segment": finding.segment, "reason": finding.reason}
 
 
 @dataclass

@@ -69,7 +69,7 @@ class AgentConfig:
     eval_batch_size: int = 16
     # witness and challenger: audit closed rounds and prove faults (witnesses do by default)
     challenge: bool = True
-    # inner-loop re-execution per accepted submission: all | spot | off (see challenger/training.py)
+    # inner-loop re-execution per accepted submission: all | spot | off (see court/sampling.py)
     training_checks: str = "spot"
 
     def __post_init__(self) -> None:

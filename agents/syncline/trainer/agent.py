@@ -21,10 +21,12 @@ from syncline.blobstore import BlobStore
 from syncline.blobstore.store import BlobUnavailable, digest_of, sign_alias
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient, RoundView
+from syncline.court.defence import AvailabilityResponder
 from syncline.errors import ChainError, SynclineError
 from syncline.observability import get_logger
 from syncline.protocol.checkpoints import CheckpointManifest, manifest_alias, manifest_root_alias
 from syncline.protocol.enums import RoundStatus, TaskStatus
+from syncline.protocol.seeds import round_seed
 from syncline.protocol.signed_messages import Commitment
 from syncline.protocol.state import TrainingState
 from syncline.run.agent_config import AgentConfig, ConfigError
@@ -36,19 +38,12 @@ from syncline.run.metrics import AgentMetrics
 from syncline.trainer.inner_loop import InnerLoop, RoundWork
 from syncline.trainer.outbox import Outbox
 from syncline.trainer.segments import encode_payload
-from syncline.witness.defence import AvailabilityResponder
 
 log = get_logger("syncline.trainer")
 ZERO_ADDRESS = "0x0000000000000000000000000000000000000000"
 # A state blob holds Q32 weights and momentum: 16 bytes per parameter. Rebuilding the state from a
 # round's payloads costs about bits/8 bytes per parameter per submission; the cheaper path wins.
 STATE_BYTES_PER_PARAM = 16
-
-
-def round_seed(task_id: int, round_: int, fragment: int) -> int:
-    """Seed of a round's batch order: anyone can recompute it from public data (re-execution)."""
-    data = task_id.to_bytes(32, "big") + round_.to_bytes(32, "big") + fragment.to_bytes(32, "big")
-    return int.from_bytes(keccak(data)[:8], "big") & ((1 << 63) - 1)
 
 
 @dataclass

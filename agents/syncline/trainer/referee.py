@@ -54,9 +54,10 @@ from syncline.protocol.checkpoints import (
     segment_count,
 )
 from syncline.protocol.layout import ParameterLayout
+from syncline.protocol.seeds import round_seed
 from syncline.protocol.state import TrainingState
 from syncline.run.context import StateUnavailable, TaskContext
-from syncline.trainer.agent import ZERO_ADDRESS, round_seed
+from syncline.trainer.agent import ZERO_ADDRESS
 from syncline.trainer.segments import derive_payload, holds_start_state, replay_segment
 
 log = get_logger("syncline.referee")

@@ -28,7 +28,9 @@ from syncline.blobstore import BlobStore
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient, TaskView
 from syncline.challenger.agent import Challenger
-from syncline.challenger.training import make_training_checker
+from syncline.court.defence import CensorshipDefence, MalformedChunk, find_malformed_chunk
+from syncline.court.duty import RefereeDuty
+from syncline.court.sampling import make_training_checker
 from syncline.errors import ChainError, SynclineError
 from syncline.observability import get_logger
 from syncline.protocol.chunking import num_chunks
@@ -41,8 +43,6 @@ from syncline.run.gossip import GossipError, announce_vote, decode_vote, encode_
 from syncline.run.local_store import append_durable, append_record, read_records
 from syncline.run.loop import pending_time, run_forever
 from syncline.run.metrics import AgentMetrics
-from syncline.witness.court_duty import RefereeDuty
-from syncline.witness.defence import CensorshipDefence, MalformedChunk, find_malformed_chunk
 
 log = get_logger("syncline.witness")
 ZERO = "0x" + "00" * 32

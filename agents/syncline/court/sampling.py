@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import random
 
-from syncline.challenger.audit import TrainingChecker
+from syncline.court.audit import TrainingChecker
 from syncline.observability import get_logger
 from syncline.run.context import TaskContext
 from syncline.trainer.referee import Outcome, Undecided, check_segment, load_case, training_checker
 
-log = get_logger("syncline.challenger")
+log = get_logger("syncline.court")
 
 MODES = ("all", "spot", "off")
 

@@ -22,8 +22,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from syncline.chain.market import AggregationProof, MarketClient, RoundView
-from syncline.challenger.proofs import build_aggregation_proof
+from syncline.chain.market import MarketClient, RoundView
+from syncline.court.findings import (
+    AggregationFraud,
+    Censorship,
+    Finding,
+    TrainerEquivocation,
+    TrainingFraud,
+    WitnessEquivocation,
+)
+from syncline.court.proofs import build_aggregation_proof
 from syncline.errors import SynclineError
 from syncline.observability import get_logger
 from syncline.protocol.enums import AggregationRule, RoundStatus
@@ -35,51 +43,13 @@ from syncline.run.context import StateUnavailable, TaskContext
 from syncline.run.gossip import SignedCommitment, SignedVote, read_commitment, read_vote
 from syncline.trainer.referee import Outcome, Undecided
 
-log = get_logger("syncline.challenger")
+log = get_logger("syncline.court")
 
 # Rules whose aggregate the court recomputes chunk by chunk (``proveAggregationFraud``).
 PROVABLE_RULES = (AggregationRule.MEAN, AggregationRule.TRIMMED_MEAN, AggregationRule.COORDINATE_MEDIAN)
 # Rules that may leave valid inputs out: no censorship claim against them.
 EXCLUDING_RULES = (AggregationRule.KRUM, AggregationRule.MULTI_KRUM)
 
-
-@dataclass(frozen=True)
-class TrainerEquivocation:
-    round: int
-    fragment: int
-    onchain: SignedCommitment
-    announced: SignedCommitment
-
-
-@dataclass(frozen=True)
-class WitnessEquivocation:
-    round: int
-    witness: str
-    onchain: SignedVote
-    announced: SignedVote
-
-
-@dataclass(frozen=True)
-class AggregationFraud:
-    round: int
-    opening: AggregationProof
-
-
-@dataclass(frozen=True)
-class Censorship:
-    round: int
-    fragment: int
-
-
-@dataclass(frozen=True)
-class TrainingFraud:
-    round: int
-    fragment: int
-    segment: int
-    reason: str
-
-
-Finding = TrainerEquivocation | WitnessEquivocation | AggregationFraud | Censorship | TrainingFraud
 
 # (ctx, round, fragment) -> the first guilty segment's verdict, Undecided when a segment could
 # not be judged (its data not in hand: audit again later, never accuse), or None when all pass.
@@ -277,6 +247,7 @@ class RoundAuditor:
                 log.info("challenger.training_check_undecided", round=round_, fragment=fragment, reason=outcome.reason)
                 self.incomplete = True
             elif outcome is not None and outcome.guilty:
-                yield TrainingFraud(round_, fragment, outcome.segment, outcome.reason)
+                trainer = self.market.submission(self.ctx.task_id, round_, fragment).trainer
+                yield TrainingFraud(round_, fragment, outcome.segment, outcome.reason, trainer.lower())
             else:
                 self.cleared.add((round_, fragment))
