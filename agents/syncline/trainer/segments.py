@@ -80,14 +80,19 @@ def replay_segment(
     segment: int,
     inner_steps: int,
     interval: int,
+    device: str | None = None,
+    dtype: str | None = None,
 ) -> bytes:
-    """Re-run training segment ``segment`` on CPU from ``checkpoint`` (``c_segment``).
+    """Re-run training segment ``segment`` from ``checkpoint`` (``c_segment``).
 
-    ``model`` is a freshly built model of the task (its weights are overwritten); returns the
-    canonical bytes of the checkpoint the segment ends in, to compare with ``c_{segment+1}``.
+    By default as the checkpoint declares (its dtype, on CPU: the bit-exact replay of a CPU
+    trainer); ``device`` / ``dtype`` replay on the referee's own device class instead (then compare
+    with :mod:`syncline.protocol.tolerance`). ``model`` is a freshly built model of the task (its
+    weights are overwritten); returns the canonical bytes of the checkpoint the segment ends in.
     """
     start, stop = segment_bounds(segment, inner_steps, interval)
+    use_dtype = dtype or checkpoint.dtype
     loop = InnerLoop(
-        adapter, model, layout, replay_config(checkpoint, inner_steps), device="cpu", dtype=checkpoint.dtype
+        adapter, model, layout, replay_config(checkpoint, inner_steps), device=device or "cpu", dtype=use_dtype
     )
-    return loop.run_segment(checkpoint, shards, seed=seed, start=start, stop=stop)
+    return loop.run_segment(checkpoint, shards, seed=seed, start=start, stop=stop, dtype=use_dtype)
