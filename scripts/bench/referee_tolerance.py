@@ -60,10 +60,22 @@ SCALES = (1.01, 1.02, 1.05, 1.1)
 LISTED_CHEATS = ("lazy-50%", "lazy-25%", "lazy-10%", "wrong-shard", "lr-x0.5", "noise")
 REQUIRED_HONEST = 50
 REQUIRED_DETECTION = 0.99
+FRESH_EVERY = 5  # one sample in five is a round's first segment from a new optimizer
+TINY_MODEL: dict[str, Any] = {
+    "family": "llama",
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 32,
+    "tie_word_embeddings": True,
+}
 
 
 @dataclass
 class Setup:
+    name: str
     adapter: LanguageAdapter
     layout: ParameterLayout
     initial: TrainingState
@@ -98,23 +110,33 @@ class Tally:
         return {k: min(float(getattr(d, k)) for d in self.distances) for k in keys}
 
 
-def build_setup() -> Setup:
-    corpus = cached_corpus(PLAN.shard_count, PLAN.vocab_size)
-    adapter = LanguageAdapter(seq_len=PLAN.seq_len)
-    config = dict(PLAN.model) | {"vocab_size": PLAN.vocab_size}
+def build_setup(which: str = "demo") -> Setup:
+    """The demo's model and trainer config (``DemoPlan``), or ``tiny``: the fraud e2e run's
+    (``tests/agents/_agent_harness.py`` ``tiny_plan``: 1-layer Llama, hidden 32, vocab 512, lr 3e-3)."""
+    if which == "tiny":
+        model = {**TINY_MODEL}
+        plan = dataclasses.replace(
+            PLAN, vocab_size=512, seq_len=32, inner_lr=3e-3, inner_steps=8, checkpoint_interval=4
+        )
+    else:
+        model, plan = dict(PLAN.model), PLAN
+    corpus = cached_corpus(plan.shard_count, plan.vocab_size)
+    adapter = LanguageAdapter(seq_len=plan.seq_len)
+    config = model | {"vocab_size": plan.vocab_size}
     net = adapter.build_model(config, seed=0)
     params = {k: v.detach() for k, v in net.named_parameters()}
     layout = ParameterLayout.from_state_dict(params)
-    per = PLAN.shard_count // PLAN.trainers
+    per = plan.shard_count // plan.trainers
     inner = InnerOptimizerConfig(
-        lr=PLAN.inner_lr,
+        lr=plan.inner_lr,
         weight_decay=0.01,
         beta1=0.9,
         beta2=0.95,
-        inner_steps=PLAN.inner_steps,
-        batch_size=PLAN.batch_size,
+        inner_steps=plan.inner_steps,
+        batch_size=plan.batch_size,
     )
     return Setup(
+        name=which,
         adapter=adapter,
         layout=layout,
         initial=TrainingState.from_model_state_dict(params, layout),
@@ -182,58 +204,97 @@ def with_params(ckpt: Checkpoint, params: torch.Tensor) -> Checkpoint:
     return dataclasses.replace(ckpt, params=params.contiguous())
 
 
-def run(steps_list: Sequence[int], samples: int, model: ToleranceModel) -> dict[str, Any]:
+@dataclass
+class Sample:
+    """One segment: the round's seed, its first step, the start checkpoint and the referee's replay."""
+
+    seed: int
+    start: int
+    c0: Checkpoint
+    replay: Checkpoint
+    fresh: bool
+
+
+def fresh_samples(setup: Setup, steps: int, count: int) -> list[Sample]:
+    """First segments of round 0 (initial weights, a new AdamW: the largest honest divergence, as
+    Adam's first steps are about ``lr * sign(g)``), each on another data seed."""
+    out = []
+    cfg = dataclasses.replace(setup.inner, inner_steps=steps)
+    for k in range(count):
+        loop = setup.loop()
+        loop.cfg = cfg
+        seed = round_seed(TASK_ID, 1000 + k, 0)
+        with replay_environment(1):
+            work = loop.run(setup.initial, setup.shards, seed=seed, checkpoint_interval=steps)
+        c0, c1 = (Checkpoint.from_bytes(b) for b in work.checkpoints)
+        out.append(Sample(seed, 0, c0, c1, True))
+    return out
+
+
+def measure(
+    setup: Setup,
+    sample: Sample,
+    steps: int,
+    model: ToleranceModel,
+    loops: dict[str, InnerLoop],
+    rng: random.Random,
+    honest: dict[str, Tally],
+    cheats: dict[str, Tally],
+) -> None:
+    """Judge every honest pair and every cheat on one sample."""
+    c0, replay = sample.c0, sample.replay
+
+    def go(loop: str = "cpu", **kw: Any) -> Checkpoint:
+        shards = kw.pop("shards", setup.shards)
+        return run_steps(loops[loop], c0, shards, seed=sample.seed, start=sample.start, steps=steps, **kw)
+
+    def honest_pair(name: str, claimed: Checkpoint) -> None:
+        v = compare(c0, claimed, replay, setup.layout, model)
+        honest.setdefault(name, Tally(name)).add(v.distance, v.within)
+
+    def cheat(name: str, claimed: Checkpoint) -> None:
+        d = segment_distance(c0, claimed, replay, setup.layout, steps=steps)
+        cheats.setdefault(name, Tally(name)).add(d, judge(d, model).within)
+
+    bf16 = go(dtype="bf16")
+    honest_pair("cpu-bf16", bf16)
+    honest_pair("cpu-fp32-2-threads", go(dtype="fp32", threads=2))
+    if "cuda" in loops:
+        for dtype in ("fp32", "bf16"):
+            honest_pair(f"cuda-{dtype}", go(loop="cuda", dtype=dtype))
+    for pct in (50, 25, 10):
+        skipped = max(1, math.ceil(steps * pct / 100))
+        cheat(f"lazy-{pct}%", go(skip=frozenset(range(steps - skipped, steps))))
+    cheat("skip-1-step", go(skip=frozenset({rng.randrange(steps)})))
+    cheat("wrong-shard", go(shards=setup.other_shards))
+    cheat("lr-x0.5", go(lr_factor=0.5))
+    update = bf16.params - c0.params
+    noise = torch.randn(update.shape, generator=torch.Generator().manual_seed(rng.randrange(2**31)))
+    cheat("noise", with_params(bf16, c0.params + noise * (update.norm() / noise.norm())))
+    for f in SCALES:
+        cheat(f"scale-x{f}", with_params(bf16, c0.params + f * update))
+
+
+def run(steps_list: Sequence[int], samples: int, model: ToleranceModel, setup: Setup) -> dict[str, Any]:
     torch.manual_seed(0)
-    setup = build_setup()
     rng = random.Random(0)
-    cpu = setup.loop()
-    cuda = setup.loop("cuda") if torch.cuda.is_available() else None
+    loops = {"cpu": setup.loop()}
+    if torch.cuda.is_available():
+        loops["cuda"] = setup.loop("cuda")
     results: list[dict[str, Any]] = []
     for steps in steps_list:
         began = time.perf_counter()
-        segs = trajectory(setup, steps, samples)
-        honest: dict[str, Tally] = {n: Tally(n) for n in ("cpu-bf16", "cpu-fp32-2-threads")}
-        if cuda is not None:
-            honest |= {n: Tally(n) for n in ("cuda-fp32", "cuda-bf16")}
+        fresh = max(1, samples // FRESH_EVERY)
+        segs = fresh_samples(setup, steps, fresh) + [
+            Sample(seed, start, c0, c1, False) for seed, start, c0, c1 in trajectory(setup, steps, samples - fresh)
+        ]
+        honest: dict[str, Tally] = {}
         cheats: dict[str, Tally] = {}
-        for seed, start, c0, replay in segs:
-
-            def go(
-                loop: InnerLoop = cpu, seed: int = seed, start: int = start, c0: Checkpoint = c0, **kw: Any
-            ) -> Checkpoint:
-                shards = kw.pop("shards", setup.shards)
-                return run_steps(loop, c0, shards, seed=seed, start=start, steps=steps, **kw)
-
-            def honest_pair(name: str, claimed: Checkpoint, c0: Checkpoint = c0, replay: Checkpoint = replay) -> None:
-                v = compare(c0, claimed, replay, setup.layout, model)
-                honest[name].add(v.distance, v.within)
-
-            bf16 = go(dtype="bf16")
-            honest_pair("cpu-bf16", bf16)
-            honest_pair("cpu-fp32-2-threads", go(dtype="fp32", threads=2))
-            if cuda is not None:
-                for dtype in ("fp32", "bf16"):
-                    claimed = go(loop=cuda, dtype=dtype)
-                    honest_pair(f"cuda-{dtype}", claimed)
-
-            def cheat(name: str, claimed: Checkpoint, c0: Checkpoint = c0, replay: Checkpoint = replay) -> None:
-                d = segment_distance(c0, claimed, replay, setup.layout, steps=steps)
-                cheats.setdefault(name, Tally(name)).add(d, judge(d, model).within)
-
-            for pct in (50, 25, 10):
-                skipped = max(1, math.ceil(steps * pct / 100))
-                cheat(f"lazy-{pct}%", go(skip=frozenset(range(steps - skipped, steps))))
-            cheat("skip-1-step", go(skip=frozenset({rng.randrange(steps)})))
-            cheat("wrong-shard", go(shards=setup.other_shards))
-            cheat("lr-x0.5", go(lr_factor=0.5))
-            update = bf16.params - c0.params
-            noise = torch.randn(update.shape, generator=torch.Generator().manual_seed(rng.randrange(2**31)))
-            cheat("noise", with_params(bf16, c0.params + noise * (update.norm() / noise.norm())))
-            for f in SCALES:
-                cheat(f"scale-x{f}", with_params(bf16, c0.params + f * update))
-        results.append(summarize(steps, samples, model, honest, cheats, time.perf_counter() - began))
+        for sample in segs:
+            measure(setup, sample, steps, model, loops, rng, honest, cheats)
+        results.append(summarize(steps, len(segs), fresh, model, honest, cheats, time.perf_counter() - began))
     return {
-        "model": "DemoPlan llama " + json.dumps(setup.model_config, sort_keys=True),
+        "model": setup.name + " " + json.dumps(setup.model_config, sort_keys=True),
         "numel": setup.layout.numel,
         "inner_lr": setup.inner.lr,
         "batch_size": setup.inner.batch_size,
@@ -249,6 +310,7 @@ def run(steps_list: Sequence[int], samples: int, model: ToleranceModel) -> dict[
 def summarize(
     steps: int,
     samples: int,
+    fresh: int,
     model: ToleranceModel,
     honest: dict[str, Tally],
     cheats: dict[str, Tally],
@@ -259,6 +321,7 @@ def summarize(
     return {
         "steps": steps,
         "samples": samples,
+        "fresh_samples": fresh,
         "seconds": round(seconds, 1),
         "envelope": {
             "weight_rel_l2": model.weight_bound(steps),
@@ -282,11 +345,13 @@ def summarize(
 
 
 def print_table(report: dict[str, Any]) -> None:
-    print(f"\nreferee tolerance on {report['numel']} parameters (lr {report['inner_lr']}); {report['cuda_note'] or ''}")
+    name, numel, lr = report["model"].split()[0], report["numel"], report["inner_lr"]
+    print(f"\nreferee tolerance, {name} model, {numel} parameters (lr {lr}); {report['cuda_note'] or ''}")
     for r in report["by_segment_length"]:
         env = r["envelope"]
         print(
-            f"\n-- segments of {r['steps']} steps, {r['samples']} samples, {r['seconds']} s; envelope: weights "
+            f"\n-- segments of {r['steps']} steps, {r['samples']} samples ({r['fresh_samples']} from a new optimizer), "
+            f"{r['seconds']} s; envelope: weights "
             f"{env['weight_rel_l2']:.4f} (per tensor {env['weight_rel_l2_tensor']:.4f}), moments "
             f"{env['moments_rel_l2']:.4f}, max-abs {env['weight_max_abs_lr']:.2f} lr/step"
         )
@@ -319,15 +384,17 @@ def main(argv: Sequence[str] | None = None, *, out: Callable[[dict[str, Any]], N
     parser.add_argument("--quick", action="store_true", help="segments of 10 steps only, 50 samples (< 5 min)")
     parser.add_argument("--samples", type=int, default=None, help="samples per segment length (default 100, quick 50)")
     parser.add_argument("--steps", type=int, nargs="*", default=None, help="segment lengths (default 4 10 20)")
+    parser.add_argument("--model", choices=("demo", "tiny"), default="demo", help="demo (default) or the e2e's tiny")
     parser.add_argument("--json", type=Path, default=None, help="also write the report as JSON here")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     samples = args.samples or (REQUIRED_HONEST if args.quick else 100)
-    steps = args.steps or ([PLAN.checkpoint_interval] if args.quick else [4, PLAN.checkpoint_interval, 20])
+    default_steps = [4] if args.model == "tiny" else [PLAN.checkpoint_interval] if args.quick else [4, 10, 20]
+    steps = args.steps or default_steps
     if samples < 1 or any(s < 1 for s in steps):
         parser.error("--samples and --steps must be positive")
     began = time.perf_counter()
-    report = run(steps, samples, DEFAULT_VERIFICATION.tolerance)
+    report = run(steps, samples, DEFAULT_VERIFICATION.tolerance, build_setup(args.model))
     report["seconds"] = round(time.perf_counter() - began, 1)
     report["quick"] = bool(args.quick)
     out(report)

@@ -218,7 +218,7 @@ def test_exact_fields_are_compared_exactly_and_the_device_declaration_is_not(
     same = _claim(replayed, dtype="bf16", threads=7, device="cuda", deterministic=False)
     assert exact_fields_differ(same, replayed) is None
     assert compare(start, same, replayed, layout, MODEL).within
-    changes = {
+    changes: dict[str, dict[str, object]] = {
         "step": {"step": replayed.step + 1},
         "AdamW step counts": {"adam_steps": tuple(s + 1 for s in replayed.adam_steps)},
         "optimizer": {"optimizer": dataclasses.replace(HP, lr=2e-3)},

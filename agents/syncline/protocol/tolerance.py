@@ -31,6 +31,7 @@ distances and is what the default envelope was calibrated with (``docs/benchmark
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -136,7 +137,7 @@ def segment_distance(
 
 
 def _ratio(num_sq: float, den_sq: float) -> float:
-    return (num_sq**0.5) / max(den_sq**0.5, _TINY)
+    return math.sqrt(num_sq) / max(math.sqrt(den_sq), _TINY)
 
 
 def global_rel_l2(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor) -> float:
