@@ -32,10 +32,12 @@ same hashes opens the root). A CPU checkpoint is ``syncline-checkpoint-v1`` exac
 torch is deterministic; a v1 checkpoint declares ``cpu``); a checkpoint taken on another device is
 ``syncline-checkpoint-v2``, whose header adds ``device`` (``cuda``) and ``deterministic``
 (``torch.use_deterministic_algorithms`` with ``CUBLAS_WORKSPACE_CONFIG`` set). A v2 header naming
-``cpu`` is refused, so each checkpoint still has exactly one encoding. Decoding re-encodes and requires the identical bytes, so every checkpoint has
-exactly one encoding and ``checkpoint_hash = keccak256(bytes)`` is well defined. That hash is
-also the checkpoint's blob digest in the content-addressed store. A checkpoint costs 12 bytes
-per parameter plus the header and 5 KiB of generator state.
+``cpu`` is refused, so each checkpoint still has exactly one encoding.
+
+Decoding re-encodes and requires the identical bytes, so every checkpoint has exactly one
+encoding and ``checkpoint_hash = keccak256(bytes)`` is well defined. That hash is also the
+checkpoint's blob digest in the content-addressed store. A checkpoint costs 12 bytes per
+parameter plus the header and 5 KiB of generator state.
 
 The trainer commits ``checkpointRoot = merkle.root([hash(c_0), ..., hash(c_S)])`` (leaf ``i``
 binds index ``i``, see :mod:`syncline.protocol.merkle`) and publishes a small JSON

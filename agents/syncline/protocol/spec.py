@@ -143,10 +143,10 @@ class ToleranceModel:
     ``moment_base + moment_per_step * n``, and no coordinate may differ by more than
     ``max_abs_lr * lr * n``. Defaults are calibrated by ``scripts/bench/referee_tolerance.py``."""
 
-    weight_base: float = 0.06
+    weight_base: float = 0.05
     weight_per_step: float = 0.001
     tensor_factor: float = 2.0
-    moment_base: float = 0.025
+    moment_base: float = 0.06
     moment_per_step: float = 0.0005
     max_abs_lr: float = 4.0
 

@@ -2,9 +2,10 @@
 
 The trainer runs :meth:`InnerLoop.run` with ``checkpoint_interval`` and derives its payload with
 :func:`encode_payload`; a referee re-runs one training segment with :func:`replay_segment` (a fresh
-CPU loop configured from the checkpoint itself) or redoes the derivation with
-:func:`derive_payload`. Both sides use the same functions, so an honest trainer's commitments are
-reproduced bit for bit on CPU (same torch build, same thread count, which the checkpoint records).
+loop configured from the checkpoint itself, in the checkpoint's precision or the referee's own) or
+redoes the derivation with :func:`derive_payload`. Both sides use the same functions, so a CPU
+trainer's commitments are reproduced bit for bit on CPU (same torch build, same thread count, which
+the checkpoint records); another device class is compared against the spec's tolerance.
 """
 
 from __future__ import annotations
