@@ -11,7 +11,11 @@ with a checkpoint every 4, as in the fraud e2e run.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import json
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -214,3 +218,31 @@ def test_a_noise_checkpoint_is_convicted(setup: Setup, bf16: Submission) -> None
     forged = _commit([c.to_bytes() for c in ckpts], ckpts[0].params - ckpts[-1].params)
     verdict = check_segment(0, forged.claim, forged.manifest, forged.fetch, _inputs(setup))
     assert isinstance(verdict, Verdict) and verdict.guilty and "exceeds the envelope" in verdict.reason
+
+
+def test_the_calibration_bench_reports_what_the_docs_quote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``scripts/bench/referee_tolerance.py`` on the e2e's tiny model, a few samples: the JSON
+    has the fields docs/benchmarks.md quotes, honest pairs are not convicted, gross cheats are."""
+    path = Path(__file__).resolve().parents[2] / "scripts" / "bench" / "referee_tolerance.py"
+    spec = importlib.util.spec_from_file_location("referee_tolerance_bench", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, bench)  # its dataclasses resolve annotations there
+    spec.loader.exec_module(bench)
+    out = tmp_path / "report.json"
+    threads = torch.get_num_threads()
+    try:
+        code = bench.main(["--model", "tiny", "--samples", "5", "--json", str(out)], out=lambda report: None)
+    finally:
+        torch.set_num_threads(threads)
+    report = json.loads(out.read_text())
+    (result,) = report["by_segment_length"]
+    assert result["steps"] == 4 and result["samples"] == 5 and result["fresh_samples"] == 1
+    assert result["honest_replays"] == 10 and result["false_convictions"] == 0
+    assert set(result["honest"]) == {"cpu-bf16", "cpu-fp32-2-threads"}
+    assert result["honest"]["cpu-bf16"]["max"]["weight_rel_l2"] > 0  # bf16 really diverges
+    for cheat in ("lazy-50%", "wrong-shard", "lr-x0.5", "noise", "scale-x1.1"):
+        assert result["cheats"][cheat]["detection_rate"] == 1.0, cheat
+    assert result["cheats"]["scale-x1.01"]["detection_rate"] == 0.0  # inside the tolerance: documented
+    assert report["envelope"] == dataclasses.asdict(DEFAULT_VERIFICATION.tolerance)
+    assert code == (0 if result["meets_requirements"] else 1)
