@@ -145,7 +145,7 @@ class ToleranceModel:
 
     weight_base: float = 0.05
     weight_per_step: float = 0.001
-    tensor_factor: float = 2.0
+    tensor_factor: float = 3.0
     moment_base: float = 0.06
     moment_per_step: float = 0.0005
     max_abs_lr: float = 4.0
