@@ -303,6 +303,16 @@ def run(steps_list: Sequence[int], samples: int, model: ToleranceModel, setup: S
         "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         "cuda_note": None if torch.cuda.is_available() else "no GPU here: the CUDA pairs were skipped",
         "envelope": dataclasses.asdict(model),
+        # pooled over every segment length (each length's own figures are in by_segment_length)
+        "honest_replays": sum(r["honest_replays"] for r in results),
+        "false_convictions": sum(r["false_convictions"] for r in results),
+        "cheats": {
+            name: {
+                "detection_rate": sum(r["cheats"][name]["detection_rate"] * r["samples"] for r in results)
+                / sum(r["samples"] for r in results)
+            }
+            for name in results[0]["cheats"]
+        },
         "by_segment_length": results,
     }
 

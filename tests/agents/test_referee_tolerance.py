@@ -245,4 +245,6 @@ def test_the_calibration_bench_reports_what_the_docs_quote(tmp_path: Path, monke
         assert result["cheats"][cheat]["detection_rate"] == 1.0, cheat
     assert result["cheats"]["scale-x1.01"]["detection_rate"] == 0.0  # inside the tolerance: documented
     assert report["envelope"] == dataclasses.asdict(DEFAULT_VERIFICATION.tolerance)
+    assert (report["honest_replays"], report["false_convictions"]) == (10, 0)
+    assert report["cheats"]["noise"]["detection_rate"] == 1.0
     assert code == (0 if result["meets_requirements"] else 1)
