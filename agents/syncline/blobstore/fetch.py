@@ -332,9 +332,7 @@ def _exchange(
                 if watchdog.fired or deadline.remaining() <= 0:
                     raise
                 where = f"{scheme}://{parts.netloc}"  # the reason first: a one-line log keeps it
-                raise BlobUnavailable(
-                    f"cannot reach {where}: {exc.strerror or exc} ({method} {target[:120]})"
-                ) from None
+                raise BlobUnavailable(f"cannot reach {where}: {exc.strerror or exc} ({method} {target[:120]})") from None
             conn.request(method, target, body=body, headers=dict(headers or {}))
             if conn.sock is not None:
                 conn.sock.settimeout(deadline.socket_timeout(f"{method} {url}"))
