@@ -75,10 +75,11 @@ lint: install
 	@$(VENV)/bin/mypy
 
 bench: install
-	@echo "==> benchmarks: DiLoCo vs AdamW, bytes, utilization, aggregation throughput (docs/benchmarks.md)"
+	@echo "==> benchmarks: DiLoCo vs AdamW, bytes, utilization, aggregation throughput, referee tolerance (docs/benchmarks.md)"
 	@$(PIP) install --quiet --disable-pip-version-check -c constraints.txt -e '.[bench]'
 	@$(PY) scripts/bench/diloco.py
 	@$(PY) scripts/bench/aggregation.py
+	@$(PY) scripts/bench/referee_tolerance.py --quick --json .syncline/bench/referee_tolerance.json
 
 gas: $(NPM_STAMP)
 	@$(FORGE) test --gas-report

@@ -74,6 +74,7 @@ def fraud_test_plan(scenario: Scenario) -> DemoPlan:
         # without a VoteCast event, so no challenger can see the vote the equivocator cast.
         threshold=3 if scenario.expect == ChallengeKind.WITNESS_EQUIVOCATION else 2,
         misbehave=dict(scenario.misbehave),
+        trainer_dtypes=dict(scenario.dtypes),
         timeout_s=200.0,
     )
 
@@ -128,6 +129,8 @@ class FraudRecord:
     challenger_share_bps: int  # the market's CHALLENGER_SHARE_BPS
     agent_exit_codes: dict[str, int | None]
     challenger_logs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # witness name -> challenges.jsonl
+    # witness name -> its log lines of tolerant comparisons (a segment of a trainer of another device class)
+    tolerant_comparisons: dict[str, list[str]] = field(default_factory=dict)
 
     def name(self, address: str) -> str:
         return self.names.get(address.lower(), address)
@@ -276,6 +279,15 @@ class FraudDemo(TrainingDemo):
                 for n in self.names.values()
                 if n.startswith("witness-")
             },
+            tolerant_comparisons={
+                n: [
+                    line
+                    for line in (self.workdir / "logs" / f"{n}.log").read_text(errors="replace").splitlines()
+                    if "referee.tolerant_comparison" in line
+                ]
+                for n in self.names.values()
+                if n.startswith("witness-")
+            },
         )
 
 
@@ -405,6 +417,30 @@ def check_ledger(record: FraudRecord, plan: DemoPlan) -> None:
     assert record.credited_by_reason == {k: v for k, v in expected.items() if v}, named
 
 
+def check_other_precisions_spared(record: FraudRecord, scenario: Scenario, plan: DemoPlan) -> None:
+    """A trainer that trained honestly in bf16 (CPU autocast) was re-executed by the fp32 witnesses'
+    challengers (every training segment of every audited round), judged inside the tolerance every
+    time, never challenged, and kept its stake and rewards."""
+    if not scenario.dtypes:
+        return
+    assert plan.training_checks == "all"
+    for name in scenario.dtypes:
+        assert name not in scenario.misbehave
+        trainer = record.address(name)
+        assert all(o.view.accused.lower() != trainer for o in record.outcomes), name
+        assert (record.trainers[trainer].evicted, record.trainers[trainer].slashed_wei) == (False, 0)
+        line = next(t for t in record.receipt.trainers if t.trainer.lower() == trainer)
+        assert line.stake_refund_wei == plan.trainer_stake_wei and line.reward_wei > 0, line
+    segments = -(-plan.inner_steps // plan.checkpoint_interval)
+    honest_witnesses = [n for n in record.tolerant_comparisons if n not in scenario.misbehave]
+    for witness in honest_witnesses:
+        lines = record.tolerant_comparisons[witness]
+        # the culprit trains in fp32 (compared exactly): every tolerant comparison is the bf16 trainer's
+        assert len(lines) >= segments * len(scenario.dtypes), (witness, lines)
+        assert all("trainer_class=cpu-bf16" in x and "referee_class=cpu-fp32" in x for x in lines), lines
+        assert all("within=True" in x for x in lines), [x for x in lines if "within=True" not in x]
+
+
 def check_everyone_withdrew(record: FraudRecord) -> None:
     assert record.receipt.status == TaskStatus.SEALED
     assert record.agent_exit_codes == dict.fromkeys(record.agent_exit_codes, 0), record.agent_exit_codes
@@ -446,4 +482,5 @@ def test_fraud_scenario_caught_and_punished(scenario_name: str, state_env: Path,
     check_culprits_slashed_honest_spared(record, scenario, plan)
     check_consequences(record, scenario, first)
     check_ledger(record, plan)
+    check_other_precisions_spared(record, scenario, plan)
     check_everyone_withdrew(record)

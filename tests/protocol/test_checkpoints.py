@@ -266,3 +266,53 @@ def test_aliases_are_valid_blob_store_names() -> None:
     assert validate_alias(manifest_alias(12, 3, 255)) == "checkpoints:12:3:255"
     alias = manifest_root_alias(b"\xab" * 32)
     assert validate_alias(alias) == "checkpoints:0x" + "ab" * 32
+
+
+# ---------------------------------------------------------------------- device class declaration
+
+
+def test_a_cpu_checkpoint_keeps_the_v1_encoding_and_declares_cpu(layout: ParameterLayout) -> None:
+    ckpt = make(layout, dtype="bf16")
+    data = ckpt.to_bytes()
+    (header_len,) = struct.unpack("<Q", data[8:16])
+    header = json.loads(data[16 : 16 + header_len])
+    assert header["format"] == "syncline-checkpoint-v1"
+    assert "device" not in header and "deterministic" not in header
+    back = Checkpoint.from_bytes(data, layout=layout)
+    assert (back.device, back.deterministic, back.device_class) == ("cpu", True, "cpu-bf16")
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_a_cuda_checkpoint_is_v2_and_binds_its_device_and_mode(layout: ParameterLayout, deterministic: bool) -> None:
+    cpu = make(layout)
+    cuda = dataclasses.replace(cpu, device="cuda", deterministic=deterministic)
+    data = cuda.to_bytes()
+    (header_len,) = struct.unpack("<Q", data[8:16])
+    header = json.loads(data[16 : 16 + header_len])
+    assert header["format"] == "syncline-checkpoint-v2"
+    assert (header["device"], header["deterministic"]) == ("cuda", deterministic)
+    back = Checkpoint.from_bytes(data, layout=layout)
+    assert (back.device, back.deterministic, back.device_class) == ("cuda", deterministic, "cuda-fp32")
+    assert back.to_bytes() == data
+    # the declaration is part of the hash the root commits
+    assert len({cpu.hash, cuda.hash, dataclasses.replace(cuda, deterministic=not deterministic).hash}) == 3
+
+
+def test_device_declarations_that_are_not_canonical_are_refused(layout: ParameterLayout) -> None:
+    cuda = dataclasses.replace(make(layout), device="cuda").to_bytes()
+    cpu = make(layout).to_bytes()
+    cases = {
+        "v2 naming cpu": _with_header(cuda, {"device": "cpu"}),
+        "v2 without its keys": _with_header(cpu, {"format": "syncline-checkpoint-v2"}),
+        "v1 with device keys": _with_header(cuda, {"format": "syncline-checkpoint-v1"}),
+        "unknown device": _with_header(cuda, {"device": "tpu"}),
+        "deterministic not a bool": _with_header(cuda, {"deterministic": 1}),
+    }
+    for name, bad in cases.items():
+        with pytest.raises(CheckpointError) as exc:
+            Checkpoint.from_bytes(bad, layout=layout)
+        assert one_line(exc), name
+    with pytest.raises(CheckpointError, match="always deterministic"):
+        make(layout, deterministic=False)
+    with pytest.raises(CheckpointError, match="device 'mps'"):
+        make(layout, device="mps")

@@ -37,10 +37,12 @@ from syncline.errors import ChainError, SpecError
 from syncline.protocol import tier_policy
 from syncline.protocol.enums import AggregationRule, Tier
 from syncline.protocol.spec import (
+    DEFAULT_VERIFICATION,
     AggregationSpec,
     DatasetManifest,
     OuterOptimizerSpec,
     TrainingTaskSpec,
+    VerificationPolicy,
     canonical_json,
 )
 
@@ -724,3 +726,69 @@ def test_validate_refuses_the_sponsor_as_witness(offline_spec_factory: Callable[
         spec.validate(now=OFFLINE_DEADLINE - 600, sponsor=sponsor.lower())
     assert "\n" not in str(info.value)
     spec.validate(now=OFFLINE_DEADLINE - 600, sponsor="0x" + "11" * 20)
+
+
+# ---------------------------------------------------------------------- verification policy
+
+
+def test_a_spec_without_verification_keeps_its_canonical_json_and_gets_the_default_policy() -> None:
+    spec = TrainingTaskSpec.from_mapping(_mapping())
+    assert spec.verification is None
+    assert spec.verification_policy == DEFAULT_VERIFICATION
+    assert "verification" not in json.loads(spec.canonical_bytes())
+    # the hash is that of the mapping without the key: a spec written before the field existed
+    assert spec.spec_hash == "0x" + keccak(canonical_json(spec.to_mapping())).hex()
+
+
+def test_a_declared_verification_policy_round_trips_and_changes_the_hash() -> None:
+    policy = {
+        "device_classes": ["cpu-fp32", "cuda-bf16"],
+        "tolerance": {"weight_base": 0.01, "weight_per_step": 0.001, "max_abs_lr": 2.5},
+    }
+    spec = TrainingTaskSpec.from_mapping(_mapping(verification=policy))
+    assert spec.verification is not None
+    assert spec.verification.device_classes == ("cpu-fp32", "cuda-bf16")
+    tol = spec.verification.tolerance
+    assert (tol.weight_base, tol.weight_per_step, tol.max_abs_lr) == (0.01, 0.001, 2.5)
+    # parameters left out take the calibrated defaults
+    assert tol.moment_base == VerificationPolicy().tolerance.moment_base
+    again = TrainingTaskSpec.from_mapping(json.loads(spec.canonical_bytes()))
+    assert again == spec and again.spec_hash == spec.spec_hash
+    assert spec.spec_hash != TrainingTaskSpec.from_mapping(_mapping()).spec_hash
+    # the default policy written out is a declaration too: it is hashed
+    explicit = TrainingTaskSpec.from_mapping(_mapping(verification={}))
+    assert explicit.verification == DEFAULT_VERIFICATION
+    assert "verification" in json.loads(explicit.canonical_bytes())
+
+
+BAD_POLICIES: dict[str, tuple[Any, str]] = {
+    "not-a-mapping": ("cpu-fp32", r"^verification: expected a mapping"),
+    "unknown-field": ({"devices": ["cpu-fp32"]}, r"^verification: unknown field\(s\) devices$"),
+    "unknown-class": ({"device_classes": ["tpu-fp8"]}, r"^verification\.device_classes: unknown 'tpu-fp8'; use any"),
+    "empty-classes": ({"device_classes": []}, r"^verification\.device_classes must list at least one"),
+    "duplicate-class": ({"device_classes": ["cpu-fp32", "cpu-fp32"]}, r"^verification\.device_classes: duplicate"),
+    "classes-not-a-list": ({"device_classes": "cpu-fp32"}, r"^verification\.device_classes: expected a list"),
+    "negative-bound": ({"tolerance": {"weight_base": -0.1}}, r"^verification\.tolerance\.weight_base must be a finite"),
+    "infinite-bound": ({"tolerance": {"max_abs_lr": "inf"}}, r"^verification\.tolerance\.max_abs_lr must be a finite"),
+    "word-bound": (
+        {"tolerance": {"weight_base": "small"}},
+        r"^verification\.tolerance\.weight_base: expected a number",
+    ),
+    "unknown-bound": ({"tolerance": {"slack": 1}}, r"^verification\.tolerance: unknown field\(s\) slack$"),
+}
+
+
+@pytest.mark.parametrize("policy,message", list(BAD_POLICIES.values()), ids=list(BAD_POLICIES))
+def test_a_bad_verification_policy_is_a_one_line_spec_error(policy: Any, message: str) -> None:
+    with pytest.raises(SpecError, match=message) as info:
+        TrainingTaskSpec.from_mapping(_mapping(verification=policy))
+    assert "\n" not in str(info.value)
+
+
+def test_validate_checks_a_policy_built_in_code(offline_spec_factory: Callable[..., TrainingTaskSpec]) -> None:
+    spec = offline_spec_factory()
+    bad = spec.with_updates(verification=VerificationPolicy(device_classes=("cpu-fp64",)))
+    with pytest.raises(SpecError, match=r"^verification\.device_classes: unknown 'cpu-fp64'"):
+        bad.validate()
+    good = spec.with_updates(verification=VerificationPolicy(device_classes=("cpu-fp32",)))
+    assert good.validate() is good

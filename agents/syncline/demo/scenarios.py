@@ -5,18 +5,20 @@ Kept free of heavy imports: the command line lists these names without loading t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from syncline.protocol.enums import ChallengeKind
 
 
 @dataclass(frozen=True)
 class Scenario:
-    """Who cheats how, and which challenge must end up upheld."""
+    """Who cheats how, and which challenge must end up upheld; ``dtypes`` names the trainers that
+    train in another precision than fp32 (honest ones: the referees must not convict them)."""
 
     misbehave: dict[str, str]
     expect: ChallengeKind
     story: str
+    dtypes: dict[str, str] = field(default_factory=dict)
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -43,11 +45,15 @@ SCENARIOS: dict[str, Scenario] = {
     "lazy-trainer": Scenario(
         {"trainer-2": "lazy"},
         ChallengeKind.TRAINING_FRAUD,
-        "trainer-2 trains half its inner steps and fakes the later checkpoints",
+        "trainer-2 trains half its inner steps and fakes the later checkpoints; "
+        "trainer-1 trains honestly in bf16 (CPU autocast) and the fp32 referees must let it be",
+        dtypes={"trainer-1": "bf16"},
     ),
     "fake-gradient": Scenario(
         {"trainer-2": "fake-gradient"},
         ChallengeKind.TRAINING_FRAUD,
-        "trainer-2 trains honestly but submits a gradient that does not derive from its checkpoints",
+        "trainer-2 trains honestly but submits a gradient that does not derive from its checkpoints; "
+        "trainer-1 trains honestly in bf16 (CPU autocast) and the fp32 referees must let it be",
+        dtypes={"trainer-1": "bf16"},
     ),
 }

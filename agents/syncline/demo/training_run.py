@@ -77,6 +77,8 @@ class DemoPlan:
     )
     timeout_s: float = 540.0
     misbehave: dict[str, str] = field(default_factory=dict)
+    # Trainers that train in another precision than fp32, e.g. {"trainer-1": "bf16"} (CPU autocast).
+    trainer_dtypes: dict[str, str] = field(default_factory=dict)
     # How much inner-loop re-execution the witnesses' challengers spend (all | spot | off).
     training_checks: str = "spot"
     # Whether honest witnesses run the challenger (the browser tests leave a fault to the UI).
@@ -297,7 +299,7 @@ class TrainingDemo:
                 "inner_steps": self.plan.inner_steps,
                 "batch_size": self.plan.batch_size,
             }
-            config.update(device="cpu", dtype="fp32", gradient_checkpointing=False)
+            config.update(device="cpu", dtype=self.plan.trainer_dtypes.get(name, "fp32"), gradient_checkpointing=False)
         if role == "witness":
             config["training_checks"] = self.plan.training_checks
             config["challenge"] = self.plan.witness_challenges

@@ -23,10 +23,21 @@ layout digest), ``adam_steps`` (AdamW's step count per layout entry, 0 for a par
 had a gradient: its moments are then zero), ``optimizer`` (``lr``, ``beta1``, ``beta2``,
 ``weight_decay``, ``eps``, ``batch_size``: what replaying the next segment needs), ``dtype``
 (``fp32`` or ``bf16`` autocast), ``threads`` (torch intra-op threads the trainer ran with) and
-``rng_bytes``. Decoding re-encodes and requires the identical bytes, so every checkpoint has
-exactly one encoding and ``checkpoint_hash = keccak256(bytes)`` is well defined. That hash is
-also the checkpoint's blob digest in the content-addressed store. A checkpoint costs 12 bytes
-per parameter plus the header and 5 KiB of generator state.
+``rng_bytes``.
+
+The *device class* the trainer declares (``device-dtype``: ``cpu-fp32``, ``cpu-bf16``,
+``cuda-fp32``, ``cuda-bf16``) and its deterministic mode live in every checkpoint's header, so the
+committed ``checkpointRoot`` binds them (the manifest's own fields are not bound: any JSON with the
+same hashes opens the root). A CPU checkpoint is ``syncline-checkpoint-v1`` exactly as before (CPU
+torch is deterministic; a v1 checkpoint declares ``cpu``); a checkpoint taken on another device is
+``syncline-checkpoint-v2``, whose header adds ``device`` (``cuda``) and ``deterministic``
+(``torch.use_deterministic_algorithms`` with ``CUBLAS_WORKSPACE_CONFIG`` set). A v2 header naming
+``cpu`` is refused, so each checkpoint still has exactly one encoding.
+
+Decoding re-encodes and requires the identical bytes, so every checkpoint has exactly one
+encoding and ``checkpoint_hash = keccak256(bytes)`` is well defined. That hash is also the
+checkpoint's blob digest in the content-addressed store. A checkpoint costs 12 bytes per
+parameter plus the header and 5 KiB of generator state.
 
 The trainer commits ``checkpointRoot = merkle.root([hash(c_0), ..., hash(c_S)])`` (leaf ``i``
 binds index ``i``, see :mod:`syncline.protocol.merkle`) and publishes a small JSON
@@ -60,6 +71,7 @@ from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.wire import WireFormatError, load_bounded_json
 
 CHECKPOINT_FORMAT = "syncline-checkpoint-v1"
+CHECKPOINT_FORMAT_V2 = "syncline-checkpoint-v2"
 MANIFEST_FORMAT = "syncline-checkpoint-manifest-v1"
 MAGIC = b"SYNCKPT1"
 MAX_HEADER_BYTES = 1 << 20
@@ -69,9 +81,11 @@ MAX_THREADS = 1024
 MAX_URI_CHARS = 1024
 MAX_RNG_BYTES = 1 << 16
 DTYPES = ("fp32", "bf16")
+DEVICES = ("cpu", "cuda")
 _HEX32 = re.compile(r"0x[0-9a-f]{64}")
 _OPTIMIZER_KEYS = ("batch_size", "beta1", "beta2", "eps", "lr", "weight_decay")
 _HEADER_KEYS = ("adam_steps", "dtype", "format", "layout", "numel", "optimizer", "rng_bytes", "step", "threads")
+_HEADER_KEYS_V2 = tuple(sorted((*_HEADER_KEYS, "device", "deterministic")))
 
 
 class CheckpointError(SynclineError, ValueError):
@@ -175,6 +189,8 @@ class Checkpoint:
     dtype: str = "fp32"
     threads: int = 1
     rng_state: bytes = b""
+    device: str = "cpu"
+    deterministic: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.step, bool) or not isinstance(self.step, int) or self.step < 0:
@@ -199,16 +215,27 @@ class Checkpoint:
             raise CheckpointError(f"checkpoint threads must be an int in 1..{MAX_THREADS}, got {self.threads!r}")
         if not isinstance(self.rng_state, bytes) or len(self.rng_state) > MAX_RNG_BYTES:
             raise CheckpointError(f"checkpoint rng_state must be at most {MAX_RNG_BYTES} bytes")
+        if self.device not in DEVICES:
+            raise CheckpointError(f"checkpoint device {self.device!r} must be one of {', '.join(DEVICES)}")
+        if not isinstance(self.deterministic, bool):
+            raise CheckpointError(f"checkpoint deterministic must be true or false, got {self.deterministic!r}")
+        if self.device == "cpu" and not self.deterministic:
+            raise CheckpointError("a cpu checkpoint is always deterministic (CPU torch runs are bit-reproducible)")
 
     @property
     def numel(self) -> int:
         return int(self.params.numel())
 
+    @property
+    def device_class(self) -> str:
+        """What the trainer declares it trained on: ``device-dtype`` (e.g. ``cpu-bf16``)."""
+        return f"{self.device}-{self.dtype}"
+
     def _header(self) -> bytes:
         header: dict[str, Any] = {
             "adam_steps": list(self.adam_steps),
             "dtype": self.dtype,
-            "format": CHECKPOINT_FORMAT,
+            "format": CHECKPOINT_FORMAT if self.device == "cpu" else CHECKPOINT_FORMAT_V2,
             "layout": "0x" + self.layout_digest.hex(),
             "numel": self.numel,
             "optimizer": self.optimizer.to_mapping(),
@@ -216,6 +243,8 @@ class Checkpoint:
             "step": self.step,
             "threads": self.threads,
         }
+        if self.device != "cpu":
+            header |= {"device": self.device, "deterministic": self.deterministic}
         return padded_json(header)
 
     def to_bytes(self) -> bytes:
@@ -271,10 +300,16 @@ class Checkpoint:
             )
         except WireFormatError as exc:
             raise CheckpointError(str(exc)) from None
-        if not isinstance(header, dict) or sorted(header) != sorted(_HEADER_KEYS):
-            raise CheckpointError(f"checkpoint header must have exactly the keys {', '.join(_HEADER_KEYS)}")
-        if header["format"] != CHECKPOINT_FORMAT:
-            raise CheckpointError(f"checkpoint format {header['format']!r} != {CHECKPOINT_FORMAT!r}")
+        if not isinstance(header, dict) or header.get("format") not in (CHECKPOINT_FORMAT, CHECKPOINT_FORMAT_V2):
+            got = header.get("format") if isinstance(header, dict) else None
+            raise CheckpointError(
+                f"checkpoint format {got!r} is neither {CHECKPOINT_FORMAT!r} nor {CHECKPOINT_FORMAT_V2!r}"
+            )
+        keys = _HEADER_KEYS if header["format"] == CHECKPOINT_FORMAT else _HEADER_KEYS_V2
+        if sorted(header) != sorted(keys):
+            raise CheckpointError(f"{header['format']} header must have exactly the keys {', '.join(keys)}")
+        if header["format"] == CHECKPOINT_FORMAT_V2 and header["device"] == "cpu":
+            raise CheckpointError(f"a cpu checkpoint is encoded as {CHECKPOINT_FORMAT}, not {CHECKPOINT_FORMAT_V2}")
         numel, rng_bytes = header["numel"], header["rng_bytes"]
         for name, value in (("numel", numel), ("rng_bytes", rng_bytes)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -306,6 +341,8 @@ class Checkpoint:
             dtype=header["dtype"],
             threads=header["threads"],
             rng_state=data[body + 12 * numel :],
+            device=header.get("device", "cpu"),
+            deterministic=header.get("deterministic", True),
         )
         if bool((ckpt.exp_avg_sq < 0).any()):
             raise CheckpointError("checkpoint has a negative AdamW second moment")

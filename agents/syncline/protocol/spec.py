@@ -9,6 +9,7 @@ here with a one-line reason before any transaction is sent.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
@@ -129,6 +130,92 @@ class OuterOptimizerSpec:
     momentum: float = 0.9
 
 
+DEVICE_CLASSES = ("cpu-fp32", "cpu-bf16", "cuda-fp32", "cuda-bf16")
+"""Device classes a trainer can declare: where it trains and in which precision (``device-dtype``)."""
+
+
+@dataclass(frozen=True)
+class ToleranceModel:
+    """Honest-divergence envelope for a re-executed segment of ``n`` inner steps (see
+    :mod:`syncline.protocol.tolerance`): the weights' distance in units of the segment's update
+    may reach ``weight_base + weight_per_step * n`` over the whole vector and ``tensor_factor``
+    times that for any single tensor, the moments' relative distance
+    ``moment_base + moment_per_step * n``, and no coordinate may differ by more than
+    ``max_abs_lr * lr * n``. Defaults are calibrated by ``scripts/bench/referee_tolerance.py``."""
+
+    weight_base: float = 0.05
+    weight_per_step: float = 0.001
+    tensor_factor: float = 3.0
+    moment_base: float = 0.06
+    moment_per_step: float = 0.0005
+    max_abs_lr: float = 4.0
+
+    def weight_bound(self, steps: int) -> float:
+        return self.weight_base + self.weight_per_step * steps
+
+    def tensor_bound(self, steps: int) -> float:
+        return self.tensor_factor * self.weight_bound(steps)
+
+    def moment_bound(self, steps: int) -> float:
+        return self.moment_base + self.moment_per_step * steps
+
+
+@dataclass(frozen=True)
+class VerificationPolicy:
+    """How training-fraud referees judge a re-executed segment.
+
+    ``device_classes``: what trainers may declare in their checkpoints (a checkpoint declaring
+    another class is guilty: the declaration is bound by the committed checkpoint root).
+    ``tolerance``: the envelope used when the referee's device class or deterministic mode differs
+    from the trainer's; equal ones compare bit for bit.
+    """
+
+    device_classes: tuple[str, ...] = DEVICE_CLASSES
+    tolerance: ToleranceModel = field(default_factory=ToleranceModel)
+
+    def validate(self) -> None:
+        """Raise SpecError (one line) on an empty, unknown or duplicated device class or a bad bound."""
+        if not self.device_classes:
+            raise SpecError("verification.device_classes must list at least one device class")
+        unknown = [c for c in self.device_classes if c not in DEVICE_CLASSES]
+        if unknown:
+            raise SpecError(
+                f"verification.device_classes: unknown {', '.join(map(repr, unknown))}; "
+                f"use any of {', '.join(DEVICE_CLASSES)}"
+            )
+        if len(set(self.device_classes)) != len(self.device_classes):
+            raise SpecError("verification.device_classes: duplicate device class")
+        for f in fields(ToleranceModel):
+            value = getattr(self.tolerance, f.name)
+            if not (math.isfinite(value) and value >= 0):
+                raise SpecError(f"verification.tolerance.{f.name} must be a finite number >= 0, got {value!r}")
+
+    def to_mapping(self) -> dict[str, Any]:
+        return {"device_classes": list(self.device_classes), "tolerance": asdict(self.tolerance)}
+
+    @classmethod
+    def from_mapping(cls, data: object) -> VerificationPolicy:
+        raw = dict(_mapping(data, "verification"))
+        tol = dict(_mapping(raw.pop("tolerance", {}), "verification.tolerance"))
+        classes = _seq(raw.pop("device_classes", DEVICE_CLASSES), "verification.device_classes")
+        if raw:
+            raise SpecError(f"verification: unknown field(s) {', '.join(sorted(raw))}")
+        defaults = ToleranceModel()
+        values = {
+            f.name: _float(tol.pop(f.name, getattr(defaults, f.name)), f"verification.tolerance.{f.name}")
+            for f in fields(ToleranceModel)
+        }
+        if tol:
+            raise SpecError(f"verification.tolerance: unknown field(s) {', '.join(sorted(tol))}")
+        policy = cls(device_classes=tuple(str(c) for c in classes), tolerance=ToleranceModel(**values))
+        policy.validate()
+        return policy
+
+
+DEFAULT_VERIFICATION = VerificationPolicy()
+"""The policy of a spec that declares none (its canonical JSON then has no ``verification`` key)."""
+
+
 @dataclass(frozen=True)
 class TrainingTaskSpec:
     """Everything that defines a training run. Amounts are in wei, durations in seconds."""
@@ -165,6 +252,9 @@ class TrainingTaskSpec:
     witness_bond_wei: int = 0
     # Bond a challenger posts with each challenge (returned with a bounty when the fault is proven).
     challenge_bond_wei: int = 0
+    # How training-fraud referees compare re-executed segments; None: DEFAULT_VERIFICATION (and
+    # no ``verification`` key in the canonical JSON, so specs written before it keep their hash).
+    verification: VerificationPolicy | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ derived values
@@ -194,6 +284,11 @@ class TrainingTaskSpec:
         return -(-self.inner_steps // interval) if interval > 0 else 0
 
     @property
+    def verification_policy(self) -> VerificationPolicy:
+        """The declared verification policy, or :data:`DEFAULT_VERIFICATION`."""
+        return self.verification if self.verification is not None else DEFAULT_VERIFICATION
+
+    @property
     def escrow_wei(self) -> int:
         """What ``postTask`` must be sent: reward pool plus witness fee budget."""
         return self.reward_pool_wei + self.witness_fee_budget_wei
@@ -208,6 +303,10 @@ class TrainingTaskSpec:
         data["witnesses"] = list(self.witnesses)
         data["dataset"]["shard_hashes"] = list(self.dataset.shard_hashes)
         data["dataset"]["shard_uris"] = list(self.dataset.shard_uris)
+        if self.verification is None:
+            del data["verification"]
+        else:
+            data["verification"] = self.verification.to_mapping()
         return data
 
     def canonical_bytes(self) -> bytes:
@@ -276,6 +375,8 @@ class TrainingTaskSpec:
             raise SpecError(f"gradient_bits {self.gradient_bits}: only 8 or 16 are defined")
         if not 0 < self.outer_lr_ppm < 2**32 or not 0 <= self.outer_optimizer.momentum < 1:
             raise SpecError("outer_optimizer: need 1e-6 <= lr < 4294 and 0 <= momentum < 1")
+        if self.verification is not None:
+            self.verification.validate()
         if not tier_policy.admits(self.tier, self.aggregation.rule):
             raise SpecError(
                 f"tier {self.tier.name.lower()} does not admit rule {self.aggregation.rule.name.lower()} "
@@ -416,6 +517,11 @@ class TrainingTaskSpec:
                 checkpoint_interval=_int(data.get("checkpoint_interval", 0), "checkpoint_interval"),
                 witness_bond_wei=_int(data.get("witness_bond_wei", 0), "witness_bond_wei"),
                 challenge_bond_wei=_int(data.get("challenge_bond_wei", 0), "challenge_bond_wei"),
+                verification=(
+                    VerificationPolicy.from_mapping(data["verification"])
+                    if data.get("verification") is not None
+                    else None
+                ),
                 metadata=dict(_mapping(data.get("metadata", {}), "metadata")),
             )
             if aggregation:

@@ -226,6 +226,8 @@ class InnerLoop:
             dtype=self.dtype,
             threads=torch.get_num_threads(),
             rng_state=bytes(torch.get_rng_state().numpy().tobytes()),
+            device=self.device.type,
+            deterministic=self.device.type == "cpu" or torch.are_deterministic_algorithms_enabled(),
         )
 
     def restore(self, ckpt: Checkpoint) -> None:
@@ -261,21 +263,34 @@ class InnerLoop:
             except RuntimeError:
                 raise CheckpointError("checkpoint rng_state is not a valid torch CPU generator state") from None
 
-    def run_segment(self, ckpt: Checkpoint, shards: Sequence[bytes], *, seed: int, start: int, stop: int) -> bytes:
+    def run_segment(
+        self,
+        ckpt: Checkpoint,
+        shards: Sequence[bytes],
+        *,
+        seed: int,
+        start: int,
+        stop: int,
+        dtype: str | None = None,
+        threads: int | None = None,
+    ) -> bytes:
         """Re-run steps ``[start, stop)`` of a round from ``ckpt`` (taken after ``start`` steps).
 
         The batches are those of the trainer's run: the first ``start`` batches of the round's
-        seeded stream are skipped. Runs with the checkpoint's thread count (restoring the
-        caller's threads and CPU generator afterwards) and returns the canonical bytes of the
-        checkpoint after step ``stop``.
+        seeded stream are skipped. Runs with the checkpoint's thread count and autocast dtype
+        unless ``threads`` / ``dtype`` say otherwise (a referee replaying in its own precision),
+        restores the caller's threads and CPU generator afterwards, and returns the canonical
+        bytes of the checkpoint after step ``stop``.
         """
         steps = self.cfg.inner_steps
         if not 0 <= start < stop <= steps:
             raise CheckpointError(f"segment [{start}, {stop}) is not within the round's {steps} steps")
         if ckpt.step != start:
             raise CheckpointError(f"checkpoint is after step {ckpt.step}, the segment starts at step {start}")
-        with replay_environment(ckpt.threads):
+        with replay_environment(ckpt.threads if threads is None else threads):
             self.restore(ckpt)
+            if dtype is not None:
+                self.dtype = dtype
             batches = self.adapter.batches(shards, batch_size=self.batch_size, seed=seed, steps=steps)
             for batch in islice(batches, start, stop):
                 self._step(batch)

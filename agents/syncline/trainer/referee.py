@@ -5,9 +5,14 @@ the hashes of checkpoints ``c_0 .. c_S``, see :mod:`syncline.protocol.checkpoint
 
 * ``s < S`` (training): fetch ``c_s``, check it against the manifest (itself checked against the
   committed root), re-run steps ``[s * interval, min((s + 1) * interval, H))`` on the trainer's
-  shards with the trainer's batches, and compare the hash of the result with ``hash(c_{s+1})``
-  (when its shards were reassigned while the round was open, a replay on any set it held counts).
-  Segment 0 also checks that ``c_0`` holds the round's start weights.
+  shards with the trainer's batches on the referee's own device (:class:`RefereeDevice`), and
+  compare the result with ``c_{s+1}`` (when its shards were reassigned while the round was open, a
+  replay on any set it held counts). The comparison is exact (hash against ``hash(c_{s+1})``)
+  when ``c_s`` declares the referee's device class and deterministic mode; otherwise the referee
+  fetches ``c_{s+1}`` and accepts it when its distance lies inside the spec's honest-divergence
+  envelope (:mod:`syncline.protocol.tolerance`). A ``c_s`` declaring a device class the spec's
+  verification policy does not allow is guilty: the declaration is in the checkpoint's header,
+  bound by the committed root. Segment 0 also checks that ``c_0`` holds the round's start weights.
 * ``s == S`` (derivation): fetch ``c_S`` and check that the committed payload hash and chunk root
   are those of the payload derived from ``c_S`` and the round's start state.
 
@@ -23,7 +28,8 @@ see the report in ``docs/fraud-proofs.md`` on what that leaves trusted.)
 
 :func:`check_segment` and :func:`find_faulty` take explicit inputs (no chain, no blob store);
 :func:`referee_segment` and :func:`find_faulty_segment` read them from a :class:`TaskContext`.
-Re-execution is bit-exact on CPU; a GPU trainer would need a tolerance, which is not implemented.
+What a cheater can hide inside the tolerance is measured by ``scripts/bench/referee_tolerance.py``
+(``docs/benchmarks.md``).
 """
 
 from __future__ import annotations
@@ -55,7 +61,9 @@ from syncline.protocol.checkpoints import (
 )
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.seeds import round_seed
+from syncline.protocol.spec import DEFAULT_VERIFICATION, VerificationPolicy
 from syncline.protocol.state import TrainingState
+from syncline.protocol.tolerance import compare
 from syncline.run.context import StateUnavailable, TaskContext
 from syncline.trainer.agent import ZERO_ADDRESS
 from syncline.trainer.segments import derive_payload, holds_start_state, replay_segment
@@ -66,6 +74,28 @@ ZERO32 = "0x" + "00" * 32
 
 class RefereeError(SynclineError):
     """The referee cannot judge (no such submission, segment out of range, start state unknown)."""
+
+
+@dataclass(frozen=True)
+class RefereeDevice:
+    """Where and how a referee re-executes segments: its device class is ``device-dtype``."""
+
+    device: str = "cpu"
+    dtype: str = "fp32"
+    deterministic: bool = True
+
+    @property
+    def device_class(self) -> str:
+        return f"{self.device}-{self.dtype}"
+
+    def replays_exactly(self, ckpt: Checkpoint) -> bool:
+        """Whether a replay here reproduces ``ckpt``'s trainer bit for bit: same device class and
+        both deterministic (CPU always is)."""
+        return ckpt.device_class == self.device_class and ckpt.deterministic and self.deterministic
+
+
+CPU_FP32 = RefereeDevice()
+"""The default referee: CPU, fp32 (what witnesses run)."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +168,8 @@ class ReplayInputs:
     gradient_bits: int
     start_state: TrainingState
     other_shards: Sequence[Sequence[bytes]] = ()
+    policy: VerificationPolicy = DEFAULT_VERIFICATION
+    referee: RefereeDevice = CPU_FP32
 
     @property
     def segments(self) -> int:
@@ -282,6 +314,21 @@ def _check_training(
         return _guilty(segment, total, f"checkpoint {segment} claims step {ckpt.step}, expected {start}")
     if segment == 0 and not holds_start_state(ckpt, inputs.start_state):
         return _guilty(segment, total, "checkpoint 0 does not hold the round's start weights")
+    if ckpt.device_class not in inputs.policy.device_classes:
+        return _guilty(
+            segment,
+            total,
+            f"checkpoint {segment} declares device class {ckpt.device_class}, "
+            f"the task allows {', '.join(inputs.policy.device_classes)}",
+        )
+    exact = inputs.referee.replays_exactly(ckpt)
+    claimed: Checkpoint | None = None
+    if not exact:
+        loaded = _load(manifest, segment + 1, fetch, inputs.layout, total)
+        if not isinstance(loaded, Checkpoint):
+            return dataclasses.replace(loaded, segment=segment)
+        claimed = loaded
+    closest = ""
     for shards in (inputs.shards, *inputs.other_shards):
         try:
             replayed = replay_segment(
@@ -294,15 +341,38 @@ def _check_training(
                 segment=segment,
                 inner_steps=inputs.inner_steps,
                 interval=inputs.interval,
+                device=None if exact else inputs.referee.device,
+                dtype=None if exact else inputs.referee.dtype,
             )
         except CheckpointError as exc:  # e.g. a generator state torch refuses
             return _guilty(segment, total, f"checkpoint {segment} cannot be replayed: {_one_line(exc)}")
-        if checkpoint_hash(replayed) == manifest.hashes[segment + 1]:
-            return Verdict(segment, total, False, f"steps {start}..{stop - 1} re-run bit-exactly")
+        if claimed is None:
+            if checkpoint_hash(replayed) == manifest.hashes[segment + 1]:
+                return Verdict(segment, total, False, f"steps {start}..{stop - 1} re-run bit-exactly")
+            continue
+        verdict = compare(ckpt, claimed, Checkpoint.from_bytes(replayed), inputs.layout, inputs.policy.tolerance)
+        log.info(
+            "referee.tolerant_comparison",
+            segment=segment,
+            trainer_class=ckpt.device_class,
+            referee_class=inputs.referee.device_class,
+            within=verdict.within,
+            **verdict.distance.to_mapping(),
+        )
+        if verdict.within:
+            return Verdict(
+                segment,
+                total,
+                False,
+                f"steps {start}..{stop - 1} re-run on {inputs.referee.device_class} against the trainer's "
+                f"{ckpt.device_class}: {verdict.reason}",
+            )
+        closest = closest or f": {verdict.reason}"
     return _guilty(
         segment,
         total,
-        f"re-running steps {start}..{stop - 1} from checkpoint {segment} does not give checkpoint {segment + 1}",
+        f"re-running steps {start}..{stop - 1} from checkpoint {segment} does not give checkpoint {segment + 1}"
+        + closest,
     )
 
 
@@ -484,6 +554,7 @@ def load_case(
         interval=ctx.spec.checkpoint_interval_steps,
         gradient_bits=ctx.spec.gradient_bits,
         start_state=start_state,
+        policy=ctx.spec.verification_policy,
     )
     return RefereeCase(claim, manifest, fetch, inputs)
 

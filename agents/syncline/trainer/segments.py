@@ -2,9 +2,10 @@
 
 The trainer runs :meth:`InnerLoop.run` with ``checkpoint_interval`` and derives its payload with
 :func:`encode_payload`; a referee re-runs one training segment with :func:`replay_segment` (a fresh
-CPU loop configured from the checkpoint itself) or redoes the derivation with
-:func:`derive_payload`. Both sides use the same functions, so an honest trainer's commitments are
-reproduced bit for bit on CPU (same torch build, same thread count, which the checkpoint records).
+loop configured from the checkpoint itself, in the checkpoint's precision or the referee's own) or
+redoes the derivation with :func:`derive_payload`. Both sides use the same functions, so a CPU
+trainer's commitments are reproduced bit for bit on CPU (same torch build, same thread count, which
+the checkpoint records); another device class is compared against the spec's tolerance.
 """
 
 from __future__ import annotations
@@ -80,14 +81,19 @@ def replay_segment(
     segment: int,
     inner_steps: int,
     interval: int,
+    device: str | None = None,
+    dtype: str | None = None,
 ) -> bytes:
-    """Re-run training segment ``segment`` on CPU from ``checkpoint`` (``c_segment``).
+    """Re-run training segment ``segment`` from ``checkpoint`` (``c_segment``).
 
-    ``model`` is a freshly built model of the task (its weights are overwritten); returns the
-    canonical bytes of the checkpoint the segment ends in, to compare with ``c_{segment+1}``.
+    By default as the checkpoint declares (its dtype, on CPU: the bit-exact replay of a CPU
+    trainer); ``device`` / ``dtype`` replay on the referee's own device class instead (then compare
+    with :mod:`syncline.protocol.tolerance`). ``model`` is a freshly built model of the task (its
+    weights are overwritten); returns the canonical bytes of the checkpoint the segment ends in.
     """
     start, stop = segment_bounds(segment, inner_steps, interval)
+    use_dtype = dtype or checkpoint.dtype
     loop = InnerLoop(
-        adapter, model, layout, replay_config(checkpoint, inner_steps), device="cpu", dtype=checkpoint.dtype
+        adapter, model, layout, replay_config(checkpoint, inner_steps), device=device or "cpu", dtype=use_dtype
     )
-    return loop.run_segment(checkpoint, shards, seed=seed, start=start, stop=stop)
+    return loop.run_segment(checkpoint, shards, seed=seed, start=start, stop=stop, dtype=use_dtype)

@@ -1,0 +1,419 @@
+"""Calibration of the training-fraud referee's tolerance: honest hardware divergence against cheats.
+
+A referee that does not share the trainer's device class re-executes a segment in its own
+precision and accepts the trainer's checkpoint when its distance (``syncline.protocol.tolerance``)
+lies inside the spec's envelope. This bench measures, on the demo's model (DemoPlan: a 2-layer
+Llama, 558k parameters, batch 8 x 64 tokens, AdamW lr 1e-3), segments of ``n`` steps started from
+the checkpoints of an fp32 CPU trajectory:
+
+* honest pairs -- the trainer's checkpoint against the referee's fp32 CPU replay (1 thread):
+  ``cpu-bf16`` (``torch.autocast("cpu", bfloat16)``), ``cpu-fp32`` with 2 threads, and
+  ``cuda-fp32`` / ``cuda-bf16`` when ``torch.cuda.is_available()`` (skipped with a note otherwise);
+* cheats, all declared ``cpu-bf16`` (the class that gets the tolerance) and trained in bf16, each
+  with forged step counts (only the tensors are judged, the cheater's best case): lazy training
+  skipping 50 / 25 / 10 % of the segment's steps, one skipped step at a random position, another
+  trainer's shards, the learning rate halved, a noise update of the honest update's norm, and the
+  honest bf16 update scaled by 1.01 / 1.02 / 1.05 / 1.1.
+
+Every sample is judged against the default envelope (``DEFAULT_VERIFICATION.tolerance``); the
+table gives per pair the honest maxima and the false convictions, per cheat the detection rate and
+its smallest distance. ``--json PATH`` writes the same as JSON.
+
+Usage::
+
+    .venv/bin/python scripts/bench/referee_tolerance.py --quick        # n=10, 50 samples (~3 min, 2 cores)
+    .venv/bin/python scripts/bench/referee_tolerance.py --json .syncline/bench/referee_tolerance.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import platform
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from syncline.demo.training_run import DemoPlan
+from syncline.modality.language import LanguageAdapter
+from syncline.protocol.checkpoints import Checkpoint
+from syncline.protocol.layout import ParameterLayout
+from syncline.protocol.spec import DEFAULT_VERIFICATION, ToleranceModel
+from syncline.protocol.state import TrainingState
+from syncline.protocol.tolerance import SegmentDistance, compare, judge, segment_distance
+from syncline.run.agent_config import InnerOptimizerConfig
+from syncline.sponsor.task_builder import cached_corpus
+from syncline.trainer.agent import round_seed
+from syncline.trainer.inner_loop import InnerLoop, replay_environment
+
+PLAN = DemoPlan()
+TASK_ID = 1
+SCALES = (1.01, 1.02, 1.05, 1.1)
+LISTED_CHEATS = ("lazy-50%", "lazy-25%", "lazy-10%", "wrong-shard", "lr-x0.5", "noise")
+REQUIRED_HONEST = 50
+REQUIRED_DETECTION = 0.99
+FRESH_EVERY = 5  # one sample in five is a round's first segment from a new optimizer
+TINY_MODEL: dict[str, Any] = {
+    "family": "llama",
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 32,
+    "tie_word_embeddings": True,
+}
+
+
+@dataclass
+class Setup:
+    name: str
+    adapter: LanguageAdapter
+    layout: ParameterLayout
+    initial: TrainingState
+    inner: InnerOptimizerConfig
+    shards: list[bytes]
+    other_shards: list[bytes]
+    model_config: dict[str, Any]
+
+    def loop(self, device: str = "cpu") -> InnerLoop:
+        model = self.adapter.build_model(self.model_config, seed=0)
+        return InnerLoop(self.adapter, model, self.layout, self.inner, device=device)
+
+
+@dataclass
+class Tally:
+    """Distances of one honest pair or one cheat over every sample."""
+
+    name: str
+    distances: list[SegmentDistance] = field(default_factory=list)
+    outside: int = 0  # judged outside the envelope (a conviction)
+
+    def add(self, distance: SegmentDistance, within: bool) -> None:
+        self.distances.append(distance)
+        self.outside += 0 if within else 1
+
+    def maxima(self) -> dict[str, float]:
+        keys = ("weight_rel_l2", "weight_rel_l2_tensor", "weight_max_abs_lr", "exp_avg_rel_l2", "exp_avg_sq_rel_l2")
+        return {k: max(float(getattr(d, k)) for d in self.distances) for k in keys}
+
+    def minima(self) -> dict[str, float]:
+        keys = ("weight_rel_l2", "weight_rel_l2_tensor", "exp_avg_rel_l2")
+        return {k: min(float(getattr(d, k)) for d in self.distances) for k in keys}
+
+
+def build_setup(which: str = "demo") -> Setup:
+    """The demo's model and trainer config (``DemoPlan``), or ``tiny``: the fraud e2e run's
+    (``tests/agents/_agent_harness.py`` ``tiny_plan``: 1-layer Llama, hidden 32, vocab 512, lr 3e-3)."""
+    if which == "tiny":
+        model = {**TINY_MODEL}
+        plan = dataclasses.replace(
+            PLAN, vocab_size=512, seq_len=32, inner_lr=3e-3, inner_steps=8, checkpoint_interval=4
+        )
+    else:
+        model, plan = dict(PLAN.model), PLAN
+    corpus = cached_corpus(plan.shard_count, plan.vocab_size)
+    adapter = LanguageAdapter(seq_len=plan.seq_len)
+    config = model | {"vocab_size": plan.vocab_size}
+    net = adapter.build_model(config, seed=0)
+    params = {k: v.detach() for k, v in net.named_parameters()}
+    layout = ParameterLayout.from_state_dict(params)
+    per = plan.shard_count // plan.trainers
+    inner = InnerOptimizerConfig(
+        lr=plan.inner_lr,
+        weight_decay=0.01,
+        beta1=0.9,
+        beta2=0.95,
+        inner_steps=plan.inner_steps,
+        batch_size=plan.batch_size,
+    )
+    return Setup(
+        name=which,
+        adapter=adapter,
+        layout=layout,
+        initial=TrainingState.from_model_state_dict(params, layout),
+        inner=inner,
+        shards=list(corpus.shards[:per]),
+        other_shards=list(corpus.shards[per : 2 * per]),
+        model_config=config,
+    )
+
+
+def trajectory(setup: Setup, steps: int, samples: int) -> list[tuple[int, int, Checkpoint, Checkpoint]]:
+    """``(seed, start, c_s, c_{s+1})`` of consecutive ``steps``-step segments of an fp32 CPU run
+    (1 thread): the referee's replay of each segment is its next checkpoint."""
+    loop = setup.loop()
+    per_round = max(1, setup.inner.inner_steps // steps)
+    out: list[tuple[int, int, Checkpoint, Checkpoint]] = []
+    state = setup.initial
+    round_ = 0
+    while len(out) < samples:
+        seed = round_seed(TASK_ID, round_, 0)
+        cfg = dataclasses.replace(setup.inner, inner_steps=per_round * steps)
+        loop.cfg = cfg
+        with replay_environment(1):
+            work = loop.run(state, setup.shards, seed=seed, checkpoint_interval=steps)
+        ckpts = [Checkpoint.from_bytes(b) for b in work.checkpoints]
+        out += [(seed, i * steps, ckpts[i], ckpts[i + 1]) for i in range(per_round)]
+        state = TrainingState.from_model_state_dict(
+            {k: v.detach() for k, v in loop.model.named_parameters()}, setup.layout
+        )
+        round_ += 1
+    return out[:samples]
+
+
+def run_steps(
+    loop: InnerLoop,
+    start_ckpt: Checkpoint,
+    shards: Sequence[bytes],
+    *,
+    seed: int,
+    start: int,
+    steps: int,
+    dtype: str = "bf16",
+    threads: int = 1,
+    skip: frozenset[int] = frozenset(),
+    lr_factor: float = 1.0,
+) -> Checkpoint:
+    """Steps ``[start, start + steps)`` from ``start_ckpt``, skipping the steps in ``skip`` (their
+    batches are drawn and dropped) and with the learning rate scaled; the result is labelled with
+    the honest step number and step counts (what a cheater forges)."""
+    with replay_environment(threads):
+        loop.restore(start_ckpt)
+        loop.dtype = dtype
+        for group in loop.optimizer.param_groups:
+            group["lr"] = start_ckpt.optimizer.lr * lr_factor
+        batches = loop.adapter.batches(shards, batch_size=loop.batch_size, seed=seed, steps=start + steps)
+        for i, batch in enumerate(islice(batches, start, start + steps)):
+            if i not in skip:
+                loop._step(batch)
+        done = loop.checkpoint(start + steps)
+    honest_counts = tuple(c + steps for c in start_ckpt.adam_steps)
+    return dataclasses.replace(done, optimizer=start_ckpt.optimizer, adam_steps=honest_counts)
+
+
+def with_params(ckpt: Checkpoint, params: torch.Tensor) -> Checkpoint:
+    return dataclasses.replace(ckpt, params=params.contiguous())
+
+
+@dataclass
+class Sample:
+    """One segment: the round's seed, its first step, the start checkpoint and the referee's replay."""
+
+    seed: int
+    start: int
+    c0: Checkpoint
+    replay: Checkpoint
+    fresh: bool
+
+
+def fresh_samples(setup: Setup, steps: int, count: int) -> list[Sample]:
+    """First segments of round 0 (initial weights, a new AdamW: the largest honest divergence, as
+    Adam's first steps are about ``lr * sign(g)``), each on another data seed."""
+    out = []
+    cfg = dataclasses.replace(setup.inner, inner_steps=steps)
+    for k in range(count):
+        loop = setup.loop()
+        loop.cfg = cfg
+        seed = round_seed(TASK_ID, 1000 + k, 0)
+        with replay_environment(1):
+            work = loop.run(setup.initial, setup.shards, seed=seed, checkpoint_interval=steps)
+        c0, c1 = (Checkpoint.from_bytes(b) for b in work.checkpoints)
+        out.append(Sample(seed, 0, c0, c1, True))
+    return out
+
+
+def measure(
+    setup: Setup,
+    sample: Sample,
+    steps: int,
+    model: ToleranceModel,
+    loops: dict[str, InnerLoop],
+    rng: random.Random,
+    honest: dict[str, Tally],
+    cheats: dict[str, Tally],
+) -> None:
+    """Judge every honest pair and every cheat on one sample."""
+    c0, replay = sample.c0, sample.replay
+
+    def go(loop: str = "cpu", **kw: Any) -> Checkpoint:
+        shards = kw.pop("shards", setup.shards)
+        return run_steps(loops[loop], c0, shards, seed=sample.seed, start=sample.start, steps=steps, **kw)
+
+    def honest_pair(name: str, claimed: Checkpoint) -> None:
+        v = compare(c0, claimed, replay, setup.layout, model)
+        honest.setdefault(name, Tally(name)).add(v.distance, v.within)
+
+    def cheat(name: str, claimed: Checkpoint) -> None:
+        d = segment_distance(c0, claimed, replay, setup.layout, steps=steps)
+        cheats.setdefault(name, Tally(name)).add(d, judge(d, model).within)
+
+    bf16 = go(dtype="bf16")
+    honest_pair("cpu-bf16", bf16)
+    honest_pair("cpu-fp32-2-threads", go(dtype="fp32", threads=2))
+    if "cuda" in loops:
+        for dtype in ("fp32", "bf16"):
+            honest_pair(f"cuda-{dtype}", go(loop="cuda", dtype=dtype))
+    for pct in (50, 25, 10):
+        skipped = max(1, math.ceil(steps * pct / 100))
+        cheat(f"lazy-{pct}%", go(skip=frozenset(range(steps - skipped, steps))))
+    cheat("skip-1-step", go(skip=frozenset({rng.randrange(steps)})))
+    cheat("wrong-shard", go(shards=setup.other_shards))
+    cheat("lr-x0.5", go(lr_factor=0.5))
+    update = bf16.params - c0.params
+    noise = torch.randn(update.shape, generator=torch.Generator().manual_seed(rng.randrange(2**31)))
+    cheat("noise", with_params(bf16, c0.params + noise * (update.norm() / noise.norm())))
+    for f in SCALES:
+        cheat(f"scale-x{f}", with_params(bf16, c0.params + f * update))
+
+
+def run(steps_list: Sequence[int], samples: int, model: ToleranceModel, setup: Setup) -> dict[str, Any]:
+    torch.manual_seed(0)
+    rng = random.Random(0)
+    loops = {"cpu": setup.loop()}
+    if torch.cuda.is_available():
+        loops["cuda"] = setup.loop("cuda")
+    results: list[dict[str, Any]] = []
+    for steps in steps_list:
+        began = time.perf_counter()
+        fresh = max(1, samples // FRESH_EVERY)
+        segs = fresh_samples(setup, steps, fresh) + [
+            Sample(seed, start, c0, c1, False) for seed, start, c0, c1 in trajectory(setup, steps, samples - fresh)
+        ]
+        honest: dict[str, Tally] = {}
+        cheats: dict[str, Tally] = {}
+        for sample in segs:
+            measure(setup, sample, steps, model, loops, rng, honest, cheats)
+        results.append(summarize(steps, len(segs), fresh, model, honest, cheats, time.perf_counter() - began))
+    return {
+        "model": setup.name + " " + json.dumps(setup.model_config, sort_keys=True),
+        "numel": setup.layout.numel,
+        "inner_lr": setup.inner.lr,
+        "batch_size": setup.inner.batch_size,
+        "torch": torch.__version__,
+        "machine": platform.processor() or platform.machine(),
+        "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "cuda_note": None if torch.cuda.is_available() else "no GPU here: the CUDA pairs were skipped",
+        "envelope": dataclasses.asdict(model),
+        # pooled over every segment length (each length's own figures are in by_segment_length)
+        "honest_replays": sum(r["honest_replays"] for r in results),
+        "false_convictions": sum(r["false_convictions"] for r in results),
+        "cheats": {
+            name: {
+                "detection_rate": sum(r["cheats"][name]["detection_rate"] * r["samples"] for r in results)
+                / sum(r["samples"] for r in results)
+            }
+            for name in results[0]["cheats"]
+        },
+        "by_segment_length": results,
+    }
+
+
+def summarize(
+    steps: int,
+    samples: int,
+    fresh: int,
+    model: ToleranceModel,
+    honest: dict[str, Tally],
+    cheats: dict[str, Tally],
+    seconds: float,
+) -> dict[str, Any]:
+    detected = {n: t.outside / len(t.distances) for n, t in cheats.items()}
+    scaled = [f for f in SCALES if detected[f"scale-x{f}"] >= REQUIRED_DETECTION]
+    return {
+        "steps": steps,
+        "samples": samples,
+        "fresh_samples": fresh,
+        "seconds": round(seconds, 1),
+        "envelope": {
+            "weight_rel_l2": model.weight_bound(steps),
+            "weight_rel_l2_tensor": model.tensor_bound(steps),
+            "weight_max_abs_lr": model.max_abs_lr,
+            "moments_rel_l2": model.moment_bound(steps),
+        },
+        "honest": {
+            n: {"honest_replays": len(t.distances), "false_convictions": t.outside, "max": t.maxima()}
+            for n, t in honest.items()
+        },
+        "honest_replays": sum(len(t.distances) for t in honest.values()),
+        "false_convictions": sum(t.outside for t in honest.values()),
+        "cheats": {
+            n: {"detection_rate": detected[n], "trials": len(t.distances), "min": t.minima()} for n, t in cheats.items()
+        },
+        "smallest_scale_detected": min(scaled) if scaled else None,
+        "meets_requirements": all(t.outside == 0 and len(t.distances) >= REQUIRED_HONEST for t in honest.values())
+        and all(detected[n] >= REQUIRED_DETECTION for n in LISTED_CHEATS),
+    }
+
+
+def print_table(report: dict[str, Any]) -> None:
+    name, numel, lr = report["model"].split()[0], report["numel"], report["inner_lr"]
+    print(f"\nreferee tolerance, {name} model, {numel} parameters (lr {lr}); {report['cuda_note'] or ''}")
+    for r in report["by_segment_length"]:
+        env = r["envelope"]
+        print(
+            f"\n-- segments of {r['steps']} steps, {r['samples']} samples ({r['fresh_samples']} from a new optimizer), "
+            f"{r['seconds']} s; envelope: weights "
+            f"{env['weight_rel_l2']:.4f} (per tensor {env['weight_rel_l2_tensor']:.4f}), moments "
+            f"{env['moments_rel_l2']:.4f}, max-abs {env['weight_max_abs_lr']:.2f} lr/step"
+        )
+        print(
+            f"{'honest pair':<22}{'replays':>8}{'convicted':>10}{'w-L2':>9}{'w-tensor':>10}{'max-abs':>9}"
+            f"{'m1-L2':>9}{'m2-L2':>9}   (maxima)"
+        )
+        for n, h in r["honest"].items():
+            m = h["max"]
+            print(
+                f"{n:<22}{h['honest_replays']:>8}{h['false_convictions']:>10}{m['weight_rel_l2']:>9.4f}"
+                f"{m['weight_rel_l2_tensor']:>10.4f}{m['weight_max_abs_lr']:>9.3f}{m['exp_avg_rel_l2']:>9.4f}"
+                f"{m['exp_avg_sq_rel_l2']:>9.4f}"
+            )
+        print(f"{'cheat':<22}{'trials':>8}{'detected':>10}{'w-L2':>9}{'w-tensor':>10}{'m1-L2':>9}   (minima)")
+        for n, c in r["cheats"].items():
+            m = c["min"]
+            print(
+                f"{n:<22}{c['trials']:>8}{c['detection_rate']:>10.1%}{m['weight_rel_l2']:>9.4f}"
+                f"{m['weight_rel_l2_tensor']:>10.4f}{m['exp_avg_rel_l2']:>9.4f}"
+            )
+        print(
+            f"honest replays {r['honest_replays']}, false convictions {r['false_convictions']}; smallest scaled "
+            f"update detected >= 99%: x{r['smallest_scale_detected']}; requirements met: {r['meets_requirements']}"
+        )
+
+
+def main(argv: Sequence[str] | None = None, *, out: Callable[[dict[str, Any]], None] = print_table) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="segments of 10 steps only, 50 samples (< 5 min)")
+    parser.add_argument("--samples", type=int, default=None, help="samples per segment length (default 100, quick 50)")
+    parser.add_argument("--steps", type=int, nargs="*", default=None, help="segment lengths (default 4 10 20)")
+    parser.add_argument("--model", choices=("demo", "tiny"), default="demo", help="demo (default) or the e2e's tiny")
+    parser.add_argument("--json", type=Path, default=None, help="also write the report as JSON here")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    samples = args.samples or (REQUIRED_HONEST if args.quick else 100)
+    default_steps = [4] if args.model == "tiny" else [PLAN.checkpoint_interval] if args.quick else [4, 10, 20]
+    steps = args.steps or default_steps
+    if samples < 1 or any(s < 1 for s in steps):
+        parser.error("--samples and --steps must be positive")
+    began = time.perf_counter()
+    report = run(steps, samples, DEFAULT_VERIFICATION.tolerance, build_setup(args.model))
+    report["seconds"] = round(time.perf_counter() - began, 1)
+    report["quick"] = bool(args.quick)
+    out(report)
+    print(f"\ntotal {report['seconds']} s")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2))
+    return 0 if all(r["meets_requirements"] for r in report["by_segment_length"]) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,250 @@
+"""The referee across device classes: an fp32 CPU referee judges a bf16 (CPU autocast) trainer by
+re-executing each segment in fp32 and comparing against the spec's honest-divergence envelope.
+
+Real training throughout (no chain): ``InnerLoop`` trains a round with checkpoint capture in the
+trainer's precision, the checkpoints are committed (root over their hashes) and served from
+memory, and ``check_segment`` / ``find_faulty`` -- the code witnesses and challengers run -- judge
+them with a ``RefereeDevice``. Model: a 1-layer Llama (hidden 32, vocab 256), H = 8 AdamW steps
+with a checkpoint every 4, as in the fraud e2e run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from eth_utils import keccak
+
+from syncline.modality.language import LanguageAdapter
+from syncline.protocol.checkpoints import (
+    Checkpoint,
+    CheckpointManifest,
+    checkpoint_hash,
+    checkpoint_root,
+    segment_count,
+)
+from syncline.protocol.layout import ParameterLayout
+from syncline.protocol.spec import DEFAULT_VERIFICATION, VerificationPolicy
+from syncline.protocol.state import TrainingState
+from syncline.run.agent_config import InnerOptimizerConfig
+from syncline.trainer.inner_loop import InnerLoop, replay_environment
+from syncline.trainer.referee import (
+    CPU_FP32,
+    Claim,
+    RefereeDevice,
+    ReplayInputs,
+    Verdict,
+    check_segment,
+    find_faulty,
+)
+from syncline.trainer.segments import encode_payload
+
+H, INTERVAL, BATCH, SEQ, SEED = 8, 4, 8, 32, 1234
+S = segment_count(H, INTERVAL)
+MODEL: dict[str, Any] = {
+    "family": "llama",
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": SEQ,
+    "tie_word_embeddings": True,
+    "vocab_size": 256,
+}
+INNER = InnerOptimizerConfig(lr=3e-3, inner_steps=H, batch_size=BATCH)
+
+
+def _shard(seed: int, tokens: int = 4000) -> bytes:
+    return np.random.default_rng(seed).integers(0, 256, tokens).astype("<u2").tobytes()
+
+
+@dataclass(frozen=True)
+class Setup:
+    adapter: LanguageAdapter
+    layout: ParameterLayout
+    start: TrainingState
+    shards: list[bytes]
+
+    def build(self) -> torch.nn.Module:
+        return self.adapter.build_model(MODEL, seed=0)
+
+
+@pytest.fixture(scope="module")
+def setup() -> Setup:
+    adapter = LanguageAdapter(seq_len=SEQ)
+    net = adapter.build_model(MODEL, seed=0)
+    params = {k: v.detach() for k, v in net.named_parameters()}
+    layout = ParameterLayout.from_state_dict(params)
+    return Setup(adapter, layout, TrainingState.from_model_state_dict(params, layout), [_shard(1), _shard(2)])
+
+
+@dataclass(frozen=True)
+class Submission:
+    claim: Claim
+    manifest: CheckpointManifest
+    blobs: list[bytes]
+
+    def fetch(self, manifest: CheckpointManifest, index: int) -> bytes:
+        return self.blobs[index]
+
+
+def _submit(setup: Setup, dtype: str, *, train_steps: int | None = None) -> Submission:
+    """Train a round in ``dtype`` with checkpoints and commit to it as a trainer does."""
+    loop = InnerLoop(setup.adapter, setup.build(), setup.layout, INNER, dtype=dtype)
+    with replay_environment(1):
+        work = loop.run(setup.start, setup.shards, seed=SEED, checkpoint_interval=INTERVAL, train_steps=train_steps)
+    return _commit(list(work.checkpoints), work.pseudo_gradient)
+
+
+def _commit(blobs: list[bytes], gradient: torch.Tensor) -> Submission:
+    payload, chunk_root = encode_payload(gradient, 8)
+    hashes = tuple(checkpoint_hash(b) for b in blobs)
+    claim = Claim(bytes(keccak(payload)), chunk_root, checkpoint_root(hashes))
+    return Submission(claim, CheckpointManifest(INTERVAL, H, hashes, ("",) * len(blobs)), blobs)
+
+
+def _inputs(
+    setup: Setup, *, policy: VerificationPolicy = DEFAULT_VERIFICATION, referee: RefereeDevice = CPU_FP32
+) -> ReplayInputs:
+    return ReplayInputs(
+        adapter=setup.adapter,
+        build_model=setup.build,
+        layout=setup.layout,
+        shards=setup.shards,
+        seed=SEED,
+        inner_steps=H,
+        interval=INTERVAL,
+        gradient_bits=8,
+        start_state=setup.start,
+        policy=policy,
+        referee=referee,
+    )
+
+
+@pytest.fixture(scope="module")
+def bf16(setup: Setup) -> Submission:
+    return _submit(setup, "bf16")
+
+
+def _judge(setup: Setup, sub: Submission, **kw: Any) -> list[Verdict]:
+    out = []
+    for segment in range(S + 1):
+        verdict = check_segment(segment, sub.claim, sub.manifest, sub.fetch, _inputs(setup, **kw))
+        assert isinstance(verdict, Verdict), verdict
+        out.append(verdict)
+    return out
+
+
+def test_the_bf16_trainer_really_trained_in_bf16(setup: Setup, bf16: Submission) -> None:
+    fp32 = _submit(setup, "fp32")
+    ours = [Checkpoint.from_bytes(b) for b in bf16.blobs]
+    assert {c.device_class for c in ours} == {"cpu-bf16"}
+    # the two precisions diverge: an exact comparison could never pass
+    assert checkpoint_hash(bf16.blobs[-1]) != checkpoint_hash(fp32.blobs[-1])
+    assert not torch.equal(ours[-1].params, Checkpoint.from_bytes(fp32.blobs[-1]).params)
+
+
+def test_an_fp32_referee_finds_the_bf16_trainer_innocent_on_every_segment(setup: Setup, bf16: Submission) -> None:
+    verdicts = _judge(setup, bf16)
+    assert [v.guilty for v in verdicts] == [False] * (S + 1), [v.reason for v in verdicts]
+    for v in verdicts[:S]:
+        assert "re-run on cpu-fp32 against the trainer's cpu-bf16: within the envelope" in v.reason
+    assert verdicts[S].reason == "the payload is derived from the last checkpoint"  # the derivation stays exact
+    assert find_faulty(bf16.claim, bf16.manifest, bf16.fetch, _inputs(setup)) is None
+
+
+def test_a_bf16_referee_replays_a_bf16_trainer_bit_exactly(setup: Setup, bf16: Submission) -> None:
+    verdicts = _judge(setup, bf16, referee=RefereeDevice(dtype="bf16"))
+    assert [v.guilty for v in verdicts] == [False] * (S + 1)
+    assert all("bit-exactly" in v.reason for v in verdicts[:S])
+
+
+def test_a_lazy_bf16_trainer_is_convicted_by_an_fp32_referee(setup: Setup) -> None:
+    lazy = _submit(setup, "bf16", train_steps=H // 2)
+    verdicts = _judge(setup, lazy)
+    assert [v.guilty for v in verdicts] == [False, True, False], [v.reason for v in verdicts]
+    assert "does not give checkpoint 2: AdamW step counts differ" in verdicts[1].reason
+    faulty = find_faulty(lazy.claim, lazy.manifest, lazy.fetch, _inputs(setup))
+    assert faulty is not None and faulty.guilty and faulty.segment == 1
+    # a lazy trainer that also forges the step counts is caught on the tensors
+    ckpts = [Checkpoint.from_bytes(b) for b in lazy.blobs]
+    ckpts[2] = dataclasses.replace(ckpts[2], adam_steps=tuple(c + INTERVAL for c in ckpts[1].adam_steps))
+    forged = _commit([c.to_bytes() for c in ckpts], ckpts[0].params - ckpts[2].params)
+    verdict = check_segment(1, forged.claim, forged.manifest, forged.fetch, _inputs(setup))
+    assert isinstance(verdict, Verdict) and verdict.guilty and "weight relative L2 1 exceeds" in verdict.reason
+
+
+def test_a_bf16_trainer_declaring_fp32_is_compared_exactly_and_convicted(setup: Setup, bf16: Submission) -> None:
+    """The declaration decides the comparison: bf16 tensors labelled cpu-fp32 get no tolerance."""
+    relabelled = [Checkpoint.from_bytes(b) for b in bf16.blobs]
+    blobs = [dataclasses.replace(c, dtype="fp32").to_bytes() for c in relabelled]
+    start = relabelled[0].params
+    lying = _commit(blobs, start - relabelled[-1].params)
+    verdicts = _judge(setup, lying)
+    assert verdicts[0].guilty and "does not give checkpoint 1" in verdicts[0].reason
+
+
+def test_a_device_class_the_spec_does_not_allow_is_guilty(setup: Setup, bf16: Submission) -> None:
+    policy = VerificationPolicy(device_classes=("cpu-fp32", "cuda-fp32"))
+    verdict = check_segment(0, bf16.claim, bf16.manifest, bf16.fetch, _inputs(setup, policy=policy))
+    assert isinstance(verdict, Verdict) and verdict.guilty
+    assert verdict.reason == "checkpoint 0 declares device class cpu-bf16, the task allows cpu-fp32, cuda-fp32"
+
+
+def test_a_forged_first_moment_is_convicted(setup: Setup, bf16: Submission) -> None:
+    """The next segment is replayed from the claimed moments, so they are judged too."""
+    ckpts = [Checkpoint.from_bytes(b) for b in bf16.blobs]
+    steer = torch.randn(ckpts[1].numel, generator=torch.Generator().manual_seed(5)) * float(ckpts[1].exp_avg.std())
+    ckpts[1] = dataclasses.replace(ckpts[1], exp_avg=ckpts[1].exp_avg + steer)
+    forged = _commit([c.to_bytes() for c in ckpts], ckpts[0].params - ckpts[-1].params)
+    verdict = check_segment(0, forged.claim, forged.manifest, forged.fetch, _inputs(setup))
+    assert isinstance(verdict, Verdict) and verdict.guilty and "exp_avg relative L2" in verdict.reason
+
+
+def test_a_noise_checkpoint_is_convicted(setup: Setup, bf16: Submission) -> None:
+    ckpts = [Checkpoint.from_bytes(b) for b in bf16.blobs]
+    update = ckpts[1].params - ckpts[0].params
+    noise = torch.randn(update.shape, generator=torch.Generator().manual_seed(6))
+    ckpts[1] = dataclasses.replace(ckpts[1], params=ckpts[0].params + noise * (update.norm() / noise.norm()))
+    forged = _commit([c.to_bytes() for c in ckpts], ckpts[0].params - ckpts[-1].params)
+    verdict = check_segment(0, forged.claim, forged.manifest, forged.fetch, _inputs(setup))
+    assert isinstance(verdict, Verdict) and verdict.guilty and "exceeds the envelope" in verdict.reason
+
+
+def test_the_calibration_bench_reports_what_the_docs_quote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``scripts/bench/referee_tolerance.py`` on the e2e's tiny model, a few samples: the JSON
+    has the fields docs/benchmarks.md quotes, honest pairs are not convicted, gross cheats are."""
+    path = Path(__file__).resolve().parents[2] / "scripts" / "bench" / "referee_tolerance.py"
+    spec = importlib.util.spec_from_file_location("referee_tolerance_bench", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, bench)  # its dataclasses resolve annotations there
+    spec.loader.exec_module(bench)
+    out = tmp_path / "report.json"
+    threads = torch.get_num_threads()
+    try:
+        code = bench.main(["--model", "tiny", "--samples", "5", "--json", str(out)], out=lambda report: None)
+    finally:
+        torch.set_num_threads(threads)
+    report = json.loads(out.read_text())
+    (result,) = report["by_segment_length"]
+    assert result["steps"] == 4 and result["samples"] == 5 and result["fresh_samples"] == 1
+    assert result["honest_replays"] == 10 and result["false_convictions"] == 0
+    assert set(result["honest"]) == {"cpu-bf16", "cpu-fp32-2-threads"}
+    assert result["honest"]["cpu-bf16"]["max"]["weight_rel_l2"] > 0  # bf16 really diverges
+    for cheat in ("lazy-50%", "wrong-shard", "lr-x0.5", "noise", "scale-x1.1"):
+        assert result["cheats"][cheat]["detection_rate"] == 1.0, cheat
+    assert result["cheats"]["scale-x1.01"]["detection_rate"] == 0.0  # inside the tolerance: documented
+    assert report["envelope"] == dataclasses.asdict(DEFAULT_VERIFICATION.tolerance)
+    assert (report["honest_replays"], report["false_convictions"]) == (10, 0)
+    assert report["cheats"]["noise"]["detection_rate"] == 1.0
+    assert code == (0 if result["meets_requirements"] else 1)

@@ -1,0 +1,250 @@
+"""Distance between a claimed and a replayed checkpoint, and the honest-divergence envelope (pure).
+
+The vectorized per-tensor figures are checked against a plain per-tensor computation, the ratios
+against constructions whose answer is known (a scaled update is ``|1 - f|`` away, a single
+coordinate moved by ``k * lr * n`` has max-abs ``k``), and the verdict against the envelope's
+bounds on both sides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from syncline.protocol.checkpoints import Checkpoint, CheckpointError, InnerHyperparameters
+from syncline.protocol.layout import ParameterLayout
+from syncline.protocol.spec import DEFAULT_VERIFICATION, ToleranceModel
+from syncline.protocol.tolerance import (
+    SegmentDistance,
+    compare,
+    exact_fields_differ,
+    judge,
+    per_tensor_rel_l2,
+    segment_distance,
+    tensor_ids,
+)
+
+HP = InnerHyperparameters(lr=1e-3, beta1=0.9, beta2=0.95, weight_decay=0.01, eps=1e-8, batch_size=8)
+STEPS = 10
+MODEL = ToleranceModel(
+    weight_base=0.02, weight_per_step=0.001, tensor_factor=2.0, moment_base=0.1, moment_per_step=0.01, max_abs_lr=3.0
+)
+
+
+@pytest.fixture(scope="module")
+def layout() -> ParameterLayout:
+    return ParameterLayout.from_state_dict(
+        {"c.norm": torch.zeros(4), "a.weight": torch.zeros(6, 5), "b.bias": torch.zeros(7)}
+    )
+
+
+def _ckpt(layout: ParameterLayout, step: int, seed: int, **changes: object) -> Checkpoint:
+    gen = torch.Generator().manual_seed(seed)
+    n = layout.numel
+    ckpt = Checkpoint(
+        step=step,
+        layout_digest=layout.digest(),
+        params=torch.randn(n, generator=gen),
+        exp_avg=torch.randn(n, generator=gen) * 1e-3,
+        exp_avg_sq=torch.rand(n, generator=gen) * 1e-6 + 1e-8,
+        adam_steps=tuple(step + 5 for _ in layout.entries),
+        optimizer=HP,
+        rng_state=b"rng",
+    )
+    return dataclasses.replace(ckpt, **changes) if changes else ckpt  # type: ignore[arg-type]
+
+
+@pytest.fixture()
+def pair(layout: ParameterLayout) -> tuple[Checkpoint, Checkpoint]:
+    """A start checkpoint and the referee's replay ``STEPS`` steps later (a random update of about
+    ``lr`` per coordinate and step)."""
+    start = _ckpt(layout, 10, 1)
+    gen = torch.Generator().manual_seed(2)
+    update = torch.randn(layout.numel, generator=gen) * HP.lr * STEPS
+    replayed = _ckpt(layout, 10 + STEPS, 3, params=start.params + update)
+    return start, replayed
+
+
+def _claim(replayed: Checkpoint, **changes: object) -> Checkpoint:
+    return dataclasses.replace(replayed, **changes)  # type: ignore[arg-type]
+
+
+def test_tensor_ids_follow_the_layout(layout: ParameterLayout) -> None:
+    ids = tensor_ids(layout)
+    assert ids.shape == (layout.numel,)
+    for index, e in enumerate(layout.entries):
+        assert bool((ids[e.offset : e.offset + e.numel] == index).all()), e.name
+
+
+def test_identical_checkpoints_are_at_distance_zero(
+    layout: ParameterLayout, pair: tuple[Checkpoint, Checkpoint]
+) -> None:
+    start, replayed = pair
+    d = segment_distance(start, replayed, replayed, layout, steps=STEPS)
+    assert (d.weight_rel_l2, d.weight_rel_l2_tensor, d.weight_max_abs_lr) == (0.0, 0.0, 0.0)
+    assert (d.exp_avg_rel_l2, d.exp_avg_sq_rel_l2) == (0.0, 0.0)
+    assert judge(d, MODEL).within
+
+
+@pytest.mark.parametrize("factor", [0.5, 0.9, 0.99, 1.01, 1.05, 2.0])
+def test_a_scaled_update_is_its_scale_error_away(
+    layout: ParameterLayout, pair: tuple[Checkpoint, Checkpoint], factor: float
+) -> None:
+    start, replayed = pair
+    scaled = start.params + factor * (replayed.params - start.params)
+    d = segment_distance(start, _claim(replayed, params=scaled), replayed, layout, steps=STEPS)
+    assert d.weight_rel_l2 == pytest.approx(abs(1 - factor), rel=1e-3)  # float32 weights
+    assert d.weight_rel_l2_tensor == pytest.approx(abs(1 - factor), rel=1e-3)  # every tensor is scaled alike
+
+
+def test_per_tensor_ratio_matches_a_plain_computation(
+    layout: ParameterLayout, pair: tuple[Checkpoint, Checkpoint]
+) -> None:
+    start, replayed = pair
+    gen = torch.Generator().manual_seed(9)
+    claimed = replayed.params + torch.randn(layout.numel, generator=gen) * HP.lr
+    update = replayed.params - start.params
+    fast = per_tensor_rel_l2(claimed, replayed.params, update, layout)
+    plain = [
+        float((claimed[e.offset : e.offset + e.numel] - replayed.params[e.offset : e.offset + e.numel]).norm())
+        / float(update[e.offset : e.offset + e.numel].norm())
+        for e in layout.entries
+    ]
+    assert fast.tolist() == pytest.approx(plain, rel=1e-5)
+    d = segment_distance(start, _claim(replayed, params=claimed), replayed, layout, steps=STEPS)
+    assert d.weight_rel_l2_tensor == pytest.approx(max(plain), rel=1e-5)
+    assert d.worst_tensor == layout.entries[plain.index(max(plain))].name
+    assert d.weight_rel_l2 == pytest.approx(float((claimed - replayed.params).norm() / update.norm()), rel=1e-5)
+
+
+def test_one_tensor_changed_shows_in_the_per_tensor_ratio(
+    layout: ParameterLayout, pair: tuple[Checkpoint, Checkpoint]
+) -> None:
+    start, replayed = pair
+    norm = next(e for e in layout.entries if e.name == "c.norm")
+    claimed = replayed.params.clone()
+    span = slice(norm.offset, norm.offset + norm.numel)
+    claimed[span] = start.params[span]  # that tensor was not trained at all
+    d = segment_distance(start, _claim(replayed, params=claimed), replayed, layout, steps=STEPS)
+    assert d.worst_tensor == "c.norm" and d.weight_rel_l2_tensor == pytest.approx(1.0, rel=1e-5)
+    assert d.weight_rel_l2 < d.weight_rel_l2_tensor  # diluted over the whole vector
+    assert not judge(d, MODEL).within
+
+
+@pytest.mark.parametrize("k", [0.5, 2.9, 3.1, 50.0])
+def test_max_abs_is_in_units_of_lr_per_step(
+    layout: ParameterLayout, pair: tuple[Checkpoint, Checkpoint], k: float
+) -> None:
+    start, replayed = pair
+    claimed = replayed.params.clone()
+    claimed[3] += k * HP.lr * STEPS
+    d = segment_distance(start, _claim(replayed, params=claimed), replayed, layout, steps=STEPS)
+    assert d.weight_max_abs_lr == pytest.approx(k, rel=1e-4)
+    verdict = judge(dataclasses.replace(d, weight_rel_l2=0.0, weight_rel_l2_tensor=0.0), MODEL)
+    assert verdict.within == (k <= MODEL.max_abs_lr)
+    if not verdict.within:
+        assert verdict.reason.startswith("weight max-abs / (lr * steps)")
+
+
+def test_moments_are_compared_relative_to_their_own_norm(
+    layout: ParameterLayout, pair: tuple[Checkpoint, Checkpoint]
+) -> None:
+    start, replayed = pair
+    d = segment_distance(
+        start,
+        _claim(replayed, exp_avg=replayed.exp_avg * 1.3, exp_avg_sq=replayed.exp_avg_sq * 0.9),
+        replayed,
+        layout,
+        steps=STEPS,
+    )
+    assert d.exp_avg_rel_l2 == pytest.approx(0.3, rel=1e-4)
+    assert d.exp_avg_sq_rel_l2 == pytest.approx(0.1, rel=1e-4)
+    assert d.weight_rel_l2 == 0.0
+    verdict = judge(d, MODEL)
+    assert not verdict.within and verdict.reason.startswith("exp_avg relative L2 0.3")
+    # a forged first moment is a free update direction for the next segment: it must not pass
+    forged = judge(dataclasses.replace(d, exp_avg_rel_l2=MODEL.moment_bound(STEPS) * 1.01), MODEL)
+    assert not forged.within
+
+
+def test_a_difference_on_a_tensor_the_replay_did_not_move_is_outside(
+    layout: ParameterLayout, pair: tuple[Checkpoint, Checkpoint]
+) -> None:
+    start, _ = pair
+    frozen = _ckpt(layout, start.step + STEPS, 3, params=start.params.clone())  # nothing moved
+    d0 = segment_distance(start, frozen, frozen, layout, steps=STEPS)
+    assert d0.weight_rel_l2 == 0.0 and judge(d0, MODEL).within
+    moved = frozen.params.clone()
+    moved[0] += 1e-6
+    d = segment_distance(start, _claim(frozen, params=moved), frozen, layout, steps=STEPS)
+    assert d.weight_rel_l2 > 1e20 and not judge(d, MODEL).within
+
+
+def _distance(steps: int, weight: float) -> SegmentDistance:
+    return SegmentDistance(steps, weight, weight, 0.0, 0.0, 0.0, "a.weight")
+
+
+@pytest.mark.parametrize("steps", [1, 4, 10, 30, 500])
+def test_the_envelope_grows_with_segment_length_and_bounds_both_ways(steps: int) -> None:
+    bound = MODEL.weight_bound(steps)
+    assert bound == pytest.approx(MODEL.weight_base + MODEL.weight_per_step * steps)
+    assert MODEL.weight_bound(steps + 1) > bound
+    assert MODEL.moment_bound(steps + 1) > MODEL.moment_bound(steps)
+    assert MODEL.tensor_bound(steps) == pytest.approx(MODEL.tensor_factor * bound)
+    assert judge(_distance(steps, bound * 0.999), MODEL).within
+    outside = judge(_distance(steps, bound * 1.001), MODEL)
+    assert not outside.within and f"for {steps} steps" in outside.reason and "\n" not in outside.reason
+
+
+def test_nan_is_never_within() -> None:
+    assert not judge(_distance(10, math.nan), MODEL).within
+    assert not judge(dataclasses.replace(_distance(10, 0.0), exp_avg_sq_rel_l2=math.nan), MODEL).within
+
+
+def test_the_default_envelope_is_positive_and_grows() -> None:
+    tol = DEFAULT_VERIFICATION.tolerance
+    assert 0 < tol.weight_bound(1) < tol.weight_bound(10) < tol.weight_bound(100)
+    assert 0 < tol.moment_bound(1) < tol.moment_bound(10)
+    assert tol.tensor_factor >= 1 and tol.max_abs_lr > 0
+
+
+def test_exact_fields_are_compared_exactly_and_the_device_declaration_is_not(
+    layout: ParameterLayout, pair: tuple[Checkpoint, Checkpoint]
+) -> None:
+    start, replayed = pair
+    same = _claim(replayed, dtype="bf16", threads=7, device="cuda", deterministic=False)
+    assert exact_fields_differ(same, replayed) is None
+    assert compare(start, same, replayed, layout, MODEL).within
+    changes: dict[str, dict[str, object]] = {
+        "step": {"step": replayed.step + 1},
+        "AdamW step counts": {"adam_steps": tuple(s + 1 for s in replayed.adam_steps)},
+        "optimizer": {"optimizer": dataclasses.replace(HP, lr=2e-3)},
+        "generator": {"rng_state": b"other"},
+    }
+    for word, change in changes.items():
+        reason = exact_fields_differ(_claim(replayed, **change), replayed)
+        assert reason is not None and word in reason, (word, reason)
+        verdict = compare(start, _claim(replayed, **change), replayed, layout, MODEL)
+        assert not verdict.within and verdict.reason == reason
+
+
+def test_compare_takes_the_segment_length_from_the_checkpoints(
+    layout: ParameterLayout, pair: tuple[Checkpoint, Checkpoint]
+) -> None:
+    start, replayed = pair
+    verdict = compare(start, replayed, replayed, layout, MODEL)
+    assert verdict.distance.steps == STEPS
+
+
+def test_bad_inputs_are_one_line_checkpoint_errors(
+    layout: ParameterLayout, pair: tuple[Checkpoint, Checkpoint]
+) -> None:
+    start, replayed = pair
+    with pytest.raises(CheckpointError, match="at least one step"):
+        segment_distance(start, replayed, replayed, layout, steps=0)
+    other = ParameterLayout.from_state_dict({"x": torch.zeros(3)})
+    with pytest.raises(CheckpointError, match=r"^tolerance: expected vectors of 3 values"):
+        segment_distance(start, replayed, replayed, other, steps=STEPS)
