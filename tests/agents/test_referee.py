@@ -45,6 +45,19 @@ from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
 from syncline.challenger.agent import Challenger
 from syncline.court.duty import RefereeDuty
+from syncline.court.referee import (
+    Claim,
+    RefereeError,
+    ReplayInputs,
+    Undecided,
+    Verdict,
+    _shard_assignments,
+    check_segment,
+    find_faulty,
+    find_faulty_segment,
+    load_case,
+    referee_segment,
+)
 from syncline.court.sampling import make_training_checker
 from syncline.modality.language import LanguageAdapter
 from syncline.protocol.checkpoints import (
@@ -65,19 +78,6 @@ from syncline.run.agent_config import InnerOptimizerConfig, config_from_mapping
 from syncline.run.context import TaskContext
 from syncline.trainer.agent import TrainerAgent
 from syncline.trainer.inner_loop import InnerLoop
-from syncline.trainer.referee import (
-    Claim,
-    RefereeError,
-    ReplayInputs,
-    Undecided,
-    Verdict,
-    _shard_assignments,
-    check_segment,
-    find_faulty,
-    find_faulty_segment,
-    load_case,
-    referee_segment,
-)
 from syncline.trainer.segments import derive_payload, encode_payload
 
 H, INTERVAL, BATCH, SEQ = 6, 2, 4, 32

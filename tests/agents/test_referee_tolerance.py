@@ -23,6 +23,15 @@ import pytest
 import torch
 from eth_utils import keccak
 
+from syncline.court.referee import (
+    CPU_FP32,
+    Claim,
+    RefereeDevice,
+    ReplayInputs,
+    Verdict,
+    check_segment,
+    find_faulty,
+)
 from syncline.modality.language import LanguageAdapter
 from syncline.protocol.checkpoints import (
     Checkpoint,
@@ -36,15 +45,6 @@ from syncline.protocol.spec import DEFAULT_VERIFICATION, VerificationPolicy
 from syncline.protocol.state import TrainingState
 from syncline.run.agent_config import InnerOptimizerConfig
 from syncline.trainer.inner_loop import InnerLoop, replay_environment
-from syncline.trainer.referee import (
-    CPU_FP32,
-    Claim,
-    RefereeDevice,
-    ReplayInputs,
-    Verdict,
-    check_segment,
-    find_faulty,
-)
 from syncline.trainer.segments import encode_payload
 
 H, INTERVAL, BATCH, SEQ, SEED = 8, 4, 8, 32, 1234

@@ -22,6 +22,7 @@ import torch
 from conftest import wait_for
 from syncline.chain.keys import from_private_key
 from syncline.chain.market import SubmissionView
+from syncline.court.referee import ZERO32
 from syncline.protocol.enums import RoundStatus, TaskStatus
 from syncline.protocol.quantization import QuantizedGradient, quantize
 from syncline.protocol.seeds import round_seed
@@ -30,7 +31,6 @@ from syncline.run.context import TaskContext
 from syncline.run.gossip import decode_vote
 from syncline.trainer.agent import ZERO_ADDRESS
 from syncline.trainer.inner_loop import InnerLoop, replay_environment
-from syncline.trainer.referee import ZERO32
 from syncline.witness.agent import VOTES_FILE, WitnessAgent
 
 from ._agent_harness import (

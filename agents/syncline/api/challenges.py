@@ -13,9 +13,9 @@ from syncline.api.services import ApiServices
 from syncline.api.specs import ONCHAIN_FIELDS
 from syncline.court.audit import RoundAuditor, TrainingChecker
 from syncline.court.findings import Finding, TrainingFraud
+from syncline.court.referee import Outcome
 from syncline.court.sampling import make_training_checker
 from syncline.run.context import TaskContext
-from syncline.trainer.referee import Outcome
 
 
 def _findings(auditor: RoundAuditor, req: ChallengeRequest) -> Iterable[Finding]:

@@ -13,7 +13,7 @@ trusts nothing a witness says. For each closed round it reports, cheapest check 
   committed checkpoint (or whose payload does not derive from its last checkpoint).
 
 Nothing the auditor could not fetch is ever a finding: a check whose data (a state, a payload, a
-manifest, a checkpoint) is not in hand ends :class:`~syncline.trainer.referee.Undecided`, marks the
+manifest, a checkpoint) is not in hand ends :class:`~syncline.court.referee.Undecided`, marks the
 round ``incomplete`` and is run again on a later step, while the round is still in its window.
 """
 
@@ -32,6 +32,7 @@ from syncline.court.findings import (
     WitnessEquivocation,
 )
 from syncline.court.proofs import build_aggregation_proof
+from syncline.court.referee import Outcome, Undecided
 from syncline.errors import SynclineError
 from syncline.observability import get_logger
 from syncline.protocol.enums import AggregationRule, RoundStatus
@@ -41,7 +42,6 @@ from syncline.protocol.state import TrainingState
 from syncline.protocol.sync_round import CommittedSubmission, validate_submission
 from syncline.run.context import StateUnavailable, TaskContext
 from syncline.run.gossip import SignedCommitment, SignedVote, read_commitment, read_vote
-from syncline.trainer.referee import Outcome, Undecided
 
 log = get_logger("syncline.court")
 

@@ -7,8 +7,8 @@ guilty or innocent. A witness
 whose own bond was slashed cannot referee (the contract refuses it), and a vote it already cast is
 never sent twice.
 
-It votes only on a :class:`~syncline.trainer.referee.Verdict` (the data bound on chain in hand). When
-it cannot judge (:class:`~syncline.trainer.referee.Undecided`, or its start state or shards are not
+It votes only on a :class:`~syncline.court.referee.Verdict` (the data bound on chain in hand). When
+it cannot judge (:class:`~syncline.court.referee.Undecided`, or its start state or shards are not
 available) it retries on later steps until the claim's deadline, then abstains: its own fetch
 failure is never a guilty vote.
 """
@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
+from syncline.court.referee import Undecided, referee_segment
 from syncline.errors import ChainError, SynclineError
 from syncline.observability import get_logger
 from syncline.protocol.enums import ChallengeKind, ChallengeStatus
 from syncline.run.context import TaskContext
 from syncline.run.loop import pending_time
-from syncline.trainer.referee import Undecided, referee_segment
 
 log = get_logger("syncline.witness")
 

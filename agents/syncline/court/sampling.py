@@ -14,9 +14,9 @@ from __future__ import annotations
 import random
 
 from syncline.court.audit import TrainingChecker
+from syncline.court.referee import Outcome, Undecided, check_segment, load_case, training_checker
 from syncline.observability import get_logger
 from syncline.run.context import TaskContext
-from syncline.trainer.referee import Outcome, Undecided, check_segment, load_case, training_checker
 
 log = get_logger("syncline.court")
 

@@ -44,6 +44,7 @@ from eth_utils import keccak
 
 from syncline.blobstore import BlobStore, find_verified
 from syncline.chain.market import SubmissionView
+from syncline.court.findings import ZERO_ADDRESS
 from syncline.errors import SynclineError
 from syncline.modality.language import LanguageAdapter
 from syncline.observability import get_logger
@@ -65,7 +66,6 @@ from syncline.protocol.spec import DEFAULT_VERIFICATION, VerificationPolicy
 from syncline.protocol.state import TrainingState
 from syncline.protocol.tolerance import compare
 from syncline.run.context import StateUnavailable, TaskContext
-from syncline.trainer.agent import ZERO_ADDRESS
 from syncline.trainer.segments import derive_payload, holds_start_state, replay_segment
 
 log = get_logger("syncline.referee")
