@@ -88,7 +88,9 @@ interface ISynclineCourt is ISynclineEvents {
     /// @notice Claim that an accepted submission was not produced by honest training: segment
     /// `segment` of its inner loop (or, for `segment == ceil(innerSteps / checkpointInterval)`,
     /// the derivation of the payload from the last checkpoint) does not reproduce the committed
-    /// checkpoint. The committee re-executes the segment and votes with `refereeVote`.
+    /// checkpoint. The committee re-executes the segment and votes with `refereeVote`. The accused
+    /// must answer (`answerTraining`) within `challengeWindow / 2`, publishing the segment's
+    /// checkpoints off chain; unanswered, `expireChallenge` upholds the claim.
     function challengeTraining(uint256 taskId, uint32 round, uint16 fragment, uint32 segment)
         external
         payable
@@ -99,12 +101,19 @@ interface ISynclineCourt is ISynclineEvents {
     /// bond is forfeited to the witnesses that voted innocent.
     function refereeVote(uint256 challengeId, bool guilty) external;
 
-    /// @notice Close a training challenge the committee did not decide by its deadline. Each
-    /// referee that voted is paid `bond / N` for its re-execution; the challenger gets the rest
-    /// back. Anyone may call.
+    /// @notice The accused trainer answers a training claim: it has published the named segment's
+    /// checkpoints (bound by its committed checkpoint root) for the referees. Only the accused, once,
+    /// within the response window (`availabilityDemand(challengeId)` gives its deadline).
+    function answerTraining(uint256 challengeId) external;
+
+    /// @notice Close a training challenge that cannot be decided otherwise. Unanswered after the
+    /// response window: upheld (the trainer withheld the segment; slashed and evicted like a
+    /// guilty verdict). Answered but undecided after the deadline: expired; each referee that voted
+    /// is paid `bond / N` for its re-execution and the challenger gets the rest back. Anyone may call.
     function expireChallenge(uint256 challengeId) external;
 
-    /// @notice A censorship claim's availability demand (`deadline` 0: none made).
+    /// @notice A censorship claim's availability demand (`deadline` 0: none made), or a training
+    /// claim's response window (`deadline`, and `answered` once the accused answered).
     function availabilityDemand(uint256 challengeId)
         external
         view

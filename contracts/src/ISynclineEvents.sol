@@ -244,6 +244,8 @@ interface ISynclineEvents {
     /// @notice No availability demand is open on this claim (none made, answered, or its
     /// response window ended at `deadline`).
     error SynclineAvailabilityClosed(uint256 challengeId, uint64 deadline);
+    /// @notice Only the accused trainer answers its training claim.
+    error SynclineNotAccused(uint256 challengeId, address caller);
     /// @notice The task has no rollback left to carry out.
     error SynclineNothingToInvalidate(uint256 taskId);
     /// @notice A rollback of rounds `[next, end)` is still being carried out: call
@@ -297,4 +299,10 @@ interface ISynclineEvents {
     /// @notice A rollback voided rounds up to `nextRound` (exclusive) of `[.., endRound)`; it is
     /// complete when `nextRound == endRound`.
     event InvalidationProgressed(uint256 indexed taskId, uint32 nextRound, uint32 endRound);
+    /// @notice The accused trainer answered training claim `challengeId`: the segment's checkpoints
+    /// are published for the referees.
+    event TrainingAnswered(uint256 indexed challengeId, address indexed trainer);
+    /// @notice The accused did not answer training claim `challengeId` in its response window:
+    /// the claim is upheld.
+    event SegmentWithheld(uint256 indexed challengeId, uint256 indexed taskId, uint32 round, uint16 fragment);
 }

@@ -278,6 +278,9 @@ contract SynclineCourt is ISynclineCourt, SynclineCourtCore {
             _submissions[taskId][round][fragment].trainer,
             keccak256(abi.encode(ChallengeKind.TrainingFraud, taskId, round, fragment, segment))
         );
+        // The accused must show it still has the segment (publishing its checkpoints off chain)
+        // by `answerTraining` within half the claim's window; only not answering convicts.
+        _demands[challengeId].deadline = uint64(block.timestamp) + spec.challengeWindow / 2;
     }
 
     /// @inheritdoc ISynclineCourt
@@ -333,6 +336,11 @@ contract SynclineCourt is ISynclineCourt, SynclineCourtCore {
 
     /// @inheritdoc ISynclineCourt
     function expireChallenge(uint256) external onlyDelegated {
+        _forward();
+    }
+
+    /// @inheritdoc ISynclineCourt
+    function answerTraining(uint256) external onlyDelegated {
         _forward();
     }
 

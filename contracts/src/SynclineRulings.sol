@@ -184,8 +184,26 @@ contract SynclineRulings is SynclineCourtCore {
     }
 
     /// @notice See `ISynclineCourt` (reached through `SynclineCourt`).
+    function answerTraining(uint256 challengeId) external onlyDelegated {
+        Challenge storage c = _requireOpen(challengeId, ChallengeKind.TrainingFraud);
+        if (msg.sender != c.accused) revert SynclineNotAccused(challengeId, msg.sender);
+        AvailabilityDemand storage d = _demands[challengeId];
+        if (d.answered || block.timestamp > d.deadline) revert SynclineAvailabilityClosed(challengeId, d.deadline);
+        d.answered = true;
+        emit TrainingAnswered(challengeId, msg.sender);
+    }
+
+    /// @notice See `ISynclineCourt` (reached through `SynclineCourt`).
     function expireChallenge(uint256 challengeId) external onlyDelegated {
         Challenge storage c = _requireOpen(challengeId, ChallengeKind.TrainingFraud);
+        AvailabilityDemand storage d = _demands[challengeId];
+        if (!d.answered && block.timestamp > d.deadline) {
+            // INVARIANT: the accused was told on chain (the claim) and had the response window to
+            // answer; only its silence convicts, never a referee's failure to fetch.
+            emit SegmentWithheld(challengeId, c.taskId, c.round, c.fragment);
+            _uphold(challengeId, _convictTrainer(c.taskId, c.round, c.fragment, c.accused));
+            return;
+        }
         if (block.timestamp <= c.deadline) revert SynclineChallengeDeadline(challengeId, c.deadline);
         // INVARIANT: a referee that re-executed the segment is paid for it even when the committee
         // did not decide: each voter earns `bond / N`; the claimant gets back only the rest.

@@ -559,9 +559,16 @@ def test_training_challenges_upheld_rejected_and_expired(
     }
     assert market.trainer(task_id, t0.address).stake_wei == stake
 
-    # expired: nobody decides by the deadline; meanwhile the open challenge holds the seal
+    # expired: the accused answers (its segment is published), nobody decides by the deadline;
+    # meanwhile the open challenge holds the seal
     expired_id = market.challenge_training(outsider, task_id, 0, 2, 1)
     deadline = market.challenge(expired_id).deadline
+    accused = trainers[[t.address.lower() for t in trainers].index(market.challenge(expired_id).accused.lower())]
+    with pytest.raises(ChainError) as err:
+        market.answer_training(outsider, expired_id)
+    check_error(err.value, "SynclineNotAccused", {"challengeId": expired_id, "caller": outsider.address})
+    market.answer_training(accused, expired_id)
+    assert market.availability_demand(expired_id).answered
     assert market.task(task_id).open_challenges == 1
     with pytest.raises(ChainError) as err:
         market.expire_challenge(outsider, expired_id)

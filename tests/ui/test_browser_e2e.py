@@ -409,6 +409,7 @@ def test_resolve_and_expire_buttons_close_open_challenges(stack: Stack, new_page
         market.finalize_round(w, task_id, 0, h32("closing/state"), h32("closing/aggregate"), 0b011)
     censorship = market.challenge_censorship(outsider, task_id, 0, 2)
     training = market.challenge_training(outsider, task_id, 0, 0, 1)  # nobody referees it
+    market.answer_training(trainers[0], training)  # the accused answered: undecided, it expires
     travel_past(w3, max(market.challenge(censorship).deadline, market.challenge(training).deadline))
 
     page.goto(f"{stack.url}/#/runs/{task_id}")

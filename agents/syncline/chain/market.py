@@ -476,8 +476,13 @@ class MarketClient:
         return self._send(witness, "refereeVote", challenge_id, guilty, min_gas=DECIDING_VOTE_GAS)
 
     def expire_challenge(self, caller: Signer, challenge_id: int) -> TxReceipt:
-        """Close an undecided training challenge after its deadline (bond back to the challenger)."""
+        """Close a training challenge: unanswered after its response window, upheld (the trainer
+        withheld the segment); answered and undecided after its deadline, expired."""
         return self._send(caller, "expireChallenge", challenge_id)
+
+    def answer_training(self, trainer: Signer, challenge_id: int) -> TxReceipt:
+        """The accused trainer answers its training claim (the segment's checkpoints are published)."""
+        return self._send(trainer, "answerTraining", challenge_id)
 
     def challenge(self, challenge_id: int) -> ChallengeView:
         c = self._call("getChallenge", challenge_id)

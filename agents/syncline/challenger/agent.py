@@ -142,7 +142,12 @@ class Challenger:
             if c.status != ChallengeStatus.OPEN:
                 self.mine.discard(challenge_id)
                 continue
-            if now <= c.deadline:
+            close_at = c.deadline
+            if c.kind == ChallengeKind.TRAINING_FRAUD:
+                demand = self.market.availability_demand(challenge_id)
+                if not demand.answered:
+                    close_at = demand.deadline  # the accused stayed silent: its claim is upheld then
+            if now <= close_at:
                 continue
             try:
                 if c.kind == ChallengeKind.CENSORSHIP:

@@ -207,8 +207,10 @@ class CensorshipDefence:
 
 @dataclass
 class AvailabilityResponder:
-    """The accused trainer's side of the sub-game: opens every chunk demanded from one of its own
-    submissions (read from its payload, proven against the chunk root it committed) in time."""
+    """The accused trainer's side: opens every chunk demanded from one of its own submissions
+    (read from its payload, proven against the chunk root it committed) in time, and answers every
+    training claim against it (``answerTraining``) once the claimed segment's checkpoints are
+    published (``segment_published``); an unanswered training claim convicts."""
 
     market: MarketClient
     signer: Signer
@@ -219,13 +221,23 @@ class AvailabilityResponder:
     numel: int
     bits: int
     now: Callable[[], int]
+    #: ``(round, segment) -> bool``: whether the claimed segment's checkpoints are published now
+    #: (publishing them first when they are kept locally).
+    segment_published: Callable[[int, int], bool] = lambda round_, segment: True
     done: set[int] = field(default_factory=set)
 
     def step(self) -> None:
+        me = self.signer.address.lower()
         for challenge_id in range(1, self.market.challenge_count() + 1):
             if challenge_id in self.done:
                 continue
             c = self.market.challenge(challenge_id)
+            if c.task_id == self.task_id and c.kind == ChallengeKind.TRAINING_FRAUD and c.accused.lower() == me:
+                if c.status != ChallengeStatus.OPEN:
+                    self.done.add(challenge_id)
+                else:
+                    self._answer_training(challenge_id, c.round, c.segment)
+                continue
             ours = c.task_id == self.task_id and c.kind == ChallengeKind.CENSORSHIP and c.fragment == self.fragment
             if not ours or c.status != ChallengeStatus.OPEN:
                 self.done.add(challenge_id)
@@ -237,6 +249,22 @@ class AvailabilityResponder:
                 self.done.add(challenge_id)
                 continue
             self._answer(challenge_id, c.round, demand.chunk_index)
+
+    def _answer_training(self, challenge_id: int, round_: int, segment: int) -> None:
+        demand = self.market.availability_demand(challenge_id)
+        if demand.answered or self.now() > demand.deadline:
+            self.done.add(challenge_id)
+            return
+        if not self.segment_published(round_, segment):
+            log.info("trainer.training_answer_deferred", challenge=challenge_id, round=round_, segment=segment)
+            return  # retried next step, within the response window
+        try:
+            self.market.answer_training(self.signer, challenge_id)
+        except ChainError as exc:
+            log.info("trainer.training_answer_skipped", challenge=challenge_id, reason=exc.error_name)
+            return
+        self.done.add(challenge_id)
+        log.info("trainer.training_answered", challenge=challenge_id, round=round_, segment=segment)
 
     def _answer(self, challenge_id: int, round_: int, chunk_index: int) -> None:
         payload = self.own_payload(round_)

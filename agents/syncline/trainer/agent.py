@@ -139,6 +139,9 @@ class TrainerAgent:
                 numel=ctx.layout.numel,
                 bits=ctx.spec.gradient_bits,
                 now=lambda: pending_time(self.market.w3),
+                # Checkpoints go out with every commitment (through the outbox): a segment is
+                # published once nothing this trainer owes the blob store is still waiting.
+                segment_published=lambda round_, segment: self.outbox.flush() == 0,
             )
         try:
             self._availability.step()

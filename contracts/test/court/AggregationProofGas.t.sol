@@ -361,6 +361,10 @@ contract CourtProofsGasTest is CourtTestBase {
 
         vm.prank(challenger);
         uint256 id3 = court.challengeTraining{value: CHALLENGE_BOND}(taskId, 0, 0, 3);
+        vm.prank(court.getChallenge(id3).accused);
+        g = gasleft();
+        court.answerTraining(id3); // answered: an undecided claim expires
+        _log("answerTraining", g);
         vm.warp(block.timestamp + CHALLENGE_WINDOW + 1);
         g = gasleft();
         court.expireChallenge(id3);

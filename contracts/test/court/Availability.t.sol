@@ -300,6 +300,8 @@ contract AvailabilityTest is CourtTestBase {
     /// re-execution cost); the claimant gets back only what nobody earned.
     function test_expireChallenge_paysReferees() public {
         uint256 id = _challengeTraining(taskId, 0, 0, 0);
+        vm.prank(court.getChallenge(id).accused);
+        court.answerTraining(id); // answered: undecided claims expire instead of convicting
         _referee(id, 0, true);
         vm.warp(court.getChallenge(id).deadline + 1);
         court.expireChallenge(id);

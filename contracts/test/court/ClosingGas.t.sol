@@ -136,11 +136,24 @@ contract ClosingGasTest is CourtTestBase {
     function test_expireChallenge_fitsBlock() public {
         _longRound(0, allMask);
         uint256 id = _challengeTraining(taskId, 0, 5, 0);
+        vm.prank(court.getChallenge(id).accused);
+        court.answerTraining(id);
         for (uint256 w = 0; w + 1 < MAX_W; ++w) {
             _referee(id, w, true);
         }
         vm.warp(court.getChallenge(id).deadline + 1);
         _closingCall("expireChallenge (31 referees paid)", abi.encodeCall(court.expireChallenge, (id)));
+        _assertMoney();
+    }
+
+    /// An unanswered claim convicts the silent trainer (slash, evict, rebalance 63 trainers).
+    function test_expireChallenge_unanswered_fitsBlock() public {
+        _longRound(0, allMask);
+        uint256 id = _challengeTraining(taskId, 0, 5, 0);
+        (uint64 respondBy,,,) = court.availabilityDemand(id);
+        vm.warp(respondBy + 1);
+        _closingCall("expireChallenge (unanswered: conviction)", abi.encodeCall(court.expireChallenge, (id)));
+        vm.assertEq(uint256(court.getChallenge(id).status), uint256(ChallengeStatus.Upheld), "upheld");
         _assertMoney();
     }
 

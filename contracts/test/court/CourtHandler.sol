@@ -444,8 +444,9 @@ contract CourtHandler is CourtTestBase {
             Challenge memory c = court.getChallenge(id);
             if (c.taskId != current || c.status != ChallengeStatus.Open) continue;
             uint256 until = c.deadline;
-            (uint64 respondBy,,,) = court.availabilityDemand(id);
-            if (respondBy > until) until = respondBy;
+            (uint64 respondBy,,, bool answered) = court.availabilityDemand(id);
+            if (c.kind == ChallengeKind.TrainingFraud && !answered) until = respondBy; // silence convicts
+            else if (respondBy > until) until = respondBy;
             if (block.timestamp <= until) vm.warp(until + 1);
             _mustClose(
                 c.kind == ChallengeKind.Censorship
@@ -495,8 +496,28 @@ contract CourtHandler is CourtTestBase {
         _honestCommit();
         (uint32 round, uint16 f, bool found) = _target(roundSeed, fragmentSeed, true);
         if (!found) return;
-        _challengeTraining(current, round, f, uint32(segmentSeed % 11));
+        uint256 id = _challengeTraining(current, round, f, uint32(segmentSeed % 11));
+        // The honest trainer's agent answers every claim against it at once (it keeps its
+        // checkpoints and publishes the segment); the others may stay silent.
+        Challenge memory c = court.getChallenge(id);
+        if (c.accused == trainers[HONEST_TRAINER]) {
+            vm.prank(c.accused);
+            court.answerTraining(id);
+        }
         _ok(this.challengeTraining.selector);
+    }
+
+    /// @dev A (dishonest) accused trainer answers its training claim, if still in time.
+    function answerTraining(uint8 idSeed) external {
+        ++calls;
+        _honestCommit();
+        uint256 id = _openChallenge(idSeed, ChallengeKind.TrainingFraud);
+        if (id == 0) return;
+        (uint64 respondBy,,, bool answered) = court.availabilityDemand(id);
+        if (answered || block.timestamp > respondBy) return;
+        vm.prank(court.getChallenge(id).accused);
+        court.answerTraining(id);
+        _ok(this.answerTraining.selector);
     }
 
     function refereeVote(uint8 idSeed, uint8 witnessSeed, bool guilty) external {
@@ -523,6 +544,8 @@ contract CourtHandler is CourtTestBase {
         uint256 id = _openChallenge(idSeed, ChallengeKind.TrainingFraud);
         if (id == 0) return;
         uint64 deadline = court.getChallenge(id).deadline;
+        (uint64 respondBy,,, bool answered) = court.availabilityDemand(id);
+        if (!answered) deadline = respondBy; // silence convicts once the response window is over
         if (block.timestamp <= deadline) {
             if (idSeed % 3 != 0) return; // mostly leave time for the referees
             vm.warp(uint256(deadline) + 1);

@@ -37,7 +37,7 @@ contract CourtInvariantsTest is InvariantChecks {
     }
 
     function targetSelectors() public view returns (FuzzSelector[] memory targets) {
-        bytes4[] memory s = new bytes4[](21);
+        bytes4[] memory s = new bytes4[](22);
         s[0] = CourtHandler.commit.selector;
         s[1] = CourtHandler.finalize.selector;
         s[2] = CourtHandler.carryForward.selector;
@@ -59,6 +59,7 @@ contract CourtInvariantsTest is InvariantChecks {
         s[18] = CourtHandler.answerAvailability.selector;
         s[19] = CourtHandler.continueInvalidation.selector;
         s[20] = CourtHandler.closeAll.selector;
+        s[21] = CourtHandler.answerTraining.selector;
         targets = new FuzzSelector[](1);
         targets[0] = FuzzSelector({addr: address(handler), selectors: s});
     }

@@ -482,6 +482,8 @@ contract TrainingFraudTest is CourtTestBase {
 
     function test_expireChallenge() public {
         uint256 id = _challengeTraining(3, 9);
+        vm.prank(trainers[3]);
+        court.answerTraining(id); // the segment is published: only the committee can decide now
         _referee(id, 0, true);
         uint64 deadline = court.getChallenge(id).deadline;
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineChallengeDeadline.selector, id, deadline));
@@ -523,6 +525,54 @@ contract TrainingFraudTest is CourtTestBase {
         _checkExpected();
     }
 
+    // ------------------------------------------------------------------ response window
+
+    /// Checkpoints are published on demand: a trainer that does not answer a claim within half its
+    /// window (it withheld the segment) is convicted like a guilty verdict; one that answers is not.
+    function test_answerTraining_unanswered_upholds_answered_doesNot() public {
+        uint256 id = _challengeTraining(3, 9);
+        uint64 opened = court.getChallenge(id).openedAt;
+        (uint64 respondBy,,, bool answered) = court.availabilityDemand(id);
+        vm.assertEq(respondBy, opened + CHALLENGE_WINDOW / 2, "response window");
+        vm.assertFalse(answered, "not answered yet");
+        // Before the window ends nothing can be closed; after it, silence convicts.
+        vm.expectRevert(
+            abi.encodeWithSelector(ISynclineEvents.SynclineChallengeDeadline.selector, id, court.getChallenge(id).deadline)
+        );
+        court.expireChallenge(id);
+        vm.warp(respondBy + 1);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineAvailabilityClosed.selector, id, respondBy));
+        vm.prank(trainers[3]);
+        court.answerTraining(id);
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineEvents.SegmentWithheld(id, taskId, 0, 3);
+        vm.prank(stranger);
+        court.expireChallenge(id);
+        _assertChallenge(id, ChallengeKind.TrainingFraud, ChallengeStatus.Upheld, STAKE);
+        vm.assertTrue(market.getTrainer(taskId, trainers[3]).evicted, "evicted");
+        vm.assertEq(market.creditOf(challenger), CHALLENGE_BOND + STAKE / 2, "bond back and half the slash");
+        _assertMoney();
+
+        // Another trainer answers in time: the claim runs to its deadline and merely expires.
+        uint256 other = _challengeTraining(2, 0);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineNotAccused.selector, other, stranger));
+        vm.prank(stranger);
+        court.answerTraining(other);
+        vm.expectEmit(true, true, true, true, address(market));
+        emit ISynclineEvents.TrainingAnswered(other, trainers[2]);
+        vm.prank(trainers[2]);
+        court.answerTraining(other);
+        (uint64 by,,,) = court.availabilityDemand(other);
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineAvailabilityClosed.selector, other, by));
+        vm.prank(trainers[2]);
+        court.answerTraining(other);
+        vm.warp(court.getChallenge(other).deadline + 1);
+        court.expireChallenge(other);
+        _assertChallenge(other, ChallengeKind.TrainingFraud, ChallengeStatus.Expired, 0);
+        vm.assertEq(market.getTrainer(taskId, trainers[2]).stake, STAKE, "an answering trainer keeps its stake");
+        _assertMoney();
+    }
+
     /// A claim on a round that another proof voids meanwhile is still refereed on its own merits.
     function test_refereeVote_afterRoundVoided_slashesWithoutRevoking() public {
         _commitAll(taskId, 1, ALL);
@@ -531,6 +581,8 @@ contract TrainingFraudTest is CourtTestBase {
         uint256 cid = court.challengeCensorship{value: CHALLENGE_BOND}(taskId, 1, 4);
         vm.warp(block.timestamp + 1 hours);
         uint256 id = _challengeTraining(taskId, 1, 0, 0);
+        vm.prank(court.getChallenge(id).accused);
+        court.answerTraining(id); // answered: left undecided, the claim expires
         vm.warp(court.getChallenge(cid).deadline + 1);
         court.resolveCensorship(cid);
         vm.assertEq(uint256(market.getRound(taskId, 1).status), uint256(RoundStatus.Invalidated), "void");
