@@ -25,6 +25,7 @@ from syncline.blobstore.local import LocalBlobStore
 from syncline.chain import devnet as devnet_mod
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
+from syncline.challenger.agent import Challenger
 from syncline.court.defence import (
     AvailabilityResponder,
     CensorshipDefence,
@@ -260,3 +261,64 @@ def test_find_malformed_chunk_opens_the_committed_root() -> None:
     assert found.proof == merkle.proof(hashes, 1)
     # bytes that do not open the committed root prove nothing: demand availability instead
     assert find_malformed_chunk(bytes(bad), clean_root, numel=600, bits=8) is None
+
+
+def test_a_trainer_that_answers_a_training_claim_keeps_its_stake_a_silent_one_is_convicted(
+    market: MarketClient,
+    w3: Web3,
+    sponsor: Signer,
+    trainers: list[Signer],
+    witnesses: list[Signer],
+    outsider: Signer,
+    spec_factory: Callable[..., TrainingTaskSpec],
+    tmp_path: Path,
+) -> None:
+    spec = spec_factory()
+    task_id, _ = start_task(market, sponsor, spec, witnesses, trainers)
+    for f, t in enumerate(trainers):
+        commit(market, t, task_id, 0, f)
+    finalize(market, w3, witnesses[:2], task_id, 0, 0b111)
+    # The challenger agent's own claims (as its audit would bring them), one per trainer 0 and 1.
+    challenger = Challenger(task_id, outsider, market, LocalBlobStore(tmp_path / "blobs"))
+    answered_claim = market.challenge_training(outsider, task_id, 0, 0, 1)
+    silent_claim = market.challenge_training(outsider, task_id, 0, 1, 1)
+    challenger.mine.update({answered_claim, silent_claim})
+
+    published: list[tuple[int, int]] = []
+    ready = {"published": False}
+
+    def segment_published(round_: int, segment: int) -> bool:
+        published.append((round_, segment))
+        return ready["published"]
+
+    responder = AvailabilityResponder(
+        market,
+        trainers[0],
+        task_id,
+        0,
+        own_payload=lambda r: None,
+        numel=spec.param_count,
+        bits=spec.gradient_bits,
+        now=lambda: devnet_mod.chain_time(w3),
+        segment_published=segment_published,
+    )
+    responder.step()  # its checkpoints are not out yet (an upload waiting): it does not answer yet
+    assert not market.availability_demand(answered_claim).answered and published == [(0, 1)]
+    ready["published"] = True
+    responder.step()
+    assert market.availability_demand(answered_claim).answered
+    assert not market.availability_demand(silent_claim).answered  # trainer 1 runs no responder
+
+    # Past the response window the challenger closes the silent trainer's claim: upheld.
+    respond_by = market.availability_demand(silent_claim).deadline
+    travel_past(w3, respond_by)
+    challenger._follow_up(devnet_mod.chain_time(w3))
+    silent = market.challenge(silent_claim)
+    assert silent.status == ChallengeStatus.UPHELD and silent.slashed_wei == spec.trainer_stake_wei
+    assert market.trainer(task_id, trainers[1].address).evicted
+    # The answering trainer's claim waits for its referees until the deadline, then merely expires.
+    assert market.challenge(answered_claim).status == ChallengeStatus.OPEN
+    travel_past(w3, market.challenge(answered_claim).deadline)
+    challenger._follow_up(devnet_mod.chain_time(w3))
+    assert market.challenge(answered_claim).status == ChallengeStatus.EXPIRED
+    assert market.trainer(task_id, trainers[0].address).stake_wei == spec.trainer_stake_wei

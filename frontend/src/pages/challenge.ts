@@ -19,7 +19,7 @@ const KINDS: KindInfo[] = [
   { value: "censorship", label: "Censorship", fragment: true, segment: false, blurb: "A valid, on-time submission of this fragment was left out. A defence period follows; unanswered, anyone resolves it and the voters are slashed." },
   { value: "trainer_equivocation", label: "Trainer equivocation", fragment: true, segment: false, blurb: "The trainer of this fragment signed two different commitments for the round. Slashes its whole stake and evicts it." },
   { value: "witness_equivocation", label: "Witness equivocation", fragment: false, segment: false, blurb: "A witness signed two different votes for the round. Slashes its whole bond." },
-  { value: "training_fraud", label: "Training fraud", fragment: true, segment: true, blurb: "This fragment's inner loop does not reproduce: the committee re-executes the segment from the published checkpoint and votes k-of-N." },
+  { value: "training_fraud", label: "Training fraud", fragment: true, segment: true, blurb: "This fragment's inner loop does not reproduce. The accused must answer within half the claim's window (publishing the segment's checkpoints) or is convicted; then the committee re-executes the segment and votes k-of-N." },
 ];
 
 function num(value: JsonValue | undefined): number | null {
