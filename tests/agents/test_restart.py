@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from conftest import wait_for
+from syncline.chain.calls import ZERO_ADDRESS
 from syncline.chain.keys import from_private_key
 from syncline.chain.market import SubmissionView
 from syncline.court.referee import ZERO32
@@ -29,7 +30,6 @@ from syncline.protocol.seeds import round_seed
 from syncline.run.agent_config import load_agent_config
 from syncline.run.context import TaskContext
 from syncline.run.gossip import decode_vote
-from syncline.trainer.agent import ZERO_ADDRESS
 from syncline.trainer.inner_loop import InnerLoop, replay_environment
 from syncline.witness.agent import VOTES_FILE, WitnessAgent
 

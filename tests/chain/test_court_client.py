@@ -702,9 +702,13 @@ def test_a_finding_builds_its_court_call_and_the_client_only_sends_it(
     assert call.calldata == market.encode_call("challengeCensorship", [task_id, 0, 2])
     assert (censorship.kind_name, censorship.key()) == ("censorship", (ChallengeKind.CENSORSHIP, 0, 2))
     # a call whose calldata or target does not match what it says is refused before signing
-    for forged in (replace(call, calldata=call.calldata[:-1] + b"\x01"), replace(call, target=outsider.address)):
+    other_function = replace(call, calldata=market.encode_call("challengeTraining", [task_id, 0, 2, 1]))
+    undecodable = replace(call, calldata=b"\xde\xad\xbe\xef" + call.calldata[4:])
+    before = market.challenge_count()
+    for forged in (other_function, undecodable, replace(call, target=outsider.address)):
         with pytest.raises(ChainError, match="challengeCensorship"):
             market.send_call(outsider, forged)
+    assert market.challenge_count() == before
     opened = market.send_call(outsider, call)
     view = market.challenge(opened)
     assert (view.kind, view.round, view.fragment) == (ChallengeKind.CENSORSHIP, 0, 2)

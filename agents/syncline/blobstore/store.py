@@ -376,7 +376,13 @@ class BlobStoreBase(ABC):
 # ---------------------------------------------------------------------- locating by what the chain binds
 
 
-def put_signed(store: BlobBackend, data: bytes, alias: str, account: LocalAccount) -> BlobRef:
+class Putter(Protocol):
+    """Anything that stores a blob under an alias: a backend, or a trainer's outbox."""
+
+    def put(self, data: bytes, *, alias: str | None = None, alias_signature: bytes | None = None) -> BlobRef: ...
+
+
+def put_signed(store: Putter, data: bytes, alias: str, account: LocalAccount) -> BlobRef:
     """Store ``data`` as ``account``'s own candidate of ``alias`` (no one else can displace it)."""
     return store.put(data, alias=alias, alias_signature=sign_alias(account, alias, digest_of(data)))
 

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+ZERO_ADDRESS = "0x" + "00" * 20
+"""The zero address: an empty submission slot, or no single accused (a quorum's fault)."""
 
 
 @dataclass(frozen=True)
 class ContractCall:
     """One transaction, ready to sign: ``calldata`` to ``target`` with ``value`` wei.
 
-    ``function`` and ``args`` are what ``calldata`` encodes (kept for logs and error decoding)."""
+    ``function`` names what ``calldata`` calls (for logs and the web UI)."""
 
     target: str
     function: str
-    args: tuple[Any, ...]
     calldata: bytes
     value: int

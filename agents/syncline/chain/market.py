@@ -430,9 +430,13 @@ class MarketClient:
         returns the id of the challenge it opened."""
         if Web3.to_checksum_address(call.target) != self.address:
             raise ChainError(f"{call.function}: the call targets {call.target}, not this market {self.address}")
-        if self.encode_call(call.function, list(call.args)) != call.calldata:
-            raise ChainError(f"{call.function}: the calldata does not encode its function and arguments")
-        receipt = self._send(challenger, call.function, *call.args, value=call.value)
+        try:
+            fn, args = self.contract.decode_function_input(call.calldata)
+        except ValueError as exc:
+            raise ChainError(f"{call.function}: calldata this market cannot decode: {exc}") from None
+        if fn.fn_name != call.function:
+            raise ChainError(f"{call.function}: the calldata calls {fn.fn_name}")
+        receipt = self._send(challenger, fn.fn_name, *args.values(), value=call.value)
         return self._opened(receipt, call.function)
 
     def prove_trainer_equivocation(

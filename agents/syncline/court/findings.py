@@ -13,12 +13,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from syncline.chain.calls import ContractCall
+from syncline.chain.calls import ZERO_ADDRESS, ContractCall
 from syncline.chain.market import AggregationProof
 from syncline.protocol.enums import ChallengeKind
 from syncline.run.gossip import SignedCommitment, SignedVote
-
-ZERO_ADDRESS = "0x" + "00" * 20
 
 
 class CourtTarget(Protocol):
@@ -79,7 +77,6 @@ class Finding(ABC):
         return ContractCall(
             target=target.address,
             function=function,
-            args=tuple(args),
             calldata=target.encode_call(function, args),
             value=target.challenge_bond(task_id),
         )

@@ -43,8 +43,8 @@ import torch
 from eth_utils import keccak
 
 from syncline.blobstore import BlobStore, find_verified
+from syncline.chain.calls import ZERO_ADDRESS
 from syncline.chain.market import SubmissionView
-from syncline.court.findings import ZERO_ADDRESS
 from syncline.errors import SynclineError
 from syncline.modality.language import LanguageAdapter
 from syncline.observability import get_logger

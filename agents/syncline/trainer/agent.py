@@ -18,7 +18,8 @@ import torch
 from eth_utils import keccak
 
 from syncline.blobstore import BlobStore
-from syncline.blobstore.store import BlobUnavailable, digest_of, sign_alias
+from syncline.blobstore.store import BlobUnavailable, put_signed
+from syncline.chain.calls import ZERO_ADDRESS
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient, RoundView
 from syncline.court.defence import AvailabilityResponder
@@ -40,7 +41,6 @@ from syncline.trainer.outbox import Outbox
 from syncline.trainer.segments import encode_payload
 
 log = get_logger("syncline.trainer")
-ZERO_ADDRESS = "0x0000000000000000000000000000000000000000"
 # A state blob holds Q32 weights and momentum: 16 bytes per parameter. Rebuilding the state from a
 # round's payloads costs about bits/8 bytes per parameter per submission; the cheaper path wins.
 STATE_BYTES_PER_PARAM = 16
@@ -367,8 +367,7 @@ class TrainerAgent:
         root = manifest.root
         data = manifest.to_json()
         for alias in (manifest_root_alias(root), manifest_alias(ctx.task_id, round_, fragment)):
-            signature = sign_alias(self.signer.account, alias, digest_of(data))
-            self.outbox.put(data, alias=alias, alias_signature=signature)
+            put_signed(self.outbox, data, alias, self.signer.account)
         size = sum(r.size for r in refs)
         self._checkpoint_bytes_sent += size + 2 * len(data)
         log.info(
