@@ -31,7 +31,10 @@ from syncline.chain.deployment import Deployment, deploy_market
 from syncline.chain.devnet import Devnet, chain_time, start_anvil
 from syncline.chain.keys import Signer, from_private_key
 from syncline.chain.market import MarketClient, RoundView, TaskView, WitnessView
+from syncline.court.referee import Claim, find_manifest
+from syncline.court.sampling import drawn_segment
 from syncline.demo.training_run import AgentProcess, DemoPlan, TrainingDemo, _template
+from syncline.protocol.checkpoints import CheckpointManifest, manifest_alias
 from syncline.protocol.seeds import round_seed
 from syncline.protocol.state import TrainingState
 from syncline.protocol.sync_round import CommittedSubmission, RoundResult
@@ -121,6 +124,11 @@ class RunRecord:
     escrow: int
     votes: list[Vote]
     withdrawn: dict[str, list[int]] = field(default_factory=dict)
+    # Checkpoints on demand: per (round, fragment) the manifest that opens the committed root, the
+    # committee's draw (None: not drawn), and per checkpoint digest whether the blob store has it.
+    manifests: dict[tuple[int, int], CheckpointManifest] = field(default_factory=dict)
+    draws: dict[tuple[int, int], int | None] = field(default_factory=dict)
+    published: dict[str, bool] = field(default_factory=dict)
 
 
 def capture_run(market: MarketClient, blobs: BlobStore, task_id: int, accounts: list[str]) -> RunRecord:
@@ -151,6 +159,22 @@ def capture_run(market: MarketClient, blobs: BlobStore, task_id: int, accounts: 
         )
         for e in market.get_logs("VoteCast", from_block=0, taskId=task_id)
     ]
+    manifests: dict[tuple[int, int], CheckpointManifest] = {}
+    draws: dict[tuple[int, int], int | None] = {}
+    for (r, fragment), trainer in committers.items():
+        claim = Claim.of(market.submission(task_id, r, fragment))
+        manifest = find_manifest(
+            blobs,
+            claim,
+            trainer=trainer,
+            inner_steps=ctx.spec.inner_steps,
+            interval=ctx.spec.checkpoint_interval_steps,
+            aliases=(manifest_alias(task_id, r, fragment),),
+        )
+        if manifest is not None:  # (a test of lost uploads may have none)
+            manifests[(r, fragment)] = manifest
+        draws[(r, fragment)] = drawn_segment(market, ctx.spec, task_id, r, fragment, rounds[r])
+    published = {m.digest(i): blobs.has(m.digest(i)) for m in manifests.values() for i in range(len(m.hashes))}
     withdrawn: dict[str, list[int]] = {}
     for e in market.get_logs("Withdrawn", from_block=0):
         withdrawn.setdefault(str(e["args"]["account"]), []).append(int(e["args"]["amount"]))
@@ -171,6 +195,9 @@ def capture_run(market: MarketClient, blobs: BlobStore, task_id: int, accounts: 
         escrow=market.escrow_of(task_id),
         votes=votes,
         withdrawn=withdrawn,
+        manifests=manifests,
+        draws=draws,
+        published=published,
     )
 
 

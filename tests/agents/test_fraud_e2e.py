@@ -49,6 +49,7 @@ from syncline.demo.scenarios import SCENARIOS, Scenario
 from syncline.demo.training_run import DemoPlan, TrainingDemo
 from syncline.protocol.enums import ChallengeKind, ChallengeStatus, RoundStatus, TaskStatus
 from syncline.protocol.receipt import TrainingReceipt
+from syncline.protocol.spot_checks import spot_check_draw
 from syncline.witness.agent import CHEAT_FROM_ROUND
 
 from ._agent_harness import read_jsonl, tiny_plan
@@ -74,6 +75,8 @@ def fraud_test_plan(scenario: Scenario) -> DemoPlan:
         # without a VoteCast event, so no challenger can see the vote the equivocator cast.
         threshold=3 if scenario.expect == ChallengeKind.WITNESS_EQUIVOCATION else 2,
         misbehave=dict(scenario.misbehave),
+        checkpoints=scenario.checkpoints,
+        spot_check_rate=scenario.spot_check_rate,
         trainer_dtypes=dict(scenario.dtypes),
         timeout_s=200.0,
     )
@@ -128,6 +131,7 @@ class FraudRecord:
     market_balance: int
     challenger_share_bps: int  # the market's CHALLENGER_SHARE_BPS
     agent_exit_codes: dict[str, int | None]
+    finalized_in: dict[int, bytes] = field(default_factory=dict)  # round -> hash of its RoundFinalized block
     challenger_logs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # witness name -> challenges.jsonl
     # witness name -> its log lines of tolerant comparisons (a segment of a trainer of another device class)
     tolerant_comparisons: dict[str, list[str]] = field(default_factory=dict)
@@ -274,6 +278,9 @@ class FraudDemo(TrainingDemo):
             market_balance=int(market.w3.eth.get_balance(Web3.to_checksum_address(market.address))),
             challenger_share_bps=int(market.contract.functions.CHALLENGER_SHARE_BPS().call()),
             agent_exit_codes={a.name: a.process.poll() for a in self.agents},
+            finalized_in={
+                r: h for r in range(self.plan.rounds) if (h := market.finalization_block_hash(task_id, r)) is not None
+            },
             challenger_logs={
                 n: read_jsonl(self.workdir / "agents" / n / "challenges.jsonl")
                 for n in self.names.values()
@@ -302,7 +309,10 @@ def check_upheld_by_honest_witness(record: FraudRecord, scenario: Scenario, plan
     upheld = [o for o in record.outcomes if o.view.kind == kind and o.view.status == ChallengeStatus.UPHELD]
     assert upheld, [(o.view.kind.name, o.view.status.name) for o in record.outcomes]
     first = min(upheld, key=lambda o: o.view.challenge_id)
-    assert first.view.round == cheat_round(scenario), (first.view.round, cheat_round(scenario))
+    if scenario.checkpoints == "on-demand":
+        check_claim_names_the_drawn_segment(record, scenario, plan, first)
+    else:
+        assert first.view.round == cheat_round(scenario), (first.view.round, cheat_round(scenario))
     honest_witnesses = {n for n in record.names.values() if n.startswith("witness-")} - set(scenario.misbehave)
     for o in upheld:
         challenger = record.name(o.view.challenger)
@@ -317,6 +327,36 @@ def check_upheld_by_honest_witness(record: FraudRecord, scenario: Scenario, plan
         (o.view.challenge_id, o.view.kind.name, o.view.status.name) for o in record.outcomes
     ]
     return first
+
+
+def check_claim_names_the_drawn_segment(
+    record: FraudRecord, scenario: Scenario, plan: DemoPlan, first: Outcome
+) -> None:
+    """Checkpoints on demand: the committee's draw (recomputed here from the chain) named a segment
+    of every submission (rate 1); the withholder's claim is on the drawn segment of a round it
+    committed. (Its round-0 segment 0 may pass unclaimed: every trainer's checkpoint 0 of round 0
+    is the same bytes, initial weights and fresh moments, so another trainer's publication serves.)"""
+    (name,) = scenario.misbehave
+    fragment = record.fragment_of[record.address(name)]
+    rr = record.rounds[first.view.round]
+    assert rr.committed_mask >> fragment & 1 and first.view.fragment == fragment
+    segments = -(-plan.inner_steps // plan.checkpoint_interval)
+    drawn = spot_check_draw(
+        record.task_id,
+        first.view.round,
+        fragment,
+        bytes.fromhex(rr.state_root[2:]),
+        record.finalized_in[first.view.round],
+        rate=1.0,
+        segments=segments,
+    )
+    assert first.view.segment == drawn, (first.view.segment, drawn)
+    assert (first.view.round, first.view.segment) != (0, 0)
+
+
+def cheat_round_of(scenario: Scenario, first: Outcome) -> int:
+    """The round the culprit is convicted for: the first drawn segment it withheld (on demand)."""
+    return first.view.round if scenario.checkpoints == "on-demand" else cheat_round(scenario)
 
 
 def check_challenger_paid(record: FraudRecord, plan: DemoPlan) -> None:
@@ -366,7 +406,7 @@ def check_culprits_slashed_honest_spared(record: FraudRecord, scenario: Scenario
 
 
 def check_consequences(record: FraudRecord, scenario: Scenario, first: Outcome) -> None:
-    r = cheat_round(scenario)
+    r = cheat_round_of(scenario, first)
     rr = record.rounds[r]
     if scenario.expect in ROLLBACK_FAULTS:
         # The round is void and the task's state went back to where the round started.

@@ -18,6 +18,7 @@ from syncline.protocol.chunking import gradient_chunk_root
 from syncline.protocol.enums import RoundStatus, TaskStatus
 from syncline.protocol.quantization import QuantizedGradient
 from syncline.protocol.receipt import TrainingReceipt
+from syncline.protocol.spot_checks import checkpoints_for_segment
 from syncline.protocol.state import TrainingState
 from syncline.run.agent_config import load_agent_config
 from syncline.trainer.inner_loop import replay_environment
@@ -110,6 +111,40 @@ def test_trainers_are_deterministic_across_processes(finished_run: tuple[Trainin
             assert sub.payload == ours and sub.payload_hash == keccak(ours), where
             assert sub.chunk_root == gradient_chunk_root(QuantizedGradient.from_safetensors_bytes(ours)), where
     assert ["0x" + x.state_root.hex() for x in sim.results] == [r.state_root for r in record.rounds]
+
+
+def test_checkpoints_stay_with_the_trainer_unless_the_committee_draws_them(
+    finished_run: tuple[TrainingReceipt, RunRecord, Path],
+) -> None:
+    """Checkpoints on demand (the demo's setting): each commitment uploads its manifest only; a
+    checkpoint is in the blob store iff some drawn segment needs it (checkpoint 0 of round 0 is the
+    same bytes for every trainer), and each trainer's ``checkpoint_bytes_sent`` is its manifests
+    plus what its own draws made it publish."""
+    _, record, workdir = finished_run
+    assert PLAN.checkpoints == "on-demand" and record.ctx.spec.verification_policy.on_demand
+    segments = record.ctx.spec.checkpoint_segments
+    assert set(record.manifests) == set(record.committers)
+    needed: dict[str, int] = {}
+    for key, segment in record.draws.items():
+        if segment is not None:
+            for i in checkpoints_for_segment(segment, segments):
+                needed[record.manifests[key].digest(i)] = 1
+    assert record.published == {d: d in needed for d in record.published}, (record.draws, record.published)
+    reports = [json.loads(p.read_text()) for p in sorted((workdir / "agents").glob("trainer-*/throughput.json"))]
+    assert len(reports) == len(record.fragment_of)
+    for sent in reports:
+        fragment = next(f for a, f in record.fragment_of.items() if a.lower() == sent["trainer"].lower())
+        own = {k: v for k, v in record.manifests.items() if k[1] == fragment}
+        published = 0
+        for key, manifest in own.items():
+            segment = record.draws[key]
+            if segment is not None:
+                published += sum(
+                    len(record.ctx.blobs.get(manifest.digest(i))) for i in checkpoints_for_segment(segment, segments)
+                )
+        manifests = sum(2 * len(m.to_json()) for m in own.values())
+        assert sent["checkpoints"] == "on-demand"
+        assert sent["checkpoint_bytes_sent"] == manifests + published, (sent, manifests, published)
 
 
 def test_validation_loss_decreases(finished_run: tuple[TrainingReceipt, RunRecord, Path]) -> None:

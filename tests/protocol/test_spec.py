@@ -45,6 +45,7 @@ from syncline.protocol.spec import (
     VerificationPolicy,
     canonical_json,
 )
+from syncline.protocol.spot_checks import default_spot_check_rate
 
 ZERO_ADDRESS = "0x" + "00" * 20
 
@@ -775,6 +776,22 @@ BAD_POLICIES: dict[str, tuple[Any, str]] = {
         r"^verification\.tolerance\.weight_base: expected a number",
     ),
     "unknown-bound": ({"tolerance": {"slack": 1}}, r"^verification\.tolerance: unknown field\(s\) slack$"),
+    "unknown-mode": ({"checkpoints": "lazy"}, r"^verification\.checkpoints 'lazy': use one of eager, on-demand$"),
+    "mode-not-a-string": ({"checkpoints": 1}, r"^verification\.checkpoints must be a string"),
+    "rate-when-eager": (
+        {"spot_check_rate": 0.1},
+        r"^verification\.spot_check_rate applies only to checkpoints: on-demand",
+    ),
+    "zero-rate": (
+        {"checkpoints": "on-demand", "spot_check_rate": 0},
+        r"^verification\.spot_check_rate must be a number within \(0, 1\]",
+    ),
+    "rate-above-one": ({"checkpoints": "on-demand", "spot_check_rate": 1.5}, r"^verification\.spot_check_rate must be"),
+    "nan-rate": ({"checkpoints": "on-demand", "spot_check_rate": "nan"}, r"^verification\.spot_check_rate must be"),
+    "word-rate": (
+        {"checkpoints": "on-demand", "spot_check_rate": "often"},
+        r"^verification\.spot_check_rate: expected a number",
+    ),
 }
 
 
@@ -792,3 +809,22 @@ def test_validate_checks_a_policy_built_in_code(offline_spec_factory: Callable[.
         bad.validate()
     good = spec.with_updates(verification=VerificationPolicy(device_classes=("cpu-fp32",)))
     assert good.validate() is good
+
+
+def test_checkpoints_on_demand_round_trip_with_the_default_or_a_declared_rate() -> None:
+    eager = TrainingTaskSpec.from_mapping(_mapping(verification={}))
+    assert not eager.verification_policy.on_demand and eager.spot_check_rate == 0.0
+    # eager written out is the default: the canonical JSON (and so the hash) is the same
+    written = TrainingTaskSpec.from_mapping(_mapping(verification={"checkpoints": "eager"}))
+    assert written.spec_hash == eager.spec_hash
+    on_demand = TrainingTaskSpec.from_mapping(_mapping(verification={"checkpoints": "on-demand"}))
+    policy = json.loads(on_demand.canonical_bytes())["verification"]
+    assert policy["checkpoints"] == "on-demand" and "spot_check_rate" not in policy
+    assert on_demand.spec_hash != eager.spec_hash
+    assert on_demand.spot_check_rate == default_spot_check_rate(on_demand.gradient_bits, on_demand.checkpoint_segments)
+    declared = TrainingTaskSpec.from_mapping(
+        _mapping(verification={"checkpoints": "on-demand", "spot_check_rate": 0.25})
+    )
+    assert declared.spot_check_rate == 0.25
+    again = TrainingTaskSpec.from_mapping(json.loads(declared.canonical_bytes()))
+    assert again == declared and again.spec_hash == declared.spec_hash != on_demand.spec_hash

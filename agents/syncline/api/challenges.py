@@ -11,9 +11,8 @@ from syncline.api.errors import ApiError
 from syncline.api.schemas import ChallengeProof, ChallengeRequest
 from syncline.api.services import ApiServices
 from syncline.api.specs import ONCHAIN_FIELDS
-from syncline.court.audit import RoundAuditor, TrainingChecker
+from syncline.court.audit import RoundAuditor, TrainingCheck, TrainingChecker
 from syncline.court.findings import Finding, TrainingFraud
-from syncline.court.referee import Outcome
 from syncline.court.sampling import make_training_checker
 from syncline.run.context import TaskContext
 
@@ -42,7 +41,7 @@ def _checker(req: ChallengeRequest) -> TrainingChecker | None:
     full = make_training_checker("all")
     assert full is not None
 
-    def check(ctx: TaskContext, round_: int, fragment: int) -> Outcome | None:
+    def check(ctx: TaskContext, round_: int, fragment: int) -> TrainingCheck:
         if req.fragment is not None and fragment != req.fragment:
             return None
         return full(ctx, round_, fragment)

@@ -577,6 +577,12 @@ class MarketClient:
             rounds_invalidated=int(t[19]),
         )
 
+    def finalization_block_hash(self, task_id: int, round_: int) -> bytes | None:
+        """Hash of the block whose ``RoundFinalized`` closed the round (the last one, if a rollback
+        let it be finalized again); None when the round has not been finalized."""
+        logs = self.get_logs("RoundFinalized", taskId=task_id, round=round_)
+        return bytes(logs[-1]["blockHash"]) if logs else None
+
     def round(self, task_id: int, round_: int) -> RoundView:
         r = self._call("getRound", task_id, round_)
         return RoundView(

@@ -10,7 +10,9 @@ trusts nothing a witness says. For each closed round it reports, cheapest check 
 - censorship: a committed submission that is valid but was left out (rules that keep every valid
   input: not Krum / Multi-Krum);
 - training fraud: an accepted submission whose inner-loop segment does not re-execute to its
-  committed checkpoint (or whose payload does not derive from its last checkpoint).
+  committed checkpoint (or whose payload does not derive from its last checkpoint), or, in an
+  on-demand task, whose drawn segment its trainer did not publish by the spot-check deadline (a
+  claim the trainer must answer on chain, see :mod:`syncline.protocol.spot_checks`).
 
 Nothing the auditor could not fetch is ever a finding: a check whose data (a state, a payload, a
 manifest, a checkpoint) is not in hand ends :class:`~syncline.court.referee.Undecided`, marks the
@@ -32,7 +34,7 @@ from syncline.court.findings import (
     WitnessEquivocation,
 )
 from syncline.court.proofs import build_aggregation_proof
-from syncline.court.referee import Outcome, Undecided
+from syncline.court.referee import Outcome, Unanswered, Undecided
 from syncline.errors import SynclineError
 from syncline.observability import get_logger
 from syncline.protocol.enums import AggregationRule, RoundStatus
@@ -51,9 +53,11 @@ PROVABLE_RULES = (AggregationRule.MEAN, AggregationRule.TRIMMED_MEAN, Aggregatio
 EXCLUDING_RULES = (AggregationRule.KRUM, AggregationRule.MULTI_KRUM)
 
 
-# (ctx, round, fragment) -> the first guilty segment's verdict, Undecided when a segment could
-# not be judged (its data not in hand: audit again later, never accuse), or None when all pass.
-TrainingChecker = Callable[[TaskContext, int, int], "Outcome | None"]
+TrainingCheck = Outcome | Unanswered | None
+"""The first guilty segment's verdict, Undecided when a segment could not be judged (its data not
+in hand: audit again later, never accuse), Unanswered when an on-demand task's drawn segment was
+not published in time (a claim the trainer must answer), or None when all checked segments pass."""
+TrainingChecker = Callable[[TaskContext, int, int], TrainingCheck]
 
 
 @dataclass
@@ -246,7 +250,7 @@ class RoundAuditor:
             if isinstance(outcome, Undecided):  # our fetch failed: audit again later, never accuse
                 log.info("challenger.training_check_undecided", round=round_, fragment=fragment, reason=outcome.reason)
                 self.incomplete = True
-            elif outcome is not None and outcome.guilty:
+            elif isinstance(outcome, Unanswered) or (outcome is not None and outcome.guilty):
                 trainer = self.market.submission(self.ctx.task_id, round_, fragment).trainer
                 yield TrainingFraud(round_, fragment, outcome.segment, outcome.reason, trainer.lower())
             else:

@@ -209,7 +209,9 @@ class Censorship(Finding):
 
 @dataclass(frozen=True)
 class TrainingFraud(Finding):
-    """An accepted submission whose inner-loop segment does not re-execute to its checkpoint."""
+    """An accepted submission whose inner-loop segment does not re-execute to its checkpoint, or
+    (on-demand tasks) whose drawn segment was not published in time: either way a claim on the
+    segment, which the accused answers on chain and the committee referees."""
 
     kind: ClassVar[ChallengeKind] = ChallengeKind.TRAINING_FRAUD
     fragment: int
@@ -227,7 +229,7 @@ class TrainingFraud(Finding):
         return {"fragment": self.fragment, "segment": self.segment, "trainer": self.trainer, "reason": self.reason}
 
     def describe(self) -> str:
-        return f"round {self.round}: fragment {self.fragment} segment {self.segment} does not re-execute: {self.reason}"
+        return f"round {self.round}: fragment {self.fragment} segment {self.segment}: {self.reason}"
 
     def arguments(self, task_id: int) -> tuple[str, list[Any]]:
         return "challengeTraining", [task_id, self.round, self.fragment, self.segment]

@@ -136,6 +136,22 @@ Outcome = Verdict | Undecided
 
 
 @dataclass(frozen=True)
+class Unanswered:
+    """An on-demand task's drawn segment that its trainer has not published by the spot-check
+    deadline (:func:`~syncline.protocol.spot_checks.spot_check_deadline`).
+
+    Not a verdict: it warrants a claim on chain (``challengeTraining`` on the segment), which the
+    trainer answers by publishing; only silence past that claim's response window convicts.
+    ``guilty`` is always False, so code that reads ``.guilty`` never convicts on it.
+    """
+
+    segment: int
+    segments: int
+    reason: str
+    guilty: bool = False
+
+
+@dataclass(frozen=True)
 class Claim:
     """What the trainer committed on chain for one (task, round, fragment)."""
 

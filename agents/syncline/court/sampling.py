@@ -1,5 +1,7 @@
 """How much inner-loop re-execution a challenger spends per accepted submission.
 
+In a task whose checkpoints are uploaded eagerly (the default):
+
 - ``all``: the derivation segment, then every training segment (as much compute as the trainer
   spent; what a dedicated challenger runs).
 - ``spot`` (the witnesses' default): the derivation segment of every submission (cheap: one
@@ -7,20 +9,70 @@
   random. Witnesses draw independently (seeded by their address), so a trainer that fakes any
   segment of any round is caught with high probability over a run at a fraction of the cost.
 - ``off``: no training checks.
+
+In an on-demand task (``verification.checkpoints: on-demand``) only what the committee's public
+draw names is ever published, so ``all`` and ``spot`` both check exactly the drawn segment of each
+drawn submission (:func:`syncline.protocol.spot_checks.spot_check_draw`); a drawn segment still
+unpublished at the spot-check deadline is :class:`~syncline.court.referee.Unanswered` (the
+challenger escalates it to a claim on chain); ``off`` checks nothing.
 """
 
 from __future__ import annotations
 
 import random
 
-from syncline.court.audit import TrainingChecker
-from syncline.court.referee import Outcome, Undecided, check_segment, load_case, training_checker
+from syncline.chain.market import MarketClient, RoundView
+from syncline.court.audit import TrainingCheck, TrainingChecker
+from syncline.court.referee import Unanswered, Undecided, check_segment, load_case, training_checker
 from syncline.observability import get_logger
+from syncline.protocol.enums import RoundStatus
+from syncline.protocol.spec import TrainingTaskSpec
+from syncline.protocol.spot_checks import spot_check_deadline, spot_check_draw
 from syncline.run.context import TaskContext
+from syncline.run.loop import pending_time
 
 log = get_logger("syncline.court")
 
 MODES = ("all", "spot", "off")
+
+
+def drawn_segment(
+    market: MarketClient, spec: TrainingTaskSpec, task_id: int, round_: int, fragment: int, rr: RoundView
+) -> int | None:
+    """The segment the committee's draw names of submission ``(round_, fragment)`` (``rr`` is the
+    round as just read); None when the round is not finalized or the draw passes it over."""
+    if rr.status != RoundStatus.FINALIZED:
+        return None
+    block_hash = market.finalization_block_hash(task_id, round_)
+    if block_hash is None:
+        return None
+    state_root = bytes.fromhex(rr.state_root[2:])
+    return spot_check_draw(
+        task_id, round_, fragment, state_root, block_hash, rate=spec.spot_check_rate, segments=spec.checkpoint_segments
+    )
+
+
+def committee_spot_check(ctx: TaskContext, round_: int, fragment: int) -> TrainingCheck:
+    """The committee's check of one submission in an on-demand task: None when the draw passes it
+    over or its drawn segment re-executes; the verdict, :class:`Undecided` (not published yet,
+    before the deadline), or :class:`Unanswered` (still not published after it)."""
+    spec = ctx.spec
+    rr = ctx.market.round(ctx.task_id, round_)
+    segment = drawn_segment(ctx.market, spec, ctx.task_id, round_, fragment, rr)
+    if segment is None:
+        return None
+    case = load_case(ctx, round_, fragment)
+    outcome = check_segment(segment, case.claim, case.manifest, case.fetch, case.inputs)
+    if not isinstance(outcome, Undecided):
+        return outcome if outcome.guilty else None
+    deadline = spot_check_deadline(rr.closed_at, spec.challenge_window_s)
+    if pending_time(ctx.market.w3) <= deadline:
+        return outcome
+    return Unanswered(
+        segment,
+        spec.checkpoint_segments,
+        f"drawn segment {segment} not published by the spot-check deadline: {outcome.reason}",
+    )
 
 
 def make_training_checker(mode: str, *, seed: int = 0, rate: float = 0.5) -> TrainingChecker | None:
@@ -28,11 +80,9 @@ def make_training_checker(mode: str, *, seed: int = 0, rate: float = 0.5) -> Tra
         raise ValueError(f"training check mode {mode!r}: use one of {', '.join(MODES)}")
     if mode == "off":
         return None
-    if mode == "all":
-        return training_checker
     rng = random.Random(seed)
 
-    def spot(ctx: TaskContext, round_: int, fragment: int) -> Outcome | None:
+    def eager_spot(ctx: TaskContext, round_: int, fragment: int) -> TrainingCheck:
         case = load_case(ctx, round_, fragment)
         total = case.inputs.segments
         segments = [total]
@@ -47,4 +97,11 @@ def make_training_checker(mode: str, *, seed: int = 0, rate: float = 0.5) -> Tra
                 return outcome
         return undecided
 
-    return spot
+    eager = training_checker if mode == "all" else eager_spot
+
+    def check(ctx: TaskContext, round_: int, fragment: int) -> TrainingCheck:
+        if ctx.spec.verification_policy.on_demand:
+            return committee_spot_check(ctx, round_, fragment)
+        return eager(ctx, round_, fragment)
+
+    return check

@@ -43,6 +43,8 @@ def fraud_plan(scenario: Scenario) -> DemoPlan:
         timeout_s=480.0,
         training_checks="all" if training else "off",
         misbehave=dict(scenario.misbehave),
+        checkpoints=scenario.checkpoints,
+        spot_check_rate=scenario.spot_check_rate,
         trainer_dtypes=dict(scenario.dtypes),
         # With 2 of 3 the equivocator's on-chain vote may come after quorum (a silent no-op, no
         # VoteCast to compare against) or never: all three must vote for its vote to be on record.

@@ -13,12 +13,19 @@ from syncline.protocol.enums import ChallengeKind
 @dataclass(frozen=True)
 class Scenario:
     """Who cheats how, and which challenge must end up upheld; ``dtypes`` names the trainers that
-    train in another precision than fp32 (honest ones: the referees must not convict them)."""
+    train in another precision than fp32 (honest ones: the referees must not convict them);
+    ``checkpoints`` is the task's checkpoint mode (``on-demand`` scenarios have the committee draw
+    every submission: ``spot_check_rate`` 1)."""
 
     misbehave: dict[str, str]
     expect: ChallengeKind
     story: str
     dtypes: dict[str, str] = field(default_factory=dict)
+    checkpoints: str = "eager"
+
+    @property
+    def spot_check_rate(self) -> float | None:
+        return 1.0 if self.checkpoints == "on-demand" else None
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -55,5 +62,12 @@ SCENARIOS: dict[str, Scenario] = {
         "trainer-2 trains honestly but submits a gradient that does not derive from its checkpoints; "
         "trainer-1 trains honestly in bf16 (CPU autocast) and the fp32 referees must let it be",
         dtypes={"trainer-1": "bf16"},
+    ),
+    "withheld-checkpoints": Scenario(
+        {"trainer-2": "withhold"},
+        ChallengeKind.TRAINING_FRAUD,
+        "checkpoints on demand: trainer-2 keeps its checkpoints to itself when the committee's spot check "
+        "names its segment and stays silent on the claim that follows; trainer-1 and trainer-3 publish theirs",
+        checkpoints="on-demand",
     ),
 }

@@ -81,6 +81,11 @@ class DemoPlan:
     trainer_dtypes: dict[str, str] = field(default_factory=dict)
     # How much inner-loop re-execution the witnesses' challengers spend (all | spot | off).
     training_checks: str = "spot"
+    # eager: trainers upload every checkpoint with each commitment; on-demand: only the manifest,
+    # and a segment's checkpoints when the committee's spot-check draw or a claim names it.
+    checkpoints: str = "on-demand"
+    # The committee's draw rate in an on-demand task (None: the spec's default, ~8 % of the payload bytes).
+    spot_check_rate: float | None = None
     # Whether honest witnesses run the challenger (the browser tests leave a fault to the UI).
     witness_challenges: bool = True
 
@@ -123,7 +128,18 @@ def _template(plan: DemoPlan, witnesses: list[Signer], now: int) -> dict[str, An
         "eviction_slash_bps": 1000,
         "witness_bond_wei": plan.witness_bond_wei,
         "challenge_bond_wei": plan.challenge_bond_wei,
+        **_verification(plan),
     }
+
+
+def _verification(plan: DemoPlan) -> dict[str, Any]:
+    """The spec's ``verification`` key: absent for eager checkpoints (the default policy)."""
+    if plan.checkpoints == "eager":
+        return {}
+    policy: dict[str, Any] = {"checkpoints": plan.checkpoints}
+    if plan.spot_check_rate is not None:
+        policy["spot_check_rate"] = plan.spot_check_rate
+    return {"verification": policy}
 
 
 class TrainingDemo:

@@ -19,6 +19,7 @@ from eth_utils import keccak, to_checksum_address
 from syncline.errors import SpecError
 from syncline.protocol import merkle, tier_policy
 from syncline.protocol.enums import AggregationRule, Modality, Tier, parse_enum
+from syncline.protocol.spot_checks import CHECKPOINT_MODES, default_spot_check_rate
 from syncline.protocol.wire import WireFormatError, load_bounded_json
 
 # Solidity integer width of each numeric field of the on-chain TaskSpec (SynclineTypes.sol).
@@ -168,10 +169,22 @@ class VerificationPolicy:
     another class is guilty: the declaration is bound by the committed checkpoint root).
     ``tolerance``: the envelope used when the referee's device class or deterministic mode differs
     from the trainer's; equal ones compare bit for bit.
+    ``checkpoints``: ``eager`` (every checkpoint is uploaded with the commitment) or ``on-demand``
+    (only the manifest; a segment's checkpoints when the committee's draw or a claim asks, see
+    :mod:`syncline.protocol.spot_checks`). ``spot_check_rate``: the draw's rate (on-demand only;
+    None: :func:`~syncline.protocol.spot_checks.default_spot_check_rate`). Both are left out of the
+    canonical JSON at their defaults, so policies written before them keep their hash.
     """
 
     device_classes: tuple[str, ...] = DEVICE_CLASSES
     tolerance: ToleranceModel = field(default_factory=ToleranceModel)
+    checkpoints: str = "eager"
+    spot_check_rate: float | None = None
+
+    @property
+    def on_demand(self) -> bool:
+        """Whether trainers publish checkpoints only when asked."""
+        return self.checkpoints == "on-demand"
 
     def validate(self) -> None:
         """Raise SpecError (one line) on an empty, unknown or duplicated device class or a bad bound."""
@@ -189,15 +202,36 @@ class VerificationPolicy:
             value = getattr(self.tolerance, f.name)
             if not (math.isfinite(value) and value >= 0):
                 raise SpecError(f"verification.tolerance.{f.name} must be a finite number >= 0, got {value!r}")
+        if self.checkpoints not in CHECKPOINT_MODES:
+            raise SpecError(f"verification.checkpoints {self.checkpoints!r}: use one of {', '.join(CHECKPOINT_MODES)}")
+        rate = self.spot_check_rate
+        if rate is not None:
+            if not self.on_demand:
+                raise SpecError("verification.spot_check_rate applies only to checkpoints: on-demand")
+            if (
+                isinstance(rate, bool)
+                or not isinstance(rate, int | float)
+                or not (math.isfinite(rate) and 0 < rate <= 1)
+            ):
+                raise SpecError(f"verification.spot_check_rate must be a number within (0, 1], got {rate!r}")
 
     def to_mapping(self) -> dict[str, Any]:
-        return {"device_classes": list(self.device_classes), "tolerance": asdict(self.tolerance)}
+        data: dict[str, Any] = {"device_classes": list(self.device_classes), "tolerance": asdict(self.tolerance)}
+        if self.on_demand:
+            data["checkpoints"] = self.checkpoints
+        if self.spot_check_rate is not None:
+            data["spot_check_rate"] = float(self.spot_check_rate)
+        return data
 
     @classmethod
     def from_mapping(cls, data: object) -> VerificationPolicy:
         raw = dict(_mapping(data, "verification"))
         tol = dict(_mapping(raw.pop("tolerance", {}), "verification.tolerance"))
         classes = _seq(raw.pop("device_classes", DEVICE_CLASSES), "verification.device_classes")
+        checkpoints = raw.pop("checkpoints", "eager")
+        if not isinstance(checkpoints, str):
+            raise SpecError(f"verification.checkpoints must be a string, got {checkpoints!r}")
+        rate = raw.pop("spot_check_rate", None)
         if raw:
             raise SpecError(f"verification: unknown field(s) {', '.join(sorted(raw))}")
         defaults = ToleranceModel()
@@ -207,7 +241,12 @@ class VerificationPolicy:
         }
         if tol:
             raise SpecError(f"verification.tolerance: unknown field(s) {', '.join(sorted(tol))}")
-        policy = cls(device_classes=tuple(str(c) for c in classes), tolerance=ToleranceModel(**values))
+        policy = cls(
+            device_classes=tuple(str(c) for c in classes),
+            tolerance=ToleranceModel(**values),
+            checkpoints=checkpoints,
+            spot_check_rate=None if rate is None else _float(rate, "verification.spot_check_rate"),
+        )
         policy.validate()
         return policy
 
@@ -287,6 +326,17 @@ class TrainingTaskSpec:
     def verification_policy(self) -> VerificationPolicy:
         """The declared verification policy, or :data:`DEFAULT_VERIFICATION`."""
         return self.verification if self.verification is not None else DEFAULT_VERIFICATION
+
+    @property
+    def spot_check_rate(self) -> float:
+        """The committee's spot-check rate in an on-demand task (declared, or the default for the
+        task's payload width and segment count); 0 when checkpoints are uploaded eagerly."""
+        policy = self.verification_policy
+        if not policy.on_demand:
+            return 0.0
+        if policy.spot_check_rate is not None:
+            return policy.spot_check_rate
+        return default_spot_check_rate(self.gradient_bits, max(1, self.checkpoint_segments))
 
     @property
     def escrow_wei(self) -> int:

@@ -18,11 +18,12 @@ class ConfigError(SynclineError):
     """An agent config file is missing, malformed or inconsistent."""
 
 
-TRAINER_MISBEHAVIOURS = ("fake-gradient", "lazy", "equivocate")
+TRAINER_MISBEHAVIOURS = ("fake-gradient", "lazy", "equivocate", "withhold")
 WITNESS_MISBEHAVIOURS = ("bad-aggregate", "censor", "equivocate")
 """``misbehave`` values of a trainer, TESTS AND DEMOS ONLY: ``fake-gradient`` commits noise instead
 of the payload its checkpoints derive; ``lazy`` trains half the inner steps and pads its
-checkpoints; ``equivocate`` (equivocation proofs) signs two different commitments for one round."""
+checkpoints; ``equivocate`` (equivocation proofs) signs two different commitments for one round;
+``withhold`` (on-demand tasks) trains honestly but never publishes a checkpoint it is asked for."""
 
 
 @dataclass(frozen=True)

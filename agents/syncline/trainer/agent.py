@@ -23,12 +23,14 @@ from syncline.chain.calls import ZERO_ADDRESS
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient, RoundView
 from syncline.court.defence import AvailabilityResponder
+from syncline.court.sampling import drawn_segment
 from syncline.errors import ChainError, SynclineError
 from syncline.observability import get_logger
 from syncline.protocol.checkpoints import CheckpointManifest, manifest_alias, manifest_root_alias
 from syncline.protocol.enums import RoundStatus, TaskStatus
 from syncline.protocol.seeds import round_seed
 from syncline.protocol.signed_messages import Commitment
+from syncline.protocol.spot_checks import kept_rounds
 from syncline.protocol.state import TrainingState
 from syncline.run.agent_config import AgentConfig, ConfigError
 from syncline.run.context import StateUnavailable, TaskContext
@@ -36,6 +38,7 @@ from syncline.run.gossip import TrainerReport, announce_commitment, announce_rep
 from syncline.run.local_store import append_record
 from syncline.run.loop import pending_time, run_forever
 from syncline.run.metrics import AgentMetrics
+from syncline.trainer.checkpoint_keeper import CheckpointKeeper
 from syncline.trainer.inner_loop import InnerLoop, RoundWork
 from syncline.trainer.outbox import Outbox
 from syncline.trainer.segments import encode_payload
@@ -68,6 +71,9 @@ class TrainerAgent:
     _state: TrainingState | None = None
     _availability: AvailabilityResponder | None = None
     _outbox: Outbox | None = None
+    _keeper: CheckpointKeeper | None = None
+    # Rounds whose committee spot check of this trainer is settled (published, not drawn, not ours).
+    _spot_settled: set[int] = field(default_factory=set)
 
     def run(self, *, max_iterations: int | None = None) -> None:
         if self.cfg.threads:
@@ -111,6 +117,7 @@ class TrainerAgent:
             log.info("trainer.not_enrolled", task_id=task_id, status=t.status.name.lower())
             return True
         self._record_outcomes(t.current_round if t.status == TaskStatus.RUNNING else t.current_round + 1, me.fragment)
+        self._serve_spot_checks(t.current_round if t.status == TaskStatus.RUNNING else t.current_round + 1, me.fragment)
         self._answer_availability(me.fragment)
         if t.status == TaskStatus.AWAITING_SEAL:
             return self._try_seal(t.last_closed_at)
@@ -139,14 +146,71 @@ class TrainerAgent:
                 numel=ctx.layout.numel,
                 bits=ctx.spec.gradient_bits,
                 now=lambda: pending_time(self.market.w3),
-                # Checkpoints go out with every commitment (through the outbox): a segment is
-                # published once nothing this trainer owes the blob store is still waiting.
-                segment_published=lambda round_, segment: self.outbox.flush() == 0,
+                segment_published=self._segment_published,
             )
         try:
             self._availability.step()
         except (ChainError, SynclineError) as exc:
             log.info("trainer.availability_deferred", reason=str(exc).splitlines()[0][:160])
+
+    def _segment_published(self, round_: int, segment: int) -> bool:
+        """Whether a claimed segment's checkpoints are out: in an eager task they went out with the
+        commitment (through the outbox, so once nothing is still waiting there); in an on-demand
+        task they are published from the keeper now."""
+        ctx = self.ctx
+        assert ctx is not None
+        if ctx.spec.verification_policy.on_demand:
+            if self.cfg.misbehave == "withhold":
+                log.warning("trainer.misbehaving", mode="withhold", round=round_, segment=segment)
+                return False
+            sent = self.keeper.publish_segment(self.outbox, round_, segment, ctx.spec.checkpoint_segments)
+            if sent is None:
+                log.warning("trainer.segment_not_kept", round=round_, segment=segment)
+                return False
+            self._checkpoint_bytes_sent += sent
+            self._write_throughput()
+        return self.outbox.flush() == 0
+
+    def _serve_spot_checks(self, open_round: int, fragment: int) -> None:
+        """Publish the segment the committee's draw names of each of this trainer's accepted
+        submissions (on-demand tasks), before the witnesses escalate it on chain."""
+        ctx = self.ctx
+        assert ctx is not None
+        spec = ctx.spec
+        if not spec.verification_policy.on_demand:
+            return
+        window = kept_rounds(spec.challenge_window_s, spec.round_duration_s)
+        for r in range(max(0, open_round - window), open_round):
+            if r in self._spot_settled:
+                continue
+            rr = self.market.round(ctx.task_id, r)
+            if rr.status != RoundStatus.FINALIZED:
+                if rr.closed_at != 0:  # voided or carried forward: nothing to check
+                    self._spot_settled.add(r)
+                continue
+            if not rr.accepted_mask >> fragment & 1:
+                self._spot_settled.add(r)
+                continue
+            segment = drawn_segment(self.market, spec, ctx.task_id, r, fragment, rr)
+            if segment is None:
+                self._spot_settled.add(r)
+                continue
+            try:
+                published = self._segment_published(r, segment)
+            except SynclineError as exc:  # the outbox holds them through an outage; retried next tick
+                log.info("trainer.spot_check_deferred", round=r, segment=segment, reason=str(exc).splitlines()[0][:160])
+                continue
+            if published:
+                log.info("trainer.spot_check_answered", round=r, fragment=fragment, segment=segment)
+                self._spot_settled.add(r)
+        self.keeper.prune(open_round - window)
+
+    @property
+    def keeper(self) -> CheckpointKeeper:
+        """This trainer's checkpoints of recent rounds, kept on disk (on-demand tasks)."""
+        if self._keeper is None:
+            self._keeper = CheckpointKeeper(self.cfg.state_dir / "checkpoints")
+        return self._keeper
 
     @property
     def outbox(self) -> Outbox:
@@ -294,21 +358,31 @@ class TrainerAgent:
         self._tokens += work.tokens
         self._rounds_committed += 1
         self._steps += steps
+        self._write_throughput()
+
+    def _write_throughput(self) -> None:
+        """What this trainer trained and sent so far (the demo's receipt reads it)."""
+        ctx = self.ctx
+        if ctx is None or not self._train_seconds:
+            return
+        wall = time.perf_counter() - (self._wall_started or time.perf_counter())
         (self.cfg.state_dir / "throughput.json").write_text(
             json.dumps(
                 {
+                    "trainer": self.signer.address,
                     "rounds": self._rounds_committed,
                     "steps_per_s": round(self._steps / self._train_seconds, 3),
                     "tokens_per_s": round(self._tokens / self._train_seconds, 1),
                     "train_seconds": round(self._train_seconds, 2),
                     "wall_seconds": round(wall, 2),
-                    "utilization": round(self._train_seconds / wall, 4),
+                    "utilization": round(self._train_seconds / wall, 4) if wall else 0.0,
                     "bytes_sent": self._bytes_sent,
                     "checkpoint_bytes_sent": self._checkpoint_bytes_sent,
                     "bytes_received": self._bytes_received,
                     "parameters": ctx.layout.numel,
                     "device": self.cfg.device,
                     "dtype": self.cfg.dtype,
+                    "checkpoints": ctx.spec.verification_policy.checkpoints,
                 }
             )
         )
@@ -351,31 +425,42 @@ class TrainerAgent:
         log.warning("trainer.misbehaving", mode="equivocate", round=message.round)
 
     def _publish_checkpoints(self, round_: int, fragment: int, interval: int, checkpoints: Sequence[bytes]) -> bytes:
-        """Put every checkpoint blob and the manifest (aliased by position and by root, each in this
-        trainer's own signed slot, which no other writer can displace); returns the
-        ``checkpointRoot`` to commit. Publishing precedes the commitment, so a challenger can fetch
-        everything as soon as the commitment is on chain."""
+        """Put the checkpoint manifest (aliased by position and by root, each in this trainer's own
+        signed slot, which no other writer can displace) and, in an eager task, every checkpoint
+        blob; returns the ``checkpointRoot`` to commit. Publishing precedes the commitment, so a
+        challenger can fetch the manifest as soon as the commitment is on chain. In an on-demand
+        task the checkpoints stay in the keeper until a spot-check draw or a claim names their
+        segment (the manifest then lists no locators: readers fetch by digest)."""
         ctx = self.ctx
         assert ctx is not None
-        refs = [self.outbox.put(c) for c in checkpoints]
+        on_demand = ctx.spec.verification_policy.on_demand
+        if on_demand:
+            digests = self.keeper.keep(round_, checkpoints)
+            uris = ("",) * len(digests)
+            size = 0
+        else:
+            refs = [self.outbox.put(c) for c in checkpoints]
+            digests = tuple(r.digest for r in refs)
+            uris = tuple(r.uri for r in refs)
+            size = sum(r.size for r in refs)
         manifest = CheckpointManifest(
             interval=interval,
             inner_steps=ctx.spec.inner_steps,
-            hashes=tuple(bytes.fromhex(r.digest[2:]) for r in refs),  # a blob's digest is its checkpoint hash
-            uris=tuple(r.uri for r in refs),
+            hashes=tuple(bytes.fromhex(d[2:]) for d in digests),  # a blob's digest is its checkpoint hash
+            uris=uris,
         )
         root = manifest.root
         data = manifest.to_json()
         for alias in (manifest_root_alias(root), manifest_alias(ctx.task_id, round_, fragment)):
             put_signed(self.outbox, data, alias, self.signer.account)
-        size = sum(r.size for r in refs)
         self._checkpoint_bytes_sent += size + 2 * len(data)
         log.info(
             "trainer.checkpoints",
             round=round_,
             fragment=fragment,
             checkpoints=len(checkpoints),
-            kib=round(size / 1024, 1),
+            published_kib=round(size / 1024, 1),
+            kept=on_demand,
             root="0x" + root.hex(),
         )
         return root

@@ -1,14 +1,11 @@
 """A trainer's inner checkpoints, kept on its own disk and published only when asked.
 
-Issue 11, item 3 (work in progress on this branch): every checkpoint is bound by the committed
-``checkpointRoot`` (its hash is a leaf), so the trainer need not upload it with the commitment.
-It keeps them for the rounds a claim can still name and publishes exactly the checkpoints a
-segment's re-execution needs when a spot-check request or an on-chain claim names the segment.
-
-What a segment needs (``S`` training segments, ``c_0 .. c_S``):
-
-* a training segment ``s < S``: ``c_s`` (the start) and ``c_{s+1}`` (the claimed end);
-* the derivation segment ``S``: ``c_S`` (the payload derives from it and the round's start state).
+In an on-demand task (``verification.checkpoints: on-demand``) every checkpoint is bound by the
+committed ``checkpointRoot`` (its hash is a leaf), so the trainer need not upload it with the
+commitment. It keeps them for the rounds a claim can still name and publishes exactly the
+checkpoints a segment's re-execution needs
+(:func:`~syncline.protocol.spot_checks.checkpoints_for_segment`) when the committee's draw or an
+on-chain claim names the segment.
 """
 
 from __future__ import annotations
@@ -19,18 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from syncline.blobstore import BlobStore
-from syncline.blobstore.store import digest_of
-from syncline.protocol.checkpoints import CheckpointError
+from syncline.blobstore.store import Putter, digest_of
+from syncline.protocol.spot_checks import checkpoints_for_segment
 
 _KEPT = re.compile(r"^(\d+)-(\d+)-(0x[0-9a-f]{64})\.ckpt$")
-
-
-def segment_checkpoints(segment: int, segments: int) -> tuple[int, ...]:
-    """Indices of the checkpoints re-executing ``segment`` needs (``segments`` = S)."""
-    if isinstance(segment, bool) or not 0 <= segment <= segments:
-        raise CheckpointError(f"segment {segment!r} is outside 0..{segments}")
-    return (segment,) if segment == segments else (segment, segment + 1)
 
 
 @dataclass
@@ -67,16 +56,18 @@ class CheckpointKeeper:
                 return data
         return None
 
-    def publish_segment(self, blobs: BlobStore, round_: int, segment: int, segments: int) -> bool:
-        """Upload the checkpoints ``segment`` needs; False when one is no longer kept (raises
-        BlobUnavailable when the store cannot take them now: the caller retries)."""
-        needed = [self.get(round_, i) for i in segment_checkpoints(segment, segments)]
+    def publish_segment(self, blobs: Putter, round_: int, segment: int, segments: int) -> int | None:
+        """Upload the checkpoints ``segment`` needs; returns the bytes uploaded, or None when one
+        is no longer kept (a store that cannot take them now raises: the caller retries)."""
+        needed = [self.get(round_, i) for i in checkpoints_for_segment(segment, segments)]
         if any(data is None for data in needed):
-            return False
+            return None
+        sent = 0
         for data in needed:
             assert data is not None
             blobs.put(data)
-        return True
+            sent += len(data)
+        return sent
 
     def prune(self, before_round: int) -> None:
         """Forget the checkpoints of rounds before ``before_round`` (no claim can name them now)."""

@@ -1,0 +1,104 @@
+"""The committee's spot-check draw of an on-demand task: recomputable from the documented formula,
+at its rate, uniform over the segments, and cheap enough at the default rate."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from eth_utils import keccak
+
+from syncline.protocol.spot_checks import (
+    CHECKPOINT_BYTES_PER_PARAM,
+    DEFAULT_SPOT_CHECK_BUDGET,
+    checkpoints_for_segment,
+    default_spot_check_rate,
+    kept_rounds,
+    mean_checkpoints_per_check,
+    spot_check_deadline,
+    spot_check_draw,
+    spot_check_threshold,
+)
+
+ROOT = keccak(b"a finalized state root")
+BLOCK = keccak(b"the block that finalized it")
+
+
+def _by_hand(
+    task_id: int, round_: int, fragment: int, root: bytes, block: bytes, rate: float, segments: int
+) -> int | None:
+    """The draw as ``docs/architecture.md`` states it, written out independently."""
+    h = keccak(
+        b"syncline-spot-check-v1"
+        + task_id.to_bytes(32, "big")
+        + round_.to_bytes(32, "big")
+        + fragment.to_bytes(32, "big")
+        + root
+        + block
+    )
+    if int.from_bytes(h[:8], "big") >= math.floor(rate * 2**64):
+        return None
+    return int.from_bytes(h[8:16], "big") % (segments + 1)
+
+
+def test_the_draw_is_the_documented_formula() -> None:
+    for rate in (1.0, 0.5, 0.01):
+        for fragment in range(40):
+            got = spot_check_draw(7, 3, fragment, ROOT, BLOCK, rate=rate, segments=3)
+            assert got == _by_hand(7, 3, fragment, ROOT, BLOCK, rate, 3)
+
+
+def test_rate_one_draws_every_submission_and_segments_cover_zero_to_s() -> None:
+    drawn = [spot_check_draw(1, r, f, ROOT, BLOCK, rate=1.0, segments=3) for r in range(50) for f in range(20)]
+    assert None not in drawn
+    counts = [drawn.count(s) for s in range(4)]
+    assert all(200 <= c <= 300 for c in counts), counts  # 1000 draws, ~250 each
+
+
+def test_the_draw_hits_its_rate_and_depends_on_the_root_and_the_block() -> None:
+    rate, n = 0.05, 20_000
+    hits = sum(spot_check_draw(2, i // 100, i % 100, ROOT, BLOCK, rate=rate, segments=3) is not None for i in range(n))
+    sigma = math.sqrt(n * rate * (1 - rate))
+    assert abs(hits - n * rate) < 5 * sigma, hits
+    other = keccak(b"another root")
+    a = [spot_check_draw(2, 0, f, ROOT, BLOCK, rate=0.5, segments=3) for f in range(64)]
+    b = [spot_check_draw(2, 0, f, other, BLOCK, rate=0.5, segments=3) for f in range(64)]
+    c = [spot_check_draw(2, 0, f, ROOT, other, rate=0.5, segments=3) for f in range(64)]
+    assert a != b and a != c
+
+
+def test_the_default_rate_spends_the_budget() -> None:
+    for bits in (8, 16):
+        for segments in (1, 3, 10):
+            rate = default_spot_check_rate(bits, segments)
+            expected = rate * mean_checkpoints_per_check(segments) * CHECKPOINT_BYTES_PER_PARAM
+            assert expected == pytest.approx(DEFAULT_SPOT_CHECK_BUDGET * bits / 8)
+    # the demo's shape: int8 payloads, 3 segments: about 1 submission in 260
+    assert 1 / 300 < default_spot_check_rate(8, 3) < 1 / 200
+
+
+def test_a_check_publishes_what_its_segment_needs() -> None:
+    assert checkpoints_for_segment(0, 3) == (0, 1)
+    assert checkpoints_for_segment(3, 3) == (3,)
+    assert mean_checkpoints_per_check(3) == (2 * 3 + 1) / 4
+    for bad in (-1, 4, True):
+        with pytest.raises(ValueError):
+            checkpoints_for_segment(bad, 3)
+
+
+def test_rates_outside_zero_to_one_are_refused() -> None:
+    assert spot_check_threshold(1.0) == 2**64
+    for bad in (0.0, -0.1, 1.01, math.nan, math.inf):
+        with pytest.raises(ValueError):
+            spot_check_threshold(bad)
+    with pytest.raises(ValueError):
+        spot_check_draw(1, 0, 0, b"short", BLOCK, rate=0.5, segments=3)
+    with pytest.raises(ValueError):
+        spot_check_draw(1, 0, 0, ROOT, b"short", rate=0.5, segments=3)
+
+
+def test_deadlines_leave_half_the_window_to_escalate_and_keep_enough_rounds() -> None:
+    assert spot_check_deadline(1000, 40) == 1020
+    # a claim may open 40 s after the close and be answered 20 s later: 60 s of 20 s rounds, plus margin
+    assert kept_rounds(40, 20) == 5
+    assert kept_rounds(5, 20) >= 3
