@@ -478,7 +478,19 @@ def check_other_precisions_spared(record: FraudRecord, scenario: Scenario, plan:
         # the culprit trains in fp32 (compared exactly): every tolerant comparison is the bf16 trainer's
         assert len(lines) >= segments * len(scenario.dtypes), (witness, lines)
         assert all("trainer_class=cpu-bf16" in x and "referee_class=cpu-fp32" in x for x in lines), lines
-        assert all("within=True" in x for x in lines), [x for x in lines if "within=True" not in x]
+        # Outside the envelope only on a candidate shard set that was not the trainer's (its shards
+        # were reassigned while the round was open, after the culprit's eviction), and then the
+        # next comparison, on another candidate set of the same segment, is inside it.
+        for i, x in enumerate(lines):
+            if "within=True" in x:
+                continue
+            assert "shard_sets=1 " not in x and i + 1 < len(lines), (witness, lines)
+            assert "within=True" in lines[i + 1] and _segment_of(lines[i + 1]) == _segment_of(x), (witness, lines)
+
+
+def _segment_of(line: str) -> str:
+    """The ``segment=N`` field of a referee log line."""
+    return next(f for f in line.split() if f.startswith("segment="))
 
 
 def check_everyone_withdrew(record: FraudRecord) -> None:

@@ -828,3 +828,20 @@ def test_checkpoints_on_demand_round_trip_with_the_default_or_a_declared_rate() 
     assert declared.spot_check_rate == 0.25
     again = TrainingTaskSpec.from_mapping(json.loads(declared.canonical_bytes()))
     assert again == declared and again.spec_hash == declared.spec_hash != on_demand.spec_hash
+
+
+def test_a_momentum_that_rounds_to_one_million_ppm_is_refused(
+    offline_spec_factory: Callable[..., TrainingTaskSpec],
+) -> None:
+    """``outerMomentumPpm = round(momentum * 1e6)``: 0.9999996 < 1 passed the float check but gives
+    1_000_000 ppm, which the outer step (and ChunkAggregation) refuse, so every round would carry
+    forward. The spec is refused before it is posted."""
+    spec = offline_spec_factory()
+    for momentum in (0.9999995, 0.9999996, 0.99999999):
+        bad = spec.with_updates(outer_optimizer=OuterOptimizerSpec(lr=0.7, momentum=momentum))
+        assert bad.outer_momentum_ppm == 1_000_000
+        with pytest.raises(SpecError, match=r"^outer_optimizer: momentum .* rounds to 1000000 ppm") as info:
+            bad.validate()
+        assert "\n" not in str(info.value)
+    ok = spec.with_updates(outer_optimizer=OuterOptimizerSpec(lr=0.7, momentum=0.9999994))
+    assert ok.outer_momentum_ppm == 999_999 and ok.validate() is ok

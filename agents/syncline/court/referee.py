@@ -345,7 +345,8 @@ def _check_training(
             return dataclasses.replace(loaded, segment=segment)
         claimed = loaded
     closest = ""
-    for shards in (inputs.shards, *inputs.other_shards):
+    shard_sets = (inputs.shards, *inputs.other_shards)
+    for shard_set, shards in enumerate(shard_sets):
         try:
             replayed = replay_segment(
                 inputs.adapter,
@@ -373,6 +374,10 @@ def _check_training(
             trainer_class=ckpt.device_class,
             referee_class=inputs.referee.device_class,
             within=verdict.within,
+            # with several candidate shard sets (a reassignment while the round was open) only
+            # one is the trainer's: the others are expected to fall outside the envelope
+            shard_set=shard_set,
+            shard_sets=len(shard_sets),
             **verdict.distance.to_mapping(),
         )
         if verdict.within:

@@ -425,6 +425,11 @@ class TrainingTaskSpec:
             raise SpecError(f"gradient_bits {self.gradient_bits}: only 8 or 16 are defined")
         if not 0 < self.outer_lr_ppm < 2**32 or not 0 <= self.outer_optimizer.momentum < 1:
             raise SpecError("outer_optimizer: need 1e-6 <= lr < 4294 and 0 <= momentum < 1")
+        if self.outer_momentum_ppm >= PPM:
+            raise SpecError(
+                f"outer_optimizer: momentum {self.outer_optimizer.momentum!r} rounds to {self.outer_momentum_ppm} ppm; "
+                "the outer step needs at most 999999 ppm (momentum < 0.9999995)"
+            )
         if self.verification is not None:
             self.verification.validate()
         if not tier_policy.admits(self.tier, self.aggregation.rule):
