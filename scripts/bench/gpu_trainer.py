@@ -8,9 +8,10 @@ weights the previous one ended in; the AdamW state carries over, as in DiLoCo):
 
 * ``cpu-fp32`` always;
 * with ``torch.cuda.is_available()``: ``cuda-fp32``, ``cuda-bf16`` (autocast) and ``cuda-bf16-gc``
-  (bf16 with gradient checkpointing), each non-deterministic and deterministic
-  (``torch.use_deterministic_algorithms`` and cuDNN's deterministic flag, with
-  ``CUBLAS_WORKSPACE_CONFIG`` set before cuBLAS starts: the mode a checkpoint's header declares);
+  (bf16 with gradient checkpointing), each non-deterministic and deterministic (the trainer
+  config's ``deterministic`` option, ``InnerLoop(deterministic=True)``:
+  ``torch.use_deterministic_algorithms`` and cuDNN's flag, with ``CUBLAS_WORKSPACE_CONFIG`` set
+  before cuBLAS starts; the mode a checkpoint's header declares);
 * without a GPU: ``cpu-bf16`` (``torch.autocast("cpu", bfloat16)``), the CPU stand-in that runs
   the same code path as the CUDA rows here.
 
@@ -40,14 +41,13 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import os
 import platform
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,8 +57,8 @@ from eth_utils import keccak
 from structlog.testing import capture_logs
 
 from syncline.court.referee import CPU_FP32, Claim, ReplayInputs, Undecided, check_segment
+from syncline.demo.trainer_setup import TrainerSetup, build_trainer_setup
 from syncline.demo.training_run import DemoPlan
-from syncline.modality.language import LanguageAdapter
 from syncline.protocol.checkpoints import (
     Checkpoint,
     CheckpointManifest,
@@ -66,13 +66,11 @@ from syncline.protocol.checkpoints import (
     checkpoint_root,
     segment_count,
 )
-from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.seeds import round_seed
 from syncline.protocol.spec import DEFAULT_VERIFICATION
 from syncline.protocol.state import TrainingState
-from syncline.run.agent_config import InnerOptimizerConfig
-from syncline.sponsor.task_builder import cached_corpus
-from syncline.trainer.inner_loop import InnerLoop, RoundWork, replay_environment
+from syncline.protocol.tolerance import SegmentDistance
+from syncline.trainer.inner_loop import CUBLAS_WORKSPACE, InnerLoop, RoundWork, replay_environment
 from syncline.trainer.segments import encode_payload
 
 PLAN = DemoPlan()
@@ -80,20 +78,9 @@ TASK_ID = 1
 FRAGMENT = 0
 GRADIENT_BITS = 8
 WARMUP_STEPS = 2
-CUBLAS_WORKSPACE = ":4096:8"
 CPU_NOTE = "no GPU here: CUDA rows skipped; the CPU bf16 autocast row stands in"
-DISTANCE_KEYS = ("weight_rel_l2", "weight_rel_l2_tensor", "weight_max_abs_lr", "exp_avg_rel_l2", "exp_avg_sq_rel_l2")
+MEASURES = SegmentDistance.MEASURES
 SETTING_NAME = re.compile(r"(cpu|cuda)-(fp32|bf16)(-gc)?")
-TINY_MODEL: dict[str, Any] = {  # tests/agents/_agent_harness.py TINY_MODEL
-    "family": "llama",
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 1,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 32,
-    "tie_word_embeddings": True,
-}
 
 
 @dataclass(frozen=True)
@@ -139,82 +126,15 @@ def default_settings(cuda: bool) -> list[str]:
     return ["cpu-fp32", "cuda-fp32", "cuda-bf16", "cuda-bf16-gc"] if cuda else ["cpu-fp32", "cpu-bf16"]
 
 
-@contextlib.contextmanager
-def deterministic_mode(setting: Setting) -> Iterator[None]:
-    """A CUDA setting's mode inside (``torch.use_deterministic_algorithms`` and cuDNN's flag), the
-    caller's after; a CPU setting changes nothing. cuBLAS also needs ``CUBLAS_WORKSPACE_CONFIG``
-    before its first call, which :func:`main` sets for every row (the same workspace either way)."""
-    if setting.device == "cpu":
-        yield
-        return
-    before = torch.are_deterministic_algorithms_enabled()
-    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-    cudnn = torch.backends.cudnn.deterministic
-    torch.use_deterministic_algorithms(setting.deterministic)
-    torch.backends.cudnn.deterministic = setting.deterministic
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(before, warn_only=warn_only)
-        torch.backends.cudnn.deterministic = cudnn
-
-
-@dataclass
-class Setup:
-    name: str
-    adapter: LanguageAdapter
-    layout: ParameterLayout
-    initial: TrainingState
-    inner: InnerOptimizerConfig
-    shards: list[bytes]
-    model_config: dict[str, Any]
-    seq_len: int
-
-    def build_model(self) -> torch.nn.Module:
-        return self.adapter.build_model(self.model_config, seed=0)
-
-    def loop(self, setting: Setting, steps: int) -> InnerLoop:
-        return InnerLoop(
-            self.adapter,
-            self.build_model(),
-            self.layout,
-            dataclasses.replace(self.inner, inner_steps=steps),
-            device=setting.device,
-            dtype=setting.dtype,
-            gradient_checkpointing=setting.checkpointing,
-        )
-
-
-def build_setup(which: str = "demo") -> Setup:
-    """The demo's model, data and trainer config (``DemoPlan``), or ``tiny``: the fraud e2e run's
-    (1-layer Llama, hidden 32, vocab 512, seq 32, lr 3e-3)."""
-    if which == "tiny":
-        model = dict(TINY_MODEL)
-        plan = dataclasses.replace(PLAN, vocab_size=512, seq_len=32, inner_lr=3e-3)
-    else:
-        model, plan = dict(PLAN.model), PLAN
-    corpus = cached_corpus(plan.shard_count, plan.vocab_size)
-    adapter = LanguageAdapter(seq_len=plan.seq_len)
-    config = model | {"vocab_size": plan.vocab_size}
-    params = {k: v.detach() for k, v in adapter.build_model(config, seed=0).named_parameters()}
-    layout = ParameterLayout.from_state_dict(params)
-    inner = InnerOptimizerConfig(
-        lr=plan.inner_lr,
-        weight_decay=0.01,
-        beta1=0.9,
-        beta2=0.95,
-        inner_steps=plan.inner_steps,
-        batch_size=plan.batch_size,
-    )
-    return Setup(
-        name=which,
-        adapter=adapter,
-        layout=layout,
-        initial=TrainingState.from_model_state_dict(params, layout),
-        inner=inner,
-        shards=list(corpus.shards[: plan.shard_count // plan.trainers]),
-        model_config=config,
-        seq_len=plan.seq_len,
+def setting_loop(setup: TrainerSetup, setting: Setting, steps: int) -> InnerLoop:
+    """The trainer's inner loop in ``setting`` (deterministic mode as the trainer agent's
+    ``deterministic`` option sets it: :class:`InnerLoop` ``deterministic``)."""
+    return setup.loop(
+        setting.device,
+        dtype=setting.dtype,
+        steps=steps,
+        gradient_checkpointing=setting.checkpointing,
+        deterministic=setting.deterministic,
     )
 
 
@@ -240,19 +160,19 @@ class Geometry:
         return segment_count(self.steps, self.interval)
 
 
-def train(setup: Setup, setting: Setting, geo: Geometry) -> tuple[dict[str, Any], list[RoundRun]]:
+def train(setup: TrainerSetup, setting: Setting, geo: Geometry) -> tuple[dict[str, Any], list[RoundRun]]:
     """``geo.rounds`` rounds of the inner loop in ``setting``, after untimed warm-up steps: the
     row's figures and the rounds (each starts from the weights the previous one ended in)."""
     cuda = setting.device == "cuda"
-    with replay_environment(geo.threads), deterministic_mode(setting):
-        warm = setup.loop(setting, WARMUP_STEPS)
+    with replay_environment(geo.threads):
+        warm = setting_loop(setup, setting, WARMUP_STEPS)
         warm.run(setup.initial, setup.shards, seed=round_seed(TASK_ID, 10**6, FRAGMENT))
         del warm
         if cuda:
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
-        loop = setup.loop(setting, geo.steps)
+        loop = setting_loop(setup, setting, geo.steps)
         state = setup.initial
         runs: list[RoundRun] = []
         wall = 0.0
@@ -302,7 +222,7 @@ def commit(
     return claim, manifest, lambda _manifest, index: blobs[index]
 
 
-def referee(setup: Setup, runs: Sequence[RoundRun], geo: Geometry) -> list[dict[str, Any]]:
+def referee(setup: TrainerSetup, runs: Sequence[RoundRun], geo: Geometry) -> list[dict[str, Any]]:
     """The default referee's (CPU fp32) verdict on every training segment and the derivation
     segment of ``runs``, with the distance its tolerant comparison logged (None when it compared
     bit for bit, and for the derivation segment)."""
@@ -334,7 +254,7 @@ def referee(setup: Setup, runs: Sequence[RoundRun], geo: Geometry) -> list[dict[
                     "derivation": outcome.derivation,
                     "verdict": "undecided" if undecided else "guilty" if outcome.guilty else "innocent",
                     "reason": outcome.reason,
-                    "distance": {k: compared[-1][k] for k in ("steps", *DISTANCE_KEYS)} if compared else None,
+                    "distance": {k: compared[-1][k] for k in ("steps", *MEASURES)} if compared else None,
                 }
             )
     return verdicts
@@ -350,7 +270,7 @@ def add_overheads(rows: Sequence[dict[str, Any]]) -> None:
             row["deterministic_overhead"] = round(det["seconds"] / nondet["seconds"], 3)
 
 
-def run(setup: Setup, settings: Sequence[Setting], geo: Geometry, judge_rounds: int) -> dict[str, Any]:
+def run(setup: TrainerSetup, settings: Sequence[Setting], geo: Geometry, judge_rounds: int) -> dict[str, Any]:
     torch.manual_seed(0)
     rows: list[dict[str, Any]] = []
     for setting in settings:
@@ -373,7 +293,7 @@ def run(setup: Setup, settings: Sequence[Setting], geo: Geometry, judge_rounds: 
             row["false_convictions"] = sum(v["verdict"] == "guilty" for v in verdicts)
             row["undecided"] = sum(v["verdict"] == "undecided" for v in verdicts)
             distances = [v["distance"] for v in verdicts if v["distance"] is not None]
-            row["max_distance"] = {k: max(d[k] for d in distances) for k in DISTANCE_KEYS} if distances else None
+            row["max_distance"] = {k: max(d[k] for d in distances) for k in MEASURES} if distances else None
         del runs
         rows.append(row)
         print(f"{setting.name}: {row['tokens_per_s']} tokens/s, {time.perf_counter() - began:.1f} s", flush=True)
@@ -475,7 +395,7 @@ def main(argv: Sequence[str] | None = None, *, out: Callable[[dict[str, Any]], N
         parser.error("--rounds, --steps, --interval and --threads must be positive, --interval <= --steps")
     began = time.perf_counter()
     geo = Geometry(rounds=rounds, steps=steps, interval=interval, threads=threads)
-    report = run(build_setup("tiny" if args.tiny else "demo"), settings, geo, args.judge_rounds)
+    report = run(build_trainer_setup("tiny" if args.tiny else "demo"), settings, geo, args.judge_rounds)
     report["seconds"] = round(time.perf_counter() - began, 1)
     report["quick"] = bool(args.quick)
     out(report)

@@ -42,16 +42,13 @@ from typing import Any
 
 import torch
 
+from syncline.demo.trainer_setup import TrainerSetup, build_trainer_setup
 from syncline.demo.training_run import DemoPlan
-from syncline.modality.language import LanguageAdapter
 from syncline.protocol.checkpoints import Checkpoint
-from syncline.protocol.layout import ParameterLayout
+from syncline.protocol.seeds import round_seed
 from syncline.protocol.spec import DEFAULT_VERIFICATION, ToleranceModel
 from syncline.protocol.state import TrainingState
 from syncline.protocol.tolerance import SegmentDistance, compare, judge, segment_distance
-from syncline.run.agent_config import InnerOptimizerConfig
-from syncline.sponsor.task_builder import cached_corpus
-from syncline.trainer.agent import round_seed
 from syncline.trainer.inner_loop import InnerLoop, replay_environment
 
 PLAN = DemoPlan()
@@ -61,32 +58,6 @@ LISTED_CHEATS = ("lazy-50%", "lazy-25%", "lazy-10%", "wrong-shard", "lr-x0.5", "
 REQUIRED_HONEST = 50
 REQUIRED_DETECTION = 0.99
 FRESH_EVERY = 5  # one sample in five is a round's first segment from a new optimizer
-TINY_MODEL: dict[str, Any] = {
-    "family": "llama",
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 1,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 32,
-    "tie_word_embeddings": True,
-}
-
-
-@dataclass
-class Setup:
-    name: str
-    adapter: LanguageAdapter
-    layout: ParameterLayout
-    initial: TrainingState
-    inner: InnerOptimizerConfig
-    shards: list[bytes]
-    other_shards: list[bytes]
-    model_config: dict[str, Any]
-
-    def loop(self, device: str = "cpu") -> InnerLoop:
-        model = self.adapter.build_model(self.model_config, seed=0)
-        return InnerLoop(self.adapter, model, self.layout, self.inner, device=device)
 
 
 @dataclass
@@ -102,52 +73,14 @@ class Tally:
         self.outside += 0 if within else 1
 
     def maxima(self) -> dict[str, float]:
-        keys = ("weight_rel_l2", "weight_rel_l2_tensor", "weight_max_abs_lr", "exp_avg_rel_l2", "exp_avg_sq_rel_l2")
-        return {k: max(float(getattr(d, k)) for d in self.distances) for k in keys}
+        return {k: max(float(getattr(d, k)) for d in self.distances) for k in SegmentDistance.MEASURES}
 
     def minima(self) -> dict[str, float]:
         keys = ("weight_rel_l2", "weight_rel_l2_tensor", "exp_avg_rel_l2")
         return {k: min(float(getattr(d, k)) for d in self.distances) for k in keys}
 
 
-def build_setup(which: str = "demo") -> Setup:
-    """The demo's model and trainer config (``DemoPlan``), or ``tiny``: the fraud e2e run's
-    (``tests/agents/_agent_harness.py`` ``tiny_plan``: 1-layer Llama, hidden 32, vocab 512, lr 3e-3)."""
-    if which == "tiny":
-        model = {**TINY_MODEL}
-        plan = dataclasses.replace(
-            PLAN, vocab_size=512, seq_len=32, inner_lr=3e-3, inner_steps=8, checkpoint_interval=4
-        )
-    else:
-        model, plan = dict(PLAN.model), PLAN
-    corpus = cached_corpus(plan.shard_count, plan.vocab_size)
-    adapter = LanguageAdapter(seq_len=plan.seq_len)
-    config = model | {"vocab_size": plan.vocab_size}
-    net = adapter.build_model(config, seed=0)
-    params = {k: v.detach() for k, v in net.named_parameters()}
-    layout = ParameterLayout.from_state_dict(params)
-    per = plan.shard_count // plan.trainers
-    inner = InnerOptimizerConfig(
-        lr=plan.inner_lr,
-        weight_decay=0.01,
-        beta1=0.9,
-        beta2=0.95,
-        inner_steps=plan.inner_steps,
-        batch_size=plan.batch_size,
-    )
-    return Setup(
-        name=which,
-        adapter=adapter,
-        layout=layout,
-        initial=TrainingState.from_model_state_dict(params, layout),
-        inner=inner,
-        shards=list(corpus.shards[:per]),
-        other_shards=list(corpus.shards[per : 2 * per]),
-        model_config=config,
-    )
-
-
-def trajectory(setup: Setup, steps: int, samples: int) -> list[tuple[int, int, Checkpoint, Checkpoint]]:
+def trajectory(setup: TrainerSetup, steps: int, samples: int) -> list[tuple[int, int, Checkpoint, Checkpoint]]:
     """``(seed, start, c_s, c_{s+1})`` of consecutive ``steps``-step segments of an fp32 CPU run
     (1 thread): the referee's replay of each segment is its next checkpoint."""
     loop = setup.loop()
@@ -215,7 +148,7 @@ class Sample:
     fresh: bool
 
 
-def fresh_samples(setup: Setup, steps: int, count: int) -> list[Sample]:
+def fresh_samples(setup: TrainerSetup, steps: int, count: int) -> list[Sample]:
     """First segments of round 0 (initial weights, a new AdamW: the largest honest divergence, as
     Adam's first steps are about ``lr * sign(g)``), each on another data seed."""
     out = []
@@ -232,7 +165,7 @@ def fresh_samples(setup: Setup, steps: int, count: int) -> list[Sample]:
 
 
 def measure(
-    setup: Setup,
+    setup: TrainerSetup,
     sample: Sample,
     steps: int,
     model: ToleranceModel,
@@ -275,7 +208,7 @@ def measure(
         cheat(f"scale-x{f}", with_params(bf16, c0.params + f * update))
 
 
-def run(steps_list: Sequence[int], samples: int, model: ToleranceModel, setup: Setup) -> dict[str, Any]:
+def run(steps_list: Sequence[int], samples: int, model: ToleranceModel, setup: TrainerSetup) -> dict[str, Any]:
     torch.manual_seed(0)
     rng = random.Random(0)
     loops = {"cpu": setup.loop()}
@@ -404,7 +337,7 @@ def main(argv: Sequence[str] | None = None, *, out: Callable[[dict[str, Any]], N
     if samples < 1 or any(s < 1 for s in steps):
         parser.error("--samples and --steps must be positive")
     began = time.perf_counter()
-    report = run(steps, samples, DEFAULT_VERIFICATION.tolerance, build_setup(args.model))
+    report = run(steps, samples, DEFAULT_VERIFICATION.tolerance, build_trainer_setup(args.model))
     report["seconds"] = round(time.perf_counter() - began, 1)
     report["quick"] = bool(args.quick)
     out(report)

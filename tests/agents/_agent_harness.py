@@ -32,7 +32,7 @@ from syncline.chain.devnet import Devnet, chain_time, start_anvil
 from syncline.chain.keys import Signer, from_private_key
 from syncline.chain.market import MarketClient, RoundView, TaskView, WitnessView
 from syncline.court.referee import Claim, find_manifest
-from syncline.court.sampling import drawn_segment
+from syncline.demo.trainer_setup import TINY_MODEL
 from syncline.demo.training_run import AgentProcess, DemoPlan, TrainingDemo, _template
 from syncline.protocol.checkpoints import CheckpointManifest, manifest_alias
 from syncline.protocol.seeds import round_seed
@@ -48,16 +48,6 @@ from syncline.trainer.segments import encode_payload
 SHARD_COUNT = 6
 VOCAB_SIZE = 512
 SEQ_LEN = 32
-TINY_MODEL: dict[str, Any] = {
-    "family": "llama",
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 1,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": SEQ_LEN,
-    "tie_word_embeddings": True,
-}
 
 T = TypeVar("T")
 
@@ -173,7 +163,7 @@ def capture_run(market: MarketClient, blobs: BlobStore, task_id: int, accounts: 
         )
         if manifest is not None:  # (a test of lost uploads may have none)
             manifests[(r, fragment)] = manifest
-        draws[(r, fragment)] = drawn_segment(market, ctx.spec, task_id, r, fragment, rounds[r])
+        draws[(r, fragment)] = ctx.drawn_segment(r, fragment, rounds[r])
     published = {m.digest(i): blobs.has(m.digest(i)) for m in manifests.values() for i in range(len(m.hashes))}
     withdrawn: dict[str, list[int]] = {}
     for e in market.get_logs("Withdrawn", from_block=0):

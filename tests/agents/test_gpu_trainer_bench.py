@@ -4,6 +4,7 @@ CPU fp32 referee finds it innocent on every segment."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import sys
@@ -13,6 +14,9 @@ from typing import Any
 
 import pytest
 import torch
+
+from syncline.demo.trainer_setup import build_trainer_setup
+from syncline.trainer.inner_loop import deterministic_algorithms
 
 ROW_FIELDS = {"tokens_per_s", "steps_per_s", "seconds", "peak_memory_bytes", "deterministic_overhead", "verdicts"}
 
@@ -106,15 +110,19 @@ def test_cpu_settings_exercise_gradient_checkpointing_and_the_exact_replay(
 
 
 def test_the_cuda_rows_mode_and_overhead_logic_without_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What only a GPU session runs end to end: the deterministic-mode switch (flags only, no
-    kernel) and the pairing of a setting's deterministic and non-deterministic rows."""
+    """What only a GPU session runs end to end: the trainer's deterministic-mode switch (flags
+    only, no kernel; a CPU loop never changes them) and the pairing of a setting's deterministic
+    and non-deterministic rows."""
     bench = _bench(monkeypatch)
     before = torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic
     for deterministic in (True, False):
-        with bench.deterministic_mode(bench.Setting("cuda", "bf16", deterministic=deterministic)):
+        with deterministic_algorithms(deterministic):
             assert torch.are_deterministic_algorithms_enabled() is deterministic
             assert torch.backends.cudnn.deterministic is deterministic
         assert (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic) == before
+    setup = build_trainer_setup("tiny")
+    cpu = bench.setting_loop(setup, bench.Setting("cpu", "fp32", deterministic=True), 2)
+    assert not cpu.deterministic and isinstance(cpu._mode(), contextlib.nullcontext)  # CPU torch is deterministic
     rows: list[dict[str, Any]] = [
         {"name": "cpu-fp32", "setting": "cpu-fp32", "seconds": 1.0, "deterministic_overhead": None},
         {"name": "cuda-fp32 nondet", "setting": "cuda-fp32", "seconds": 2.0, "deterministic_overhead": None},

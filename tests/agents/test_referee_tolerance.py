@@ -32,6 +32,7 @@ from syncline.court.referee import (
     check_segment,
     find_faulty,
 )
+from syncline.demo.trainer_setup import TINY_MODEL
 from syncline.modality.language import LanguageAdapter
 from syncline.protocol.checkpoints import (
     Checkpoint,
@@ -49,17 +50,7 @@ from syncline.trainer.segments import encode_payload
 
 H, INTERVAL, BATCH, SEQ, SEED = 8, 4, 8, 32, 1234
 S = segment_count(H, INTERVAL)
-MODEL: dict[str, Any] = {
-    "family": "llama",
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 1,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": SEQ,
-    "tie_word_embeddings": True,
-    "vocab_size": 256,
-}
+MODEL: dict[str, Any] = TINY_MODEL | {"max_position_embeddings": SEQ, "vocab_size": 256}
 INNER = InnerOptimizerConfig(lr=3e-3, inner_steps=H, batch_size=BATCH)
 
 

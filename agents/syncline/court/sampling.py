@@ -21,13 +21,10 @@ from __future__ import annotations
 
 import random
 
-from syncline.chain.market import MarketClient, RoundView
 from syncline.court.audit import TrainingCheck, TrainingChecker
 from syncline.court.referee import Unanswered, Undecided, check_segment, load_case, training_checker
 from syncline.observability import get_logger
-from syncline.protocol.enums import RoundStatus
-from syncline.protocol.spec import TrainingTaskSpec
-from syncline.protocol.spot_checks import spot_check_deadline, spot_check_draw
+from syncline.protocol.spot_checks import spot_check_deadline
 from syncline.run.context import TaskContext
 from syncline.run.loop import pending_time
 
@@ -36,29 +33,13 @@ log = get_logger("syncline.court")
 MODES = ("all", "spot", "off")
 
 
-def drawn_segment(
-    market: MarketClient, spec: TrainingTaskSpec, task_id: int, round_: int, fragment: int, rr: RoundView
-) -> int | None:
-    """The segment the committee's draw names of submission ``(round_, fragment)`` (``rr`` is the
-    round as just read); None when the round is not finalized or the draw passes it over."""
-    if rr.status != RoundStatus.FINALIZED:
-        return None
-    block_hash = market.finalization_block_hash(task_id, round_)
-    if block_hash is None:
-        return None
-    state_root = bytes.fromhex(rr.state_root[2:])
-    return spot_check_draw(
-        task_id, round_, fragment, state_root, block_hash, rate=spec.spot_check_rate, segments=spec.checkpoint_segments
-    )
-
-
 def committee_spot_check(ctx: TaskContext, round_: int, fragment: int) -> TrainingCheck:
     """The committee's check of one submission in an on-demand task: None when the draw passes it
     over or its drawn segment re-executes; the verdict, :class:`Undecided` (not published yet,
     before the deadline), or :class:`Unanswered` (still not published after it)."""
     spec = ctx.spec
     rr = ctx.market.round(ctx.task_id, round_)
-    segment = drawn_segment(ctx.market, spec, ctx.task_id, round_, fragment, rr)
+    segment = ctx.drawn_segment(round_, fragment, rr)
     if segment is None:
         return None
     case = load_case(ctx, round_, fragment)

@@ -59,14 +59,13 @@ class SegmentDistance:
     exp_avg_sq_rel_l2: float
     worst_tensor: str
 
+    MEASURES = ("weight_rel_l2", "weight_rel_l2_tensor", "weight_max_abs_lr", "exp_avg_rel_l2", "exp_avg_sq_rel_l2")
+    """The measured distances (the fields the envelope bounds)."""
+
     def to_mapping(self) -> dict[str, float | int | str]:
         return {
             "steps": self.steps,
-            "weight_rel_l2": self.weight_rel_l2,
-            "weight_rel_l2_tensor": self.weight_rel_l2_tensor,
-            "weight_max_abs_lr": self.weight_max_abs_lr,
-            "exp_avg_rel_l2": self.exp_avg_rel_l2,
-            "exp_avg_sq_rel_l2": self.exp_avg_sq_rel_l2,
+            **{k: getattr(self, k) for k in self.MEASURES},
             "worst_tensor": self.worst_tensor,
         }
 

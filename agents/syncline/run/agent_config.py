@@ -64,6 +64,9 @@ class AgentConfig:
     device: str = "cpu"
     dtype: str = "fp32"
     gradient_checkpointing: bool = False
+    # CUDA deterministic mode (torch.use_deterministic_algorithms, CUBLAS_WORKSPACE_CONFIG): the
+    # checkpoints declare it, and a referee of the same device class then compares bit for bit
+    deterministic: bool = False
     threads: int | None = None
     # witness only
     eval_batches: int = 8

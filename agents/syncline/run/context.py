@@ -22,11 +22,13 @@ from eth_account.signers.local import LocalAccount
 
 from syncline.blobstore import BlobStore, find_verified, put_signed
 from syncline.blobstore.store import MAX_ALIAS_SIGNERS, BlobTooLarge, BlobUnavailable
-from syncline.chain.market import MarketClient
+from syncline.chain.market import MarketClient, RoundView
 from syncline.errors import SpecError, SynclineError
 from syncline.modality.language import LanguageAdapter
+from syncline.protocol.enums import RoundStatus
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.spec import MAX_SPEC_BYTES, TrainingTaskSpec
+from syncline.protocol.spot_checks import spot_check_draw
 from syncline.protocol.state import TrainingState
 from syncline.protocol.sync_round import CommittedSubmission, RoundResult, compute_round
 
@@ -53,6 +55,8 @@ class TaskContext:
     _shards: dict[int, bytes] = field(default_factory=dict)
     _validation: bytes | None = None
     _publishers: tuple[str, ...] | None = None
+    # (round, state root) -> hash of the block that finalized it (the spot-check draw's seed)
+    _finalized_in: dict[tuple[int, str], bytes] = field(default_factory=dict)
 
     @classmethod
     def load(cls, market: MarketClient, blobs: BlobStore, task_id: int) -> TaskContext:
@@ -87,6 +91,28 @@ class TaskContext:
         )
 
     # ------------------------------------------------------------------ data
+
+    def drawn_segment(self, round_: int, fragment: int, rr: RoundView) -> int | None:
+        """The segment the committee's spot-check draw names of submission ``(round_, fragment)``
+        in an on-demand task (``rr``: the round as just read); None when the round is not
+        finalized or the draw passes the submission over (:mod:`syncline.protocol.spot_checks`)."""
+        if rr.status != RoundStatus.FINALIZED:
+            return None
+        key = (round_, rr.state_root)
+        if key not in self._finalized_in:
+            block_hash = self.market.finalization_block_hash(self.task_id, round_)
+            if block_hash is None:
+                return None
+            self._finalized_in[key] = block_hash
+        return spot_check_draw(
+            self.task_id,
+            round_,
+            fragment,
+            bytes.fromhex(rr.state_root[2:]),
+            self._finalized_in[key],
+            rate=self.spec.spot_check_rate,
+            segments=self.spec.checkpoint_segments,
+        )
 
     def shard(self, index: int) -> bytes:
         """Training shard ``index``, verified against the dataset manifest (cached in memory)."""

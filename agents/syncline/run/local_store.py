@@ -24,6 +24,17 @@ def append_durable(state_dir: Path, name: str, record: dict[str, object]) -> Non
         os.fsync(fh.fileno())
 
 
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` durably: a temporary file, fsync, then rename into place (a
+    crash leaves the old file or the new one, never a torn one)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
 def read_records(state_dir: Path, name: str) -> list[dict[str, object]]:
     """Every complete JSON line of ``state_dir/name`` (none if the file is absent; a torn last
     line, from a crash mid-write, is skipped)."""

@@ -23,7 +23,6 @@ from syncline.chain.calls import ZERO_ADDRESS
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient, RoundView
 from syncline.court.defence import AvailabilityResponder
-from syncline.court.sampling import drawn_segment
 from syncline.errors import ChainError, SynclineError
 from syncline.observability import get_logger
 from syncline.protocol.checkpoints import CheckpointManifest, manifest_alias, manifest_root_alias
@@ -191,7 +190,7 @@ class TrainerAgent:
             if not rr.accepted_mask >> fragment & 1:
                 self._spot_settled.add(r)
                 continue
-            segment = drawn_segment(self.market, spec, ctx.task_id, r, fragment, rr)
+            segment = ctx.drawn_segment(r, fragment, rr)
             if segment is None:
                 self._spot_settled.add(r)
                 continue
@@ -203,7 +202,6 @@ class TrainerAgent:
             if published:
                 log.info("trainer.spot_check_answered", round=r, fragment=fragment, segment=segment)
                 self._spot_settled.add(r)
-        self.keeper.prune(open_round - window)
 
     @property
     def keeper(self) -> CheckpointKeeper:
@@ -253,6 +251,7 @@ class TrainerAgent:
                 device=self.cfg.device,
                 dtype=self.cfg.dtype,
                 gradient_checkpointing=self.cfg.gradient_checkpointing,
+                deterministic=self.cfg.deterministic,
             )
         return self.inner
 
@@ -309,9 +308,11 @@ class TrainerAgent:
         # Through the outbox: a blob-store outage now delays the upload, never the commitment.
         ref = self.outbox.put(payload)
         self.outbox.keep_own(round_, payload)
-        # A censorship claim names a round within the challenge window of its close: keep that many.
-        spec = ctx.spec
-        self.outbox.prune_own(round_ - (-(-spec.challenge_window_s // spec.round_duration_s) + 2))
+        # A claim names a round within the challenge window of its close and is answered within a
+        # response window after it: keep the own payloads and checkpoints of that many rounds.
+        kept = round_ - kept_rounds(ctx.spec.challenge_window_s, ctx.spec.round_duration_s)
+        self.outbox.prune_own(kept)
+        self.keeper.prune(kept)
         self._bytes_sent += len(payload)
         checkpoint_root = self._publish_checkpoints(round_, fragment, interval, work.checkpoints)
         message, signature = self.market.sign_commitment(

@@ -10,7 +10,6 @@ on-chain claim names the segment.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from pathlib import Path
 
 from syncline.blobstore.store import Putter, digest_of
 from syncline.protocol.spot_checks import checkpoints_for_segment
+from syncline.run.local_store import write_atomic
 
 _KEPT = re.compile(r"^(\d+)-(\d+)-(0x[0-9a-f]{64})\.ckpt$")
 
@@ -38,12 +38,7 @@ class CheckpointKeeper:
             digest = digest_of(data)
             path = self.directory / f"{round_}-{index}-{digest}.ckpt"
             if not path.exists():
-                tmp = path.with_name(path.name + ".tmp")
-                with tmp.open("wb") as fh:
-                    fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, path)
+                write_atomic(path, data)
             digests.append(digest)
         return tuple(digests)
 

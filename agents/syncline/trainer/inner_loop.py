@@ -12,6 +12,7 @@ checkpoints trains exactly like one without.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -74,6 +75,26 @@ def _step_count(value: object) -> int:
     return int(count)
 
 
+CUBLAS_WORKSPACE = ":4096:8"
+"""``CUBLAS_WORKSPACE_CONFIG`` for deterministic cuBLAS; it must be set before cuBLAS starts."""
+
+
+@contextlib.contextmanager
+def deterministic_algorithms(enabled: bool) -> Iterator[None]:
+    """Deterministic mode inside (``torch.use_deterministic_algorithms`` and cuDNN's flag), the
+    caller's mode after. The checkpoints taken inside declare it (see :meth:`InnerLoop.checkpoint`)."""
+    before = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    cudnn = torch.backends.cudnn.deterministic
+    torch.use_deterministic_algorithms(enabled)
+    torch.backends.cudnn.deterministic = enabled
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before, warn_only=warn_only)
+        torch.backends.cudnn.deterministic = cudnn
+
+
 class InnerLoop:
     """Owns the model replica and the inner optimizer of one trainer."""
 
@@ -87,6 +108,7 @@ class InnerLoop:
         device: str = "cpu",
         dtype: str = "fp32",
         gradient_checkpointing: bool = False,
+        deterministic: bool = False,
     ):
         self.adapter = adapter
         self.layout = layout
@@ -94,6 +116,11 @@ class InnerLoop:
         self.batch_size = cfg.batch_size
         self.device = torch.device(device)
         self.dtype = dtype
+        # CPU torch is deterministic already; on CUDA the mode needs cuBLAS's workspace setting
+        # before cuBLAS first runs, so it is fixed for the process here.
+        self.deterministic = deterministic and self.device.type == "cuda"
+        if self.deterministic:
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
         self.model = model.to(self.device)
         enable_checkpointing = getattr(self.model, "gradient_checkpointing_enable", None)
         if gradient_checkpointing and callable(enable_checkpointing):
@@ -105,6 +132,10 @@ class InnerLoop:
             betas=(cfg.beta1, cfg.beta2),
             weight_decay=cfg.weight_decay,
         )
+
+    def _mode(self) -> contextlib.AbstractContextManager[None]:
+        """Deterministic mode around training when this loop runs in it (CUDA only)."""
+        return deterministic_algorithms(True) if self.deterministic else contextlib.nullcontext()
 
     def _autocast(self) -> contextlib.AbstractContextManager[object]:
         if self.dtype == "bf16":
@@ -160,21 +191,22 @@ class InnerLoop:
             capture_seconds += time.perf_counter() - t0
 
         began = time.perf_counter()
-        if marks:
-            capture(0)
-        batches = self.adapter.batches(shards, batch_size=self.batch_size, seed=seed, steps=steps)
-        for i, batch in enumerate(
-            tqdm(islice(batches, todo), total=todo, disable=not progress, desc="inner steps", leave=False)
-        ):
-            loss, n = self._step(batch)
-            losses.append(loss)
-            tokens += n
-            if marks and marks[len(captured)] == i + 1:
-                capture(i + 1)
-        for step in marks[len(captured) :]:  # only a shortened (lazy) run gets here
-            capture(step)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
+        with self._mode():
+            if marks:
+                capture(0)
+            batches = self.adapter.batches(shards, batch_size=self.batch_size, seed=seed, steps=steps)
+            for i, batch in enumerate(
+                tqdm(islice(batches, todo), total=todo, disable=not progress, desc="inner steps", leave=False)
+            ):
+                loss, n = self._step(batch)
+                losses.append(loss)
+                tokens += n
+                if marks and marks[len(captured)] == i + 1:
+                    capture(i + 1)
+            for step in marks[len(captured) :]:  # only a shortened (lazy) run gets here
+                capture(step)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize()
         train_seconds = time.perf_counter() - began - capture_seconds
         end = flat_parameters(self.model, self.layout)
         gradient = start - end
@@ -287,7 +319,7 @@ class InnerLoop:
             raise CheckpointError(f"segment [{start}, {stop}) is not within the round's {steps} steps")
         if ckpt.step != start:
             raise CheckpointError(f"checkpoint is after step {ckpt.step}, the segment starts at step {start}")
-        with replay_environment(ckpt.threads if threads is None else threads):
+        with replay_environment(ckpt.threads if threads is None else threads), self._mode():
             self.restore(ckpt)
             if dtype is not None:
                 self.dtype = dtype

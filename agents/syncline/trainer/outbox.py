@@ -13,7 +13,6 @@ so it answers an availability demand from disk even while the blob store is down
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from syncline.blobstore import BlobRef, BlobStore
 from syncline.blobstore.store import BlobUnavailable, digest_of
 from syncline.errors import SynclineError
 from syncline.observability import get_logger
+from syncline.run.local_store import write_atomic
 
 log = get_logger("syncline.trainer")
 _OWN = re.compile(r"^(\d+)-(0x[0-9a-f]{64})\.bin$")
@@ -83,7 +83,7 @@ class Outbox:
 
     def keep_own(self, round_: int, data: bytes) -> None:
         """Keep this trainer's payload of ``round_`` on disk (for availability demands)."""
-        _write_atomic(self.directory / "own" / f"{round_}-{digest_of(data)}.bin", data)
+        write_atomic(self.directory / "own" / f"{round_}-{digest_of(data)}.bin", data)
 
     def own(self, digest: str) -> bytes | None:
         """This trainer's kept payload with ``digest`` (verified), or None."""
@@ -107,11 +107,11 @@ class Outbox:
         meta = self.directory / "pending" / f"{digest}.json"
         blob = meta.with_suffix(".blob")
         if not blob.exists():
-            _write_atomic(blob, data)
+            write_atomic(blob, data)
         aliases = json.loads(meta.read_text()) if meta.exists() else []
         if alias is not None:
             aliases.append({"alias": alias, "signature": alias_signature.hex() if alias_signature else None})
-        _write_atomic(meta, json.dumps(aliases).encode())
+        write_atomic(meta, json.dumps(aliases).encode())
         return digest
 
     def _pending(self) -> Iterator[Path]:
@@ -126,12 +126,3 @@ class Outbox:
     def _drop(meta: Path) -> None:
         meta.with_suffix(".blob").unlink(missing_ok=True)
         meta.unlink(missing_ok=True)
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
