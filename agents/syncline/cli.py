@@ -416,10 +416,9 @@ def cmd_download_model(args: argparse.Namespace) -> int:
 
 def cmd_submit_gradient(args: argparse.Namespace) -> int:
     """Commit a quantized outer gradient (safetensors payload) produced by your own inner loop."""
-    from eth_utils import keccak
-
     from syncline.blobstore import HttpBlobStore
     from syncline.protocol.chunking import gradient_chunk_root
+    from syncline.protocol.hashing import keccak
     from syncline.protocol.quantization import QuantizedGradient
 
     market = market_from_args(args)

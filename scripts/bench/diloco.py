@@ -41,7 +41,6 @@ from types import ModuleType
 from typing import Any
 
 import torch
-from eth_utils import keccak
 
 from syncline.demo.training_run import DemoPlan
 from syncline.modality.language import LanguageAdapter
@@ -49,6 +48,7 @@ from syncline.protocol.aggregation import Krum, make_rule
 from syncline.protocol.chunking import gradient_chunk_root
 from syncline.protocol.enums import AggregationRule
 from syncline.protocol.fixed_point import to_fixed
+from syncline.protocol.hashing import keccak
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.quantization import QuantizedGradient, dequantize, quantize
 from syncline.protocol.state import TrainingState

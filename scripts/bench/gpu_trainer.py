@@ -53,7 +53,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from eth_utils import keccak
 from structlog.testing import capture_logs
 
 from syncline.court.referee import CPU_FP32, Claim, ReplayInputs, Undecided, check_segment
@@ -66,6 +65,7 @@ from syncline.protocol.checkpoints import (
     checkpoint_root,
     segment_count,
 )
+from syncline.protocol.hashing import keccak
 from syncline.protocol.seeds import round_seed
 from syncline.protocol.spec import DEFAULT_VERIFICATION
 from syncline.protocol.state import TrainingState

@@ -38,9 +38,9 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from eth_account import Account
 from eth_account.messages import encode_defunct
 from eth_account.signers.local import LocalAccount
-from eth_utils import keccak
 
 from syncline.errors import SynclineError
+from syncline.protocol.hashing import keccak
 
 DIGEST_HEX_CHARS = 64
 """Hex characters of a keccak256 digest (without the ``0x`` prefix)."""

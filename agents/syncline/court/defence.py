@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 import torch
-from eth_utils import keccak
 
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
@@ -33,6 +32,7 @@ from syncline.protocol import merkle
 from syncline.protocol.chunking import gradient_chunk_contents, num_chunks
 from syncline.protocol.enums import ChallengeKind, ChallengeStatus
 from syncline.protocol.fixed_point import CHUNK_SIZE, read_safetensors
+from syncline.protocol.hashing import keccak
 from syncline.protocol.quantization import QuantizedGradient, _peek_metadata, _width
 
 log = get_logger("syncline.witness")

@@ -40,7 +40,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from eth_utils import keccak
 
 from syncline.blobstore import BlobStore, find_verified
 from syncline.chain.calls import ZERO_ADDRESS
@@ -60,6 +59,7 @@ from syncline.protocol.checkpoints import (
     segment_bounds,
     segment_count,
 )
+from syncline.protocol.hashing import keccak
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.seeds import round_seed
 from syncline.protocol.spec import DEFAULT_VERIFICATION, VerificationPolicy

@@ -62,11 +62,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from eth_utils import keccak
 
 from syncline.errors import SynclineError
 from syncline.protocol import merkle
 from syncline.protocol.fixed_point import padded_json
+from syncline.protocol.hashing import keccak
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.wire import WireFormatError, load_bounded_json
 

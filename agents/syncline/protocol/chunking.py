@@ -30,10 +30,10 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from eth_utils import keccak
 
 from syncline.protocol import merkle
 from syncline.protocol.fixed_point import CHUNK_SIZE, as_numpy, check_int64, int64_be_bytes, num_chunks
+from syncline.protocol.hashing import keccak
 from syncline.protocol.quantization import QuantizedGradient
 
 __all__ = [

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from eth_utils import keccak
+
+from syncline.protocol.hashing import keccak
 
 LAYOUT_VERSION = 1
 _DTYPES: dict[str, torch.dtype] = {

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from eth_utils import keccak
+from syncline.protocol.hashing import keccak
 
 
 def leaf_hash(index: int, content_hash: bytes) -> bytes:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eth_utils import keccak
+from syncline.protocol.hashing import keccak
 
 
 def round_seed(task_id: int, round_: int, fragment: int) -> int:

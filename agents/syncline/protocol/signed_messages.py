@@ -23,7 +23,8 @@ from typing import Any
 from eth_account import Account
 from eth_account.messages import encode_typed_data
 from eth_account.signers.local import LocalAccount
-from eth_utils import keccak
+
+from syncline.protocol.hashing import keccak
 
 DOMAIN_NAME = "Syncline"
 DOMAIN_VERSION = "1"

@@ -14,11 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from eth_utils import keccak, to_checksum_address
+from eth_utils import to_checksum_address
 
 from syncline.errors import SpecError
 from syncline.protocol import merkle, tier_policy
 from syncline.protocol.enums import AggregationRule, Modality, Tier, parse_enum
+from syncline.protocol.hashing import keccak
 from syncline.protocol.spot_checks import CHECKPOINT_MODES, default_spot_check_rate
 from syncline.protocol.wire import WireFormatError, load_bounded_json
 

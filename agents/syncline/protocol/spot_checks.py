@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 
-from eth_utils import keccak
+from syncline.protocol.hashing import keccak
 
 SPOT_CHECK_DOMAIN = b"syncline-spot-check-v1"
 CHECKPOINT_BYTES_PER_PARAM = 12

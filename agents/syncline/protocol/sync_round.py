@@ -10,13 +10,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
-from eth_utils import keccak
 
 from syncline.protocol import merkle
 from syncline.protocol.aggregation import CoordinateMedian, Krum, make_rule
 from syncline.protocol.chunking import gradient_chunk_root
 from syncline.protocol.enums import AggregationRule
 from syncline.protocol.fixed_point import CHUNK_SIZE, int64_be_bytes
+from syncline.protocol.hashing import keccak
 from syncline.protocol.quantization import QuantizedGradient, dequantize
 from syncline.protocol.state import TrainingState
 

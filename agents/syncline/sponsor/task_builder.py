@@ -15,12 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eth_utils import keccak
-
 from syncline.blobstore import BlobStore
 from syncline.errors import SpecError
 from syncline.modality.language import LanguageAdapter, PreparedCorpus, prepare_corpus
 from syncline.paths import state_dir
+from syncline.protocol.hashing import keccak
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.spec import TrainingTaskSpec
 from syncline.protocol.state import TrainingState

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
-from eth_utils import keccak
 
 from syncline.blobstore import BlobStore
 from syncline.blobstore.store import BlobUnavailable, put_signed
@@ -27,6 +26,7 @@ from syncline.errors import ChainError, SynclineError
 from syncline.observability import get_logger
 from syncline.protocol.checkpoints import CheckpointManifest, manifest_alias, manifest_root_alias
 from syncline.protocol.enums import RoundStatus, TaskStatus
+from syncline.protocol.hashing import keccak
 from syncline.protocol.seeds import round_seed
 from syncline.protocol.signed_messages import Commitment
 from syncline.protocol.spot_checks import kept_rounds

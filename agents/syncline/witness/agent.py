@@ -22,7 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import torch
-from eth_utils import keccak
 
 from syncline.blobstore import BlobStore
 from syncline.chain.keys import Signer
@@ -35,6 +34,7 @@ from syncline.errors import ChainError, SynclineError
 from syncline.observability import get_logger
 from syncline.protocol.chunking import num_chunks
 from syncline.protocol.enums import TaskStatus
+from syncline.protocol.hashing import keccak
 from syncline.protocol.signed_messages import METRIC_SCALE, Vote
 from syncline.protocol.sync_round import RoundResult
 from syncline.run.agent_config import AgentConfig
