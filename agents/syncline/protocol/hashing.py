@@ -12,12 +12,15 @@ messages; the bytes out are the same (``tests/protocol/test_hashing.py`` checks 
 
 from __future__ import annotations
 
-import sha3
+from typing import Any
 
-Keccak256 = sha3.keccak_256
+import sha3  # type: ignore[import-untyped]
+
+Keccak256: Any = sha3.keccak_256
 """Incremental hasher: ``h = Keccak256(); h.update(part); ...; h.digest()``."""
 
 
 def keccak(data: bytes | bytearray | memoryview) -> bytes:
     """``keccak256(data)``: 32 bytes."""
-    return sha3.keccak_256(data).digest()
+    digest: bytes = sha3.keccak_256(data).digest()
+    return digest
