@@ -50,7 +50,8 @@ def _dequantized_range(qg: QuantizedGradient, first: int, last: int, numel: int)
     powers = np.array([1 << i for i in range(max_grad_exp(qg.bits) + 1)], dtype=np.int64)
     exps = as_numpy(qg.exponents)[first:last]
     scale = np.repeat(powers[exps], CHUNK_SIZE)[: stop - start]
-    return as_numpy(qg.values)[start:stop].astype(np.int64) * scale
+    values: np.ndarray = as_numpy(qg.values)[start:stop].astype(np.int64) * scale
+    return values
 
 
 def _chunk_hashes(*arrays: np.ndarray) -> list[bytes]:
