@@ -33,7 +33,7 @@ import torch
 
 from syncline.protocol import merkle
 from syncline.protocol.fixed_point import CHUNK_SIZE, as_numpy, check_int64, int64_be_bytes, num_chunks
-from syncline.protocol.hashing import keccak
+from syncline.protocol.hashing import Keccak256, keccak
 from syncline.protocol.quantization import QuantizedGradient
 
 __all__ = [
@@ -60,21 +60,45 @@ def chunk_bounds(index: int, numel: int) -> tuple[int, int]:
     return index * CHUNK_SIZE, min((index + 1) * CHUNK_SIZE, numel)
 
 
+def gradient_chunk_buffer(bits: int, values: np.ndarray, exponents: np.ndarray) -> tuple[memoryview, int, int]:
+    """All chunk contents of gradient values ``values`` (chunk-aligned, any length) laid end to end.
+
+    Returns ``(buffer, stride, last)``: chunk ``i`` is ``buffer[i * stride : i * stride + size_i]``
+    with ``stride = 2 + CHUNK_SIZE * bits / 8`` and ``size_i = stride`` except ``last`` for the
+    final chunk. Built with vectorized numpy (no per-chunk concatenation).
+    """
+    width = bits // 8
+    count = int(exponents.shape[0])
+    numel = int(values.shape[0])
+    stride = 2 + CHUNK_SIZE * width
+    body = np.zeros(count * CHUNK_SIZE, dtype=">i1" if width == 1 else ">i2")
+    body[:numel] = values
+    rows = np.empty((count, stride), dtype=np.uint8)
+    rows[:, 0] = bits
+    rows[:, 1] = exponents
+    rows[:, 2:] = body.view(np.uint8).reshape(count, stride - 2)
+    last = 2 + (numel - (count - 1) * CHUNK_SIZE) * width
+    return rows.reshape(-1).data, stride, last
+
+
+def hash_rows(buffer: memoryview, stride: int, last: int) -> list[bytes]:
+    """keccak of each ``stride``-byte row of ``buffer``, the final row cut to ``last`` bytes."""
+    count = (len(buffer) - last) // stride + 1  # the buffer may or may not pad its last row
+    hashes = [Keccak256(buffer[i : i + stride]).digest() for i in range(0, (count - 1) * stride, stride)]
+    hashes.append(Keccak256(buffer[(count - 1) * stride : (count - 1) * stride + last]).digest())
+    return hashes
+
+
 def gradient_chunk_contents(qg: QuantizedGradient) -> list[bytes]:
     """Canonical bytes of every chunk of a quantized gradient."""
-    width = qg.bits // 8
-    buf = as_numpy(qg.values).astype(">i1" if width == 1 else ">i2").tobytes()
-    exps = qg.exponents.tolist()
-    out = []
-    for i, exponent in enumerate(exps):
-        start, stop = chunk_bounds(i, qg.numel)
-        out.append(bytes((qg.bits, exponent)) + buf[start * width : stop * width])
-    return out
+    buffer, stride, last = gradient_chunk_buffer(qg.bits, as_numpy(qg.values), as_numpy(qg.exponents))
+    count = qg.num_chunks
+    return [bytes(buffer[i * stride : i * stride + (stride if i < count - 1 else last)]) for i in range(count)]
 
 
 def gradient_chunk_hashes(qg: QuantizedGradient) -> list[bytes]:
     """``keccak256`` of every gradient chunk's content."""
-    return [keccak(c) for c in gradient_chunk_contents(qg)]
+    return hash_rows(*gradient_chunk_buffer(qg.bits, as_numpy(qg.values), as_numpy(qg.exponents)))
 
 
 def gradient_chunk_root(qg: QuantizedGradient) -> bytes:
@@ -101,9 +125,28 @@ def state_chunk_contents(weights: torch.Tensor, momentum: torch.Tensor) -> list[
     return out
 
 
+def state_chunk_buffer(weights: np.ndarray, momentum: np.ndarray) -> tuple[memoryview, int, int]:
+    """All state chunk contents of equal-length int64 slices laid end to end (see
+    :func:`gradient_chunk_buffer` for ``(buffer, stride, last)``; ``stride`` is 4096 bytes)."""
+    numel = int(weights.shape[0])
+    count = num_chunks(numel)
+    rows = np.zeros((count, 2, CHUNK_SIZE), dtype=">i8")
+    flat = rows.reshape(count, 2 * CHUNK_SIZE)
+    full = numel // CHUNK_SIZE
+    rows[:full, 0, :] = weights[: full * CHUNK_SIZE].reshape(full, CHUNK_SIZE)
+    rows[:full, 1, :] = momentum[: full * CHUNK_SIZE].reshape(full, CHUNK_SIZE)
+    tail = numel - full * CHUNK_SIZE
+    if tail:  # the short last chunk is packed: weights tail then momentum tail
+        flat[full, :tail] = weights[full * CHUNK_SIZE :]
+        flat[full, tail : 2 * tail] = momentum[full * CHUNK_SIZE :]
+    last = 16 * (numel - (count - 1) * CHUNK_SIZE)
+    return rows.view(np.uint8).reshape(-1).data, 16 * CHUNK_SIZE, last
+
+
 def state_chunk_hashes(weights: torch.Tensor, momentum: torch.Tensor) -> list[bytes]:
     """``keccak256`` of every state chunk's content."""
-    return [keccak(c) for c in state_chunk_contents(weights, momentum)]
+    _check_state(weights, momentum)
+    return hash_rows(*state_chunk_buffer(as_numpy(weights), as_numpy(momentum)))
 
 
 def state_chunk_root(weights: torch.Tensor, momentum: torch.Tensor) -> bytes:

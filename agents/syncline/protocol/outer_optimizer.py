@@ -87,9 +87,17 @@ def nesterov_step(
     check_abs_bound(theta, 1 << STATE_BOUND_BITS, "theta")
     check_abs_bound(momentum, 1 << STATE_BOUND_BITS, "momentum")
     check_abs_bound(delta, 1 << DELTA_BOUND_BITS, "delta")
-    th, mo, de = (as_numpy(t) for t in (theta, momentum, delta))
-    m_new = saturate(((mom_q * mo) >> Q16_BITS) + de)
-    v = de + ((mom_q * m_new) >> Q16_BITS)
+    th, mo = nesterov_arrays(as_numpy(theta), as_numpy(momentum), as_numpy(delta), lr_q, mom_q)
+    return torch.from_numpy(th), torch.from_numpy(mo)
+
+
+def nesterov_arrays(
+    theta: np.ndarray, momentum: np.ndarray, delta: np.ndarray, lr_q: int, mom_q: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The step on int64 numpy arrays already checked against their bounds, with Q16 ``L``, ``M``
+    (:func:`coefficients`); returns new arrays ``(theta_new, momentum_new)``."""
+    m_new = saturate(((mom_q * momentum) >> Q16_BITS) + delta)
+    v = delta + ((mom_q * m_new) >> Q16_BITS)
     lr_hi, lr_lo = lr_q >> Q16_BITS, lr_q & ((1 << Q16_BITS) - 1)
     step = lr_hi * v + ((lr_lo * v) >> Q16_BITS)
-    return torch.from_numpy(saturate(th - step)), torch.from_numpy(m_new)
+    return saturate(theta - step), m_new

@@ -1,109 +1,550 @@
-"""Streaming round computation (issue 12, item 2; work in progress on this branch).
+"""A round computed range of chunks by range of chunks: bounded memory, hashed in the same pass.
 
-A round's result is chunk-local for the coordinate-wise rules (mean, trimmed mean, coordinate
-median): coordinate ``i`` of the aggregate depends only on coordinate ``i`` of the inputs, the
-outer step is coordinate-wise, and every Merkle leaf (a state chunk: the weights' then the
-momentum's int64 big-endian slice; an aggregate chunk) covers one ``CHUNK_SIZE`` range. So the
-round can be computed range of chunks by range of chunks, holding ``n × range`` int64 values at
-once instead of the ``n × numel`` matrix :func:`syncline.protocol.sync_round.compute_round`
-stacks (8 bytes per parameter per input), and hashing each chunk in the same pass.
+:func:`stream_round` is the one implementation of a round's aggregation, outer step and
+commitments (:func:`syncline.protocol.sync_round.compute_round` validates the submissions and
+calls it). It never stacks the ``n x numel`` int64 input matrix: it works on ranges of
+``range_chunks`` chunks (a power of two), holding ``n x range`` int64 values at once, and
+computes each range's state and aggregate chunk hashes, Merkle leaves and the range's subtree
+root while the values are hot. Because ranges are aligned power-of-two blocks of leaves, the
+full tree's root is the root over the ranges' subtree roots (:func:`merkle.root_of_blocks`), so
+ranges are independent and run in worker processes (``fork``) when the round is large.
 
-Byte-identical to ``compute_round`` (the parity tests compare every output). Not yet done here:
-memory-mapped payloads and state, processes over chunk ranges, and the whole-vector rules (Krum,
-Multi-Krum, CenteredClip: a first streaming pass for the exact integer distances, then the
-selection, then the aggregation pass), which still run through ``compute_round``.
+Passes per rule (every pass reads the inputs of one range; only the last writes the state):
+
+* Mean, TrimmedMean, CoordinateMedian: coordinate ``i`` of the aggregate depends only on
+  coordinate ``i`` of the inputs, so one pass does everything.
+* Krum, Multi-Krum: a first pass sums each range's exact per-chunk squared distances (Python
+  ints, exactly as :func:`aggregation.pairwise_sq_distances`), the scores select the rows, and
+  the last pass averages the selected rows.
+* CenteredClip with ``T`` iterations: pass 0 writes ``v_0 = median`` to a scratch vector and
+  sums the exact squared norms of ``x - v_0``; pass ``t`` turns the norms into clip factors,
+  writes ``v_t`` and sums the norms for the next iteration; the last pass computes ``v_T`` as
+  the aggregate. ``T + 1`` passes, 8 bytes per parameter of scratch.
+
+Where vectors live: a :class:`Region` is read and written by coordinate range. An
+:class:`ArrayRegion` wraps an array in memory (use :func:`shared_region` for outputs written
+by worker processes); a :class:`FileRegion` reads and writes a file with ``pread``/``pwrite``
+(a state or payload of any size on disk, resident memory independent of its size). Outputs may
+be the inputs' own regions (the state is updated in place): every pass reads a range before
+the last pass writes it.
+
+Results are byte-identical to the whole-vector definitions of :mod:`syncline.protocol.aggregation`
+and :mod:`syncline.protocol.outer_optimizer` (``tests/protocol/test_streaming.py`` checks every
+rule against the old whole-vector ``compute_round`` with Hypothesis).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import math
+import mmap
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
-import torch
-from eth_utils import keccak
 
 from syncline.protocol import merkle
-from syncline.protocol.aggregation import AggregationRuleImpl, CoordinateMedian, Mean, TrimmedMean
-from syncline.protocol.fixed_point import CHUNK_SIZE, as_numpy, num_chunks
-from syncline.protocol.outer_optimizer import nesterov_step
-from syncline.protocol.quantization import QuantizedGradient, max_grad_exp
+from syncline.protocol.aggregation import (
+    CLIP_FACTOR_BITS,
+    DIST_SHIFT,
+    AggregationRuleImpl,
+    CenteredClip,
+    CoordinateMedian,
+    Krum,
+    Mean,
+    MultiKrum,
+    TrimmedMean,
+    clip_factors,
+    clip_radius_grid,
+    krum_scores,
+)
+from syncline.protocol.chunking import hash_rows, state_chunk_buffer
+from syncline.protocol.fixed_point import CHUNK_SIZE, exact_sum, num_chunks, pad_chunks
+from syncline.protocol.outer_optimizer import STATE_MAX, coefficients, nesterov_arrays
+from syncline.protocol.quantization import QuantizedGradient, max_grad_exp, qmax
 
-COORDINATE_WISE = (Mean, TrimmedMean, CoordinateMedian)
-DEFAULT_RANGE_CHUNKS = 4096
-"""Chunks per range: 1 Mi coordinates, ``n × 8`` MiB of int64 inputs at once."""
+DEFAULT_RANGE_CHUNKS = 256
+"""Chunks per range (64 Ki coordinates): ``n x 512`` KiB of int64 inputs at once."""
+PARALLEL_MIN_NUMEL = 1 << 21
+"""Below this many coordinates a round runs in the calling process (forking costs more)."""
+_SORT_BLOCK = 1 << 15
+_NETWORK_MAX_INPUTS = 16
+
+
+# ---------------------------------------------------------------------------------------------
+# Where vectors live
+# ---------------------------------------------------------------------------------------------
+
+
+class Region(Protocol):
+    """A 1-D vector read and written by coordinate range."""
+
+    @property
+    def numel(self) -> int: ...
+
+    def read(self, start: int, stop: int) -> np.ndarray: ...
+
+    def write(self, start: int, values: np.ndarray) -> None: ...
+
+
+@dataclass(frozen=True)
+class ArrayRegion:
+    """A vector in memory (a numpy array, a memmap, or a :func:`shared_region`)."""
+
+    array: np.ndarray
+    shared: bool = False
+    """True when writes from forked worker processes reach the parent (a shared mapping)."""
+
+    @property
+    def numel(self) -> int:
+        return int(self.array.shape[0])
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        return self.array[start:stop]
+
+    def write(self, start: int, values: np.ndarray) -> None:
+        self.array[start : start + values.shape[0]] = values
+
+
+def shared_region(numel: int, dtype: type = np.int64) -> ArrayRegion:
+    """A zeroed vector in anonymous shared memory, writable by forked worker processes."""
+    size = max(1, numel * np.dtype(dtype).itemsize)
+    buffer = mmap.mmap(-1, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    return ArrayRegion(np.frombuffer(buffer, dtype=dtype, count=numel), shared=True)
+
+
+@dataclass
+class FileRegion:
+    """``numel`` values of ``dtype`` at byte ``offset`` of a file, accessed with pread/pwrite.
+
+    Resident memory stays at one range whatever the file's size (a memory map would count every
+    touched page). Each process opens its own descriptor.
+    """
+
+    path: str
+    offset: int
+    numel_: int
+    dtype: str = "<i8"
+    writable: bool = False
+    _fd: int | None = field(default=None, repr=False)
+    _pid: int = field(default=-1, repr=False)
+
+    @property
+    def numel(self) -> int:
+        return self.numel_
+
+    def _descriptor(self) -> int:
+        if self._fd is None or self._pid != os.getpid():
+            self._fd = os.open(self.path, os.O_RDWR if self.writable else os.O_RDONLY)
+            self._pid = os.getpid()
+        return self._fd
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        width = np.dtype(self.dtype).itemsize
+        want = (stop - start) * width
+        data = os.pread(self._descriptor(), want, self.offset + start * width)
+        if len(data) != want:
+            raise ValueError(f"{self.path}: short read at coordinate {start} ({len(data)} of {want} bytes)")
+        return np.frombuffer(data, dtype=self.dtype).astype(self.dtype[1:])
+
+    def write(self, start: int, values: np.ndarray) -> None:
+        if not self.writable:
+            raise ValueError(f"{self.path} is opened read-only")
+        width = np.dtype(self.dtype).itemsize
+        os.pwrite(self._descriptor(), values.astype(self.dtype).tobytes(), self.offset + start * width)
+
+    def close(self) -> None:
+        if self._fd is not None and self._pid == os.getpid():
+            os.close(self._fd)
+        self._fd = None
+
+
+@dataclass(frozen=True)
+class GradientInput:
+    """A validated quantized gradient: its ``values`` (int8/int16) and per-chunk ``exponents``."""
+
+    bits: int
+    values: Region
+    exponents: np.ndarray
+
+    @classmethod
+    def of(cls, qg: QuantizedGradient) -> GradientInput:
+        return cls(qg.bits, ArrayRegion(qg.values.numpy()), qg.exponents.numpy())
+
+    def dequantized(self, first: int, last: int, numel: int) -> np.ndarray:
+        """Exact Q32 values ``q << e`` of chunks ``[first, last)`` (int64)."""
+        start, stop = first * CHUNK_SIZE, min(last * CHUNK_SIZE, numel)
+        values = self.values.read(start, stop).astype(np.int64)
+        exps = self.exponents[first:last].astype(np.int64)
+        full = (stop - start) // CHUNK_SIZE
+        out = np.empty(stop - start, dtype=np.int64)
+        body = out[: full * CHUNK_SIZE].reshape(full, CHUNK_SIZE)
+        np.left_shift(values[: full * CHUNK_SIZE].reshape(full, CHUNK_SIZE), exps[:full, None], out=body)
+        if full * CHUNK_SIZE < stop - start:
+            out[full * CHUNK_SIZE :] = values[full * CHUNK_SIZE :] << exps[full]
+        return out
+
+
+def check_gradient_range(bits: int, values: np.ndarray, exponents: np.ndarray) -> str | None:
+    """What :class:`QuantizedGradient` refuses, for one range read from disk (None when valid)."""
+    if exponents.size and int(exponents.max()) > max_grad_exp(bits):
+        return f"exponent {int(exponents.max())} exceeds the cap {max_grad_exp(bits)} for {bits} bits"
+    if values.size and int(values.min()) == -qmax(bits) - 1:
+        return f"quantized value {-qmax(bits) - 1} is out of range [-{qmax(bits)}, {qmax(bits)}]"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Coordinate-wise kernels on one range (numpy, no torch: they run in forked workers)
+# ---------------------------------------------------------------------------------------------
+
+
+def _batcher_pairs(n: int) -> list[tuple[int, int]]:
+    """Batcher's odd-even merge sort network for ``n`` inputs (comparators past ``n`` dropped)."""
+    size = 1 << max(0, (n - 1).bit_length())
+    pairs: list[tuple[int, int]] = []
+
+    def merge(lo: int, length: int, r: int) -> None:
+        step = r * 2
+        if step < length:
+            merge(lo, length, step)
+            merge(lo + r, length, step)
+            pairs.extend((i, i + r) for i in range(lo + r, lo + length - r, step))
+        else:
+            pairs.append((lo, lo + r))
+
+    def sort(lo: int, length: int) -> None:
+        if length > 1:
+            half = length // 2
+            sort(lo, half)
+            sort(lo + half, half)
+            merge(lo, length, 1)
+
+    sort(0, size)
+    return [(a, b) for a, b in pairs if b < n]
+
+
+_PAIRS: dict[int, list[tuple[int, int]]] = {}
+
+
+def sorted_rows(x: np.ndarray) -> np.ndarray:
+    """``np.sort(x, axis=0)`` for int64 ``[n, L]``, by a sorting network in cache-sized blocks
+    for small ``n`` (about 7x faster than numpy's strided sort; integers sort to one answer)."""
+    n, length = x.shape
+    if n == 1:
+        return x.copy()
+    if n > _NETWORK_MAX_INPUTS:
+        return np.sort(x, axis=0)
+    pairs = _PAIRS.setdefault(n, _batcher_pairs(n))
+    out = np.empty_like(x)
+    tmp = np.empty(min(length, _SORT_BLOCK), dtype=np.int64)
+    for s in range(0, length, _SORT_BLOCK):
+        rows = [x[i, s : s + _SORT_BLOCK].copy() for i in range(n)]
+        scratch = tmp[: rows[0].shape[0]]
+        for a, b in pairs:
+            np.minimum(rows[a], rows[b], out=scratch)
+            np.maximum(rows[a], rows[b], out=rows[b])
+            rows[a], scratch = scratch, rows[a]
+        for i in range(n):
+            out[i, s : s + _SORT_BLOCK] = rows[i]
+        tmp = scratch if scratch.shape[0] == tmp.shape[0] else tmp
+    return out
+
+
+def floor_mean_rows(x: np.ndarray) -> np.ndarray:
+    """``floor(sum / n)`` over axis 0."""
+    mean: np.ndarray = np.sum(x, axis=0) // x.shape[0]
+    return mean
+
+
+def median_rows(x: np.ndarray) -> np.ndarray:
+    """Middle value per coordinate; ``floor((a + b) / 2)`` of the two middle ones for even ``n``."""
+    n = x.shape[0]
+    s = sorted_rows(x)
+    if n % 2:
+        middle: np.ndarray = s[n // 2]
+        return middle
+    mid: np.ndarray = (s[n // 2 - 1] + s[n // 2]) >> 1
+    return mid
+
+
+def trimmed_mean_rows(x: np.ndarray, t: int) -> np.ndarray:
+    """Floor mean of sorted rows ``t .. n - t - 1``."""
+    n = x.shape[0]
+    return floor_mean_rows(sorted_rows(x)[t : n - t] if t else x)
+
+
+def range_sq_distances(x: np.ndarray) -> list[list[int]]:
+    """Exact squared distances on ``x >> DIST_SHIFT`` summed over a range's chunks (Python ints).
+
+    Per chunk every entry is below ``2**60`` in int64 (see :mod:`syncline.protocol.aggregation`),
+    then :func:`exact_sum` adds the chunks without overflow.
+    """
+    n = x.shape[0]
+    y = pad_chunks(x >> DIST_SHIFT).transpose(1, 0, 2)  # [chunks, n, CHUNK_SIZE]
+    gram = np.matmul(y, y.transpose(0, 2, 1))  # [chunks, n, n], exact int64
+    sq = np.diagonal(gram, axis1=1, axis2=2)
+    dist = sq[:, :, None] + sq[:, None, :] - 2 * gram
+    total = exact_sum(dist.transpose(1, 2, 0), axis=2)
+    return [[int(total[i, j]) for j in range(n)] for i in range(n)]
+
+
+def range_sq_norms(z: np.ndarray) -> list[int]:
+    """Exact ``sum (z >> DIST_SHIFT)**2`` per row over a range's chunks (Python ints)."""
+    y = pad_chunks(z >> DIST_SHIFT)
+    return [int(v) for v in exact_sum(np.einsum("nck,nck->nc", y, y), axis=1)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The passes
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Job:
+    """Everything a pass needs; set before workers fork so they inherit it."""
+
+    numel: int
+    gradients: Sequence[GradientInput]
+    weights: Region
+    momentum: Region
+    out_weights: Region
+    out_momentum: Region
+    lr_q: int
+    mom_q: int
+    scratch: Region | None = None
+
+
+_JOB: _Job | None = None
+
+
+def _inputs(job: _Job, first: int, last: int) -> np.ndarray:
+    start, stop = first * CHUNK_SIZE, min(last * CHUNK_SIZE, job.numel)
+    x = np.empty((len(job.gradients), stop - start), dtype=np.int64)
+    for row, g in enumerate(job.gradients):
+        x[row] = g.dequantized(first, last, job.numel)
+    return x
+
+
+def _bounds(job: _Job, first: int, last: int) -> tuple[int, int]:
+    return first * CHUNK_SIZE, min(last * CHUNK_SIZE, job.numel)
+
+
+def _clipped_mean(x: np.ndarray, v: np.ndarray, factors: Sequence[int]) -> np.ndarray:
+    z = x - v
+    np.multiply(z, np.array(factors, dtype=np.int64)[:, None], out=z)
+    np.right_shift(z, CLIP_FACTOR_BITS, out=z)
+    out: np.ndarray = v + floor_mean_rows(z)
+    return out
+
+
+def _aggregate(job: _Job, x: np.ndarray, first: int, last: int, how: tuple[Any, ...]) -> np.ndarray:
+    kind = how[0]
+    if kind == "mean":
+        return floor_mean_rows(x)
+    if kind == "trimmed":
+        return trimmed_mean_rows(x, how[1])
+    if kind == "median":
+        return median_rows(x)
+    if kind == "rows":
+        return floor_mean_rows(x[list(how[1])])
+    if kind == "clip":
+        assert job.scratch is not None
+        return _clipped_mean(x, job.scratch.read(*_bounds(job, first, last)), how[1])
+    raise ValueError(f"unknown aggregation {kind!r}")
+
+
+def _pass_distances(span: tuple[int, int]) -> list[list[int]]:
+    assert _JOB is not None
+    return range_sq_distances(_inputs(_JOB, *span))
+
+
+def _pass_clip(args: tuple[int, int, tuple[int, ...] | None]) -> list[int]:
+    """``v_t`` for one range (median when ``factors`` is None) and the norms of ``x - v_t``."""
+    job, (first, last, factors) = _JOB, args
+    assert job is not None and job.scratch is not None
+    x = _inputs(job, first, last)
+    start, stop = _bounds(job, first, last)
+    v = median_rows(x) if factors is None else _clipped_mean(x, job.scratch.read(start, stop), factors)
+    job.scratch.write(start, v)
+    return range_sq_norms(x - v)
+
+
+def _pass_finish(args: tuple[int, int, tuple[Any, ...]]) -> tuple[bytes, bytes]:
+    """Aggregate, outer step, write the new state and hash: the range's two subtree roots."""
+    job, (first, last, how) = _JOB, args
+    assert job is not None
+    start, stop = _bounds(job, first, last)
+    aggregate = _aggregate(job, _inputs(job, first, last), first, last, how)
+    theta = job.weights.read(start, stop)
+    momentum = job.momentum.read(start, stop)
+    if np.abs(theta).max() > STATE_MAX or np.abs(momentum).max() > STATE_MAX:
+        raise ValueError(f"state out of bounds in coordinates {start}..{stop}")
+    new_theta, new_momentum = nesterov_arrays(theta, momentum, aggregate, job.lr_q, job.mom_q)
+    job.out_weights.write(start, new_theta)
+    job.out_momentum.write(start, new_momentum)
+    state_hashes = hash_rows(*state_chunk_buffer(new_theta, new_momentum))
+    aggregate_hashes = hash_rows(*aggregate_chunk_buffer(aggregate))
+    return (
+        merkle.root_of_leaves(merkle.leaf_hashes(state_hashes, first)),
+        merkle.root_of_leaves(merkle.leaf_hashes(aggregate_hashes, first)),
+    )
+
+
+def aggregate_chunk_buffer(aggregate: np.ndarray) -> tuple[memoryview, int, int]:
+    """Aggregate chunk contents (int64 big-endian, ``CHUNK_SIZE`` values each) end to end."""
+    numel = int(aggregate.shape[0])
+    last = 8 * (numel - (num_chunks(numel) - 1) * CHUNK_SIZE)
+    return aggregate.astype(">i8").view(np.uint8).data, 8 * CHUNK_SIZE, last
+
+
+# ---------------------------------------------------------------------------------------------
+# The round
+# ---------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class StreamedRound:
-    """What a streamed round produced: the new state (written into the caller's arrays) and roots."""
+    """The commitments of a streamed round (the new state is in the caller's output regions)."""
 
-    weights: np.ndarray
-    momentum: np.ndarray
     state_root: bytes
     aggregate_root: bytes
+    selected: tuple[int, ...]
+    scores: tuple[int, ...] | None = None
 
 
-def _dequantized_range(qg: QuantizedGradient, first: int, last: int, numel: int) -> np.ndarray:
-    """Q32 values ``q << e`` of chunks ``[first, last)`` of one gradient (int64)."""
-    start, stop = first * CHUNK_SIZE, min(last * CHUNK_SIZE, numel)
-    powers = np.array([1 << i for i in range(max_grad_exp(qg.bits) + 1)], dtype=np.int64)
-    exps = as_numpy(qg.exponents)[first:last]
-    scale = np.repeat(powers[exps], CHUNK_SIZE)[: stop - start]
-    values: np.ndarray = as_numpy(qg.values)[start:stop].astype(np.int64) * scale
-    return values
-
-
-def _chunk_hashes(*arrays: np.ndarray) -> list[bytes]:
-    """keccak of each chunk's content: the arrays' int64 big-endian slices, concatenated in order."""
-    raws = [a.astype(">i8").tobytes() for a in arrays]
-    step = CHUNK_SIZE * 8
-    size = len(raws[0])
-    return [keccak(b"".join(r[i : i + step] for r in raws)) for i in range(0, size, step)]
+def default_workers(numel: int) -> int:
+    """Processes for a round of ``numel`` coordinates: one below :data:`PARALLEL_MIN_NUMEL`,
+    else the usable CPUs (``SYNCLINE_ROUND_WORKERS`` overrides)."""
+    if "SYNCLINE_ROUND_WORKERS" in os.environ:
+        return max(1, int(os.environ["SYNCLINE_ROUND_WORKERS"]))
+    if numel < PARALLEL_MIN_NUMEL:
+        return 1
+    return max(1, len(os.sched_getaffinity(0)))
 
 
 def stream_round(
-    weights: np.ndarray,
-    momentum: np.ndarray,
-    gradients: Sequence[QuantizedGradient],
+    weights: Region,
+    momentum: Region,
+    gradients: Sequence[GradientInput],
     rule: AggregationRuleImpl,
     lr_ppm: int,
     mom_ppm: int,
     *,
+    out_weights: Region,
+    out_momentum: Region,
     range_chunks: int = DEFAULT_RANGE_CHUNKS,
-    out_weights: np.ndarray | None = None,
-    out_momentum: np.ndarray | None = None,
+    workers: int | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> StreamedRound:
-    """Aggregate ``gradients`` (valid, ascending fragment order) with a coordinate-wise ``rule``
-    and apply the outer step to ``weights``/``momentum`` (int64 Q32, any array-like: a memmap
-    works), ``range_chunks`` chunks at a time. The new state goes into ``out_weights`` /
-    ``out_momentum`` (new arrays when None)."""
-    if not isinstance(rule, COORDINATE_WISE):
-        raise ValueError(f"{type(rule).__name__} is not coordinate-wise: it needs whole-vector distances")
-    if not gradients:
-        raise ValueError("no gradient to aggregate")
-    if range_chunks < 1:
-        raise ValueError(f"range_chunks must be >= 1, got {range_chunks}")
-    numel = int(weights.shape[0])
-    out_w = np.empty(numel, dtype=np.int64) if out_weights is None else out_weights
-    out_m = np.empty(numel, dtype=np.int64) if out_momentum is None else out_momentum
-    state_leaves: list[bytes] = []
-    aggregate_leaves: list[bytes] = []
-    total = num_chunks(numel)
-    for first in range(0, total, range_chunks):
-        last = min(first + range_chunks, total)
-        start, stop = first * CHUNK_SIZE, min(last * CHUNK_SIZE, numel)
-        inputs = np.stack([_dequantized_range(qg, first, last, numel) for qg in gradients])
-        aggregate = rule.aggregate_with_info(torch.from_numpy(inputs)).aggregate
-        w, m = nesterov_step(
-            torch.from_numpy(np.ascontiguousarray(weights[start:stop], dtype=np.int64)),
-            torch.from_numpy(np.ascontiguousarray(momentum[start:stop], dtype=np.int64)),
-            aggregate,
-            lr_ppm,
-            mom_ppm,
-        )
-        out_w[start:stop] = as_numpy(w)
-        out_m[start:stop] = as_numpy(m)
-        state_leaves += _chunk_hashes(out_w[start:stop], out_m[start:stop])
-        aggregate_leaves += _chunk_hashes(as_numpy(aggregate))
-    return StreamedRound(out_w, out_m, merkle.root(state_leaves), merkle.root(aggregate_leaves))
+    """Aggregate ``gradients`` (valid, in ascending fragment order) with ``rule``, apply the
+    outer step to ``weights``/``momentum`` and write the new state to ``out_weights`` /
+    ``out_momentum`` (they may be the inputs), ``range_chunks`` chunks at a time.
+
+    ``rule`` must be able to run on ``len(gradients)`` inputs (the caller falls back to the
+    median for Krum with too few). ``progress`` is called with the coordinates done per range
+    of the last pass. Raises ValueError on inconsistent sizes.
+    """
+    global _JOB
+    n = len(gradients)
+    if not 1 <= n <= 64:
+        raise ValueError(f"a round aggregates 1..64 gradients, got {n}")
+    if range_chunks < 1 or range_chunks & (range_chunks - 1):
+        raise ValueError(f"range_chunks must be a power of two, got {range_chunks}")
+    numel = weights.numel
+    for name, region in (("momentum", momentum), ("out_weights", out_weights), ("out_momentum", out_momentum)):
+        if region.numel != numel:
+            raise ValueError(f"{name} has {region.numel} coordinates, weights have {numel}")
+    for g in gradients:
+        if g.values.numel != numel or g.exponents.shape[0] != num_chunks(numel):
+            raise ValueError("a gradient's size differs from the state's")
+    lr_q, mom_q = coefficients(lr_ppm, mom_ppm)
+    workers = default_workers(numel) if workers is None else max(1, workers)
+    spans = [(f, min(f + range_chunks, num_chunks(numel))) for f in range(0, num_chunks(numel), range_chunks)]
+    workers = min(workers, len(spans))
+    if workers > 1 and not all(_shared(r) for r in (out_weights, out_momentum)):
+        raise ValueError("outputs written by worker processes must be shared_region() or FileRegion")
+    scratch: Region | None = shared_region(numel) if isinstance(rule, CenteredClip) and rule.iterations else None
+    job = _Job(numel, gradients, weights, momentum, out_weights, out_momentum, lr_q, mom_q, scratch)
+    previous, _JOB = _JOB, job
+    pool = multiprocessing.get_context("fork").Pool(workers) if workers > 1 else None
+    try:
+
+        def run(fn: Callable[[Any], Any], args: Sequence[Any]) -> list[Any]:
+            if pool is None:
+                return [fn(a) for a in args]
+            return pool.map(fn, args, chunksize=max(1, len(args) // (workers * 16)))
+
+        selected: tuple[int, ...] = tuple(range(n))
+        scores: tuple[int, ...] | None = None
+        how: tuple[Any, ...]
+        if isinstance(rule, Krum):
+            dist = [[0] * n for _ in range(n)]
+            for part in run(_pass_distances, spans):
+                for i in range(n):
+                    for j in range(n):
+                        dist[i][j] += part[i][j]
+            score_list = krum_scores(dist, rule.f)
+            order = sorted(range(n), key=lambda i: (score_list[i], i))
+            selected = tuple(sorted(order[: n - rule.f])) if isinstance(rule, MultiKrum) else (order[0],)
+            how, scores = ("rows", selected), tuple(score_list)
+        elif isinstance(rule, CenteredClip):
+            how = ("median",)
+            if rule.iterations:
+                tau = clip_radius_grid(rule.radius_ppm)
+                factors: tuple[int, ...] | None = None
+                for _ in range(rule.iterations):
+                    norms = [0] * n
+                    for part in run(_pass_clip, [(a, b, factors) for a, b in spans]):
+                        norms = [s + p for s, p in zip(norms, part, strict=True)]
+                    factors = tuple(clip_factors([math.isqrt(s) << DIST_SHIFT for s in norms], tau))
+                how = ("clip", factors)  # the last pass computes v_T from v_{T-1} and these
+        elif isinstance(rule, TrimmedMean):
+            how = ("trimmed", rule.trim_count(n))
+        elif isinstance(rule, CoordinateMedian):
+            how = ("median",)
+        elif isinstance(rule, Mean):
+            how = ("mean",)
+        else:
+            raise ValueError(f"no streaming implementation for {type(rule).__name__}")
+        roots: list[tuple[bytes, bytes]] = []
+        finish_args = [(a, b, how) for a, b in spans]
+        if pool is None:
+            for a in finish_args:
+                roots.append(_pass_finish(a))
+                if progress:
+                    progress(min(a[1] * CHUNK_SIZE, numel) - a[0] * CHUNK_SIZE)
+        else:
+            for a, r in zip(finish_args, pool.imap(_pass_finish, finish_args, chunksize=1), strict=True):
+                roots.append(r)
+                if progress:
+                    progress(min(a[1] * CHUNK_SIZE, numel) - a[0] * CHUNK_SIZE)
+    finally:
+        if pool is not None:
+            pool.close()
+            pool.join()
+        _JOB = previous
+    return StreamedRound(
+        merkle.root_of_blocks([r[0] for r in roots]),
+        merkle.root_of_blocks([r[1] for r in roots]),
+        selected,
+        scores,
+    )
+
+
+def _shared(region: Region) -> bool:
+    return isinstance(region, FileRegion) or (isinstance(region, ArrayRegion) and region.shared)
+
+
+__all__ = [
+    "ArrayRegion",
+    "FileRegion",
+    "GradientInput",
+    "Region",
+    "StreamedRound",
+    "check_gradient_range",
+    "shared_region",
+    "stream_round",
+]

@@ -6,19 +6,29 @@ machine (integer aggregation and outer step). I/O (fetching blobs, the chain) st
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from syncline.protocol import merkle
 from syncline.protocol.aggregation import CoordinateMedian, Krum, make_rule
-from syncline.protocol.chunking import gradient_chunk_root
+from syncline.protocol.chunking import gradient_chunk_root, hash_rows
 from syncline.protocol.enums import AggregationRule
-from syncline.protocol.fixed_point import CHUNK_SIZE, int64_be_bytes
+from syncline.protocol.fixed_point import as_numpy
 from syncline.protocol.hashing import keccak
-from syncline.protocol.quantization import QuantizedGradient, dequantize
+from syncline.protocol.quantization import QuantizedGradient
 from syncline.protocol.state import TrainingState
+from syncline.protocol.streaming import (
+    ArrayRegion,
+    GradientInput,
+    aggregate_chunk_buffer,
+    default_workers,
+    shared_region,
+    stream_round,
+)
 
 ZERO_ROOT = b"\x00" * 32
 
@@ -67,11 +77,56 @@ def validate_submission(
     return qg, None
 
 
+_PENDING: list[CommittedSubmission] = []
+
+
+def _check(index: int) -> str | None:
+    """Worker side of :func:`validate_submissions`: the reason submission ``index`` is invalid."""
+    sub, numel, bits, max_bytes = _PENDING[index], *_PENDING_ARGS
+    return validate_submission(sub, numel=numel, bits=bits, max_bytes=max_bytes)[1]
+
+
+_PENDING_ARGS: tuple[int, int, int] = (0, 0, 0)
+
+
+def validate_submissions(
+    submissions: list[CommittedSubmission], *, numel: int, bits: int, max_bytes: int, workers: int = 1
+) -> tuple[list[tuple[int, QuantizedGradient]], dict[int, str]]:
+    """Validate every submission (ascending fragment order): ``(valid, rejected reasons)``.
+
+    With ``workers > 1`` the hashing (payload keccak, chunk root) runs in forked processes, one
+    submission each; the parent then decodes only the valid payloads (cheap, no hashing).
+    """
+    global _PENDING, _PENDING_ARGS
+    ordered = sorted(submissions, key=lambda s: s.fragment)
+    if workers > 1 and len(ordered) > 1:
+        _PENDING, _PENDING_ARGS = ordered, (numel, bits, max_bytes)
+        try:
+            with multiprocessing.get_context("fork").Pool(min(workers, len(ordered))) as pool:
+                reasons = pool.map(_check, range(len(ordered)), chunksize=1)
+        finally:
+            _PENDING = []
+    else:
+        reasons = [None] * len(ordered)
+    valid: list[tuple[int, QuantizedGradient]] = []
+    rejected: dict[int, str] = {}
+    for sub, reason in zip(ordered, reasons, strict=True):
+        if reason is None:
+            if workers > 1 and len(ordered) > 1:
+                assert sub.payload is not None
+                valid.append((sub.fragment, QuantizedGradient.from_safetensors_bytes(sub.payload, max_bytes=max_bytes)))
+                continue
+            qg, reason = validate_submission(sub, numel=numel, bits=bits, max_bytes=max_bytes)
+            if qg is not None:
+                valid.append((sub.fragment, qg))
+                continue
+        rejected[sub.fragment] = reason or "invalid"
+    return valid, rejected
+
+
 def aggregate_root(aggregate: torch.Tensor) -> bytes:
     """Merkle root over the aggregate's int64 chunks (8-byte big-endian, ``CHUNK_SIZE`` per chunk)."""
-    raw = int64_be_bytes(aggregate)
-    step = CHUNK_SIZE * 8
-    return merkle.root([keccak(raw[i : i + step]) for i in range(0, len(raw), step)])
+    return merkle.root(hash_rows(*aggregate_chunk_buffer(as_numpy(aggregate))))
 
 
 def compute_round(
@@ -84,6 +139,7 @@ def compute_round(
     lr_ppm: int,
     momentum_ppm: int,
     max_payload_bytes: int,
+    workers: int | None = None,
 ) -> RoundResult:
     """Validate, aggregate with the task's rule and apply the outer Nesterov step.
 
@@ -91,32 +147,47 @@ def compute_round(
     coordinate median is used instead; with no valid input the state carries over unchanged. At
     the state bound the outer step saturates (weights and momentum at ``+-(2**46 - 1)``), so valid
     inputs never make the round fail and are never left out for it.
+
+    The aggregation, outer step and commitments run in :func:`syncline.protocol.streaming.stream_round`
+    (range by range, in ``workers`` processes for large rounds; default
+    :func:`~syncline.protocol.streaming.default_workers`). The new state's vectors live in shared
+    memory when workers were used.
     """
     numel = previous.layout.numel
-    valid: list[tuple[int, QuantizedGradient]] = []
-    rejected: dict[int, str] = {}
-    for sub in sorted(submissions, key=lambda s: s.fragment):
-        qg, reason = validate_submission(sub, numel=numel, bits=bits, max_bytes=max_payload_bytes)
-        if qg is None:
-            rejected[sub.fragment] = reason or "invalid"
-        else:
-            valid.append((sub.fragment, qg))
+    workers = default_workers(numel) if workers is None else workers
+    valid, rejected = validate_submissions(
+        submissions, numel=numel, bits=bits, max_bytes=max_payload_bytes, workers=workers
+    )
     if not valid:
         return RoundResult(previous, previous.state_root(), ZERO_ROOT, 0, rejected, "none")
 
     impl = make_rule(rule, rule_param)
     if isinstance(impl, Krum) and len(valid) < 2 * impl.f + 3:
         impl = CoordinateMedian()
-    inputs = torch.stack([dequantize(qg) for _, qg in valid])
-    result = impl.aggregate_with_info(inputs)
-    selected = set(result.selected)
+    if workers > 1:
+        out_w, out_m = shared_region(numel), shared_region(numel)
+    else:
+        out_w = ArrayRegion(np.empty(numel, dtype=np.int64))
+        out_m = ArrayRegion(np.empty(numel, dtype=np.int64))
+    streamed = stream_round(
+        ArrayRegion(as_numpy(previous.weights)),
+        ArrayRegion(as_numpy(previous.momentum)),
+        [GradientInput.of(qg) for _, qg in valid],
+        impl,
+        lr_ppm,
+        momentum_ppm,
+        out_weights=out_w,
+        out_momentum=out_m,
+        workers=workers,
+    )
+    selected = set(streamed.selected)
     mask = 0
     for row, (fragment, _) in enumerate(valid):
         if row in selected:
             mask |= 1 << fragment
         else:
             rejected[fragment] = f"filtered by {type(impl).__name__}"
-    new_state = previous.apply_round(result.aggregate, lr_ppm, momentum_ppm)
-    return RoundResult(
-        new_state, new_state.state_root(), aggregate_root(result.aggregate), mask, rejected, type(impl).__name__
+    new_state = TrainingState(
+        layout=previous.layout, weights=torch.from_numpy(out_w.array), momentum=torch.from_numpy(out_m.array)
     )
+    return RoundResult(new_state, streamed.state_root, streamed.aggregate_root, mask, rejected, type(impl).__name__)
