@@ -229,13 +229,18 @@ def write_safetensors(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str
     return len(text).to_bytes(8, "little") + text + b"".join(chunks)
 
 
-def _parse_header(data: bytes, max_bytes: int | None) -> tuple[dict[str, object], dict[str, str], int]:
-    if max_bytes is not None and len(data) > max_bytes:
-        raise ValueError(f"payload is {len(data)} bytes, more than the limit {max_bytes}")
-    if len(data) < 8:
+def _parse_header(
+    data: bytes, max_bytes: int | None, total_len: int | None = None
+) -> tuple[dict[str, object], dict[str, str], int]:
+    """Header, metadata and header length of a payload of ``total_len`` bytes (default
+    ``len(data)``) whose first bytes are ``data`` (at least the header)."""
+    size = len(data) if total_len is None else total_len
+    if max_bytes is not None and size > max_bytes:
+        raise ValueError(f"payload is {size} bytes, more than the limit {max_bytes}")
+    if size < 8 or len(data) < 8:
         raise ValueError("payload too short for a safetensors header")
     (header_len,) = struct.unpack("<Q", data[:8])
-    if header_len > MAX_SAFETENSORS_HEADER or 8 + header_len > len(data):
+    if header_len > MAX_SAFETENSORS_HEADER or 8 + header_len > size or 8 + header_len > len(data):
         raise ValueError(f"safetensors header length {header_len} is invalid")
     header = load_bounded_json(
         data[8 : 8 + header_len], max_bytes=MAX_SAFETENSORS_HEADER, max_depth=4, what="safetensors header"
@@ -248,9 +253,50 @@ def _parse_header(data: bytes, max_bytes: int | None) -> tuple[dict[str, object]
     return header, {str(k): v for k, v in metadata.items()}, header_len
 
 
-def safetensors_metadata(data: bytes, *, max_bytes: int | None = None) -> dict[str, str]:
-    """The ``__metadata__`` of a safetensors payload, read without decoding any tensor."""
-    return _parse_header(data, max_bytes)[1]
+def safetensors_metadata(data: bytes, *, max_bytes: int | None = None, total_len: int | None = None) -> dict[str, str]:
+    """The ``__metadata__`` of a safetensors payload, read without decoding any tensor (``data``
+    may be just the payload's first bytes when ``total_len`` gives its size)."""
+    return _parse_header(data, max_bytes, total_len)[1]
+
+
+def safetensors_spans(
+    prefix: bytes,
+    total_len: int,
+    expected: Mapping[str, tuple[torch.dtype, tuple[int, ...]]],
+    *,
+    max_bytes: int | None = None,
+) -> tuple[dict[str, tuple[int, int]], dict[str, str]]:
+    """Check a payload's header against ``expected`` without reading its tensors.
+
+    ``prefix`` holds at least the payload's first ``8 + header`` bytes and ``total_len`` is the
+    whole payload's size (a file's size, for a payload on disk). Returns each tensor's absolute
+    byte span ``(begin, end)`` and the metadata; raises ValueError like :func:`read_safetensors`.
+    """
+    header, metadata, header_len = _parse_header(prefix, max_bytes, total_len)
+    if set(header) != set(expected):
+        raise ValueError(f"payload tensors {sorted(header)} != expected {sorted(expected)}")
+    spans: dict[str, tuple[int, int]] = {}
+    for name, (dtype, shape) in expected.items():
+        entry = header[name]
+        code, width = _ST_DTYPES[dtype]
+        if not isinstance(entry, dict) or entry.get("dtype") != code:
+            got = entry.get("dtype") if isinstance(entry, dict) else entry
+            raise ValueError(f"tensor {name!r}: dtype {got} != expected {code}")
+        if entry.get("shape") != list(shape):
+            raise ValueError(f"tensor {name!r}: shape {entry.get('shape')} != expected {list(shape)}")
+        begin, end = entry.get("data_offsets", (None, None))
+        if not isinstance(begin, int) or not isinstance(end, int) or end - begin != width * math.prod(shape):
+            raise ValueError(f"tensor {name!r}: data offsets {entry.get('data_offsets')} do not match its shape")
+        spans[name] = (begin, end)
+    cursor = 0
+    for begin, end in sorted(spans.values()):
+        if begin != cursor:
+            raise ValueError("safetensors data section has gaps or overlaps")
+        cursor = end
+    if 8 + header_len + cursor != total_len:
+        raise ValueError(f"payload has {total_len - 8 - header_len - cursor} unexpected trailing bytes")
+    base = 8 + header_len
+    return {name: (base + b, base + e) for name, (b, e) in spans.items()}, metadata
 
 
 def read_safetensors(
@@ -278,29 +324,8 @@ def read_safetensors(
         With a one-line reason: oversized, malformed header, unexpected or missing names, wrong
         dtype or shape, overlapping or trailing data.
     """
-    header, metadata, header_len = _parse_header(data, max_bytes)
-    if set(header) != set(expected):
-        raise ValueError(f"payload tensors {sorted(header)} != expected {sorted(expected)}")
-    spans = []
-    for name, (dtype, shape) in expected.items():
-        entry = header[name]
-        code, width = _ST_DTYPES[dtype]
-        if not isinstance(entry, dict) or entry.get("dtype") != code:
-            got = entry.get("dtype") if isinstance(entry, dict) else entry
-            raise ValueError(f"tensor {name!r}: dtype {got} != expected {code}")
-        if entry.get("shape") != list(shape):
-            raise ValueError(f"tensor {name!r}: shape {entry.get('shape')} != expected {list(shape)}")
-        begin, end = entry.get("data_offsets", (None, None))
-        if not isinstance(begin, int) or not isinstance(end, int) or end - begin != width * math.prod(shape):
-            raise ValueError(f"tensor {name!r}: data offsets {entry.get('data_offsets')} do not match its shape")
-        spans.append((begin, end))
-    cursor = 0
-    for begin, end in sorted(spans):
-        if begin != cursor:
-            raise ValueError("safetensors data section has gaps or overlaps")
-        cursor = end
-    if 8 + header_len + cursor != len(data):
-        raise ValueError(f"payload has {len(data) - 8 - header_len - cursor} unexpected trailing bytes")
+    safetensors_spans(data, len(data), expected, max_bytes=max_bytes)
+    metadata = _parse_header(data, max_bytes)[1]
     try:
         tensors = _safetensors_load(data)
     except Exception as exc:  # the Rust decoder raises its own error type

@@ -40,11 +40,11 @@ from syncline.protocol.fixed_point import (
     FRAC_BITS,
     MAX_SAFETENSORS_HEADER,
     as_numpy,
-    float64_numpy,
     num_chunks,
     pad_chunks,
     read_safetensors,
     safetensors_metadata,
+    safetensors_spans,
     write_safetensors,
 )
 
@@ -157,16 +157,9 @@ class QuantizedGradient:
         ValueError
             With a one-line reason.
         """
+        bits, numel, _ = payload_layout(data, len(data), expected_numel=expected_numel, max_bytes=max_bytes)
         if max_bytes is None and expected_numel is not None:
-            max_bytes = 8 + MAX_SAFETENSORS_HEADER + 2 * expected_numel + num_chunks(expected_numel)
-        meta = _peek_metadata(data, max_bytes)
-        bits, numel = meta["bits"], meta["numel"]
-        if meta["chunk_size"] != CHUNK_SIZE:
-            raise ValueError(f"chunk_size {meta['chunk_size']} != protocol CHUNK_SIZE {CHUNK_SIZE}")
-        if expected_numel is not None and numel != expected_numel:
-            raise ValueError(f"gradient has {numel} coordinates, the task layout has {expected_numel}")
-        if numel < 1:
-            raise ValueError("a quantized gradient needs at least one coordinate")
+            max_bytes = max_payload_size(expected_numel)
         _, _, dtype = _width(bits)
         tensors, _ = read_safetensors(
             data,
@@ -176,9 +169,40 @@ class QuantizedGradient:
         return cls(bits=bits, values=tensors["values"], exponents=tensors["exponents"])
 
 
-def _peek_metadata(data: bytes, max_bytes: int | None) -> dict[str, int]:
+def max_payload_size(numel: int) -> int:
+    """Default size bound of a payload of ``numel`` coordinates: 16-bit values, exponents, 64 KiB header."""
+    return 8 + MAX_SAFETENSORS_HEADER + 2 * numel + num_chunks(numel)
+
+
+def payload_layout(
+    prefix: bytes, total_len: int, *, expected_numel: int | None = None, max_bytes: int | None = None
+) -> tuple[int, int, dict[str, tuple[int, int]]]:
+    """Check a payload's header (``prefix`` holds at least its first ``8 + header`` bytes of
+    ``total_len``) the way :meth:`QuantizedGradient.from_safetensors_bytes` does, without reading
+    the tensors: returns ``(bits, numel, spans)`` with each tensor's absolute byte span."""
+    if max_bytes is None and expected_numel is not None:
+        max_bytes = max_payload_size(expected_numel)
+    meta = _peek_metadata(prefix, max_bytes, total_len)
+    bits, numel = meta["bits"], meta["numel"]
+    if meta["chunk_size"] != CHUNK_SIZE:
+        raise ValueError(f"chunk_size {meta['chunk_size']} != protocol CHUNK_SIZE {CHUNK_SIZE}")
+    if expected_numel is not None and numel != expected_numel:
+        raise ValueError(f"gradient has {numel} coordinates, the task layout has {expected_numel}")
+    if numel < 1:
+        raise ValueError("a quantized gradient needs at least one coordinate")
+    _, _, dtype = _width(bits)
+    spans, _ = safetensors_spans(
+        prefix,
+        total_len,
+        {"values": (dtype, (numel,)), "exponents": (torch.uint8, (num_chunks(numel),))},
+        max_bytes=max_bytes,
+    )
+    return bits, numel, spans
+
+
+def _peek_metadata(data: bytes, max_bytes: int | None, total_len: int | None = None) -> dict[str, int]:
     """Integer metadata fields of a gradient payload, validated before shapes are checked."""
-    meta = safetensors_metadata(data, max_bytes=max_bytes)
+    meta = safetensors_metadata(data, max_bytes=max_bytes, total_len=total_len)
     out: dict[str, int] = {}
     for key in ("bits", "numel", "chunk_size"):
         text = meta.get(key)
@@ -196,22 +220,51 @@ def quantize(grad: torch.Tensor, bits: int) -> QuantizedGradient:
     ValueError
         If ``grad`` is not a non-empty 1-D floating tensor, holds NaN/Inf, or ``bits`` is not 8/16.
     """
-    limit, cap, _ = _width(bits)
+    _width(bits)
     if not isinstance(grad, torch.Tensor) or grad.dim() != 1 or grad.numel() == 0:
         raise ValueError(f"quantize needs a non-empty 1-D floating tensor, got {_describe(grad)}")
-    g = float64_numpy(grad, "quantize")
-    if not np.isfinite(g).all():
-        raise ValueError("gradient holds NaN or Inf")
-    chunks = pad_chunks(g)  # [C, CHUNK_SIZE]; zero padding does not change max |g|
-    m = np.abs(chunks).max(axis=1)
-    mant, ex = np.frexp(m)
-    top = limit.bit_length()  # 2**(top-1) <= qmax < 2**top
-    k = ex.astype(np.int64) - top + (mant > limit / 2.0**top)
-    e = np.where(m > 0, np.clip(k + FRAC_BITS, 0, cap), 0)
+    if not grad.is_floating_point():
+        raise ValueError(f"quantize needs a floating tensor, got {grad.dtype}")
+    t = grad.detach().cpu()
+    if t.dtype not in (torch.float32, torch.float64):
+        t = t.to(torch.float32)
+    values, exponents = quantize_array(as_numpy(t), bits)
+    return QuantizedGradient(bits=bits, values=torch.from_numpy(values), exponents=torch.from_numpy(exponents))
+
+
+QUANTIZE_BLOCK_CHUNKS = 256
+"""Chunks quantized at once (64 Ki coordinates): the float64 temporaries stay in cache."""
+
+
+def quantize_array(g: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """Quantize float32/float64 values ``g`` (1-D; a range starting on a chunk boundary) per chunk:
+    ``(values int8/int16, exponents uint8)``, block by block in cache-sized pieces.
+
+    Raises ValueError on NaN/Inf. Per chunk this is the module docstring's definition exactly, so
+    quantizing a gradient range by range gives the same bytes as quantizing it whole.
+    """
+    limit, cap, _ = _width(bits)
+    numel = int(g.shape[0])
+    values = np.empty(numel, dtype=_NP_DTYPES[bits])
+    exponents = np.empty(num_chunks(numel), dtype=np.uint8)
     scales = np.array([2.0 ** (FRAC_BITS - i) for i in range(cap + 1)])
-    q = np.clip(np.rint(chunks * scales[e][:, None]), -limit, limit)
-    values = torch.from_numpy(q.reshape(-1)[: g.size].astype(_NP_DTYPES[bits]))
-    return QuantizedGradient(bits=bits, values=values, exponents=torch.from_numpy(e.astype(np.uint8)))
+    top = limit.bit_length()  # 2**(top-1) <= qmax < 2**top
+    step = QUANTIZE_BLOCK_CHUNKS * CHUNK_SIZE
+    for start in range(0, numel, step):
+        block = g[start : start + step].astype(np.float64)
+        if not np.isfinite(block).all():
+            raise ValueError("gradient holds NaN or Inf")
+        chunks = pad_chunks(block)  # [C, CHUNK_SIZE]; zero padding does not change max |g|
+        m = np.abs(chunks).max(axis=1)
+        mant, ex = np.frexp(m)
+        k = ex.astype(np.int64) - top + (mant > limit / 2.0**top)
+        e = np.where(m > 0, np.clip(k + FRAC_BITS, 0, cap), 0)
+        chunks *= scales[e][:, None]
+        np.rint(chunks, out=chunks)
+        np.clip(chunks, -limit, limit, out=chunks)
+        values[start : start + block.shape[0]] = chunks.reshape(-1)[: block.shape[0]]
+        exponents[start // CHUNK_SIZE : start // CHUNK_SIZE + e.shape[0]] = e
+    return values, exponents
 
 
 def dequantize(qg: QuantizedGradient) -> torch.Tensor:
