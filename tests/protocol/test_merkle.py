@@ -145,3 +145,17 @@ def test_dataset_root_is_the_merkle_root_of_shard_hashes(items: list[bytes]) -> 
     manifest = DatasetManifest(shard_hashes=tuple("0x" + h.hex() for h in items))
     assert manifest.shard_count == len(items)
     assert manifest.root == "0x" + merkle.root(items).hex()
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 300), st.integers(0, 6), st.integers(0, 2**31 - 1))
+def test_aligned_block_roots_combine_to_the_root(count: int, k: int, seed: int) -> None:
+    """docs/protocol.md §3: the root over blocks of 2**k leaves' own roots is the tree's root."""
+    import random
+
+    rng = random.Random(seed)
+    hashes = [rng.randbytes(32) for _ in range(count)]
+    size = 1 << k
+    blocks = [merkle.root_of_leaves(merkle.leaf_hashes(hashes[s : s + size], s)) for s in range(0, count, size)]
+    assert merkle.root_of_blocks(blocks) == merkle.root(hashes)
+    assert merkle.leaf_hashes(hashes, 0) == [merkle.leaf_hash(i, h) for i, h in enumerate(hashes)]
