@@ -230,18 +230,23 @@ def compute_round_on_disk(
     impl = make_rule(rule, rule_param)
     if isinstance(impl, Krum) and len(valid) < 2 * impl.f + 3:
         impl = CoordinateMedian()
-    streamed = stream_round(
-        weights,
-        momentum,
-        [g for _, g in valid],
-        impl,
-        lr_ppm,
-        momentum_ppm,
-        out_weights=weights,
-        out_momentum=momentum,
-        workers=workers,
-        range_chunks=range_chunks,
-    )
+    try:
+        streamed = stream_round(
+            weights,
+            momentum,
+            [g for _, g in valid],
+            impl,
+            lr_ppm,
+            momentum_ppm,
+            out_weights=weights,
+            out_momentum=momentum,
+            workers=workers,
+            range_chunks=range_chunks,
+        )
+    finally:
+        for _, g in valid:
+            if isinstance(g.values, FileRegion):
+                g.values.close()
     selected = set(streamed.selected)
     mask = 0
     for row, (fragment, _) in enumerate(valid):
