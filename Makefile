@@ -75,11 +75,12 @@ lint: install
 	@$(VENV)/bin/mypy
 
 bench: install
-	@echo "==> benchmarks: DiLoCo vs AdamW, bytes, utilization, aggregation throughput, referee tolerance (docs/benchmarks.md)"
+	@echo "==> benchmarks: DiLoCo vs AdamW, bytes, utilization, aggregation throughput, referee tolerance, round at scale (docs/benchmarks.md)"
 	@$(PIP) install --quiet --disable-pip-version-check -c constraints.txt -e '.[bench]'
 	@$(PY) scripts/bench/diloco.py
 	@$(PY) scripts/bench/aggregation.py
 	@$(PY) scripts/bench/referee_tolerance.py --quick --json .syncline/bench/referee_tolerance.json
+	@$(PY) scripts/bench/scale.py --params 1e6 1e7 1e8 --json .syncline/bench/scale.json
 
 gas: $(NPM_STAMP)
 	@$(FORGE) test --gas-report
