@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import http.server
 import json
 import os
 import random
@@ -21,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -407,3 +409,43 @@ def test_streamed_upload_and_download_hold_a_small_fraction_of_the_blob(tmp_path
     assert figures["ok"], figures
     assert figures["upload_kib"] * 1024 < size // 4, figures  # measured: about 3 MiB
     assert figures["download_kib"] * 1024 < size // 4, figures  # measured: about 2 MiB
+
+
+class LyingRanges(http.server.BaseHTTPRequestHandler):
+    """Sends half the blob and hangs up; answers a resume with a range other than the one asked for."""
+
+    blob = payload(200_000, seed=10)
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        if self.headers.get("Range") is None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(self.blob)))
+            self.end_headers()
+            self.wfile.write(self.blob[:100_000])
+        else:
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes 0-{len(self.blob) - 1}/{len(self.blob)}")
+            self.send_header("Content-Length", str(len(self.blob)))
+            self.end_headers()
+            self.wfile.write(self.blob)
+        self.close_connection = True
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_a_resume_answered_with_another_range_is_not_believed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fetch, "RETRY_PAUSE_S", (0.01,))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), LyingRanges)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        uri = f"http://127.0.0.1:{server.server_address[1]}/blob"
+        digest = digest_of(LyingRanges.blob)
+        with pytest.raises(BlobUnavailable, match=r"with another range \(bytes 0-199999/200000\); gave up after"):
+            fetch_uri_to_file(uri, tmp_path / "out.bin", expected_digest=digest, max_bytes=10**6)
+        assert not (tmp_path / "out.bin").exists()
+        assert partial_path(tmp_path / "out.bin", digest).stat().st_size == 100_000  # kept for a later resume
+    finally:
+        server.shutdown()
+        server.server_close()
