@@ -317,33 +317,6 @@ def fetch_uri_to_file(
                 os.unlink(part)
 
 
-def read_capped(
-    stream: BinaryIO | http.client.HTTPResponse, max_bytes: int, *, source: str, deadline: Deadline | None = None
-) -> bytes:
-    """Read a stream to its end, but never more than ``max_bytes + 1`` bytes (nor past ``deadline``).
-
-    Raises
-    ------
-    BlobTooLarge
-        If the stream holds more than ``max_bytes`` bytes.
-    BlobUnavailable
-        If ``deadline`` expires first.
-    """
-    chunks: list[bytes] = []
-    total = 0
-    while True:
-        if deadline is not None:
-            deadline.socket_timeout(f"reading {source}")  # the monotonic clock, checked between reads
-        chunk = stream.read(min(READ_CHUNK, max_bytes + 1 - total))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        total += len(chunk)
-        if total > max_bytes:
-            raise BlobTooLarge(f"blob at {source} is larger than max_bytes={max_bytes}")
-    return b"".join(chunks)
-
-
 def _stream_file(uri: str, sink: Sink, max_bytes: int, deadline: Deadline) -> None:
     parts = urllib.parse.urlsplit(uri)
     if parts.netloc not in ("", "localhost"):
