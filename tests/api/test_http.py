@@ -24,7 +24,7 @@ from syncline.chain.market import MarketClient
 from syncline.cli import main
 from syncline.demo.training_run import DemoPlan, _template
 from syncline.errors import SynclineError
-from syncline.protocol.spec import TrainingTaskSpec
+from syncline.protocol.spec import MAX_PARAM_COUNT, TrainingTaskSpec
 
 from .conftest import Http, assert_error
 
@@ -75,9 +75,14 @@ def test_every_error_is_one_json_line(http: Http, market: MarketClient, sponsor:
     model = dict(DemoPlan().model)
     bad = {"spec": {}, "corpus": {**good_corpus, "shard_count": "many"}, "model": model}
     assert_error(http.post("/api/tasks/prepare", bad), 422, "corpus.shard_count:")
-    huge = {"spec": {}, "corpus": good_corpus, "model": {**model, "hidden_size": 4096}}
+    huge = {"spec": {}, "corpus": good_corpus, "model": {**model, "hidden_size": 16384}}
     assert_error(
-        http.post("/api/tasks/prepare", huge), 422, "model.hidden_size: Input should be less than or equal to 1024"
+        http.post("/api/tasks/prepare", huge), 422, "model.hidden_size: Input should be less than or equal to 8192"
+    )
+    shape = {"hidden_size": 8192, "intermediate_size": 32768, "num_hidden_layers": 128, "num_attention_heads": 64}
+    giant = {"spec": {}, "corpus": good_corpus, "model": {**model, **shape, "num_key_value_heads": 8}}
+    assert_error(
+        http.post("/api/tasks/prepare", giant), 422, "parameters (with corpus.vocab_size 300) exceed the limit"
     )
     heads = {"spec": {}, "corpus": good_corpus, "model": {**model, "num_attention_heads": 3}}
     assert_error(http.post("/api/tasks/prepare", heads), 422, "multiple of num_attention_heads")
@@ -169,7 +174,8 @@ def test_config_and_template(
     assert limits["tier_rules"]["open"] == ["mean"]
     assert set(limits["tier_rules"]["verified"]) == set(limits["rules"])
     assert limits["gradient_bits"] == [8, 16] and limits["max_window_s"] == 365 * 24 * 3600
-    assert limits["model"]["hidden_size"]["max"] == 1024 and limits["corpus"]["shard_count"]["max"] == 64
+    assert limits["model"]["hidden_size"]["max"] == 8192 and limits["corpus"]["shard_count"]["max"] == 256
+    assert limits["model"]["max_parameters"] == MAX_PARAM_COUNT and limits["corpus"]["vocab_size"]["max"] == 65536
     assert template["model"] == DemoPlan().model
 
 

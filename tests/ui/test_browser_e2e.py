@@ -149,6 +149,37 @@ def test_post_form_validates_like_the_contract(stack: Stack, new_page: Any, page
     page.locator('[name="reward_pool_wei"]').blur()
     tid(page, "field-error-reward_pool_wei").wait_for()
     assert tid(page, "post-submit").is_disabled()
+    page.fill('[name="reward_pool_wei"]', "1000")
+
+    # A 1.1e9-parameter Llama (TinyLlama's shape) is within every bound; one of 138e9 is not, and
+    # the form says so with the API's own count (limits.model.max_parameters), as does the API.
+    tiny_llama = {
+        "corpus.vocab_size": "32000",
+        "model.hidden_size": "2048",
+        "model.intermediate_size": "5632",
+        "model.num_hidden_layers": "22",
+        "model.num_attention_heads": "32",
+        "model.num_key_value_heads": "4",
+    }
+    for name, value in tiny_llama.items():
+        page.fill(f'[name="{name}"]', value)
+        page.locator(f'[name="{name}"]').blur()
+    model_errors = '[data-testid^="field-error-model."], [data-testid^="field-error-corpus."]'
+    assert page.locator(model_errors).count() == 0
+    for name, value in {
+        "model.hidden_size": "8192",
+        "model.intermediate_size": "32768",
+        "model.num_hidden_layers": "128",
+    }.items():
+        page.fill(f'[name="{name}"]', value)
+        page.locator(f'[name="{name}"]').blur()
+    too_big = tid(page, "field-error-model.num_hidden_layers")
+    too_big.wait_for()
+    assert "parameters; at most 2,000,000,000" in too_big.inner_text()
+    page.fill('[name="model.hidden_size"]', "16384")
+    page.locator('[name="model.hidden_size"]').blur()
+    assert "must be within 8..8192" in tid(page, "field-error-model.hidden_size").inner_text()
+    assert tid(page, "post-submit").is_disabled()
     assert stack.market.task_count() == 0  # nothing reached the chain
     assert page_errors == []
 

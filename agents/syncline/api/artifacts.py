@@ -10,11 +10,12 @@ from pathlib import Path
 
 from syncline.api.errors import ApiError
 from syncline.api.services import ApiServices
-from syncline.blobstore import BlobNotFound, find_verified
+from syncline.blobstore import DEFAULT_MAX_BLOB_BYTES, BlobNotFound, find_verified
 from syncline.protocol.state import TrainingState
 from syncline.sponsor.task_builder import export_model
 
-MAX_STATE_BYTES = 1 << 30
+MAX_STATE_BYTES = DEFAULT_MAX_BLOB_BYTES
+"""The state of the largest model the tooling admits (:data:`~syncline.protocol.spec.MAX_PARAM_COUNT`)."""
 
 
 def model_archive(services: ApiServices, task_id: int) -> tuple[Path, str]:
@@ -44,6 +45,6 @@ def state_blob(services: ApiServices, root: str) -> bytes:
         return data
 
     try:  # the alias's candidates are hints: the first that recomputes the root
-        return find_verified(services.blobs, (root.lower(),), check, what=f"state {root}")
+        return find_verified(services.blobs, (root.lower(),), check, what=f"state {root}", max_bytes=MAX_STATE_BYTES)
     except BlobNotFound:
         raise ApiError(404, f"no blob published for state root {root} holds that state") from None

@@ -11,7 +11,8 @@ from syncline.api.errors import ApiError
 from syncline.api.schemas import PreparedTask, PrepareRequest
 from syncline.api.services import ApiServices
 from syncline.errors import SpecError
-from syncline.protocol.spec import TrainingTaskSpec
+from syncline.modality.language import llama_parameter_count
+from syncline.protocol.spec import MAX_PARAM_COUNT, TrainingTaskSpec
 from syncline.sponsor.task_builder import publish_language_task
 
 # Filled in by the API from ``corpus`` and ``model``: a sponsor does not type them.
@@ -31,6 +32,13 @@ def check_request(req: PrepareRequest, now: int) -> dict[str, Any]:
             f"model.max_position_embeddings ({req.model.max_position_embeddings}) must be at least "
             f"corpus.seq_len ({req.corpus.seq_len})",
         )
+    count = model_parameter_count(req)
+    if count > MAX_PARAM_COUNT:
+        raise ApiError(
+            422,
+            f"model: {count:,} parameters (with corpus.vocab_size {req.corpus.vocab_size}) exceed the limit of "
+            f"{MAX_PARAM_COUNT:,}; make it smaller",
+        )
     draft = {
         **template,
         "modality": "language",
@@ -41,6 +49,20 @@ def check_request(req: PrepareRequest, now: int) -> dict[str, Any]:
     }
     TrainingTaskSpec.from_mapping(draft).validate(now=now)  # SpecError -> 422, one line
     return template
+
+
+def model_parameter_count(req: PrepareRequest) -> int:
+    """The parameters of the model ``req`` describes, before anything is built."""
+    m = req.model
+    return llama_parameter_count(
+        vocab_size=req.corpus.vocab_size,
+        hidden_size=m.hidden_size,
+        intermediate_size=m.intermediate_size,
+        num_hidden_layers=m.num_hidden_layers,
+        num_attention_heads=m.num_attention_heads,
+        num_key_value_heads=m.num_key_value_heads,
+        tie_word_embeddings=m.tie_word_embeddings,
+    )
 
 
 def prepare_task(services: ApiServices, req: PrepareRequest, client: str) -> PreparedTask:

@@ -10,23 +10,28 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from syncline.modality.language import MAX_VOCAB_SIZE
+from syncline.protocol.spec import MAX_SHARDS
+
 ChallengeKindName = Literal[
     "trainer_equivocation", "witness_equivocation", "aggregation_fraud", "censorship", "training_fraud"
 ]
 
 # Sizes the API will build a task for (the browser form mirrors them from /api/template limits).
+# Each one admits a 1e9-parameter Llama; the total, llama_parameter_count, is bounded by the
+# spec's MAX_PARAM_COUNT (checked with the corpus's vocabulary in prepare.check_request).
 CORPUS_BOUNDS: dict[str, tuple[int, int]] = {
-    "shard_count": (1, 64),
-    "vocab_size": (260, 8192),
-    "seq_len": (8, 512),
+    "shard_count": (1, MAX_SHARDS),
+    "vocab_size": (260, MAX_VOCAB_SIZE),
+    "seq_len": (8, 8192),
 }
 MODEL_BOUNDS: dict[str, tuple[int, int]] = {
-    "hidden_size": (8, 1024),
-    "intermediate_size": (8, 4096),
-    "num_hidden_layers": (1, 8),
-    "num_attention_heads": (1, 32),
-    "num_key_value_heads": (1, 32),
-    "max_position_embeddings": (8, 2048),
+    "hidden_size": (8, 8192),
+    "intermediate_size": (8, 32768),
+    "num_hidden_layers": (1, 128),
+    "num_attention_heads": (1, 128),
+    "num_key_value_heads": (1, 128),
+    "max_position_embeddings": (8, 131072),
 }
 
 
@@ -74,7 +79,7 @@ class CorpusParams(BaseModel):
 
 
 class ModelParams(BaseModel):
-    """A Llama built from a ``transformers`` config, small enough to train on CPUs."""
+    """A Llama built from a ``transformers`` config (at most ``MAX_PARAM_COUNT`` parameters in all)."""
 
     model_config = ConfigDict(extra="forbid")
     family: Literal["llama"] = "llama"

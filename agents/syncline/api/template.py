@@ -10,7 +10,15 @@ from syncline.api.schemas import CORPUS_BOUNDS, MODEL_BOUNDS
 from syncline.demo.training_run import DemoPlan, _template
 from syncline.protocol import tier_policy
 from syncline.protocol.enums import AggregationRule, Tier
-from syncline.protocol.spec import MAX_SHARDS, MAX_TRAINERS, MAX_WINDOW_S, MAX_WITNESSES, ONCHAIN_BITS, PPM
+from syncline.protocol.spec import (
+    MAX_PARAM_COUNT,
+    MAX_SHARDS,
+    MAX_TRAINERS,
+    MAX_WINDOW_S,
+    MAX_WITNESSES,
+    ONCHAIN_BITS,
+    PPM,
+)
 
 DEVNET_WITNESS_ACCOUNTS = (4, 5, 6)  # the demo's witness accounts
 
@@ -75,7 +83,10 @@ def limits(now: int) -> dict[str, Any]:
         "windows": ["round_duration_s", "grace_window_s", "challenge_window_s"],
         "enrollment_deadline": {"min_exclusive": now, "max": now + MAX_WINDOW_S},
         "checkpoint_interval": "0 (= inner_steps) or 1..inner_steps",
-        "trainers": "1 <= min_trainers <= max_trainers <= 64 and max_trainers <= corpus.shard_count <= 256",
+        "trainers": (
+            f"1 <= min_trainers <= max_trainers <= {MAX_TRAINERS} "
+            f"and max_trainers <= corpus.shard_count <= {MAX_SHARDS}"
+        ),
         "outer_optimizer": {
             "lr_min": 1 / PPM,
             "lr_max_exclusive": 2**32 / PPM,
@@ -88,11 +99,18 @@ def limits(now: int) -> dict[str, Any]:
         "model": {
             **{name: {"min": lo, "max": hi} for name, (lo, hi) in MODEL_BOUNDS.items()},
             "families": ["llama"],
+            "max_parameters": MAX_PARAM_COUNT,
+            "parameters": (
+                "V*h*(tie_word_embeddings ? 1 : 2) + L*(2*h*h + 2*h*kv*(h/a) + 3*h*i + 2*h) + h with "
+                "V = corpus.vocab_size, h = hidden_size, i = intermediate_size, L = num_hidden_layers, "
+                "a = num_attention_heads, kv = num_key_value_heads"
+            ),
             "rules": [
                 "hidden_size % num_attention_heads == 0",
                 "(hidden_size / num_attention_heads) is even",
                 "num_attention_heads % num_key_value_heads == 0",
                 "max_position_embeddings >= corpus.seq_len",
+                "parameters <= max_parameters",
             ],
         },
     }

@@ -8,8 +8,9 @@ Modules
 store
     :class:`BlobRef`, the :class:`BlobBackend` / :class:`BlobStore` protocols, digests, errors.
 fetch
-    :func:`fetch_uri`: verified, size-capped reads from ``http(s)://`` URIs under a total deadline
-    (``file://`` only when the caller allows a local locator).
+    :func:`fetch_uri` / :func:`fetch_uri_to_file`: verified, size-capped reads from ``http(s)://``
+    URIs under a total deadline, hashed as they stream, resumed with ``Range`` requests when a
+    transfer breaks off (``file://`` only when the caller allows a local locator).
 local
     :class:`LocalBlobStore`: blobs and alias candidates as files, written atomically.
 http_service
@@ -21,7 +22,7 @@ http_client
 
 from __future__ import annotations
 
-from syncline.blobstore.fetch import Fetcher, fetch_uri, register_fetcher
+from syncline.blobstore.fetch import Fetcher, Sink, Streamer, fetch_uri, fetch_uri_to_file, register_fetcher
 from syncline.blobstore.http_client import HttpBlobStore
 from syncline.blobstore.http_service import BlobService
 from syncline.blobstore.local import LocalBlobStore
@@ -40,10 +41,13 @@ from syncline.blobstore.store import (
     InvalidBlobName,
     alias_signer,
     digest_of,
+    digest_of_file,
     find_verified,
     is_digest,
+    max_state_bytes,
     normalize_digest,
     put_signed,
+    put_signed_file,
     sign_alias,
     validate_alias,
     verify,
@@ -66,13 +70,19 @@ __all__ = [
     "HttpBlobStore",
     "InvalidBlobName",
     "LocalBlobStore",
+    "Sink",
+    "Streamer",
     "alias_signer",
     "digest_of",
+    "digest_of_file",
     "fetch_uri",
+    "fetch_uri_to_file",
     "find_verified",
     "is_digest",
+    "max_state_bytes",
     "normalize_digest",
     "put_signed",
+    "put_signed_file",
     "register_fetcher",
     "sign_alias",
     "validate_alias",

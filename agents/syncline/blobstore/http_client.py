@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import urllib.parse
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, BinaryIO
 
-from syncline.blobstore.fetch import Deadline, default_deadline_s, http_request
+from syncline.blobstore.fetch import Deadline, default_deadline_s, fetch_uri_to_file, http_request
 from syncline.blobstore.http_service import ALIAS_HEADER, ALIAS_SIGNATURE_HEADER
 from syncline.blobstore.store import (
     DEFAULT_MAX_BLOB_BYTES,
@@ -24,6 +25,7 @@ from syncline.blobstore.store import (
     BlobUnavailable,
     InvalidBlobName,
     digest_of,
+    digest_of_file,
     is_digest,
     normalize_address,
     normalize_digest,
@@ -45,7 +47,8 @@ class HttpBlobStore(BlobStoreBase):
         Timeout of each socket operation (connect, each read / write); each request also has a
         total deadline (:func:`~syncline.blobstore.fetch.default_deadline_s`).
     max_bytes : int, optional
-        Largest blob :meth:`put` uploads and :meth:`get` downloads.
+        Largest blob :meth:`put` uploads and :meth:`get` downloads when the caller names no smaller
+        cap (default :data:`~syncline.blobstore.store.DEFAULT_MAX_BLOB_BYTES`, a 2e9-parameter state).
     """
 
     def __init__(self, base_url: str, *, timeout_s: float = 30.0, max_bytes: int = DEFAULT_MAX_BLOB_BYTES) -> None:
@@ -85,27 +88,40 @@ class HttpBlobStore(BlobStoreBase):
             The service cannot be reached or answered with an error.
         """
         data = bytes(data)
-        if len(data) > self.max_bytes:
-            raise BlobTooLarge(f"blob of {len(data)} bytes exceeds max_bytes={self.max_bytes} of {self!r}")
-        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(len(data))}
+        return self._upload(data, digest_of(data), len(data), alias=alias, alias_signature=alias_signature)
+
+    def put_file(self, path: Path, *, alias: str | None = None, alias_signature: bytes | None = None) -> BlobRef:
+        """:meth:`put` for the contents of the file at ``path``, streamed from disk (bounded memory).
+
+        The file is hashed first and then sent; it must not change in between (the service's
+        digest is checked against the local one)."""
+        digest, size = digest_of_file(path)
+        with open(path, "rb") as fh:
+            return self._upload(fh, digest, size, alias=alias, alias_signature=alias_signature)
+
+    def _upload(
+        self, body: bytes | BinaryIO, digest: str, size: int, *, alias: str | None, alias_signature: bytes | None
+    ) -> BlobRef:
+        if size > self.max_bytes:
+            raise BlobTooLarge(f"blob of {size} bytes exceeds max_bytes={self.max_bytes} of {self!r}")
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
         if alias is not None:
             headers[ALIAS_HEADER] = validate_alias(alias)
         if alias_signature is not None:
             headers[ALIAS_SIGNATURE_HEADER] = "0x" + bytes(alias_signature).hex()
-        digest = digest_of(data)
-        answer = self._json("PUT", "/blobs", data=data, headers=headers)
+        answer = self._json("PUT", "/blobs", data=body, size=size, headers=headers)
         try:
             ref = BlobRef.from_json(answer)
         except InvalidBlobName as exc:
             raise BlobUnavailable(f"{self.base_url} answered PUT /blobs with an invalid reference: {exc}") from None
-        if ref.digest != digest or ref.size != len(data):
+        if ref.digest != digest or ref.size != size:
             raise BlobIntegrityError(
-                f"{self.base_url} stored {ref.digest} ({ref.size} bytes) for a blob of {digest} ({len(data)} bytes)"
+                f"{self.base_url} stored {ref.digest} ({ref.size} bytes) for a blob of {digest} ({size} bytes)"
             )
-        return BlobRef(digest=digest, size=len(data), uri=self.uri_for(digest))
+        return BlobRef(digest=digest, size=size, uri=self.uri_for(digest))
 
-    def get(self, digest: str) -> bytes:
-        """Download and verify ``digest`` (at most ``max_bytes``).
+    def get(self, digest: str, *, max_bytes: int | None = None) -> bytes:
+        """Download and verify ``digest`` (at most ``max_bytes``, default this client's).
 
         Raises
         ------
@@ -118,7 +134,21 @@ class HttpBlobStore(BlobStoreBase):
         BlobUnavailable
             The service cannot be reached or answered with an error.
         """
-        return self.fetch(self.uri_for(digest), expected_digest=digest, max_bytes=self.max_bytes)
+        return self.fetch(self.uri_for(digest), expected_digest=digest, max_bytes=self._cap(max_bytes))
+
+    def get_to_file(self, digest: str, dest: Path, *, max_bytes: int | None = None) -> int:
+        """Download ``digest`` into the file ``dest`` in bounded memory, resuming a broken transfer
+        (:func:`~syncline.blobstore.fetch.fetch_uri_to_file`); returns the size."""
+        return fetch_uri_to_file(
+            self.uri_for(digest),
+            Path(dest),
+            expected_digest=digest,
+            max_bytes=self._cap(max_bytes),
+            timeout_s=self.timeout_s,
+        )
+
+    def _cap(self, max_bytes: int | None) -> int:
+        return self.max_bytes if max_bytes is None else min(max_bytes, self.max_bytes)
 
     def has(self, digest: str) -> bool:
         """Whether the service holds ``digest`` (``HEAD /blobs/<digest>``)."""
@@ -156,8 +186,10 @@ class HttpBlobStore(BlobStoreBase):
 
     # ------------------------------------------------------------------ transport
 
-    def _json(self, method: str, path: str, *, data: bytes | None = None, headers: dict[str, str]) -> Any:
-        _, body = self._request(method, path, data=data, headers=headers, ok=(200, 201))
+    def _json(
+        self, method: str, path: str, *, data: bytes | BinaryIO | None = None, size: int = 0, headers: dict[str, str]
+    ) -> Any:
+        _, body = self._request(method, path, data=data, size=size, headers=headers, ok=(200, 201))
         return _parse_json(body, f"{method} {path}", self.base_url)
 
     def _request(
@@ -166,11 +198,12 @@ class HttpBlobStore(BlobStoreBase):
         path: str,
         *,
         ok: tuple[int, ...],
-        data: bytes | None = None,
+        data: bytes | BinaryIO | None = None,
+        size: int = 0,
         headers: dict[str, str] | None = None,
     ) -> tuple[int, bytes]:
         url = self.base_url + path
-        limit = len(data) if data is not None else _MAX_JSON_BYTES
+        limit = max(size, len(data) if isinstance(data, bytes) else 0, _MAX_JSON_BYTES)
         deadline = Deadline.after(default_deadline_s(self.timeout_s, limit), timeout_s=self.timeout_s)
         answer = http_request(method, url, deadline=deadline, max_bytes=_MAX_JSON_BYTES, body=data, headers=headers)
         if answer.status not in ok:

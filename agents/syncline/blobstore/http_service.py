@@ -12,11 +12,20 @@ Endpoints
     Uploads share ``max_concurrent_uploads`` slots, at most ``max_uploads_per_client`` per client
     address (503 with ``Retry-After`` when none frees up in time); an upload slower than
     ``min_upload_bytes_per_s`` after ``request_timeout_s`` is cut with 408.
+    The body is streamed to a temporary file and hashed as it arrives (never held in memory), then
+    renamed to its digest; an upload larger than the free disk space (less ``min_free_bytes``) gets
+    507.
 ``GET /blobs/<digest>``
-    200 with the verified bytes, 404 if absent, 400 for a malformed digest, 500 if the stored
-    file is corrupt (it is quarantined, so the next request answers 404).
+    200 with the blob's bytes, streamed from disk; 404 if absent, 400 for a malformed digest.
+    ``Range: bytes=<first>-[<last>]`` or ``bytes=-<suffix>`` (one range) answers 206 with
+    ``Content-Range: bytes <first>-<last>/<size>``; a range that starts past the end, or a
+    malformed or multi-range ``bytes`` range, answers 416 with ``Content-Range: bytes */<size>``
+    (a range in another unit is ignored). A blob up to ``verify_bytes`` is hashed before it is
+    served and a corrupt one answers 500 (it is quarantined, so the next request answers 404); a
+    larger one is hashed while a whole-blob answer streams out and quarantined afterwards if it
+    was corrupt (readers verify every blob anyway; a ranged answer is not checked by the service).
 ``HEAD /blobs/<digest>``
-    200 with ``Content-Length`` = the blob's size, or 404 / 400.
+    200 with ``Content-Length`` = the blob's size and ``Accept-Ranges: bytes``, or 404 / 400.
 ``GET /aliases/<alias>[?signer=0x...&signer=...]``
     200 ``{"digest": <first candidate>, "candidates": [...]}`` (the named signers' slots first,
     then the others newest first) or 404; 400 for an alias outside ``[0-9a-zA-Z_.:-]{1,128}`` or a
@@ -32,6 +41,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import re
+import shutil
 import socket
 import socketserver
 import threading
@@ -46,21 +58,29 @@ import structlog
 
 from syncline.blobstore.local import LocalBlobStore
 from syncline.blobstore.store import (
+    CHUNK_BYTES,
     DEFAULT_MAX_BLOB_BYTES,
     BlobIntegrityError,
     BlobNotFound,
     BlobRef,
     InvalidBlobName,
     normalize_digest,
+    read_chunks,
     validate_alias,
 )
+from syncline.protocol.hashing import Keccak256
 
 log = structlog.get_logger("syncline.blobstore")
 
 ALIAS_HEADER = "X-Syncline-Alias"
 ALIAS_SIGNATURE_HEADER = "X-Syncline-Alias-Signature"
 DIGEST_HEADER = "X-Syncline-Digest"
-_READ_CHUNK = 1024 * 1024
+_READ_CHUNK = CHUNK_BYTES
+DEFAULT_VERIFY_BYTES = 64 * 1024 * 1024
+"""Blobs up to this size are hashed before they are served (a corrupt one answers 500)."""
+DEFAULT_MIN_FREE_BYTES = 128 << 20
+"""Disk space an upload must leave free (507 otherwise)."""
+_RANGE = re.compile(r"bytes=(\d*)-(\d*)")
 _DRAIN_LIMIT = 64 * 1024 * 1024
 """An unread request body up to this size is read and dropped after an error answer, so the client
 (which sends its whole body before reading) sees the answer rather than a connection reset."""
@@ -401,23 +421,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif len(parts) == 2 and parts[0] == "blobs":
             digest = self._digest(parts[1])
             self._note["digest"] = digest
-            if self.command == "HEAD":
-                size = store.size(digest)
-                if size is None:
-                    raise _HttpError(HTTPStatus.NOT_FOUND, f"blob {digest} not found")
-                self._send_bytes(
-                    200, b"", content_type="application/octet-stream", length=size, headers=self._blob_headers(digest)
-                )
-                return
-            try:
-                data = store.get(digest)
-            except BlobNotFound:
-                raise _HttpError(HTTPStatus.NOT_FOUND, f"blob {digest} not found") from None
-            except BlobIntegrityError:
-                raise _HttpError(
-                    HTTPStatus.INTERNAL_SERVER_ERROR, f"stored blob {digest} failed its integrity check"
-                ) from None
-            self._send_bytes(200, data, content_type="application/octet-stream", headers=self._blob_headers(digest))
+            self._serve_blob(digest)
         elif len(parts) == 2 and parts[0] == "aliases":
             alias = self._alias(parts[1])
             self._note["alias"] = alias
@@ -446,9 +450,8 @@ class _Handler(BaseHTTPRequestHandler):
         signature = self._alias_signature(alias)
         service = self.server.service
         with self.server.upload_gate.slot(_client_key(self.client_address)):
-            data = self._read_body(length)
             try:
-                ref = service.store.put(data, alias=alias, alias_signature=signature)
+                ref = service.store.put_stream(self._body_chunks(length), alias=alias, alias_signature=signature)
             except InvalidBlobName as exc:  # a signature that does not recover
                 raise _HttpError(HTTPStatus.BAD_REQUEST, str(exc)) from None
         self._note["digest"] = ref.digest
@@ -474,6 +477,14 @@ class _Handler(BaseHTTPRequestHandler):
             raise _HttpError(
                 HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"blob of {length} bytes exceeds the limit of {max_bytes} bytes"
             )
+        service = self.server.service
+        free = shutil.disk_usage(service.store.tmp_dir).free
+        if length + service.min_free_bytes > free:
+            raise _HttpError(
+                HTTPStatus.INSUFFICIENT_STORAGE,
+                f"not enough disk space for a blob of {length} bytes ({free} bytes free, "
+                f"{service.min_free_bytes} kept in reserve)",
+            )
         alias = self.headers.get(ALIAS_HEADER)
         if alias is not None:
             alias = self._alias(alias.strip())
@@ -496,11 +507,10 @@ class _Handler(BaseHTTPRequestHandler):
                 HTTPStatus.BAD_REQUEST, f"{ALIAS_SIGNATURE_HEADER} must be 0x + 130 hex characters"
             ) from None
 
-    def _read_body(self, length: int) -> bytes:
-        """Read the upload, cutting a client whose bytes arrive slower than the service's floor."""
+    def _body_chunks(self, length: int) -> Iterator[bytes]:
+        """The upload's bytes as they arrive, cutting a client slower than the service's floor."""
         service = self.server.service
         floor = _UploadPace(grace_s=service.request_timeout_s, min_bytes_per_s=service.min_upload_bytes_per_s)
-        chunks: list[bytes] = []
         remaining = length
         try:
             while remaining > 0:
@@ -529,13 +539,112 @@ class _Handler(BaseHTTPRequestHandler):
                         HTTPStatus.BAD_REQUEST,
                         f"body ended after {length - remaining} of {length} bytes (Content-Length)",
                     )
-                chunks.append(chunk)
                 remaining -= len(chunk)
                 self._unread = remaining
                 self._bytes_in += len(chunk)
+                yield chunk
         finally:
             self.connection.settimeout(service.request_timeout_s)  # keep-alive requests get the usual timeout
-        return b"".join(chunks)
+
+    def _serve_blob(self, digest: str) -> None:
+        """``GET`` / ``HEAD /blobs/<digest>``: the blob streamed from disk, whole or one byte range."""
+        service = self.server.service
+        store = service.store
+        try:
+            fh = open(store.blob_path(digest), "rb")  # noqa: SIM115 (closed below; the answer streams from it)
+        except (FileNotFoundError, IsADirectoryError):
+            raise _HttpError(HTTPStatus.NOT_FOUND, f"blob {digest} not found") from None
+        with fh:
+            stat = os.fstat(fh.fileno())
+            size = stat.st_size
+            span = self._byte_range(digest, size)
+            headers = {**self._blob_headers(digest), "Accept-Ranges": "bytes"}
+            if self.command == "HEAD":
+                self._send_bytes(200, b"", content_type="application/octet-stream", length=size, headers=headers)
+                return
+            check = span is None and size > service.verify_bytes  # hashed on the way out
+            if span is None and not check:
+                try:
+                    store.verify_file(digest)
+                except BlobNotFound:
+                    raise _HttpError(HTTPStatus.NOT_FOUND, f"blob {digest} not found") from None
+                except BlobIntegrityError:
+                    raise _HttpError(
+                        HTTPStatus.INTERNAL_SERVER_ERROR, f"stored blob {digest} failed its integrity check"
+                    ) from None
+            first, last = span if span is not None else (0, size - 1)
+            if span is not None:
+                self._note["range"] = f"{first}-{last}"
+                headers["Content-Range"] = f"bytes {first}-{last}/{size}"
+            self._send_bytes(
+                206 if span is not None else 200,
+                b"",
+                content_type="application/octet-stream",
+                length=last + 1 - first,
+                headers=headers,
+            )
+            hasher = Keccak256() if check else None
+            fh.seek(first)
+            for chunk in read_chunks(fh, limit=last + 1 - first):
+                self.wfile.write(chunk)
+                self._bytes_out += len(chunk)
+                if hasher is not None:
+                    hasher.update(chunk)
+            if hasher is not None:
+                try:
+                    store.check_file(digest, "0x" + hasher.hexdigest(), size, stat.st_ino)
+                except BlobIntegrityError:
+                    self.close_connection = True  # already logged and quarantined; the reader verifies too
+
+    def _byte_range(self, digest: str, size: int) -> tuple[int, int] | None:
+        """The one byte range a ``Range`` header asks for (inclusive), or None for the whole blob.
+
+        Raises ``_HttpError`` 416 for a range past the end and for a malformed or multi-range
+        ``bytes`` range; a range in another unit, or one whose ``If-Range`` names another
+        version, is ignored."""
+        raw = self.headers.get("Range")
+        if raw is None:
+            return None
+        raw = raw.strip()
+        if raw[:6].lower() != "bytes=":
+            return None
+        if_range = self.headers.get("If-Range")
+        if if_range is not None and if_range.strip() != f'"{digest}"':
+            return None
+        unsatisfiable = {"Content-Range": f"bytes */{size}"}
+        match = _RANGE.fullmatch("bytes=" + raw[6:].replace(" ", ""))
+        if match is None or not any(match.groups()) or any(len(g) > 20 for g in match.groups()):
+            raise _HttpError(
+                HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE,
+                f"unsupported Range {raw[:60]!r}: send one range, bytes=<first>-[<last>] or bytes=-<suffix>",
+                headers=unsatisfiable,
+            )
+        first_text, last_text = match.groups()
+        if not first_text:
+            suffix = int(last_text)
+            first, last = max(0, size - suffix), size - 1
+            if suffix == 0 or size == 0:
+                raise _HttpError(
+                    HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE,
+                    f"range {raw[:60]!r} selects no byte of a {size}-byte blob",
+                    headers=unsatisfiable,
+                )
+            return first, last
+        first = int(first_text)
+        last = int(last_text) if last_text else size - 1
+        if last < first:
+            raise _HttpError(
+                HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE,
+                f"invalid Range {raw[:60]!r}: the last byte precedes the first",
+                headers=unsatisfiable,
+            )
+        if first >= size:
+            raise _HttpError(
+                HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE,
+                f"range {raw[:60]!r} starts at or past the end of the {size}-byte blob",
+                headers=unsatisfiable,
+            )
+        return first, min(last, size - 1)
 
     @staticmethod
     def _digest(text: str) -> str:
@@ -568,13 +677,14 @@ class BlobService:
     port : int, optional
         TCP port; 0 (default) picks a free one.
     max_bytes : int, optional
-        Largest accepted upload; larger ones get 413.
+        Largest accepted upload; larger ones get 413 (default
+        :data:`~syncline.blobstore.store.DEFAULT_MAX_BLOB_BYTES`, the state of a 2e9-parameter model).
     public_url : str, optional
         Base URL other agents reach this service at, used in returned URIs (default :attr:`url`).
     request_timeout_s : float, optional
         Socket timeout per connection (a stalled client is dropped after it).
     max_concurrent_uploads : int, optional
-        Uploads buffered at once (bounds memory to about this times ``max_bytes``).
+        Uploads in progress at once (each streams to a temporary file: memory stays bounded).
     max_uploads_per_client : int, optional
         Of those, how many one client address may hold (default half); its further uploads wait.
     min_upload_bytes_per_s : int, optional
@@ -582,6 +692,11 @@ class BlobService:
         clients cannot keep the slots from others.
     max_connections_per_client : int, optional
         Open connections one client address may hold; more are closed unanswered.
+    verify_bytes : int, optional
+        Blobs up to this size are hashed before each whole-blob answer (a corrupt one answers 500);
+        larger ones are hashed as they stream out (:data:`DEFAULT_VERIFY_BYTES`).
+    min_free_bytes : int, optional
+        Disk space an upload must leave free on the store's volume (507 otherwise).
 
     Examples
     --------
@@ -602,6 +717,8 @@ class BlobService:
         max_uploads_per_client: int | None = None,
         min_upload_bytes_per_s: int = 256 * 1024,
         max_connections_per_client: int = 64,
+        verify_bytes: int = DEFAULT_VERIFY_BYTES,
+        min_free_bytes: int = DEFAULT_MIN_FREE_BYTES,
     ) -> None:
         if max_bytes < 0:
             raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
@@ -616,6 +733,8 @@ class BlobService:
         self.max_uploads_per_client = max_uploads_per_client or max(1, max_concurrent_uploads // 2)
         self.min_upload_bytes_per_s = min_upload_bytes_per_s
         self.max_connections_per_client = max_connections_per_client
+        self.verify_bytes = verify_bytes
+        self.min_free_bytes = min_free_bytes
         if not 1 <= self.max_uploads_per_client <= max_concurrent_uploads:
             raise ValueError(
                 f"max_uploads_per_client must be in 1..{max_concurrent_uploads}, got {max_uploads_per_client}"

@@ -9,8 +9,9 @@ Layout under ``root``::
     tmp/                 temporary files, renamed into place with ``os.replace``
     quarantine/          blobs whose bytes no longer match their name, moved aside by ``get``
 
-Every write goes to a fresh temporary file that is then atomically renamed over the final name,
-so readers never see a partial file, and several threads or processes putting the same blob
+Every write goes to a fresh temporary file that is then atomically renamed over the final name
+(a blob streamed in, :meth:`LocalBlobStore.put_stream`, is hashed as it is written and named once
+its digest is known), so readers never see a partial file, and several threads or processes putting the same blob
 concurrently all leave the same complete file behind. Candidates are ordered by their file's
 modification time (newest first). A store written before aliases held candidates has a plain file
 ``aliases/<alias>`` holding one digest: it reads as one anonymous candidate and becomes a directory
@@ -22,14 +23,15 @@ from __future__ import annotations
 import contextlib
 import heapq
 import os
-import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import structlog
 
 from syncline.blobstore.store import (
+    CHUNK_BYTES,
     MAX_ALIAS_SIGNERS,
     MAX_ANONYMOUS_CANDIDATES,
     MAX_LISTED_CANDIDATES,
@@ -44,8 +46,11 @@ from syncline.blobstore.store import (
     is_digest,
     normalize_address,
     normalize_digest,
+    read_chunks,
     validate_alias,
+    write_file_atomic,
 )
+from syncline.protocol.hashing import Keccak256
 
 log = structlog.get_logger("syncline.blobstore")
 
@@ -102,6 +107,17 @@ class LocalBlobStore(BlobStoreBase):
             return self.get(expected_digest)
         return super().fetch(uri, expected_digest=expected_digest, max_bytes=max_bytes)
 
+    def fetch_to_file(self, uri: str, dest: Path, *, expected_digest: str, max_bytes: int) -> int:
+        """Like :meth:`fetch`, into a file (:meth:`BlobStoreBase.fetch_to_file`); this store's own
+        ``file://`` locator is copied from the store."""
+        try:
+            own = uri == self.uri_for(expected_digest)
+        except InvalidBlobName:
+            own = False
+        if own:
+            return self.get_to_file(expected_digest, dest, max_bytes=max_bytes)
+        return super().fetch_to_file(uri, dest, expected_digest=expected_digest, max_bytes=max_bytes)
+
     # ------------------------------------------------------------------ BlobBackend
 
     def put(self, data: bytes, *, alias: str | None = None, alias_signature: bytes | None = None) -> BlobRef:
@@ -147,8 +163,8 @@ class LocalBlobStore(BlobStoreBase):
             self._add_candidate(alias, digest, signer, alias_signature)
         return BlobRef(digest=digest, size=len(data), uri=path.as_uri())
 
-    def get(self, digest: str) -> bytes:
-        """The bytes of ``digest``, verified against it.
+    def get(self, digest: str, *, max_bytes: int | None = None) -> bytes:
+        """The bytes of ``digest``, verified against it (BlobTooLarge above ``max_bytes``).
 
         A file whose bytes do not match its name is moved to ``quarantine/`` (so a later
         :meth:`put` of the true blob repairs the store) and reported.
@@ -167,17 +183,126 @@ class LocalBlobStore(BlobStoreBase):
         try:
             with open(path, "rb") as fh:
                 inode = os.fstat(fh.fileno()).st_ino
+                size = os.fstat(fh.fileno()).st_size
+                if max_bytes is not None and size > max_bytes:
+                    raise BlobTooLarge(f"blob {digest} is {size} bytes, larger than max_bytes={max_bytes}")
                 data = fh.read()
         except (FileNotFoundError, IsADirectoryError):
             raise BlobNotFound(f"blob {digest} not found in {self.root}") from None
-        actual = digest_of(data)
+        self.check_file(digest, digest_of(data), len(data), inode)
+        return data
+
+    def verify_file(self, digest: str) -> Path:
+        """The file of ``digest`` after hashing it in bounded memory (a corrupt one is quarantined
+        and reported as by :meth:`get`). Read it, never write it: it is the store's own copy.
+
+        Raises
+        ------
+        BlobNotFound, BlobIntegrityError, InvalidBlobName
+            As :meth:`get`.
+        """
+        digest = normalize_digest(digest)
+        path = self.blob_path(digest)
+        hasher = Keccak256()
+        size = 0
+        try:
+            with open(path, "rb") as fh:
+                inode = os.fstat(fh.fileno()).st_ino
+                for chunk in read_chunks(fh):
+                    hasher.update(chunk)
+                    size += len(chunk)
+        except (FileNotFoundError, IsADirectoryError):
+            raise BlobNotFound(f"blob {digest} not found in {self.root}") from None
+        self.check_file(digest, "0x" + hasher.hexdigest(), size, inode)
+        return path
+
+    def get_to_file(self, digest: str, dest: Path, *, max_bytes: int | None = None) -> int:
+        """Copy the verified bytes of ``digest`` to ``dest`` (atomically, bounded memory); returns the size."""
+        digest = normalize_digest(digest)
+        size = self.size(digest)
+        if size is None:
+            raise BlobNotFound(f"blob {digest} not found in {self.root}")
+        if max_bytes is not None and size > max_bytes:
+            raise BlobTooLarge(f"blob {digest} is {size} bytes, larger than max_bytes={max_bytes}")
+        hasher = Keccak256()
+
+        def hashed(fh: BinaryIO) -> Iterator[bytes]:
+            for chunk in read_chunks(fh):
+                hasher.update(chunk)
+                yield chunk
+
+        path = self.blob_path(digest)
+        try:
+            with open(path, "rb") as fh:
+                inode = os.fstat(fh.fileno()).st_ino
+                copied = write_file_atomic(Path(dest), hashed(fh), fsync=self.fsync)
+        except (FileNotFoundError, IsADirectoryError):
+            raise BlobNotFound(f"blob {digest} not found in {self.root}") from None
+        try:
+            self.check_file(digest, "0x" + hasher.hexdigest(), copied, inode)
+        except BlobIntegrityError:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(dest)
+            raise
+        return copied
+
+    def check_file(self, digest: str, actual: str, size: int, inode: int) -> None:
+        """Report a stored file (inode ``inode``) whose ``size`` bytes hashed to ``actual`` rather than
+        to its name ``digest``: quarantine it (unless already replaced), log it and raise
+        :class:`BlobIntegrityError`. Nothing happens when the digests agree."""
+        path = self.blob_path(digest)
         if actual != digest:
             moved = self._quarantine(path, inode)
-            log.error("blob.corrupt", digest=digest, actual=actual, size=len(data), quarantined=str(moved))
+            log.error("blob.corrupt", digest=digest, actual=actual, size=size, quarantined=str(moved))
             raise BlobIntegrityError(
                 f"stored blob {digest} in {self.root} is corrupt (its bytes hash to {actual}); moved aside to {moved}"
             )
-        return data
+
+    def put_stream(
+        self, chunks: Iterable[bytes], *, alias: str | None = None, alias_signature: bytes | None = None
+    ) -> BlobRef:
+        """:meth:`put` for a blob that arrives in pieces (an upload, a file): each piece is hashed and
+        written to a temporary file as it comes, which is renamed to its digest at the end, so the
+        blob is never held in memory. An exception from ``chunks`` leaves nothing behind.
+
+        Raises
+        ------
+        InvalidBlobName
+            As :meth:`put`.
+        """
+        if alias is not None:
+            validate_alias(alias)
+        elif alias_signature is not None:
+            raise InvalidBlobName("an alias signature needs an alias")
+        hasher = Keccak256()
+        named: dict[str, str | None] = {}
+
+        def hashed() -> Iterator[bytes]:
+            for chunk in chunks:
+                hasher.update(chunk)
+                yield chunk
+
+        def destination(size: int) -> Path | None:
+            named["digest"] = digest = "0x" + hasher.hexdigest()
+            named["signer"] = (
+                alias_signer(alias, digest, alias_signature) if alias and alias_signature is not None else None
+            )
+            path = self.blob_path(digest)
+            return None if self._present(path, size) else path
+
+        size = write_file_atomic(destination, hashed(), fsync=self.fsync, tmp_dir=self.tmp_dir)
+        digest, signer = str(named["digest"]), named["signer"]
+        path = self.blob_path(digest)
+        if alias is not None:
+            self._add_candidate(alias, digest, signer, alias_signature)
+        return BlobRef(digest=digest, size=size, uri=path.as_uri())
+
+    def put_file(self, path: Path, *, alias: str | None = None, alias_signature: bytes | None = None) -> BlobRef:
+        """:meth:`put` for the contents of the file at ``path`` (copied in bounded memory)."""
+        with open(path, "rb") as fh:
+            return self.put_stream(
+                iter(lambda: fh.read(CHUNK_BYTES), b""), alias=alias, alias_signature=alias_signature
+            )
 
     def has(self, digest: str) -> bool:
         """Whether a file for ``digest`` exists (its bytes are verified on :meth:`get`)."""
@@ -281,19 +406,7 @@ class LocalBlobStore(BlobStoreBase):
             return False
 
     def _write_atomic(self, path: Path, data: bytes) -> None:
-        fd, tmp_name = tempfile.mkstemp(dir=self.tmp_dir, prefix=path.name[:16] + ".", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                os.fchmod(fh.fileno(), 0o644)  # mkstemp creates 0600; blobs are public content
-                fh.write(data)
-                if self.fsync:
-                    fh.flush()
-                    os.fsync(fh.fileno())
-            os.replace(tmp_name, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp_name)
-            raise
+        write_file_atomic(path, (data,), fsync=self.fsync, tmp_dir=self.tmp_dir)
 
     def _quarantine(self, path: Path, inode: int) -> Path:
         """Move the corrupt file aside, unless a concurrent put already replaced it."""

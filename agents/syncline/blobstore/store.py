@@ -29,24 +29,40 @@ reader takes every candidate as a hint and keeps the first whose bytes open what
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from pathlib import Path
+from typing import Any, BinaryIO, Protocol, TypeVar, runtime_checkable
 
 from eth_account import Account
 from eth_account.messages import encode_defunct
 from eth_account.signers.local import LocalAccount
 
 from syncline.errors import SynclineError
-from syncline.protocol.hashing import keccak
+from syncline.protocol.hashing import Keccak256, keccak
+from syncline.protocol.spec import MAX_PARAM_COUNT
 
 DIGEST_HEX_CHARS = 64
 """Hex characters of a keccak256 digest (without the ``0x`` prefix)."""
 
-DEFAULT_MAX_BLOB_BYTES = 256 * 1024 * 1024
-"""Default cap on one blob (256 MiB): outer gradients and states are tens of MB."""
+STATE_BYTES_PER_PARAM = 16
+"""A training state's bytes per parameter (int64 weights and int64 momentum, docs/protocol.md §6)."""
+
+BLOB_HEADER_ALLOWANCE = 2 << 20
+"""Room for a blob's own header on top of its tensor bytes (a safetensors header is at most 1 MiB)."""
+
+DEFAULT_MAX_BLOB_BYTES = STATE_BYTES_PER_PARAM * MAX_PARAM_COUNT + BLOB_HEADER_ALLOWANCE
+"""Default cap on one blob: the state of the largest model the tooling admits
+(:data:`~syncline.protocol.spec.MAX_PARAM_COUNT` parameters at 16 B each, about 32 GB). Readers that
+know what they expect (a task's payload, a task's state) pass their own, much smaller cap."""
+
+CHUNK_BYTES = 1 << 20
+"""Bytes moved per read or write when a blob is streamed (to and from disk and the network)."""
 
 MAX_ANONYMOUS_CANDIDATES = 16
 """Anonymous candidates an alias keeps (the newest); owner-signed ones have their own slots."""
@@ -113,6 +129,106 @@ def digest_of(data: bytes) -> str:
         ``"0x"`` + 64 lowercase hex characters of ``keccak256(data)``.
     """
     return "0x" + keccak(data).hex()
+
+
+def digest_of_file(path: Path | str) -> tuple[str, int]:
+    """The digest and size of the file at ``path``, read in :data:`CHUNK_BYTES` pieces (bounded memory)."""
+    hasher = Keccak256()
+    size = 0
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(CHUNK_BYTES), b""):
+            hasher.update(chunk)
+            size += len(chunk)
+    return "0x" + hasher.hexdigest(), size
+
+
+def max_state_bytes(param_count: int) -> int:
+    """Size cap of the state blob of a ``param_count``-parameter model (tensors plus a header)."""
+    return STATE_BYTES_PER_PARAM * param_count + BLOB_HEADER_ALLOWANCE
+
+
+def write_file_atomic(
+    dest: Path | Callable[[int], Path | None],
+    chunks: Iterable[bytes],
+    *,
+    fsync: bool = True,
+    tmp_dir: Path | None = None,
+) -> int:
+    """Write ``chunks`` to a fresh temporary file (in ``tmp_dir``, default next to ``dest``; mode
+    0644) and rename it over ``dest``; returns the size. A crash or an exception from ``chunks``
+    leaves ``dest`` as it was and no temporary file.
+
+    ``dest`` may be a function of the size written, called once the bytes are on disk (a blob
+    named by the digest of its bytes); when it returns None the temporary file is dropped."""
+    directory = tmp_dir if tmp_dir is not None else Path(dest).parent  # type: ignore[arg-type]
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".staged.", suffix=".tmp")
+    size = 0
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), 0o644)  # mkstemp creates 0600; blobs are public content
+            for chunk in chunks:
+                fh.write(chunk)
+                size += len(chunk)
+            if fsync:
+                fh.flush()
+                os.fsync(fh.fileno())
+        target = dest(size) if callable(dest) else dest
+        if target is None:
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return size
+
+
+class HashingSink:
+    """Bytes written to a binary file (or an ``io.BytesIO``) and hashed on the way; :attr:`size`
+    bytes so far. What ``fh`` already holds is hashed first and kept (the prefix of a transfer to
+    resume) when it is at most ``keep_up_to`` bytes, else dropped."""
+
+    def __init__(self, fh: BinaryIO, *, keep_up_to: int = -1) -> None:
+        self.fh = fh
+        self._hasher = Keccak256()
+        self.size = 0
+        fh.seek(0, os.SEEK_END)
+        if 0 < fh.tell() <= keep_up_to:
+            fh.seek(0)
+            for chunk in read_chunks(fh):
+                self._hasher.update(chunk)
+                self.size += len(chunk)
+        else:
+            self.reset()
+
+    def reset(self) -> None:
+        """Drop every byte written so far."""
+        self.fh.seek(0)
+        self.fh.truncate()
+        self._hasher = Keccak256()
+        self.size = 0
+
+    def write(self, chunk: bytes) -> None:
+        self.fh.write(chunk)
+        self._hasher.update(chunk)
+        self.size += len(chunk)
+
+    def digest(self) -> str:
+        """``"0x"`` + the keccak256 of the bytes held, in lowercase hex."""
+        return "0x" + str(self._hasher.hexdigest())
+
+
+def read_chunks(fh: BinaryIO, *, limit: int | None = None) -> Iterator[bytes]:
+    """The rest of ``fh`` (or its next ``limit`` bytes) in pieces of at most :data:`CHUNK_BYTES`."""
+    left = limit
+    while left is None or left > 0:
+        chunk = fh.read(CHUNK_BYTES if left is None else min(CHUNK_BYTES, left))
+        if not chunk:
+            return
+        if left is not None:
+            left -= len(chunk)
+        yield chunk
 
 
 def normalize_digest(digest: str) -> str:
@@ -291,8 +407,9 @@ class BlobBackend(Protocol):
         (owner-signed when ``alias_signature`` is :func:`sign_alias` over the alias and the digest)."""
         ...
 
-    def get(self, digest: str) -> bytes:
-        """The verified bytes of ``digest``; raises BlobNotFound or BlobIntegrityError."""
+    def get(self, digest: str, *, max_bytes: int | None = None) -> bytes:
+        """The verified bytes of ``digest`` (at most ``max_bytes``, else BlobTooLarge); raises
+        BlobNotFound or BlobIntegrityError."""
         ...
 
     def has(self, digest: str) -> bool:
@@ -334,8 +451,9 @@ class BlobStoreBase(ABC):
         """Store ``data`` (idempotent) and optionally add it as a candidate of ``alias``."""
 
     @abstractmethod
-    def get(self, digest: str) -> bytes:
-        """The verified bytes of ``digest``; raises BlobNotFound or BlobIntegrityError."""
+    def get(self, digest: str, *, max_bytes: int | None = None) -> bytes:
+        """The verified bytes of ``digest`` (at most ``max_bytes``, else BlobTooLarge); raises
+        BlobNotFound or BlobIntegrityError."""
 
     @abstractmethod
     def has(self, digest: str) -> bool:
@@ -372,6 +490,32 @@ class BlobStoreBase(ABC):
 
         return fetch_uri(uri, expected_digest=expected_digest, max_bytes=max_bytes, timeout_s=self.fetch_timeout_s)
 
+    # ------------------------------------------------------------------ files (bounded memory)
+
+    def fetch_to_file(self, uri: str, dest: Path, *, expected_digest: str, max_bytes: int) -> int:
+        """Like :meth:`fetch`, but stream the blob into the file ``dest`` (bounded memory; written
+        atomically, so ``dest`` only ever holds verified bytes). An ``http(s)`` transfer cut off
+        mid-way resumes with a Range request; an interrupted call leaves a partial file next to
+        ``dest`` that the next call for the same digest resumes from. Returns the size in bytes."""
+        from syncline.blobstore.fetch import fetch_uri_to_file
+
+        return fetch_uri_to_file(
+            uri, Path(dest), expected_digest=expected_digest, max_bytes=max_bytes, timeout_s=self.fetch_timeout_s
+        )
+
+    def get_to_file(self, digest: str, dest: Path, *, max_bytes: int | None = None) -> int:
+        """The verified bytes of ``digest`` written to ``dest`` (atomically); returns the size.
+
+        This default goes through :meth:`get`; the local and HTTP stores stream instead."""
+        data = self.get(digest, max_bytes=max_bytes)
+        return write_file_atomic(Path(dest), iter((data,)))
+
+    def put_file(self, path: Path, *, alias: str | None = None, alias_signature: bytes | None = None) -> BlobRef:
+        """Store the contents of the file at ``path`` like :meth:`put` does with bytes.
+
+        This default reads the file into memory; the local and HTTP stores stream it."""
+        return self.put(Path(path).read_bytes(), alias=alias, alias_signature=alias_signature)
+
 
 # ---------------------------------------------------------------------- locating by what the chain binds
 
@@ -387,6 +531,12 @@ def put_signed(store: Putter, data: bytes, alias: str, account: LocalAccount) ->
     return store.put(data, alias=alias, alias_signature=sign_alias(account, alias, digest_of(data)))
 
 
+def put_signed_file(store: BlobStoreBase, path: Path, alias: str, account: LocalAccount) -> BlobRef:
+    """:func:`put_signed` for the contents of a file, streamed (the digest is computed from disk first)."""
+    digest, _ = digest_of_file(path)
+    return store.put_file(path, alias=alias, alias_signature=sign_alias(account, alias, digest))
+
+
 def find_verified(
     store: BlobBackend,
     aliases: Sequence[str],
@@ -394,6 +544,7 @@ def find_verified(
     *,
     signers: Sequence[str] = (),
     what: str = "blob",
+    max_bytes: int | None = None,
 ) -> T:
     """The first candidate of ``aliases`` whose bytes pass ``check``: aliases are hints, never evidence.
 
@@ -410,6 +561,8 @@ def find_verified(
         The owners the reader expects (e.g. the trainer of a submission).
     what
         What is looked for, for the error message.
+    max_bytes
+        Largest candidate read (a larger one is skipped like one that fails its check).
 
     Returns
     -------
@@ -429,7 +582,7 @@ def find_verified(
         for digest in store.candidates(alias, signers=signers):
             tried += 1
             try:
-                return check(store.get(digest))
+                return check(store.get(digest, max_bytes=max_bytes))
             except (SynclineError, ValueError) as exc:
                 last = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
     raise BlobNotFound(f"no {what} found under {', '.join(aliases)} ({tried} candidates tried; last: {last})")

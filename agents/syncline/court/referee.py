@@ -49,6 +49,7 @@ from syncline.modality.language import LanguageAdapter
 from syncline.observability import get_logger
 from syncline.protocol.checkpoints import (
     MAX_HEADER_BYTES,
+    MAX_MANIFEST_BYTES,
     MAX_RNG_BYTES,
     Checkpoint,
     CheckpointError,
@@ -207,7 +208,7 @@ def blob_fetcher(blobs: BlobStore, layout: ParameterLayout) -> CheckpointFetcher
     def fetch(manifest: CheckpointManifest, index: int) -> bytes:
         digest = manifest.digest(index)
         try:
-            return blobs.get(digest)
+            return blobs.get(digest, max_bytes=limit)
         except SynclineError:
             if not manifest.uris[index]:
                 raise
@@ -526,7 +527,9 @@ def find_manifest(
         return opened_manifest(data, claim.checkpoint_root, inner_steps=inner_steps, interval=interval)
 
     try:
-        return find_verified(blobs, aliases, check, signers=(trainer,), what="checkpoint manifest")
+        return find_verified(
+            blobs, aliases, check, signers=(trainer,), what="checkpoint manifest", max_bytes=MAX_MANIFEST_BYTES
+        )
     except SynclineError as exc:
         log.info("referee.manifest_not_found", root="0x" + claim.checkpoint_root.hex(), reason=_one_line(exc))
         return None

@@ -23,6 +23,32 @@ from syncline.errors import SpecError
 GUTENBERG_START = re.compile(r"\*\*\* ?START OF TH(E|IS) PROJECT GUTENBERG.*?\n", re.IGNORECASE)
 GUTENBERG_END = re.compile(r"\*\*\* ?END OF TH(E|IS) PROJECT GUTENBERG", re.IGNORECASE)
 SUPPORTED_FAMILIES = ("llama", "qwen2", "gpt2")
+TOKEN_DTYPE = "<u2"
+"""Token shards hold little-endian uint16 token ids."""
+MAX_VOCAB_SIZE = 1 << 16
+"""The largest tokenizer a uint16 token shard can index (65 536 tokens)."""
+
+
+def llama_parameter_count(
+    *,
+    vocab_size: int,
+    hidden_size: int,
+    intermediate_size: int,
+    num_hidden_layers: int,
+    num_attention_heads: int,
+    num_key_value_heads: int,
+    tie_word_embeddings: bool = True,
+) -> int:
+    """Parameters of a ``transformers`` Llama (no biases) as its layout counts them (tied embeddings once).
+
+    Per layer: the q and o projections (``hidden^2`` each), k and v (``hidden * kv_heads * head_dim``
+    each), gate, up and down (``hidden * intermediate`` each) and two RMSNorm weights; plus the
+    embedding, the final norm and, untied, the output head.
+    """
+    kv_width = num_key_value_heads * (hidden_size // num_attention_heads)
+    per_layer = 2 * hidden_size * hidden_size + 2 * hidden_size * kv_width + 3 * hidden_size * intermediate_size
+    embeddings = vocab_size * hidden_size * (1 if tie_word_embeddings else 2)
+    return embeddings + num_hidden_layers * (per_layer + 2 * hidden_size) + hidden_size
 
 
 def shakespeare_texts() -> list[tuple[str, str]]:
@@ -71,7 +97,7 @@ def encode(tokenizer_json: str, text: str) -> np.ndarray:
     from tokenizers import Tokenizer
 
     ids = Tokenizer.from_str(tokenizer_json).encode(text).ids
-    return np.asarray(ids, dtype="<u2")
+    return np.asarray(ids, dtype=TOKEN_DTYPE)
 
 
 @dataclass(frozen=True)
@@ -95,7 +121,7 @@ def prepare_corpus(*, shard_count: int, vocab_size: int, validation_fraction: fl
     tokenizer_json = train_tokenizer([t for _, t in texts], vocab_size)
     train_parts: list[np.ndarray] = []
     valid_parts: list[np.ndarray] = []
-    eot = np.asarray([0], dtype="<u2")
+    eot = np.asarray([0], dtype=TOKEN_DTYPE)
     for _, text in texts:
         ids = encode(tokenizer_json, text)
         cut = int(len(ids) * (1 - validation_fraction))
@@ -110,7 +136,7 @@ def prepare_corpus(*, shard_count: int, vocab_size: int, validation_fraction: fl
 def tokens_of(shard: bytes) -> torch.Tensor:
     if len(shard) % 2:
         raise ValueError("a token shard must hold an even number of bytes (uint16 tokens)")
-    return torch.from_numpy(np.frombuffer(shard, dtype="<u2").astype(np.int64))
+    return torch.from_numpy(np.frombuffer(shard, dtype=TOKEN_DTYPE).astype(np.int64))
 
 
 class LanguageAdapter:

@@ -48,6 +48,10 @@ MAX_WINDOW_S = 365 * 24 * 3600  # TaskEscrow.MAX_WINDOW
 MAX_TRAINERS = 64
 MAX_WITNESSES = 32
 MAX_SHARDS = 256
+MAX_PARAM_COUNT = 2_000_000_000
+"""Largest model (``param_count``) Syncline's agents, blob store and API are built for: twice the
+1e9-parameter scale target. The contract's ``paramCount`` is a uint64; this bound is the tooling's,
+so that every size limit derived from it (a 16 B/param state is at most 32 GB) stays finite."""
 MAX_SPEC_BYTES = 1 << 20
 """Largest spec artifact agents and the API read."""
 MAX_SPEC_DEPTH = 8
@@ -370,12 +374,18 @@ class TrainingTaskSpec:
     # ------------------------------------------------------------------ validation
 
     def validate(self, *, now: int | None = None, sponsor: str | None = None) -> TrainingTaskSpec:
-        """Raise ``SpecError`` (one line) for any rule ``postTask`` would reject; return self.
-        ``sponsor`` (the address that will post it), when given, may not be a witness."""
+        """Raise ``SpecError`` (one line) for any rule ``postTask`` would reject, or a model larger
+        than :data:`MAX_PARAM_COUNT`; return self. ``sponsor`` (the address that will post it), when
+        given, may not be a witness."""
         if self.param_count <= 0:
             raise SpecError(
                 "param_count must be positive: it is the model's parameter count, "
                 "which the sponsor tooling (`syncline train post-task` with dataset_source) fills in"
+            )
+        if self.param_count > MAX_PARAM_COUNT:
+            raise SpecError(
+                f"param_count {self.param_count} exceeds {MAX_PARAM_COUNT}, the largest model Syncline's agents "
+                "and blob store are built for"
             )
         if self.inner_steps > 0 and not 1 <= self.checkpoint_interval_steps <= self.inner_steps:
             raise SpecError(

@@ -21,7 +21,7 @@ import torch
 from eth_account.signers.local import LocalAccount
 
 from syncline.blobstore import BlobStore, find_verified, put_signed
-from syncline.blobstore.store import MAX_ALIAS_SIGNERS, BlobTooLarge, BlobUnavailable
+from syncline.blobstore.store import MAX_ALIAS_SIGNERS, BlobUnavailable, max_state_bytes
 from syncline.chain.market import MarketClient, RoundView
 from syncline.errors import SpecError, SynclineError
 from syncline.modality.language import LanguageAdapter
@@ -154,7 +154,14 @@ class TaskContext:
             return state, len(data)
 
         try:
-            return find_verified(self.blobs, (root,), check, signers=self.publishers(), what=f"state {root}")
+            return find_verified(
+                self.blobs,
+                (root,),
+                check,
+                signers=self.publishers(),
+                what=f"state {root}",
+                max_bytes=max_state_bytes(self.layout.numel),
+            )
         except BlobUnavailable as exc:
             raise StateUnavailable(f"cannot look up state root {state_root}: {_one_line(exc)}", outage=True) from None
         except SynclineError as exc:
@@ -254,12 +261,9 @@ def fetch_by_digest(blobs: BlobStore, digest: str, hints: tuple[str, ...], *, ma
     Raises the last :class:`SynclineError` when no source has it: unavailable, never evidence.
     """
     try:
-        data = blobs.get(digest)
-        if len(data) <= max_bytes:
-            return data
-        error: SynclineError = BlobTooLarge(f"blob {digest} is {len(data)} bytes, more than {max_bytes}")
+        return blobs.get(digest, max_bytes=max_bytes)
     except SynclineError as exc:
-        error = exc
+        error: SynclineError = exc
     for uri in hints:
         if not uri:
             continue

@@ -176,7 +176,7 @@ def _read(blobs: BlobStore, alias: str, decode: Callable[[bytes], T]) -> T | Non
     """The first candidate of ``alias`` that decodes to a validly signed message, or ``None``
     (a poisoned candidate is skipped, not believed)."""
     try:
-        return find_verified(blobs, (alias,), decode, what=alias)
+        return find_verified(blobs, (alias,), decode, what=alias, max_bytes=MAX_GOSSIP_BYTES)
     except SynclineError:  # no candidate, a blob store error, or every candidate a GossipError
         return None
 

@@ -364,7 +364,31 @@ export function postPage(): Page {
     const positions = e.has("model.max_position_embeddings") ? null : int("model.max_position_embeddings");
     const seqLen = e.has("corpus.seq_len") ? null : int("corpus.seq_len");
     if (positions !== null && seqLen !== null && positions < seqLen) e.set("model.max_position_embeddings", `must be at least the sequence length (${seqLen})`);
+    // The model's total size (the API checks the same count: limits.model.max_parameters).
+    const count = parameterCount(e);
+    const maxParams = modelLimit("max_parameters");
+    if (count !== null && maxParams !== null && count > maxParams) {
+      e.set("model.num_hidden_layers", `the model would have ${count.toLocaleString("en-US")} parameters; at most ${maxParams.toLocaleString("en-US")}`);
+    }
     return e;
+  }
+
+  function modelLimit(key: string): bigint | null {
+    const model = limits().model;
+    const v = model && typeof model === "object" && !Array.isArray(model) ? (model as JsonObject)[key] : undefined;
+    return typeof v === "number" ? BigInt(v) : null;
+  }
+
+  /** A Llama's parameters as the API counts them (llama_parameter_count), or null while a size is invalid. */
+  function parameterCount(errors: Map<string, string>): bigint | null {
+    const names = ["corpus.vocab_size", "model.hidden_size", "model.intermediate_size", "model.num_hidden_layers", "model.num_attention_heads", "model.num_key_value_heads"];
+    if (names.some((n) => errors.has(n) || !/^\d+$/.test(String(values[n] ?? "").trim()))) return null;
+    const [vocab, hidden, inter, layers, heads, kv] = names.map((n) => BigInt(String(values[n]).trim())) as [bigint, bigint, bigint, bigint, bigint, bigint];
+    if (heads === 0n) return null;
+    const kvWidth = kv * (hidden / heads);
+    const perLayer = 2n * hidden * hidden + 2n * hidden * kvWidth + 3n * hidden * inter + 2n * hidden;
+    const tied = values["model.tie_word_embeddings"] !== false;
+    return vocab * hidden * (tied ? 1n : 2n) + layers * perLayer + hidden;
   }
 
   function isVisible(name: string): boolean {
