@@ -322,7 +322,8 @@ def main() -> None:
         print(
             f"{row['params']:>14,} {row['state']:>6} {row['compute_round_s']:>9.2f} {row['params_per_s']:>12,} "
             f"{row['peak_rss_bytes_per_param']:>8.2f} {row['trainer_encode_s']:>9.2f} "
-            f"{row['keccak_floor_params_per_s']:>12,} {row['ratio_to_floor']:>6.2f} {row['ratio_to_all_cores_floor']:>10.2f}",
+            f"{row['keccak_floor_params_per_s']:>12,} {row['ratio_to_floor']:>6.2f} "
+            f"{row['ratio_to_all_cores_floor']:>10.2f}",
             flush=True,
         )
     if args.json:
