@@ -220,6 +220,9 @@ def test_the_sorting_network_sorts(n: int, length: int, seed: int) -> None:
     x = np.random.default_rng(seed).integers(-(2**45), 2**45, (n, length))
     x[:, ::3] = x[0, ::3]  # ties
     assert np.array_equal(sorted_rows(x), np.sort(x, axis=0))
+    lo = seed % n
+    hi = lo + 1 + (seed // 7) % (n - lo)
+    assert np.array_equal(sorted_rows(x, lo, hi), np.sort(x, axis=0)[lo:hi])
 
 
 _MEMORY_PROBE = textwrap.dedent(
