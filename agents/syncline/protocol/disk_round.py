@@ -20,7 +20,6 @@ Same bytes as the in-memory path (``tests/protocol/test_disk_round.py``).
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from syncline.protocol.chunking import gradient_chunk_buffer, hash_rows, state_c
 from syncline.protocol.enums import AggregationRule
 from syncline.protocol.fixed_point import CHUNK_SIZE, MAX_SAFETENSORS_HEADER, num_chunks, padded_json
 from syncline.protocol.hashing import Keccak256
+from syncline.protocol.parallel import fork_map
 from syncline.protocol.quantization import payload_layout, quantize_array
 from syncline.protocol.streaming import (
     DEFAULT_RANGE_CHUNKS,
@@ -43,7 +43,7 @@ from syncline.protocol.streaming import (
     default_workers,
     stream_round,
 )
-from syncline.protocol.sync_round import ZERO_ROOT
+from syncline.protocol.sync_round import ZERO_ROOT, selection_mask
 
 READ_BLOCK = 8 << 20
 
@@ -130,15 +130,6 @@ def open_payload(
     return GradientInput(got_bits, FileRegion(sub.path, spans["values"][0], numel, dtype=width), exponents), None
 
 
-_OPEN_ARGS: tuple[Sequence[PayloadFile], int, int, int, int] | None = None
-
-
-def _open_reason(index: int) -> str | None:
-    assert _OPEN_ARGS is not None
-    subs, numel, bits, max_bytes, range_chunks = _OPEN_ARGS
-    return open_payload(subs[index], numel=numel, bits=bits, max_bytes=max_bytes, range_chunks=range_chunks)[1]
-
-
 def open_payloads(
     subs: Sequence[PayloadFile],
     *,
@@ -150,29 +141,21 @@ def open_payloads(
 ) -> tuple[list[tuple[int, GradientInput]], dict[int, str]]:
     """Validate every payload file (ascending fragment order, one worker process per file when
     ``workers > 1``): ``(valid gradients, rejected reasons)``."""
-    global _OPEN_ARGS
     ordered = sorted(subs, key=lambda s: s.fragment)
-    reasons: list[str | None]
-    if workers > 1 and len(ordered) > 1:
-        _OPEN_ARGS = (ordered, numel, bits, max_bytes, range_chunks)
-        try:
-            with multiprocessing.get_context("fork").Pool(min(workers, len(ordered))) as pool:
-                reasons = pool.map(_open_reason, range(len(ordered)), chunksize=1)
-        finally:
-            _OPEN_ARGS = None
-    else:
-        reasons = [None] * len(ordered)
+    forked = workers > 1 and len(ordered) > 1
+
+    def check(sub: PayloadFile) -> str | None:
+        return open_payload(sub, numel=numel, bits=bits, max_bytes=max_bytes, range_chunks=range_chunks)[1]
+
+    reasons: list[str | None] = fork_map(check, ordered, workers) if forked else [None] * len(ordered)
     valid: list[tuple[int, GradientInput]] = []
     rejected: dict[int, str] = {}
     for sub, reason in zip(ordered, reasons, strict=True):
         gradient: GradientInput | None = None
-        if reason is None:  # in this process: validated here (workers=1) or re-opened (cheap)
-            already = workers > 1 and len(ordered) > 1
-            gradient, reason = (
-                _reopen(sub, numel)
-                if already
-                else open_payload(sub, numel=numel, bits=bits, max_bytes=max_bytes, range_chunks=range_chunks)
-            )
+        if reason is None and forked:  # validated in a worker: header and exponents only
+            gradient = _reopen(sub, numel)
+        elif reason is None:
+            gradient, reason = open_payload(sub, numel=numel, bits=bits, max_bytes=max_bytes, range_chunks=range_chunks)
         if gradient is None:
             rejected[sub.fragment] = reason or "invalid"
         else:
@@ -180,7 +163,7 @@ def open_payloads(
     return valid, rejected
 
 
-def _reopen(sub: PayloadFile, numel: int) -> tuple[GradientInput, None]:
+def _reopen(sub: PayloadFile, numel: int) -> GradientInput:
     """A payload a worker already validated: header and exponents only."""
     assert sub.path is not None
     size = os.path.getsize(sub.path)
@@ -190,7 +173,7 @@ def _reopen(sub: PayloadFile, numel: int) -> tuple[GradientInput, None]:
         f.seek(spans["exponents"][0])
         exponents = np.frombuffer(f.read(spans["exponents"][1] - spans["exponents"][0]), dtype=np.uint8)
     width = "<i1" if bits == 8 else "<i2"
-    return GradientInput(bits, FileRegion(sub.path, spans["values"][0], numel, dtype=width), exponents), None
+    return GradientInput(bits, FileRegion(sub.path, spans["values"][0], numel, dtype=width), exponents)
 
 
 def state_root_on_disk(weights: Region, momentum: Region, range_chunks: int = DEFAULT_RANGE_CHUNKS) -> bytes:
@@ -247,13 +230,7 @@ def compute_round_on_disk(
         for _, g in valid:
             if isinstance(g.values, FileRegion):
                 g.values.close()
-    selected = set(streamed.selected)
-    mask = 0
-    for row, (fragment, _) in enumerate(valid):
-        if row in selected:
-            mask |= 1 << fragment
-        else:
-            rejected[fragment] = f"filtered by {type(impl).__name__}"
+    mask = selection_mask([f for f, _ in valid], streamed.selected, type(impl).__name__, rejected)
     return DiskRoundResult(streamed.state_root, streamed.aggregate_root, mask, rejected, type(impl).__name__)
 
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import math
 import mmap
-import multiprocessing
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -63,6 +62,7 @@ from syncline.protocol.aggregation import (
 from syncline.protocol.chunking import hash_rows, state_chunk_buffer
 from syncline.protocol.fixed_point import CHUNK_SIZE, exact_sum, num_chunks, pad_chunks
 from syncline.protocol.outer_optimizer import STATE_MAX, coefficients, nesterov_arrays
+from syncline.protocol.parallel import fork_map
 from syncline.protocol.quantization import QuantizedGradient, max_grad_exp, qmax
 
 DEFAULT_RANGE_CHUNKS = 256
@@ -304,7 +304,7 @@ def range_sq_norms(z: np.ndarray) -> list[int]:
 
 @dataclass
 class _Job:
-    """Everything a pass needs; set before workers fork so they inherit it."""
+    """Everything a pass needs (forked workers inherit it)."""
 
     numel: int
     gradients: Sequence[GradientInput]
@@ -315,9 +315,6 @@ class _Job:
     lr_q: int
     mom_q: int
     scratch: Region | None = None
-
-
-_JOB: _Job | None = None
 
 
 def _inputs(job: _Job, first: int, last: int) -> np.ndarray:
@@ -356,15 +353,14 @@ def _aggregate(job: _Job, x: np.ndarray, first: int, last: int, how: tuple[Any, 
     raise ValueError(f"unknown aggregation {kind!r}")
 
 
-def _pass_distances(span: tuple[int, int]) -> list[list[int]]:
-    assert _JOB is not None
-    return range_sq_distances(_inputs(_JOB, *span))
+def _pass_distances(job: _Job, span: tuple[int, int]) -> list[list[int]]:
+    return range_sq_distances(_inputs(job, *span))
 
 
-def _pass_clip(args: tuple[int, int, tuple[int, ...] | None]) -> list[int]:
+def _pass_clip(job: _Job, args: tuple[int, int, tuple[int, ...] | None]) -> list[int]:
     """``v_t`` for one range (median when ``factors`` is None) and the norms of ``x - v_t``."""
-    job, (first, last, factors) = _JOB, args
-    assert job is not None and job.scratch is not None
+    first, last, factors = args
+    assert job.scratch is not None
     x = _inputs(job, first, last)
     start, stop = _bounds(job, first, last)
     v = median_rows(x) if factors is None else _clipped_mean(x, job.scratch.read(start, stop), factors)
@@ -372,10 +368,9 @@ def _pass_clip(args: tuple[int, int, tuple[int, ...] | None]) -> list[int]:
     return range_sq_norms(x - v)
 
 
-def _pass_finish(args: tuple[int, int, tuple[Any, ...]]) -> tuple[bytes, bytes]:
+def _pass_finish(job: _Job, args: tuple[int, int, tuple[Any, ...]]) -> tuple[bytes, bytes]:
     """Aggregate, outer step, write the new state and hash: the range's two subtree roots."""
-    job, (first, last, how) = _JOB, args
-    assert job is not None
+    first, last, how = args
     start, stop = _bounds(job, first, last)
     aggregate = _aggregate(job, _inputs(job, first, last), first, last, how)
     theta = job.weights.read(start, stop)
@@ -447,7 +442,6 @@ def stream_round(
     median for Krum with too few). ``progress`` is called with the coordinates done per range
     of the last pass. Raises ValueError on inconsistent sizes.
     """
-    global _JOB
     n = len(gradients)
     if not 1 <= n <= 64:
         raise ValueError(f"a round aggregates 1..64 gradients, got {n}")
@@ -468,64 +462,50 @@ def stream_round(
         raise ValueError("outputs written by worker processes must be shared_region() or FileRegion")
     scratch: Region | None = shared_region(numel) if isinstance(rule, CenteredClip) and rule.iterations else None
     job = _Job(numel, gradients, weights, momentum, out_weights, out_momentum, lr_q, mom_q, scratch)
-    previous, _JOB = _JOB, job
-    pool = multiprocessing.get_context("fork").Pool(workers) if workers > 1 else None
-    try:
 
-        def run(fn: Callable[[Any], Any], args: Sequence[Any]) -> list[Any]:
-            if pool is None:
-                return [fn(a) for a in args]
-            return pool.map(fn, args, chunksize=max(1, len(args) // (workers * 16)))
+    def run(fn: Callable[[_Job, Any], Any], args: Sequence[Any], on_result: Any = None) -> list[Any]:
+        return fork_map(lambda a: fn(job, a), args, workers, on_result=on_result)
 
-        selected: tuple[int, ...] = tuple(range(n))
-        scores: tuple[int, ...] | None = None
-        how: tuple[Any, ...]
-        if isinstance(rule, Krum):
-            dist = [[0] * n for _ in range(n)]
-            for part in run(_pass_distances, spans):
-                for i in range(n):
-                    for j in range(n):
-                        dist[i][j] += part[i][j]
-            score_list = krum_scores(dist, rule.f)
-            order = sorted(range(n), key=lambda i: (score_list[i], i))
-            selected = tuple(sorted(order[: n - rule.f])) if isinstance(rule, MultiKrum) else (order[0],)
-            how, scores = ("rows", selected), tuple(score_list)
-        elif isinstance(rule, CenteredClip):
-            how = ("median",)
-            if rule.iterations:
-                tau = clip_radius_grid(rule.radius_ppm)
-                factors: tuple[int, ...] | None = None
-                for _ in range(rule.iterations):
-                    norms = [0] * n
-                    for part in run(_pass_clip, [(a, b, factors) for a, b in spans]):
-                        norms = [s + p for s, p in zip(norms, part, strict=True)]
-                    factors = tuple(clip_factors([math.isqrt(s) << DIST_SHIFT for s in norms], tau))
-                how = ("clip", factors)  # the last pass computes v_T from v_{T-1} and these
-        elif isinstance(rule, TrimmedMean):
-            how = ("trimmed", rule.trim_count(n))
-        elif isinstance(rule, CoordinateMedian):
-            how = ("median",)
-        elif isinstance(rule, Mean):
-            how = ("mean",)
-        else:
-            raise ValueError(f"no streaming implementation for {type(rule).__name__}")
-        roots: list[tuple[bytes, bytes]] = []
-        finish_args = [(a, b, how) for a, b in spans]
-        if pool is None:
-            for a in finish_args:
-                roots.append(_pass_finish(a))
-                if progress:
-                    progress(min(a[1] * CHUNK_SIZE, numel) - a[0] * CHUNK_SIZE)
-        else:
-            for a, r in zip(finish_args, pool.imap(_pass_finish, finish_args, chunksize=1), strict=True):
-                roots.append(r)
-                if progress:
-                    progress(min(a[1] * CHUNK_SIZE, numel) - a[0] * CHUNK_SIZE)
-    finally:
-        if pool is not None:
-            pool.close()
-            pool.join()
-        _JOB = previous
+    selected: tuple[int, ...] = tuple(range(n))
+    scores: tuple[int, ...] | None = None
+    how: tuple[Any, ...]
+    if isinstance(rule, Krum):
+        dist = [[0] * n for _ in range(n)]
+        for part in run(_pass_distances, spans):
+            for i in range(n):
+                for j in range(n):
+                    dist[i][j] += part[i][j]
+        score_list = krum_scores(dist, rule.f)
+        order = sorted(range(n), key=lambda i: (score_list[i], i))
+        selected = tuple(sorted(order[: n - rule.f])) if isinstance(rule, MultiKrum) else (order[0],)
+        how, scores = ("rows", selected), tuple(score_list)
+    elif isinstance(rule, CenteredClip):
+        how = ("median",)
+        if rule.iterations:
+            tau = clip_radius_grid(rule.radius_ppm)
+            factors: tuple[int, ...] | None = None
+            for _ in range(rule.iterations):
+                norms = [0] * n
+                for part in run(_pass_clip, [(a, b, factors) for a, b in spans]):
+                    norms = [s + p for s, p in zip(norms, part, strict=True)]
+                factors = tuple(clip_factors([math.isqrt(s) << DIST_SHIFT for s in norms], tau))
+            how = ("clip", factors)  # the last pass computes v_T from v_{T-1} and these
+    elif isinstance(rule, TrimmedMean):
+        how = ("trimmed", rule.trim_count(n))
+    elif isinstance(rule, CoordinateMedian):
+        how = ("median",)
+    elif isinstance(rule, Mean):
+        how = ("mean",)
+    else:
+        raise ValueError(f"no streaming implementation for {type(rule).__name__}")
+    finish_args = [(a, b, how) for a, b in spans]
+
+    def done(index: int, _: object) -> None:
+        if progress is not None:
+            a, b, _how = finish_args[index]
+            progress(min(b * CHUNK_SIZE, numel) - a * CHUNK_SIZE)
+
+    roots: list[tuple[bytes, bytes]] = run(_pass_finish, finish_args, done)
     return StreamedRound(
         merkle.root_of_blocks([r[0] for r in roots]),
         merkle.root_of_blocks([r[1] for r in roots]),

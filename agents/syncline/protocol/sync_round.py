@@ -6,7 +6,6 @@ machine (integer aggregation and outer step). I/O (fetching blobs, the chain) st
 
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -19,6 +18,7 @@ from syncline.protocol.chunking import gradient_chunk_root, hash_rows
 from syncline.protocol.enums import AggregationRule
 from syncline.protocol.fixed_point import as_numpy
 from syncline.protocol.hashing import keccak
+from syncline.protocol.parallel import fork_map
 from syncline.protocol.quantization import QuantizedGradient
 from syncline.protocol.state import TrainingState
 from syncline.protocol.streaming import (
@@ -77,18 +77,6 @@ def validate_submission(
     return qg, None
 
 
-_PENDING: list[CommittedSubmission] = []
-
-
-def _check(index: int) -> str | None:
-    """Worker side of :func:`validate_submissions`: the reason submission ``index`` is invalid."""
-    sub, numel, bits, max_bytes = _PENDING[index], *_PENDING_ARGS
-    return validate_submission(sub, numel=numel, bits=bits, max_bytes=max_bytes)[1]
-
-
-_PENDING_ARGS: tuple[int, int, int] = (0, 0, 0)
-
-
 def validate_submissions(
     submissions: list[CommittedSubmission], *, numel: int, bits: int, max_bytes: int, workers: int = 1
 ) -> tuple[list[tuple[int, QuantizedGradient]], dict[int, str]]:
@@ -97,31 +85,40 @@ def validate_submissions(
     With ``workers > 1`` the hashing (payload keccak, chunk root) runs in forked processes, one
     submission each; the parent then decodes only the valid payloads (cheap, no hashing).
     """
-    global _PENDING, _PENDING_ARGS
     ordered = sorted(submissions, key=lambda s: s.fragment)
-    if workers > 1 and len(ordered) > 1:
-        _PENDING, _PENDING_ARGS = ordered, (numel, bits, max_bytes)
-        try:
-            with multiprocessing.get_context("fork").Pool(min(workers, len(ordered))) as pool:
-                reasons = pool.map(_check, range(len(ordered)), chunksize=1)
-        finally:
-            _PENDING = []
-    else:
-        reasons = [None] * len(ordered)
+    forked = workers > 1 and len(ordered) > 1
+    reasons: list[str | None] = (
+        fork_map(lambda sub: validate_submission(sub, numel=numel, bits=bits, max_bytes=max_bytes)[1], ordered, workers)
+        if forked
+        else [None] * len(ordered)
+    )
     valid: list[tuple[int, QuantizedGradient]] = []
     rejected: dict[int, str] = {}
     for sub, reason in zip(ordered, reasons, strict=True):
-        if reason is None:
-            if workers > 1 and len(ordered) > 1:
-                assert sub.payload is not None
-                valid.append((sub.fragment, QuantizedGradient.from_safetensors_bytes(sub.payload, max_bytes=max_bytes)))
-                continue
+        qg: QuantizedGradient | None = None
+        if reason is None and forked:  # validated in a worker: decode only
+            assert sub.payload is not None
+            qg = QuantizedGradient.from_safetensors_bytes(sub.payload, max_bytes=max_bytes)
+        elif reason is None:
             qg, reason = validate_submission(sub, numel=numel, bits=bits, max_bytes=max_bytes)
-            if qg is not None:
-                valid.append((sub.fragment, qg))
-                continue
-        rejected[sub.fragment] = reason or "invalid"
+        if qg is None:
+            rejected[sub.fragment] = reason or "invalid"
+        else:
+            valid.append((sub.fragment, qg))
     return valid, rejected
+
+
+def selection_mask(fragments: list[int], selected: tuple[int, ...], rule_name: str, rejected: dict[int, str]) -> int:
+    """``acceptedMask`` of the valid rows ``fragments`` the rule ``selected`` (by row); the others
+    are recorded in ``rejected`` as filtered by the rule."""
+    chosen = set(selected)
+    mask = 0
+    for row, fragment in enumerate(fragments):
+        if row in chosen:
+            mask |= 1 << fragment
+        else:
+            rejected[fragment] = f"filtered by {rule_name}"
+    return mask
 
 
 def aggregate_root(aggregate: torch.Tensor) -> bytes:
@@ -180,13 +177,7 @@ def compute_round(
         out_momentum=out_m,
         workers=workers,
     )
-    selected = set(streamed.selected)
-    mask = 0
-    for row, (fragment, _) in enumerate(valid):
-        if row in selected:
-            mask |= 1 << fragment
-        else:
-            rejected[fragment] = f"filtered by {type(impl).__name__}"
+    mask = selection_mask([f for f, _ in valid], streamed.selected, type(impl).__name__, rejected)
     new_state = TrainingState(
         layout=previous.layout, weights=torch.from_numpy(out_w.array), momentum=torch.from_numpy(out_m.array)
     )
