@@ -51,9 +51,11 @@ from syncline.trainer.segments import encode_payload
 
 log = get_logger("syncline.trainer")
 # While it trains ahead, a trainer still serves the committee's spot checks of the round being
-# finalized (their publication deadline is half a challenge window after the close): at most this
-# often, between two inner steps.
-DUTIES_WHILE_TRAINING_S = 0.25
+# finalized (their publication deadline is half a challenge window after the close) and any
+# availability demand (answered within a response window of many seconds), between two inner steps:
+# a look at the chain at most every DUTIES_WHILE_TRAINING_S, the demands every AVAILABILITY_WHILE_TRAINING_S.
+DUTIES_WHILE_TRAINING_S = 1.0
+AVAILABILITY_WHILE_TRAINING_S = 5.0
 # A state blob holds Q32 weights and momentum: 16 bytes per parameter. Rebuilding the state from a
 # round's payloads costs about bits/8 bytes per parameter per submission; the cheaper path wins.
 STATE_BYTES_PER_PARAM = 16
@@ -101,6 +103,9 @@ class TrainerAgent:
     # The next round, trained ahead from the state a complete round's payloads determine.
     _ahead: TrainedAhead | None = None
     _duties_at: float = 0.0
+    _availability_at: float = 0.0
+    # (fragment, round awaiting its finalization) while a round is trained ahead: duties between steps
+    _ahead_duty: tuple[int, int] | None = None
 
     def run(self, *, max_iterations: int | None = None) -> None:
         if self.cfg.threads:
@@ -186,6 +191,8 @@ class TrainerAgent:
         result = ctx.compute_round(self._state, subs)
         derive_s = time.perf_counter() - began
         received = sum(len(s.payload or b"") for s in subs if s.fragment != me.fragment)
+        self._duties_at = self._availability_at = time.perf_counter()
+        self._ahead_duty = (me.fragment, round_)
         work = self._train(result.state, nxt, me.fragment, me.shards, duties=True)
         # The in-memory AdamW state is now the one after `nxt`: a dropped run reloads the saved one.
         self._optimizer_round = nxt + 1
@@ -200,21 +207,26 @@ class TrainerAgent:
         )
 
     def _duties_while_training(self) -> None:
-        """Between inner steps of a round trained ahead: serve the committee's spot checks and
-        availability demands (throttled; best effort, the next tick does them anyway)."""
+        """Between inner steps of a round trained ahead: once the round being finalized closes,
+        serve the committee's spot check of this trainer's submission to it (its publication
+        deadline is half a challenge window after the close); now and then, availability demands.
+        Throttled and best effort: the next tick does both anyway."""
         now = time.perf_counter()
         if now - self._duties_at < DUTIES_WHILE_TRAINING_S:
             return
         self._duties_at = now
-        ctx = self.ctx
-        assert ctx is not None
+        ctx, duty = self.ctx, self._ahead_duty
+        assert ctx is not None and duty is not None
+        fragment, awaited = duty
         try:
-            t = self.market.task(ctx.task_id)
-            me = self.market.trainer(ctx.task_id, self.signer.address)
-            self._serve_spot_checks(
-                t.current_round if t.status == TaskStatus.RUNNING else t.current_round + 1, me.fragment
-            )
-            self._answer_availability(me.fragment)
+            if ctx.spec.verification_policy.on_demand and awaited not in self._spot_settled:
+                t = self.market.task(ctx.task_id)
+                closed = t.status != TaskStatus.RUNNING or t.current_round > awaited
+                if closed:
+                    self._serve_spot_checks(awaited + 1, fragment)
+            if now - self._availability_at >= AVAILABILITY_WHILE_TRAINING_S:
+                self._availability_at = now
+                self._answer_availability(fragment)
         except Exception as exc:  # never let a duty break the training run
             log.info("trainer.duty_deferred", reason=str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__)
 

@@ -120,7 +120,7 @@ class WitnessAgent:
         now = pending_time(self.market.w3)
         round_ = t.current_round
         deadline = t.round_opened_at + spec.round_duration_s
-        if now <= deadline and not self.market.round_work_complete(task_id, round_):
+        if now <= deadline and not (self.cfg.vote_early and self.market.round_work_complete(task_id, round_)):
             return
         if self.market.vote_of(task_id, round_, self.signer.address) == ZERO:
             self._vote(round_, t.state_root)
