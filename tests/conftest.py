@@ -282,6 +282,19 @@ def market(session_market: MarketClient, chain_snapshot: str) -> MarketClient:
     return session_market
 
 
+@pytest.fixture
+def running_task(
+    market: MarketClient,
+    sponsor: Signer,
+    trainers: list[Signer],
+    witnesses: list[Signer],
+    spec_factory: Callable[..., TrainingTaskSpec],
+) -> int:
+    """A posted task (``spec_factory()``), every witness bonded, every trainer enrolled: round 0 open."""
+    task_id, _ = start_task(market, sponsor, spec_factory(), witnesses, trainers)
+    return task_id
+
+
 @pytest.fixture(scope="session")
 def spec_factory(w3: Web3, witnesses: list[Signer]) -> Callable[..., TrainingTaskSpec]:
     """Valid spec with the session's witnesses and enrollment_deadline = chain time + 600."""

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
-import {Commitment, Vote, Challenge, AggregationProof, TrainingReceipt} from "./SynclineTypes.sol";
+import {Commitment, Vote, Challenge, AggregationProof, Submission, TrainingReceipt} from "./SynclineTypes.sol";
 import {ISynclineEvents} from "./ISynclineEvents.sol";
 
 /// @title Syncline fraud court
@@ -125,6 +125,21 @@ interface ISynclineCourt is ISynclineEvents {
     /// @notice The task's rollback: rounds `[next, end)` are still to be voided (pending while
     /// `next < end`), `from` is the round it started at.
     function invalidation(uint256 taskId) external view returns (uint32 from, uint32 next, uint32 end);
+
+    /// @notice A fragment's submission in a round (zero trainer = none). Served by the court
+    /// module, like the receipt, to keep the market under the contract size limit.
+    function getSubmission(uint256 taskId, uint32 round, uint16 fragment) external view returns (Submission memory);
+
+    /// @notice The vote a witness cast in a round (zero = none). Served by the court module.
+    function voteOf(uint256 taskId, uint32 round, address witness) external view returns (bytes32);
+
+    /// @notice Whether the open round `round` of a running task has its work in: every active
+    /// (enrolled, non-evicted) trainer committed, so witnesses may finalize it before its deadline
+    /// (`RoundWorkComplete`). False for any other round, and while no trainer is active.
+    function roundWorkComplete(uint256 taskId, uint32 round) external view returns (bool);
+
+    /// @notice Fragments of the task's active (enrolled, non-evicted) trainers (bit i = fragment i).
+    function activeMask(uint256 taskId) external view returns (uint256);
 
     /// @notice One challenge.
     function getChallenge(uint256 challengeId) external view returns (Challenge memory);

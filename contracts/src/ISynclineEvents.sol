@@ -71,7 +71,8 @@ interface ISynclineEvents {
     error SynclineEmptyCommitment();
     /// @notice The caller is not in the task's witness set.
     error SynclineNotWitness(uint256 taskId, address caller);
-    /// @notice Trainers can still commit until `deadline`.
+    /// @notice Trainers can still commit until `deadline`: an active trainer has not committed
+    /// yet, so the round cannot close early (see `RoundWorkComplete`).
     error SynclineRoundStillOpen(uint256 taskId, uint32 round, uint64 deadline);
     /// @notice The accepted set names fragments that did not commit.
     error SynclineAcceptedNotCommitted(uint256 taskId, uint32 round, uint256 strayMask);
@@ -129,6 +130,11 @@ interface ISynclineEvents {
         uint16 weight,
         bytes signature
     );
+    /// @notice Every active (enrolled, non-evicted) trainer has committed for the open `round`
+    /// (`committedMask`): its work is complete, and witnesses may finalize it before its deadline.
+    /// Emitted by the commitment, or the eviction, that completes the set; at most once per round
+    /// and eviction.
+    event RoundWorkComplete(uint256 indexed taskId, uint32 indexed round, uint256 committedMask);
     /// @notice A witness voted for `result` = keccak256(abi.encode(stateRoot, aggregateRoot, acceptedMask)),
     /// built on `prevStateRoot`. `metric` (validation loss x 1e6) is signed with the vote but is not
     /// part of the result.

@@ -5,7 +5,6 @@ import {
     TaskSpec,
     TaskState,
     RoundRecord,
-    Submission,
     TrainerRecord,
     WitnessRecord,
     Commitment,
@@ -54,7 +53,9 @@ interface ISynclineMarket is ISynclineEvents {
     /// The bond is refunded at seal (or cancel) minus anything slashed.
     function bondWitness(uint256 taskId) external payable;
 
-    /// @notice Vote for a round's result after its deadline. `threshold` matching votes finalize.
+    /// @notice Vote for a round's result after its deadline, or before it once the round's work is
+    /// complete: every active (enrolled, non-evicted) trainer has committed (`RoundWorkComplete`),
+    /// so nothing more can be committed. `threshold` matching votes finalize.
     /// Idempotent: once finalized, the same result succeeds and changes nothing; a different one
     /// reverts with `ConflictingFinalize`. Before quorum, a differing vote is recorded as dissent.
     /// The vote is EIP-712 typed data signed by a witness of the task; anyone may relay it. It
@@ -89,16 +90,12 @@ interface ISynclineMarket is ISynclineEvents {
     function getTaskState(uint256 taskId) external view returns (TaskState memory);
     /// @notice One round of a task.
     function getRound(uint256 taskId, uint32 round) external view returns (RoundRecord memory);
-    /// @notice A fragment's submission in a round (zero trainer = none).
-    function getSubmission(uint256 taskId, uint32 round, uint16 fragment) external view returns (Submission memory);
     /// @notice Trainers in fragment order.
     function getTrainers(uint256 taskId) external view returns (address[] memory);
     /// @notice One trainer's record.
     function getTrainer(uint256 taskId, address trainer) external view returns (TrainerRecord memory);
     /// @notice One witness's record.
     function getWitness(uint256 taskId, address witness) external view returns (WitnessRecord memory);
-    /// @notice The vote a witness cast in a round (zero = none).
-    function voteOf(uint256 taskId, uint32 round, address witness) external view returns (bytes32);
     /// @notice Wei the contract holds for a task: reward pool + fee budget + earned fees + stakes.
     function escrowOf(uint256 taskId) external view returns (uint256);
     /// @notice Withdrawable credit of an account.

@@ -19,7 +19,8 @@ import {ShardAssignment} from "./libraries/ShardAssignment.sol";
 
 /// @title RoundLedger
 /// @notice Sync rounds: trainer commitments before the deadline, the k-of-N witness quorum with
-/// idempotent finalize and fork detection, carry-forward after the grace window, missed-round
+/// idempotent finalize and fork detection (votes count after the deadline, or earlier once every
+/// active trainer committed: early close), carry-forward after the grace window, missed-round
 /// accounting and eviction.
 abstract contract RoundLedger is TrainerStaking {
     /// @inheritdoc ISynclineMarket
@@ -54,7 +55,8 @@ abstract contract RoundLedger is TrainerStaking {
         }
 
         uint16 weight = ShardAssignment.count(r.shardMask);
-        rr.committedMask |= bit;
+        uint256 committed = rr.committedMask | bit;
+        rr.committedMask = committed;
         r.submitted += 1;
         s.trainer = trainer;
         s.weight = weight;
@@ -66,6 +68,8 @@ abstract contract RoundLedger is TrainerStaking {
         emit SubmissionCommitted(
             taskId, round, fragment, trainer, c.payloadHash, c.chunkRoot, c.checkpointRoot, c.uri, weight, signature
         );
+        // The committer is active, so the active set is not empty: this commitment completes it or not.
+        if (_activeMask[taskId] & ~committed == 0) emit RoundWorkComplete(taskId, round, committed);
     }
 
     /// @inheritdoc ISynclineMarket
@@ -93,7 +97,10 @@ abstract contract RoundLedger is TrainerStaking {
         if (t.status != TaskStatus.Running) revert SynclineWrongTaskStatus(taskId, t.status, TaskStatus.Running);
         if (round != t.currentRound) revert SynclineWrongRound(taskId, round, t.currentRound);
         uint64 deadline = t.roundOpenedAt + _specs[taskId].roundDuration;
-        if (block.timestamp <= deadline) revert SynclineRoundStillOpen(taskId, round, deadline);
+        // Early close: once every active trainer committed, nothing more can be committed.
+        if (block.timestamp <= deadline && !_workComplete(taskId, rr.committedMask)) {
+            revert SynclineRoundStillOpen(taskId, round, deadline);
+        }
         uint256 stray = acceptedMask & ~rr.committedMask;
         if (stray != 0) revert SynclineAcceptedNotCommitted(taskId, round, stray);
         bytes32 prevStateRoot = t.stateRoot;
@@ -159,18 +166,6 @@ abstract contract RoundLedger is TrainerStaking {
         if (rr.status == RoundStatus.Pending && round == t.currentRound && t.status == TaskStatus.Running) {
             rr.openedAt = t.roundOpenedAt;
         }
-    }
-
-    /// @inheritdoc ISynclineMarket
-    function getSubmission(uint256 taskId, uint32 round, uint16 fragment) external view returns (Submission memory) {
-        _requireTask(taskId);
-        return _submissions[taskId][round][fragment];
-    }
-
-    /// @inheritdoc ISynclineMarket
-    function voteOf(uint256 taskId, uint32 round, address witness) external view returns (bytes32) {
-        _requireTask(taskId);
-        return _votes[taskId][round][witness];
     }
 
     // ------------------------------------------------------------------ internal

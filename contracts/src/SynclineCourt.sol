@@ -389,6 +389,31 @@ contract SynclineCourt is ISynclineCourt, SynclineCourtCore {
     }
 
     /// @inheritdoc ISynclineCourt
+    function getSubmission(uint256 taskId, uint32 round, uint16 fragment) external view returns (Submission memory) {
+        _requireTask(taskId);
+        return _submissions[taskId][round][fragment];
+    }
+
+    /// @inheritdoc ISynclineCourt
+    function voteOf(uint256 taskId, uint32 round, address witness) external view returns (bytes32) {
+        _requireTask(taskId);
+        return _votes[taskId][round][witness];
+    }
+
+    /// @inheritdoc ISynclineCourt
+    function roundWorkComplete(uint256 taskId, uint32 round) external view returns (bool) {
+        TaskState storage t = _requireTask(taskId);
+        if (t.status != TaskStatus.Running || round != t.currentRound) return false;
+        return _workComplete(taskId, _rounds[taskId][round].committedMask);
+    }
+
+    /// @inheritdoc ISynclineCourt
+    function activeMask(uint256 taskId) external view returns (uint256) {
+        _requireTask(taskId);
+        return _activeMask[taskId];
+    }
+
+    /// @inheritdoc ISynclineCourt
     function getChallenge(uint256 challengeId) external view returns (Challenge memory) {
         if (challengeId == 0 || challengeId > _challengeCount) revert SynclineUnknownChallenge(challengeId);
         return _challenges[challengeId];

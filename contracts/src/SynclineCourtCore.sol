@@ -203,9 +203,22 @@ abstract contract SynclineCourtCore is SynclineStorage {
         if (!r.evicted) {
             _markEvicted(taskId, trainer, round);
             TaskState storage t = _tasks[taskId];
-            if (t.status == TaskStatus.Running && t.active > 0) _assignShards(taskId, _specs[taskId].shardCount);
+            if (t.status == TaskStatus.Running && t.active > 0) {
+                _assignShards(taskId, _specs[taskId].shardCount);
+                _completedByEviction(taskId, t, r.fragment);
+            }
         }
         _revokeReward(taskId, round, fragment);
+    }
+
+    /// @dev A trainer evicted while its run is running: if it was the last active trainer still
+    /// to commit in the open round, that round's work is now complete (`RoundWorkComplete`).
+    /// (An eviction for missed rounds happens while a round closes, and completes nothing.)
+    function _completedByEviction(uint256 taskId, TaskState storage t, uint16 fragment) internal {
+        uint32 open = t.currentRound;
+        uint256 committed = _rounds[taskId][open].committedMask;
+        if (committed & (uint256(1) << fragment) != 0) return; // it had committed: nothing changes
+        if (_workComplete(taskId, committed)) emit RoundWorkComplete(taskId, open, committed);
     }
 
     /// @dev Takes back an accepted submission's weight (its share of the pool at seal).

@@ -118,6 +118,13 @@ abstract contract SynclineStorage is ISynclineEvents, ReentrancyGuard, EIP712 {
     /// is given up once, and a later rollback of the round does not reverse it again.
     mapping(uint256 taskId => mapping(uint32 round => mapping(address witness => bool))) internal _feeForfeited;
 
+    // ------------------------------------------------------------------ appended (issue 12)
+
+    /// @dev Fragments of the task's active (enrolled, non-evicted) trainers: set at enrollment,
+    /// cleared at eviction. A round's work is complete once it is a subset of the round's
+    /// `committedMask` (`_workComplete`), which lets the round close before its deadline.
+    mapping(uint256 taskId => uint256 mask) internal _activeMask;
+
     /// @dev The EIP-712 domain is ("Syncline", "1", chain id, this market). The court module runs
     /// by delegatecall, so `address(this)` is the market there too.
     constructor() EIP712("Syncline", "1") {}
@@ -190,13 +197,22 @@ abstract contract SynclineStorage is ISynclineEvents, ReentrancyGuard, EIP712 {
         }
     }
 
-    /// @dev Marks a trainer evicted (no slash). The caller slashes and rebalances shards.
+    /// @dev Marks a trainer evicted (no slash) and drops it from the active set. The caller
+    /// slashes and rebalances shards.
     function _markEvicted(uint256 taskId, address trainer, uint32 round) internal {
         TrainerRecord storage r = _trainerRecords[taskId][trainer];
         r.evicted = true;
         r.shardMask = 0;
         _tasks[taskId].active -= 1;
+        _activeMask[taskId] &= ~(uint256(1) << r.fragment);
         emit TrainerEvicted(taskId, trainer, round);
+    }
+
+    /// @dev Whether every active trainer of the task is in `committedMask` (and at least one is
+    /// active): the open round's work is complete. O(1): one mask, no loop over trainers.
+    function _workComplete(uint256 taskId, uint256 committedMask) internal view returns (bool) {
+        uint256 active = _activeMask[taskId];
+        return active != 0 && active & ~committedMask == 0;
     }
 
     /// @dev Evicts a trainer for missed rounds: slashes `evictionSlashBps` of its stake into the

@@ -28,6 +28,7 @@ abstract contract TrainerStaking is TaskEscrow {
         t.enrolled = fragment + 1;
         t.active = fragment + 1;
         t.stakeHeld += msg.value;
+        _activeMask[taskId] |= uint256(1) << fragment;
         _trainersByFragment[taskId].push(msg.sender);
         emit TrainerEnrolled(taskId, msg.sender, fragment, msg.value);
 

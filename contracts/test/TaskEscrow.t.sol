@@ -1138,9 +1138,9 @@ contract TaskEscrowTest is SynclineTest {
             vm.expectRevert(err);
             market.getRound(ids[i], 0);
             vm.expectRevert(err);
-            market.getSubmission(ids[i], 0, 0);
+            court.getSubmission(ids[i], 0, 0);
             vm.expectRevert(err);
-            market.voteOf(ids[i], 0, witnesses[0]);
+            court.voteOf(ids[i], 0, witnesses[0]);
             vm.expectRevert(err);
             _receipt(ids[i]);
         }

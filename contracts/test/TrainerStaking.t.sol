@@ -358,11 +358,11 @@ contract TrainerStakingTest is SynclineTest {
         _roundWithout(id, 0, trainers[1]);
         _roundWithout(id, 1, trainers[1]);
         _commitAll(id, 2);
-        vm.assertEq(uint256(market.getSubmission(id, 2, 0).weight), 3, "fragment 0 weight after rebalance");
-        vm.assertEq(uint256(market.getSubmission(id, 2, 2).weight), 3, "fragment 2 weight after rebalance");
-        vm.assertEq(uint256(market.getSubmission(id, 2, 3).weight), 4, "fragment 3 weight after rebalance");
-        vm.assertEq(uint256(market.getSubmission(id, 0, 3).weight), 3, "round 0 weight kept");
-        vm.assertEq(uint256(market.getSubmission(id, 0, 2).weight), 2, "round 0 weight kept");
+        vm.assertEq(uint256(court.getSubmission(id, 2, 0).weight), 3, "fragment 0 weight after rebalance");
+        vm.assertEq(uint256(court.getSubmission(id, 2, 2).weight), 3, "fragment 2 weight after rebalance");
+        vm.assertEq(uint256(court.getSubmission(id, 2, 3).weight), 4, "fragment 3 weight after rebalance");
+        vm.assertEq(uint256(court.getSubmission(id, 0, 3).weight), 3, "round 0 weight kept");
+        vm.assertEq(uint256(court.getSubmission(id, 0, 2).weight), 2, "round 0 weight kept");
     }
 
     function test_evict_interruptedMisses_notEvicted_succeeds() public {

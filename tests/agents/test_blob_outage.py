@@ -40,7 +40,9 @@ pytestmark = [pytest.mark.chain, pytest.mark.slow]
 # outage lasts 16 s past the deadline, so a witness that quits would be gone before it ends.
 OUTAGE_AFTER_DEADLINE_S = 16
 OLD_BREAKER_FAILURES, POLL_S = 20, 0.5
-PLAN = tiny_plan(round_duration_s=10, grace_window_s=75, timeout_s=300.0)
+# The witnesses wait for the round deadline (no early close), so the outage can begin after a
+# round's three commits and before anyone fetched them.
+PLAN = tiny_plan(round_duration_s=10, grace_window_s=75, timeout_s=300.0, witness_vote_early=False)
 OUTAGE_ROUND = 1
 
 

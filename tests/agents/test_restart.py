@@ -1,6 +1,7 @@
-"""kill -9 and restart: a trainer killed right after a round opens and a witness killed at that
-round's deadline come back with the same config and state_dir, and the run ends with exactly the
-state roots of an uninterrupted run.
+"""kill -9 and restart: a trainer killed while it trains the next round ahead (the previous
+round's work is complete, the witnesses are about to finalize it) and a witness killed before it
+votes on that next round come back with the same config and state_dir, and the run ends with
+exactly the state roots of an uninterrupted run.
 
 The uninterrupted reference is the same task (same spec, task id, shard assignment) trained in
 this process without any restart (``simulate_trainers``): CPU training is bit-exact given the
@@ -65,17 +66,32 @@ def test_sigkilled_trainer_and_witness_resume_to_the_reference_roots(tmp_path: P
         victim = run.address(TRAINER)
         fragment = m.trainer(task, victim).fragment
 
-        # -------------------------------------------------- trainer: SIGKILL as round 1 opens
+        # -------------------------------------------------- trainer: SIGKILL once round 0's work is complete
+        # (it is deriving round 1's start state or training round 1 ahead, before round 0 finalizes)
         wait_for(
-            lambda: m.task(task).current_round == KILL_ROUND,
+            lambda: m.round(task, KILL_ROUND - 1).committed_mask == 0b111,
             timeout_s=PLAN.round_duration_s + 60,
-            what=f"round {KILL_ROUND} to open",
+            what=f"round {KILL_ROUND - 1}'s work to be complete",
             check=run.check_agents,
         )
         run.kill(TRAINER)
         assert m.submission(task, KILL_ROUND, fragment).trainer == ZERO_ADDRESS, "killed too late: already committed"
         assert (tmp_path / "agents" / TRAINER / "optimizer" / f"before-round-{KILL_ROUND}.pt").is_file()
         run.restart(TRAINER)
+
+        # -------------------------------------------------- witness: SIGKILL before it can vote on round 1
+        # (round 1 cannot be complete before the restarted trainer commits: the witness waits)
+        run.kill(WITNESS)
+        witness = run.address(WITNESS)
+        assert m.vote_of(task, KILL_ROUND, witness) == ZERO32, "killed too late: already voted"
+        run.restart(WITNESS)
+
+        wait_for(
+            lambda: m.task(task).current_round == KILL_ROUND,
+            timeout_s=PLAN.round_duration_s + 60,
+            what=f"round {KILL_ROUND} to open",
+            check=run.check_agents,
+        )
         deadline = run.deadline()
 
         def committed_sub() -> SubmissionView | None:
@@ -89,18 +105,6 @@ def test_sigkilled_trainer_and_witness_resume_to_the_reference_roots(tmp_path: P
             check=run.check_agents,
         )
         assert sub.trainer == victim and sub.committed_at <= deadline
-
-        # -------------------------------------------------- witness: SIGKILL at the deadline, before it votes
-        wait_for(
-            lambda: m.round(task, KILL_ROUND).committed_mask == 0b111 and run.now() >= deadline,
-            timeout_s=PLAN.round_duration_s + 10,
-            what=f"round {KILL_ROUND}'s deadline",
-            check=run.check_agents,
-        )
-        run.kill(WITNESS)
-        witness = run.address(WITNESS)
-        assert m.vote_of(task, KILL_ROUND, witness) == ZERO32, "killed too late: already voted"
-        run.restart(WITNESS)
         wait_for(
             lambda: m.round(task, KILL_ROUND).status == RoundStatus.FINALIZED,
             timeout_s=PLAN.grace_window_s,

@@ -69,6 +69,19 @@ def test_every_round_finalized_and_sealed(finished_run: tuple[TrainingReceipt, R
         assert (line.submitted, line.accepted, line.missed, line.evicted) == (PLAN.rounds, PLAN.rounds, 0, False)
 
 
+def test_rounds_close_when_the_work_is_in(finished_run: tuple[TrainingReceipt, RunRecord, Path]) -> None:
+    """Early close: every trainer committed in every round, so the witnesses finalized each round
+    before its deadline (the contract refuses that otherwise); the trainers trained the next round
+    from the state the payloads determine, and never had to drop that work."""
+    _, record, workdir = finished_run
+    for r, rr in enumerate(record.rounds):
+        assert rr.committed_mask == 0b111
+        assert rr.closed_at <= rr.opened_at + PLAN.round_duration_s, f"round {r} waited for its deadline"
+    for i in range(PLAN.trainers):
+        log = (workdir / "logs" / f"trainer-{i + 1}.log").read_text()
+        assert "trainer.ahead_dropped" not in log
+
+
 def test_state_roots_agree_across_chain_witnesses_and_replay(
     finished_run: tuple[TrainingReceipt, RunRecord, Path],
 ) -> None:

@@ -35,18 +35,6 @@ def reverts(w3: Web3, signer: Signer, name: str, args: dict[str, Any]) -> Iterat
     assert w3.eth.get_transaction_count(signer.address) == nonce
 
 
-@pytest.fixture
-def running_task(
-    market: MarketClient,
-    sponsor: Signer,
-    trainers: list[Signer],
-    witnesses: list[Signer],
-    spec_factory: Callable[..., Any],
-) -> int:
-    task_id, _ = start_task(market, sponsor, spec_factory(), witnesses, trainers)
-    return task_id
-
-
 def test_wrong_stake(
     market: MarketClient, w3: Web3, sponsor: Signer, trainers: list[Signer], spec_factory: Callable[..., Any]
 ) -> None:

@@ -121,3 +121,61 @@ def test_health_turns_degraded_once_and_recovers() -> None:
     assert (h.degraded, h.degraded_since, h.failures) == (False, None, 0)
     assert h.record_failure(now=13.0) == loop.Transition.FAILED  # a single hiccup is not degraded
     assert h.record_success() == loop.Transition.HEALTHY
+
+
+class FakeBlocks:
+    """A chain whose block number the test moves (the wake-up check reads it)."""
+
+    def __init__(self) -> None:
+        self.number = 7
+        self.reads = 0
+
+    @property
+    def block_number(self) -> int:
+        self.reads += 1
+        return self.number
+
+
+class FakeW3:
+    def __init__(self) -> None:
+        self.eth = FakeBlocks()
+
+
+def test_a_new_block_wakes_an_idle_agent_before_its_poll_interval() -> None:
+    """Early close: the agent ticks once the block that completes or finalizes a round is mined,
+    not a whole poll interval later; with no new block it waits the full interval."""
+    w3 = FakeW3()
+    now = [0.0]
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        now[0] += seconds
+        if len(waits) == 3:  # a block is mined during the third wake-up interval of the first wait
+            w3.eth.number += 1
+
+    ticks: list[float] = []
+
+    def step() -> bool:
+        ticks.append(now[0])
+        return len(ticks) == 3
+
+    wake = loop.NewBlock(w3)  # type: ignore[arg-type]
+    loop.run_forever(step, poll_interval_s=0.5, role="trainer", sleep=sleep, clock=lambda: now[0], wake=wake)
+    assert ticks[1] == pytest.approx(0.3)  # woken after 3 x 0.1 s, not 0.5 s
+    assert ticks[2] == pytest.approx(0.8)  # no new block: the whole poll interval
+    assert waits[:3] == pytest.approx([0.1, 0.1, 0.1])
+
+
+def test_wake_up_check_survives_a_node_outage() -> None:
+    class Down:
+        @property
+        def block_number(self) -> int:
+            raise ConnectionError("node down")
+
+    class W3:
+        eth = Down()
+
+    wake = loop.NewBlock(W3())  # type: ignore[arg-type]
+    wake.mark()
+    assert wake() is False  # no wake-up; the next step fails and backs off as before

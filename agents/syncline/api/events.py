@@ -78,6 +78,7 @@ ROUND_EVENTS = frozenset(
     {
         "RoundOpened",
         "SubmissionCommitted",
+        "RoundWorkComplete",
         "VoteCast",
         "DissentRecorded",
         "RoundFinalized",

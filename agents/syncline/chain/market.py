@@ -600,6 +600,15 @@ class MarketClient:
             revoked_mask=int(r[11]),
         )
 
+    def round_work_complete(self, task_id: int, round_: int) -> bool:
+        """Whether the open round ``round_`` has its work in: every active (enrolled, non-evicted)
+        trainer committed, so witnesses may finalize it before its deadline (early close)."""
+        return bool(self._call("roundWorkComplete", task_id, round_))
+
+    def active_mask(self, task_id: int) -> int:
+        """Fragments of the task's active (enrolled, non-evicted) trainers (bit i = fragment i)."""
+        return int(self._call("activeMask", task_id))
+
     def round_deadline(self, task_id: int) -> int:
         """Commit deadline of the task's open round."""
         t = self.task(task_id)

@@ -19,7 +19,9 @@ from syncline.protocol import enums as protocol_enums
 HINTS: dict[str, str] = {
     "SynclineWrongStake": "send exactly the task's trainerStake",
     "SynclineSubmissionLate": "commit before the round deadline; late work is rejected, not slashed",
-    "SynclineRoundStillOpen": "wait until the round deadline has passed before finalizing",
+    "SynclineRoundStillOpen": (
+        "wait until the round deadline has passed, or every active trainer has committed, before finalizing"
+    ),
     "SynclineGraceWindowOpen": "carry forward only after deadline + grace window",
     "SynclineChallengeWindowOpen": "seal after the last round's challenge window",
     "SynclineNothingToWithdraw": "nothing is owed to this account yet",

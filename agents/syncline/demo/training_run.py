@@ -88,6 +88,8 @@ class DemoPlan:
     spot_check_rate: float | None = None
     # Whether honest witnesses run the challenger (the browser tests leave a fault to the UI).
     witness_challenges: bool = True
+    # Whether witnesses vote as soon as a round's work is complete (early close) or wait for its deadline.
+    witness_vote_early: bool = True
 
 
 @dataclass
@@ -319,6 +321,7 @@ class TrainingDemo:
         if role == "witness":
             config["training_checks"] = self.plan.training_checks
             config["challenge"] = self.plan.witness_challenges
+            config["vote_early"] = self.plan.witness_vote_early
         config_path = agent_dir / f"{role}.yaml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         cmd = [sys.executable, "-m", "syncline.cli", role, "run", "--config", str(config_path)]

@@ -68,7 +68,13 @@ class AgentConfig:
     # checkpoints declare it, and a referee of the same device class then compares bit for bit
     deterministic: bool = False
     threads: int | None = None
+    # Early close: once every active trainer committed, train the next round from the state its
+    # payloads determine while the witnesses vote; committed only if the chain finalizes that state
+    train_ahead: bool = True
     # witness only
+    # Early close: vote as soon as every active trainer committed (false: wait for the deadline,
+    # as before issue 12; the contract accepts both)
+    vote_early: bool = True
     eval_batches: int = 8
     eval_batch_size: int = 16
     # witness and challenger: audit closed rounds and prove faults (witnesses do by default)

@@ -91,6 +91,35 @@ class LoopHealth:
         return Transition.RECOVERED if was_degraded else Transition.HEALTHY
 
 
+class NewBlock:
+    """A cheap wake-up test for :func:`run_forever`: true once the chain has a block it had not
+    when :meth:`mark` was last called. Every on-chain event an agent waits for (a commitment that
+    completes a round, the vote that finalizes it) arrives in a new block, so an idle agent that
+    polls the block number (one small RPC) reacts within ``wake_interval_s`` instead of a whole
+    ``poll_interval_s``; deadlines that pass with no block are still seen at the next poll."""
+
+    def __init__(self, w3: Web3):
+        self.w3 = w3
+        self._seen: int | None = None
+
+    def mark(self) -> None:
+        """Remember the current block number (called before each step)."""
+        try:
+            self._seen = int(self.w3.eth.block_number)
+        except Exception:  # the node is down: the step will fail and back off
+            self._seen = None
+
+    def __call__(self) -> bool:
+        try:
+            number = int(self.w3.eth.block_number)
+        except Exception:
+            return False
+        if self._seen is None:
+            self._seen = number
+            return False
+        return number != self._seen
+
+
 def pending_time(w3: Web3) -> int:
     """Timestamp the next block will have (the latest block's may be stale on an idle devnet)."""
     pending = int(w3.eth.get_block("pending")["timestamp"])
@@ -113,9 +142,14 @@ def run_forever(
     max_iterations: int | None = None,
     sleep: Callable[[float], None] | None = None,
     clock: Callable[[], float] | None = None,
+    wake: NewBlock | None = None,
+    wake_interval_s: float = 0.1,
 ) -> None:
     """Call ``step`` until it returns True (done); a failed step is retried after ``backoff``.
 
+    Between two successful steps the loop waits ``poll_interval_s``, or less with ``wake``: it
+    checks ``wake()`` every ``wake_interval_s`` and ticks at once when it is true (a new block).
+    A failed step always waits out its backoff.
     Only :data:`FATAL_ERRORS` (and ``BaseException``: Ctrl-C, ``SystemExit``) end the loop early.
     ``max_iterations``, ``sleep`` and ``clock`` (default ``time.sleep`` and ``time.monotonic``)
     exist for tests."""
@@ -126,6 +160,8 @@ def run_forever(
     iterations = 0
     while max_iterations is None or iterations < max_iterations:
         iterations += 1
+        if wake is not None:
+            wake.mark()
         try:
             done = step()
         except FATAL_ERRORS:
@@ -163,4 +199,25 @@ def run_forever(
             metrics.succeeded()
         if done:
             return
-        sleep(poll_interval_s)
+        _wait(poll_interval_s, sleep, clock, wake, wake_interval_s)
+
+
+def _wait(
+    seconds: float,
+    sleep: Callable[[float], None],
+    clock: Callable[[], float],
+    wake: Callable[[], bool] | None,
+    interval_s: float,
+) -> None:
+    """Sleep ``seconds``, or until ``wake()`` is true (checked every ``interval_s``)."""
+    if wake is None or interval_s >= seconds:
+        sleep(seconds)
+        return
+    end = clock() + seconds
+    while True:
+        left = end - clock()
+        if left <= 0:
+            return
+        sleep(min(interval_s, left))
+        if wake():
+            return

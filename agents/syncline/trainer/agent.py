@@ -3,6 +3,13 @@
 Each tick it reads the chain and does at most one thing: enroll, train-and-commit the open round,
 seal, or claim. It rebuilds everything from the chain plus its local store (the inner optimizer
 state), so it can be killed at any time and restarted.
+
+Rounds close when the work is in (early close): once every active trainer has committed, the
+round's result is fixed by its payloads, and the witnesses vote at once. A trainer with
+``train_ahead`` (the default) does not wait for their vote either: it derives the next state from
+those payloads (the witnesses' own deterministic computation) and trains the next round while they
+vote. The work is committed only if the chain then finalizes exactly that state and its shards did
+not change; otherwise it is dropped and the round is trained again from the finalized state.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from syncline.blobstore import BlobStore
 from syncline.blobstore.store import BlobUnavailable, put_signed
 from syncline.chain.calls import ZERO_ADDRESS
 from syncline.chain.keys import Signer
-from syncline.chain.market import MarketClient, RoundView
+from syncline.chain.market import MarketClient, RoundView, TaskView, TrainerView
 from syncline.court.defence import AvailabilityResponder
 from syncline.errors import ChainError, SynclineError
 from syncline.observability import get_logger
@@ -35,7 +42,7 @@ from syncline.run.agent_config import AgentConfig, ConfigError
 from syncline.run.context import StateUnavailable, TaskContext
 from syncline.run.gossip import TrainerReport, announce_commitment, announce_report
 from syncline.run.local_store import append_record
-from syncline.run.loop import pending_time, run_forever
+from syncline.run.loop import NewBlock, pending_time, run_forever
 from syncline.run.metrics import AgentMetrics
 from syncline.trainer.checkpoint_keeper import CheckpointKeeper
 from syncline.trainer.inner_loop import InnerLoop, RoundWork
@@ -43,9 +50,29 @@ from syncline.trainer.outbox import Outbox
 from syncline.trainer.segments import encode_payload
 
 log = get_logger("syncline.trainer")
+# While it trains ahead, a trainer still serves the committee's spot checks of the round being
+# finalized (their publication deadline is half a challenge window after the close) and any
+# availability demand (answered within a response window of many seconds), between two inner steps:
+# a look at the chain at most every DUTIES_WHILE_TRAINING_S, the demands every AVAILABILITY_WHILE_TRAINING_S.
+DUTIES_WHILE_TRAINING_S = 1.0
+AVAILABILITY_WHILE_TRAINING_S = 5.0
 # A state blob holds Q32 weights and momentum: 16 bytes per parameter. Rebuilding the state from a
 # round's payloads costs about bits/8 bytes per parameter per submission; the cheaper path wins.
 STATE_BYTES_PER_PARAM = 16
+
+
+@dataclass(frozen=True)
+class TrainedAhead:
+    """A round trained before it opened: from ``start_root`` (the state the previous round's
+    committed payloads determine) on ``shards``. Used only if the chain opens the round with
+    exactly that state root and those shards."""
+
+    round: int
+    start_root: str
+    shards: tuple[int, ...]
+    state: TrainingState
+    work: RoundWork
+    bytes_received: int
 
 
 @dataclass
@@ -73,6 +100,12 @@ class TrainerAgent:
     _keeper: CheckpointKeeper | None = None
     # Rounds whose committee spot check of this trainer is settled (published, not drawn, not ours).
     _spot_settled: set[int] = field(default_factory=set)
+    # The next round, trained ahead from the state a complete round's payloads determine.
+    _ahead: TrainedAhead | None = None
+    _duties_at: float = 0.0
+    _availability_at: float = 0.0
+    # (fragment, round awaiting its finalization) while a round is trained ahead: duties between steps
+    _ahead_duty: tuple[int, int] | None = None
 
     def run(self, *, max_iterations: int | None = None) -> None:
         if self.cfg.threads:
@@ -85,6 +118,7 @@ class TrainerAgent:
             role="trainer",
             metrics=self.metrics.loop,
             max_iterations=max_iterations,
+            wake=NewBlock(self.market.w3),
         )
 
     # ------------------------------------------------------------------ one tick
@@ -124,12 +158,77 @@ class TrainerAgent:
             return False  # wait for the seal to claim the rest of the stake
         round_ = t.current_round
         if self.market.submission(task_id, round_, me.fragment).trainer != ZERO_ADDRESS:
+            self._train_ahead(t, me)
             return False
         deadline = t.round_opened_at + self.ctx.spec.round_duration_s
         if pending_time(self.market.w3) > deadline:
             return False
         self._train_and_commit(round_, me.fragment, me.shards, t.state_root, deadline)
         return False
+
+    def _train_ahead(self, t: TaskView, me: TrainerView) -> None:
+        """Our work for the open round is in. Once every active trainer's is (the round's work is
+        complete), the round's result is fixed by its committed payloads: derive the next state
+        from them, as the witnesses do, and train the next round now, while they vote."""
+        ctx = self.ctx
+        assert ctx is not None
+        round_, task_id = t.current_round, ctx.task_id
+        nxt = round_ + 1
+        if not self.cfg.train_ahead or nxt >= ctx.spec.rounds or self.cfg.misbehave is not None:
+            return
+        if self._ahead is not None and self._ahead.round == nxt:
+            return
+        # Only from the state this trainer trained the open round from (a restart waits instead).
+        if self._state is None or self._state.state_root_hex != t.state_root.lower():
+            return
+        if not self.market.round_work_complete(task_id, round_):
+            return
+        began = time.perf_counter()
+        rr = self.market.round(task_id, round_)
+        subs = ctx.committed_submissions(round_, rr.committed_mask)
+        if any(s.payload is None for s in subs):
+            return  # a payload is not fetchable (yet): the witnesses decide; wait for them
+        result = ctx.compute_round(self._state, subs)
+        derive_s = time.perf_counter() - began
+        received = sum(len(s.payload or b"") for s in subs if s.fragment != me.fragment)
+        self._duties_at = self._availability_at = time.perf_counter()
+        self._ahead_duty = (me.fragment, round_)
+        work = self._train(result.state, nxt, me.fragment, me.shards, duties=True)
+        # The in-memory AdamW state is now the one after `nxt`: a dropped run reloads the saved one.
+        self._optimizer_round = nxt + 1
+        root = "0x" + result.state_root.hex()
+        self._ahead = TrainedAhead(nxt, root, tuple(me.shards), result.state, work, received)
+        log.info(
+            "trainer.trained_ahead",
+            round=nxt,
+            start_root=root[:18],
+            derive_s=round(derive_s, 2),
+            train_s=round(work.train_seconds, 2),
+        )
+
+    def _duties_while_training(self) -> None:
+        """Between inner steps of a round trained ahead: once the round being finalized closes,
+        serve the committee's spot check of this trainer's submission to it (its publication
+        deadline is half a challenge window after the close); now and then, availability demands.
+        Throttled and best effort: the next tick does both anyway."""
+        now = time.perf_counter()
+        if now - self._duties_at < DUTIES_WHILE_TRAINING_S:
+            return
+        self._duties_at = now
+        ctx, duty = self.ctx, self._ahead_duty
+        assert ctx is not None and duty is not None
+        fragment, awaited = duty
+        try:
+            if ctx.spec.verification_policy.on_demand and awaited not in self._spot_settled:
+                t = self.market.task(ctx.task_id)
+                closed = t.status != TaskStatus.RUNNING or t.current_round > awaited
+                if closed:
+                    self._serve_spot_checks(awaited + 1, fragment)
+            if now - self._availability_at >= AVAILABILITY_WHILE_TRAINING_S:
+                self._availability_at = now
+                self._answer_availability(fragment)
+        except Exception as exc:  # never let a duty break the training run
+            log.info("trainer.duty_deferred", reason=str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__)
 
     def _answer_availability(self, fragment: int) -> None:
         """Open any chunk a censorship claim's voters demand from this trainer's own submissions."""
@@ -276,33 +375,57 @@ class TrainerAgent:
                 old.unlink(missing_ok=True)
         self._optimizer_round = next_round
 
-    def _train_and_commit(self, round_: int, fragment: int, shards: list[int], state_root: str, deadline: int) -> None:
+    def _train(self, state: TrainingState, round_: int, fragment: int, shards: list[int], *, duties: bool) -> RoundWork:
+        """The round's H inner steps from ``state`` (AdamW restored to the round's start)."""
         ctx = self.ctx
         assert ctx is not None
-        try:
-            state = self._sync_state(round_, fragment, state_root)
-        except StateUnavailable as exc:
-            if exc.outage:  # the store is down: the loop backs off and reports degraded health
-                raise
-            log.info("trainer.waiting_for_state", round=round_, reason=str(exc))
-            return
         inner = self._ensure_inner()
         self._restore_optimizer(inner, round_)
         if self._wall_started is None:
             self._wall_started = time.perf_counter()  # utilization counts from the first round trained
         self.metrics.round.set(round_)
-        interval = ctx.spec.checkpoint_interval_steps
         work = inner.run(
             state,
             [ctx.shard(i) for i in shards],
             seed=round_seed(ctx.task_id, round_, fragment),
             progress=sys.stderr.isatty(),
-            checkpoint_interval=interval,
+            checkpoint_interval=ctx.spec.checkpoint_interval_steps,
             # TESTS AND DEMOS ONLY: a lazy trainer trains half the steps and pads its checkpoints.
             train_steps=ctx.spec.inner_steps // 2 if self.cfg.misbehave == "lazy" else None,
+            between_steps=self._duties_while_training if duties else None,
         )
         if self.cfg.misbehave == "fake-gradient":  # honest checkpoints, a payload not derived from them
             work = replace(work, pseudo_gradient=torch.randn_like(work.pseudo_gradient) * 0.05)
+        return work
+
+    def _train_and_commit(self, round_: int, fragment: int, shards: list[int], state_root: str, deadline: int) -> None:
+        ctx = self.ctx
+        assert ctx is not None
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and (ahead.round, ahead.start_root, ahead.shards) == (
+            round_,
+            state_root.lower(),
+            tuple(shards),
+        ):
+            # The chain finalized exactly the state this round was trained from: commit that work.
+            state, work = ahead.state, ahead.work
+            self._state = state
+            self._bytes_received += ahead.bytes_received
+            log.info("trainer.ahead_used", round=round_)
+        else:
+            if ahead is not None:
+                log.info("trainer.ahead_dropped", round=ahead.round, trained_from=ahead.start_root[:18])
+            try:
+                state = self._sync_state(round_, fragment, state_root)
+            except StateUnavailable as exc:
+                if exc.outage:  # the store is down: the loop backs off and reports degraded health
+                    raise
+                log.info("trainer.waiting_for_state", round=round_, reason=str(exc))
+                return
+            work = self._train(state, round_, fragment, shards, duties=False)
+        finishing = time.perf_counter()
+        inner = self._ensure_inner()
+        interval = ctx.spec.checkpoint_interval_steps
         self._save_optimizer(inner, round_ + 1)
         payload, chunk_root = encode_payload(work.pseudo_gradient, ctx.spec.gradient_bits)
         # Through the outbox: a blob-store outage now delays the upload, never the commitment.
@@ -351,6 +474,7 @@ class TrainerAgent:
             tokens_per_s=round(work.tokens / work.train_seconds),
             payload_kib=round(len(payload) / 1024, 1),
             seconds_left=deadline - pending_time(self.market.w3),
+            commit_s=round(time.perf_counter() - finishing, 2),  # encode, keep, upload, sign, commit
         )
         append_record(
             self.cfg.state_dir, "rounds.jsonl", {"round": round_, "loss": work.mean_loss, "payload": ref.digest}

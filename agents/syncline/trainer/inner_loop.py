@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import islice
@@ -161,6 +161,7 @@ class InnerLoop:
         progress: bool = False,
         checkpoint_interval: int | None = None,
         train_steps: int | None = None,
+        between_steps: Callable[[], None] | None = None,
     ) -> RoundWork:
         """H inner steps from ``state`` on ``shards``; batches are reproducible from ``seed``.
 
@@ -173,6 +174,9 @@ class InnerLoop:
             TESTS AND DEMOS ONLY (the ``lazy`` misbehaviour): train only the first
             ``train_steps`` steps; the checkpoints due after that repeat the last real state under
             the step numbers an honest run would have reached.
+        between_steps
+            Called after every step (the agent's own duties while it trains: it must not touch
+            the model, the optimizer or torch's generator); its time is not training time.
         """
         load_weights(self.model, state)
         start = flat_parameters(self.model, self.layout)
@@ -182,13 +186,13 @@ class InnerLoop:
         marks = checkpoint_steps(steps, checkpoint_interval) if checkpoint_interval is not None else ()
         todo = steps if train_steps is None else max(0, min(train_steps, steps))
         captured: list[bytes] = []
-        capture_seconds = 0.0
+        excluded_seconds = 0.0
 
         def capture(step: int) -> None:
-            nonlocal capture_seconds
+            nonlocal excluded_seconds
             t0 = time.perf_counter()
             captured.append(self.checkpoint(step).to_bytes())
-            capture_seconds += time.perf_counter() - t0
+            excluded_seconds += time.perf_counter() - t0
 
         began = time.perf_counter()
         with self._mode():
@@ -203,11 +207,15 @@ class InnerLoop:
                 tokens += n
                 if marks and marks[len(captured)] == i + 1:
                     capture(i + 1)
+                if between_steps is not None:
+                    t0 = time.perf_counter()
+                    between_steps()
+                    excluded_seconds += time.perf_counter() - t0
             for step in marks[len(captured) :]:  # only a shortened (lazy) run gets here
                 capture(step)
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
-        train_seconds = time.perf_counter() - began - capture_seconds
+        train_seconds = time.perf_counter() - began - excluded_seconds
         end = flat_parameters(self.model, self.layout)
         gradient = start - end
         if not torch.isfinite(gradient).all():

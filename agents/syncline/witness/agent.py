@@ -1,6 +1,7 @@
 """The witness (syncer) agent: ``syncline witness run --config witness.yaml``.
 
-After each round's deadline it fetches every committed payload, rejects bad ones with a reason,
+Once a round closes (its deadline passed, or every active trainer committed: early close) it
+fetches every committed payload, rejects bad ones with a reason,
 aggregates with the task's rule, applies the outer step, publishes the new state, measures the
 validation loss and votes. Every signed vote is written to the local store before it is published;
 a witness whose finalize failed, or that restarted, re-sends that same vote for the same (task,
@@ -41,7 +42,7 @@ from syncline.run.agent_config import AgentConfig
 from syncline.run.context import StateUnavailable, TaskContext, load_weights
 from syncline.run.gossip import GossipError, announce_vote, decode_vote, encode_vote
 from syncline.run.local_store import append_durable, append_record, read_records
-from syncline.run.loop import pending_time, run_forever
+from syncline.run.loop import NewBlock, pending_time, run_forever
 from syncline.run.metrics import AgentMetrics
 
 log = get_logger("syncline.witness")
@@ -75,6 +76,7 @@ class WitnessAgent:
             role="witness",
             metrics=self.metrics.loop,
             max_iterations=max_iterations,
+            wake=NewBlock(self.market.w3),
         )
 
     def step(self) -> bool:
@@ -91,22 +93,39 @@ class WitnessAgent:
             return False
         if self.ctx is None:
             self.ctx = TaskContext.load(self.market, self.blobs, task_id)
-        self._court_duties(t)
         spec = self.ctx.spec
-        now = pending_time(self.market.w3)
         if t.status == TaskStatus.AWAITING_SEAL:
-            if now >= t.last_closed_at + spec.challenge_window_s:
+            self._court_duties(t)
+            if pending_time(self.market.w3) >= t.last_closed_at + spec.challenge_window_s:
                 self._send("seal", lambda: self.market.seal(self.signer, task_id))
             return False
+        # The open round first (a complete round is voted on at once, the next one opens sooner),
+        # then the court duties on closed rounds, whatever the round work did.
+        try:
+            self._round_work(t)
+        finally:
+            self._court_duties(t)
+        return False
+
+    def _round_work(self, t: TaskView) -> None:
+        """Vote on the open round once it closes, or carry it forward after its grace window.
+
+        A round closes at its deadline, or earlier once its work is complete: every active trainer
+        committed, so nothing more can be committed and the contract counts votes at once (early
+        close). A slow honest trainer is still covered by the deadline: until it commits (or the
+        deadline passes) the witness waits."""
+        assert self.ctx is not None
+        spec = self.ctx.spec
+        task_id = self.cfg.task_id
+        now = pending_time(self.market.w3)
         round_ = t.current_round
         deadline = t.round_opened_at + spec.round_duration_s
-        if now <= deadline:
-            return False
+        if now <= deadline and not (self.cfg.vote_early and self.market.round_work_complete(task_id, round_)):
+            return
         if self.market.vote_of(task_id, round_, self.signer.address) == ZERO:
             self._vote(round_, t.state_root)
         elif now > deadline + spec.grace_window_s:
             self._send("carry_forward", lambda: self.market.carry_forward(self.signer, task_id, round_))
-        return False
 
     # ------------------------------------------------------------------ round work
 

@@ -295,7 +295,7 @@ contract AggregationFraudPathsTest is AggregationScenario {
     }
 
     function _rootOf(uint16 fragment) internal view returns (bytes32) {
-        return market.getSubmission(taskId, 0, fragment).chunkRoot;
+        return court.getSubmission(taskId, 0, fragment).chunkRoot;
     }
 
     // ------------------------------------------------------------------ Merkle openings

@@ -285,7 +285,7 @@ contract CensorshipTest is CourtTestBase {
     function test_answerCensorship_badOpening_reverts() public {
         uint256 id = _challengeCensorship(4);
         bytes[] memory chunks = _f4Chunks(1, 0);
-        bytes32 root = market.getSubmission(taskId, 0, 4).chunkRoot;
+        bytes32 root = court.getSubmission(taskId, 0, 4).chunkRoot;
         bytes32[] memory proof = MerkleRef.proof(MerkleRef.hashes(chunks), 1);
         bytes memory bad = abi.encodeWithSelector(ISynclineEvents.SynclineBadMerkleProof.selector, 0, root);
         // A malformed chunk that is not the committed one.

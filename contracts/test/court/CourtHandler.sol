@@ -93,7 +93,7 @@ contract CourtHandler is CourtTestBase {
         Challenge memory c = court.getChallenge(id);
         if (c.status != ChallengeStatus.Open || block.timestamp > c.deadline) return;
         address w = witnesses[HONEST_WITNESS];
-        if (market.voteOf(c.taskId, c.round, w) != market.getRound(c.taskId, c.round).result) return;
+        if (court.voteOf(c.taskId, c.round, w) != market.getRound(c.taskId, c.round).result) return;
         uint256 bad = malformedAt[c.taskId][c.round][c.fragment];
         if (bad != 0) {
             bytes[] memory chunks = _chunks(c.round, c.fragment, bad);
@@ -386,7 +386,7 @@ contract CourtHandler is CourtTestBase {
     function _voterOf(Challenge memory c) internal view returns (address) {
         bytes32 result = market.getRound(c.taskId, c.round).result;
         for (uint256 i = 0; i < witnesses.length; ++i) {
-            if (market.voteOf(c.taskId, c.round, witnesses[i]) == result) return witnesses[i];
+            if (court.voteOf(c.taskId, c.round, witnesses[i]) == result) return witnesses[i];
         }
         return address(0);
     }
@@ -401,7 +401,7 @@ contract CourtHandler is CourtTestBase {
         if (block.timestamp > c.deadline) return;
         bytes32 result = market.getRound(c.taskId, c.round).result;
         address w = witnesses[witnessSeed % witnesses.length];
-        if (market.voteOf(c.taskId, c.round, w) != result || court.demandedBy(id, w)) return;
+        if (court.voteOf(c.taskId, c.round, w) != result || court.demandedBy(id, w)) return;
         vm.prank(w);
         court.demandAvailability(id, uint32(witnessSeed % CHUNKS));
         _ok(this.demandAvailability.selector);

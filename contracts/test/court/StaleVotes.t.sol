@@ -48,7 +48,7 @@ contract StaleVotesTest is AggregationTestBase {
         vm.assertEq(uint256(market.getRound(task, 1).status), uint256(RoundStatus.Pending), "stale vote counted");
         vm.assertEq(uint256(market.getRound(task, 1).voteCount), 1, "only the new vote");
         vm.assertEq(market.getRound(task, 1).prevStateRoot, _initialStateRoot(), "votes now build on the restored root");
-        vm.assertEq(market.voteOf(task, 1, witnesses[2]), bytes32(0), "the stale vote is gone");
+        vm.assertEq(court.voteOf(task, 1, witnesses[2]), bytes32(0), "the stale vote is gone");
     }
 
     /// A vote still signed on the replaced root is refused with both roots.
