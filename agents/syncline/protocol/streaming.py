@@ -29,7 +29,7 @@ be the inputs' own regions (the state is updated in place): every pass reads a r
 the last pass writes it.
 
 Results are byte-identical to the whole-vector definitions of :mod:`syncline.protocol.aggregation`
-and :mod:`syncline.protocol.outer_optimizer` (``tests/protocol/test_streaming.py`` checks every
+and :mod:`syncline.protocol.outer_optimizer` (``tests/protocol/test_streamed_round.py`` checks every
 rule against the old whole-vector ``compute_round`` with Hypothesis).
 """
 
