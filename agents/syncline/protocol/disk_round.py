@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from syncline.protocol import merkle
-from syncline.protocol.aggregation import CoordinateMedian, Krum, make_rule
 from syncline.protocol.chunking import gradient_chunk_buffer, hash_rows, state_chunk_buffer
 from syncline.protocol.enums import AggregationRule
 from syncline.protocol.fixed_point import CHUNK_SIZE, MAX_SAFETENSORS_HEADER, num_chunks, padded_json
@@ -43,7 +42,7 @@ from syncline.protocol.streaming import (
     default_workers,
     stream_round,
 )
-from syncline.protocol.sync_round import ZERO_ROOT, selection_mask
+from syncline.protocol.sync_round import ZERO_ROOT, round_rule, selection_mask
 
 READ_BLOCK = 8 << 20
 
@@ -210,9 +209,7 @@ def compute_round_on_disk(
     )
     if not valid:
         return DiskRoundResult(state_root_on_disk(weights, momentum, range_chunks), ZERO_ROOT, 0, rejected, "none")
-    impl = make_rule(rule, rule_param)
-    if isinstance(impl, Krum) and len(valid) < 2 * impl.f + 3:
-        impl = CoordinateMedian()
+    impl = round_rule(rule, rule_param, len(valid))
     try:
         streamed = stream_round(
             weights,

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from syncline.protocol import merkle
-from syncline.protocol.aggregation import CoordinateMedian, Krum, make_rule
+from syncline.protocol.aggregation import AggregationRuleImpl, CoordinateMedian, Krum, make_rule
 from syncline.protocol.chunking import gradient_chunk_root, hash_rows
 from syncline.protocol.enums import AggregationRule
 from syncline.protocol.fixed_point import as_numpy
@@ -108,6 +108,15 @@ def validate_submissions(
     return valid, rejected
 
 
+def round_rule(rule: AggregationRule, rule_param: int, inputs: int) -> AggregationRuleImpl:
+    """The rule a round runs on ``inputs`` valid rows: the task's, or the coordinate median when
+    Krum/Multi-Krum cannot run (they need ``n >= 2f + 3``; docs/protocol.md §8)."""
+    impl = make_rule(rule, rule_param)
+    if isinstance(impl, Krum) and inputs < 2 * impl.f + 3:
+        return CoordinateMedian()
+    return impl
+
+
 def selection_mask(fragments: list[int], selected: tuple[int, ...], rule_name: str, rejected: dict[int, str]) -> int:
     """``acceptedMask`` of the valid rows ``fragments`` the rule ``selected`` (by row); the others
     are recorded in ``rejected`` as filtered by the rule."""
@@ -158,9 +167,7 @@ def compute_round(
     if not valid:
         return RoundResult(previous, previous.state_root(), ZERO_ROOT, 0, rejected, "none")
 
-    impl = make_rule(rule, rule_param)
-    if isinstance(impl, Krum) and len(valid) < 2 * impl.f + 3:
-        impl = CoordinateMedian()
+    impl = round_rule(rule, rule_param, len(valid))
     if workers > 1:
         out_w, out_m = shared_region(numel), shared_region(numel)
     else:
