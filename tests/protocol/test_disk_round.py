@@ -92,10 +92,8 @@ def test_a_round_on_disk_is_the_round_in_memory(
         subs.append(CommittedSubmission(fragment, keccak(data), gradient_chunk_root(qg), data))
     good = subs[0].payload
     assert good is not None
-    for offset, (name, data) in enumerate(_bad_payloads(numel, good, qgs[0]).items()):
-        root = gradient_chunk_root(qgs[0])
-        subs.append(CommittedSubmission(6 + offset, keccak(data), root, data))
-        assert name
+    for offset, data in enumerate(_bad_payloads(numel, good, qgs[0]).values()):
+        subs.append(CommittedSubmission(6 + offset, keccak(data), gradient_chunk_root(qgs[0]), data))
     subs.append(CommittedSubmission(11, keccak(good + b"!"), gradient_chunk_root(qgs[0]), good))  # hash mismatch
     subs.append(CommittedSubmission(12, keccak(good), b"\x01" * 32, good))  # chunk root mismatch
     subs.append(CommittedSubmission(13, b"\x02" * 32, b"\x03" * 32, None, "fetch timed out"))

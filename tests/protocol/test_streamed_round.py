@@ -20,7 +20,7 @@ from syncline.protocol.aggregation import make_rule
 from syncline.protocol.chunking import gradient_chunk_root
 from syncline.protocol.enums import AggregationRule
 from syncline.protocol.hashing import keccak
-from syncline.protocol.quantization import quantize
+from syncline.protocol.quantization import QuantizedGradient, quantize
 from syncline.protocol.state import TrainingState
 from syncline.protocol.streaming import (
     ArrayRegion,
@@ -141,9 +141,7 @@ def test_every_range_size_gives_the_same_bytes(
     assert np.array_equal(m.array, expected.state.momentum.numpy())
 
 
-def quantize_of(sub: CommittedSubmission):
-    from syncline.protocol.quantization import QuantizedGradient
-
+def quantize_of(sub: CommittedSubmission) -> QuantizedGradient:
     assert sub.payload is not None
     return QuantizedGradient.from_safetensors_bytes(sub.payload)
 

@@ -32,17 +32,25 @@ from syncline.protocol.enums import AggregationRule
 from syncline.protocol.fixed_point import CHUNK_SIZE, MAX_SAFETENSORS_HEADER, num_chunks, padded_json
 from syncline.protocol.hashing import Keccak256
 from syncline.protocol.parallel import fork_map
-from syncline.protocol.quantization import payload_layout, quantize_array
+from syncline.protocol.quantization import payload_layout, quantize_array, range_problem
 from syncline.protocol.streaming import (
     DEFAULT_RANGE_CHUNKS,
     FileRegion,
     GradientInput,
     Region,
-    check_gradient_range,
     default_workers,
     stream_round,
 )
-from syncline.protocol.sync_round import ZERO_ROOT, round_rule, selection_mask
+from syncline.protocol.sync_round import (
+    CHUNK_ROOT_MISMATCH,
+    HASH_MISMATCH,
+    UNAVAILABLE,
+    ZERO_ROOT,
+    oversized,
+    round_rule,
+    selection_mask,
+    wrong_bits,
+)
 
 READ_BLOCK = 8 << 20
 
@@ -89,9 +97,9 @@ def _range_block_roots(
         last = min(first + range_chunks, total)
         vals = values.read(first * CHUNK_SIZE, min(last * CHUNK_SIZE, numel))
         exps = exponents[first:last]
-        problem = problem or check_gradient_range(bits, vals, exps)
+        problem = problem or range_problem(bits, vals, exps)
         hashes = hash_rows(*gradient_chunk_buffer(bits, vals, exps))
-        roots.append(merkle.root_of_leaves(merkle.leaf_hashes(hashes, first)))
+        roots.append(merkle.block_root(hashes, first))
     return merkle.root_of_blocks(roots), problem
 
 
@@ -100,12 +108,12 @@ def open_payload(
 ) -> tuple[GradientInput | None, str | None]:
     """Validate a payload file; ``(gradient over the file, None)`` or ``(None, reason)``."""
     if sub.path is None:
-        return None, sub.fetch_error or "payload unavailable"
+        return None, sub.fetch_error or UNAVAILABLE
     size = os.path.getsize(sub.path)
     if size > max_bytes:
-        return None, f"oversized payload ({size} > {max_bytes} bytes)"
+        return None, oversized(size, max_bytes)
     if _file_keccak(sub.path) != sub.payload_hash:
-        return None, "hash mismatch: payload keccak differs from the committed payloadHash"
+        return None, HASH_MISMATCH
     with open(sub.path, "rb") as f:
         prefix = f.read(8 + MAX_SAFETENSORS_HEADER)
     try:
@@ -123,9 +131,9 @@ def open_payload(
     if problem is not None:
         return None, f"malformed payload: {problem}"
     if got_bits != bits:
-        return None, f"wrong quantization: {got_bits} bits, the task uses {bits}"
+        return None, wrong_bits(got_bits, bits)
     if root != sub.chunk_root:
-        return None, "chunk root mismatch: payload chunks differ from the committed chunkRoot"
+        return None, CHUNK_ROOT_MISMATCH
     return GradientInput(got_bits, FileRegion(sub.path, spans["values"][0], numel, dtype=width), exponents), None
 
 
@@ -182,7 +190,7 @@ def state_root_on_disk(weights: Region, momentum: Region, range_chunks: int = DE
     for first in range(0, num_chunks(numel), range_chunks):
         start, stop = first * CHUNK_SIZE, min((first + range_chunks) * CHUNK_SIZE, numel)
         hashes = hash_rows(*state_chunk_buffer(weights.read(start, stop), momentum.read(start, stop)))
-        roots.append(merkle.root_of_leaves(merkle.leaf_hashes(hashes, first)))
+        roots.append(merkle.block_root(hashes, first))
     return merkle.root_of_blocks(roots)
 
 
@@ -274,9 +282,7 @@ def encode_payload_file(
             values, exps = quantize_array(gradient.read(first * CHUNK_SIZE, min(last * CHUNK_SIZE, numel)), bits)
             exponents[first:last] = exps
             f.write(values.astype(dtype, copy=False).tobytes())
-            roots.append(
-                merkle.root_of_leaves(merkle.leaf_hashes(hash_rows(*gradient_chunk_buffer(bits, values, exps)), first))
-            )
+            roots.append(merkle.block_root(hash_rows(*gradient_chunk_buffer(bits, values, exps)), first))
         f.seek(base)
         f.write(exponents.tobytes())
     return EncodedPayload(_file_keccak(path), merkle.root_of_blocks(roots), base + count + width * numel)

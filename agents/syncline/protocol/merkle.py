@@ -65,6 +65,11 @@ def root(content_hashes: Sequence[bytes]) -> bytes:
     return root_of_leaves(leaf_hashes(content_hashes))
 
 
+def block_root(content_hashes: Sequence[bytes], first_index: int) -> bytes:
+    """Root of the block of leaves ``first_index ..`` (see :func:`root_of_blocks`)."""
+    return root_of_leaves(leaf_hashes(content_hashes, first_index))
+
+
 def root_of_blocks(block_roots: Sequence[bytes]) -> bytes:
     """Root of a tree whose leaves come in aligned blocks of ``2**k`` (the last may be short).
 

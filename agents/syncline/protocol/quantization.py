@@ -82,6 +82,17 @@ def max_grad_exp(bits: int) -> int:
     return _width(bits)[1]
 
 
+def range_problem(bits: int, values: np.ndarray, exponents: np.ndarray) -> str | None:
+    """Why values and exponents (all of a gradient, or one range of it) are not a valid
+    gradient: an exponent above the cap or the value ``-qmax - 1``; None when valid."""
+    limit, cap, _ = _width(bits)
+    if exponents.size and int(exponents.max()) > cap:
+        return f"exponent {int(exponents.max())} exceeds the cap {cap} for {bits} bits"
+    if values.size and int(values.min()) == -limit - 1:
+        return f"quantized value {-limit - 1} is out of range [-{limit}, {limit}]"
+    return None
+
+
 @dataclass(frozen=True, eq=False)
 class QuantizedGradient:
     """A quantized outer gradient: ``bits``, one value per coordinate, one exponent per chunk.
@@ -95,7 +106,7 @@ class QuantizedGradient:
     exponents: torch.Tensor
 
     def __post_init__(self) -> None:
-        limit, cap, dtype = _width(self.bits)
+        _, _, dtype = _width(self.bits)
         if not isinstance(self.values, torch.Tensor) or self.values.dtype != dtype or self.values.dim() != 1:
             raise ValueError(f"values must be a 1-D {dtype} tensor for {self.bits} bits, got {_describe(self.values)}")
         if self.values.numel() == 0:
@@ -104,11 +115,9 @@ class QuantizedGradient:
         exps = self.exponents
         if not isinstance(exps, torch.Tensor) or exps.dtype != torch.uint8 or tuple(exps.shape) != expected:
             raise ValueError(f"exponents must be a uint8 tensor of shape {expected}, got {_describe(exps)}")
-        top = int(as_numpy(exps).max())
-        if top > cap:
-            raise ValueError(f"exponent {top} exceeds the cap {cap} for {self.bits} bits")
-        if int(as_numpy(self.values).min()) == -limit - 1:
-            raise ValueError(f"quantized value {-limit - 1} is out of range [-{limit}, {limit}]")
+        problem = range_problem(self.bits, as_numpy(self.values), as_numpy(exps))
+        if problem is not None:
+            raise ValueError(problem)
 
     @property
     def numel(self) -> int:

@@ -63,7 +63,7 @@ from syncline.protocol.chunking import hash_rows, state_chunk_buffer
 from syncline.protocol.fixed_point import CHUNK_SIZE, exact_sum, num_chunks, pad_chunks
 from syncline.protocol.outer_optimizer import STATE_MAX, coefficients, nesterov_arrays
 from syncline.protocol.parallel import fork_map
-from syncline.protocol.quantization import QuantizedGradient, max_grad_exp, qmax
+from syncline.protocol.quantization import QuantizedGradient
 
 DEFAULT_RANGE_CHUNKS = 256
 """Chunks per range (64 Ki coordinates): ``n x 512`` KiB of int64 inputs at once."""
@@ -185,15 +185,6 @@ class GradientInput:
         if full * CHUNK_SIZE < stop - start:
             out[full * CHUNK_SIZE :] = values[full * CHUNK_SIZE :] << exps[full]
         return out
-
-
-def check_gradient_range(bits: int, values: np.ndarray, exponents: np.ndarray) -> str | None:
-    """What :class:`QuantizedGradient` refuses, for one range read from disk (None when valid)."""
-    if exponents.size and int(exponents.max()) > max_grad_exp(bits):
-        return f"exponent {int(exponents.max())} exceeds the cap {max_grad_exp(bits)} for {bits} bits"
-    if values.size and int(values.min()) == -qmax(bits) - 1:
-        return f"quantized value {-qmax(bits) - 1} is out of range [-{qmax(bits)}, {qmax(bits)}]"
-    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,10 +373,7 @@ def _pass_finish(job: _Job, args: tuple[int, int, tuple[Any, ...]]) -> tuple[byt
     job.out_momentum.write(start, new_momentum)
     state_hashes = hash_rows(*state_chunk_buffer(new_theta, new_momentum))
     aggregate_hashes = hash_rows(*aggregate_chunk_buffer(aggregate))
-    return (
-        merkle.root_of_leaves(merkle.leaf_hashes(state_hashes, first)),
-        merkle.root_of_leaves(merkle.leaf_hashes(aggregate_hashes, first)),
-    )
+    return merkle.block_root(state_hashes, first), merkle.block_root(aggregate_hashes, first)
 
 
 def aggregate_chunk_buffer(aggregate: np.ndarray) -> tuple[memoryview, int, int]:
@@ -524,7 +512,6 @@ __all__ = [
     "GradientInput",
     "Region",
     "StreamedRound",
-    "check_gradient_range",
     "shared_region",
     "stream_round",
 ]

@@ -56,24 +56,39 @@ class RoundResult:
     rule_used: str = ""
 
 
+UNAVAILABLE = "payload unavailable"
+HASH_MISMATCH = "hash mismatch: payload keccak differs from the committed payloadHash"
+CHUNK_ROOT_MISMATCH = "chunk root mismatch: payload chunks differ from the committed chunkRoot"
+
+
+def oversized(size: int, max_bytes: int) -> str:
+    """Rejection reason of a payload over the task's size bound."""
+    return f"oversized payload ({size} > {max_bytes} bytes)"
+
+
+def wrong_bits(got: int, task: int) -> str:
+    """Rejection reason of a payload quantized to another width than the task's."""
+    return f"wrong quantization: {got} bits, the task uses {task}"
+
+
 def validate_submission(
     sub: CommittedSubmission, *, numel: int, bits: int, max_bytes: int
 ) -> tuple[QuantizedGradient | None, str | None]:
     """Check one submission; returns (gradient, None) or (None, reason)."""
     if sub.payload is None:
-        return None, sub.fetch_error or "payload unavailable"
+        return None, sub.fetch_error or UNAVAILABLE
     if len(sub.payload) > max_bytes:
-        return None, f"oversized payload ({len(sub.payload)} > {max_bytes} bytes)"
+        return None, oversized(len(sub.payload), max_bytes)
     if keccak(sub.payload) != sub.payload_hash:
-        return None, "hash mismatch: payload keccak differs from the committed payloadHash"
+        return None, HASH_MISMATCH
     try:
         qg = QuantizedGradient.from_safetensors_bytes(sub.payload, expected_numel=numel, max_bytes=max_bytes)
     except ValueError as exc:
         return None, f"malformed payload: {exc}"
     if qg.bits != bits:
-        return None, f"wrong quantization: {qg.bits} bits, the task uses {bits}"
+        return None, wrong_bits(qg.bits, bits)
     if gradient_chunk_root(qg) != sub.chunk_root:
-        return None, "chunk root mismatch: payload chunks differ from the committed chunkRoot"
+        return None, CHUNK_ROOT_MISMATCH
     return qg, None
 
 
