@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from web3 import Web3
 
 from syncline.chain import keys
 from syncline.chain.deployment import Deployment, deploy_market
 from syncline.chain.devnet import ANVIL, DevnetHome, start_anvil
 from syncline.chain.market import MarketClient
+from syncline.chain.rpc import http_web3
 from syncline.demo.scenarios import SCENARIOS as FRAUD_SCENARIOS
 from syncline.errors import SpecError, SynclineError
 from syncline.observability import configure_logging, get_logger
@@ -72,7 +72,7 @@ def signer_from_args(args: argparse.Namespace) -> keys.Signer:
 
 def market_from_args(args: argparse.Namespace) -> MarketClient:
     deployment = Deployment.read(args.deployment)
-    w3 = Web3(Web3.HTTPProvider(args.rpc_url or deployment.rpc_url, request_kwargs={"timeout": 60}))
+    w3 = http_web3(args.rpc_url or deployment.rpc_url)
     if not w3.is_connected():
         raise SynclineError(f"cannot reach {args.rpc_url or deployment.rpc_url}: is the node running?")
     return MarketClient(w3, deployment.market, deployment.abi())
@@ -123,7 +123,7 @@ def cmd_devnet_status(args: argparse.Namespace) -> int:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    w3 = Web3(Web3.HTTPProvider(args.rpc_url, request_kwargs={"timeout": 60}))
+    w3 = http_web3(args.rpc_url)
     if not w3.is_connected():
         raise SynclineError(f"cannot reach {args.rpc_url}")
     deployment = deploy_market(w3, signer_from_args(args), args.rpc_url, args.out)
@@ -376,7 +376,7 @@ def _agent_setup(args: argparse.Namespace) -> tuple[Any, keys.Signer, MarketClie
     cfg = load_agent_config(args.config, overrides)
     signer = keys.resolve(cfg.keystore, cfg.key_env)
     deployment = Deployment.read(cfg.deployment)
-    w3 = Web3(Web3.HTTPProvider(cfg.node_rpc, request_kwargs={"timeout": 60}))
+    w3 = http_web3(cfg.node_rpc)
     if not w3.is_connected():
         raise SynclineError(f"cannot reach node_rpc {cfg.node_rpc}")
     market = MarketClient(w3, deployment.market, deployment.abi())

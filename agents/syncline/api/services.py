@@ -19,6 +19,7 @@ from syncline.blobstore import HttpBlobStore
 from syncline.chain.deployment import Deployment
 from syncline.chain.devnet import DEVNET_CHAIN_ID, chain_time
 from syncline.chain.market import MarketClient, _hex
+from syncline.chain.rpc import http_web3
 from syncline.errors import SynclineError
 from syncline.run.context import TaskContext
 
@@ -27,7 +28,7 @@ INDEXER_BLOB_TIMEOUT_S = 5.0
 
 
 def _web3(url: str, timeout_s: float = 30.0) -> Web3:
-    return Web3(Web3.HTTPProvider(url, request_kwargs={"timeout": timeout_s}))
+    return http_web3(url, timeout_s=timeout_s)
 
 
 def _blob_store(url: str, timeout_s: float = 30.0) -> HttpBlobStore:

@@ -31,6 +31,7 @@ from web3 import Web3
 
 from syncline.chain.deployment import Deployment, deploy_market
 from syncline.chain.keys import from_private_key
+from syncline.chain.rpc import http_web3
 from syncline.chain.toolchain import foundry_binary
 from syncline.errors import SynclineError, ToolchainError
 from syncline.observability import get_logger
@@ -66,7 +67,7 @@ class Devnet:
         return list(data["private_keys"])
 
     def web3(self) -> Web3:
-        return Web3(Web3.HTTPProvider(self.rpc_url, request_kwargs={"timeout": 60}))
+        return http_web3(self.rpc_url)
 
     def stop(self) -> None:
         """Terminate anvil and wait for it to exit."""

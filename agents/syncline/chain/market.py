@@ -21,6 +21,7 @@ from web3.types import EventData, TxReceipt
 from syncline.chain.calls import ContractCall
 from syncline.chain.deployment import Deployment
 from syncline.chain.keys import Signer
+from syncline.chain.rpc import http_web3
 from syncline.chain.transactions import ErrorDecoder, TransactionSender
 from syncline.errors import ChainError
 from syncline.protocol.enums import ChallengeKind, ChallengeStatus, RoundStatus, TaskStatus
@@ -221,7 +222,7 @@ class MarketClient:
 
     @classmethod
     def from_deployment(cls, deployment: Deployment, w3: Web3 | None = None) -> MarketClient:
-        w3 = w3 or Web3(Web3.HTTPProvider(deployment.rpc_url, request_kwargs={"timeout": 60}))
+        w3 = w3 or http_web3(deployment.rpc_url)
         return cls(w3, deployment.market, deployment.abi())
 
     # ------------------------------------------------------------------ helpers

@@ -14,6 +14,7 @@ signed slots first) and kept only if its bytes recompute the root.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +22,7 @@ import torch
 from eth_account.signers.local import LocalAccount
 
 from syncline.blobstore import BlobStore, find_verified, put_signed
-from syncline.blobstore.store import MAX_ALIAS_SIGNERS, BlobUnavailable, max_state_bytes
+from syncline.blobstore.store import MAX_ALIAS_SIGNERS, BlobUnavailable, digest_of, max_state_bytes
 from syncline.chain.market import MarketClient, RoundView
 from syncline.errors import SpecError, SynclineError
 from syncline.modality.language import LanguageAdapter
@@ -182,10 +183,14 @@ class TaskContext:
         """Largest outer-gradient payload a witness accepts (:func:`max_payload_bytes`)."""
         return max_payload_bytes(self.layout.numel, self.spec.gradient_bits)
 
-    def committed_submissions(self, round_: int, committed_mask: int | None = None) -> list[CommittedSubmission]:
+    def committed_submissions(
+        self, round_: int, committed_mask: int | None = None, known: Mapping[str, bytes] | None = None
+    ) -> list[CommittedSubmission]:
         """Every commitment of ``round_`` with its payload fetched and hash-checked (or the fetch error).
 
-        ``committed_mask`` is the round's ``committedMask`` when the caller has already read it.
+        ``committed_mask`` is the round's ``committedMask`` when the caller has already read it;
+        ``known`` maps payload hashes to payloads the caller already holds (its own, prefetched
+        ones): one whose hash matches the commitment is used instead of fetching it.
         """
         committed = self.market.round(self.task_id, round_).committed_mask if committed_mask is None else committed_mask
         out: list[CommittedSubmission] = []
@@ -195,8 +200,12 @@ class TaskContext:
             s = self.market.submission(self.task_id, round_, fragment)
             payload: bytes | None = None
             error: str | None = None
+            held = (known or {}).get(s.payload_hash.lower())
             try:
-                payload = fetch_by_digest(self.blobs, s.payload_hash, (s.uri,), max_bytes=self.max_payload_bytes)
+                if held is not None and digest_of(held) == s.payload_hash.lower():
+                    payload = held
+                else:
+                    payload = fetch_by_digest(self.blobs, s.payload_hash, (s.uri,), max_bytes=self.max_payload_bytes)
             except SynclineError as exc:
                 error = f"fetch failed: {str(exc).splitlines()[0][:160]}"
             out.append(

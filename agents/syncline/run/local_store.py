@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -24,15 +25,35 @@ def append_durable(state_dir: Path, name: str, record: dict[str, object]) -> Non
         os.fsync(fh.fileno())
 
 
-def write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Write ``data`` to ``path`` durably: a temporary file, fsync, then rename into place (a
-    crash leaves the old file or the new one, never a torn one)."""
+    crash leaves the old file or the new one, never a torn one).
+
+    ``durable=False`` skips the fsync: the file survives the process, and :func:`sync_files`
+    makes it durable later (a caller that overlaps the disk flush with other work)."""
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("wb") as fh:
         fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
+        if durable:
+            fh.flush()
+            os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+def sync_files(paths: Sequence[Path]) -> None:
+    """Flush files written with ``write_atomic(..., durable=False)`` to disk, then their directories."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    for directory in dict.fromkeys(p.parent for p in paths):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def read_records(state_dir: Path, name: str) -> list[dict[str, object]]:

@@ -17,14 +17,14 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
 from syncline.blobstore import BlobStore
-from syncline.blobstore.store import BlobUnavailable, put_signed
+from syncline.blobstore.store import BlobRef, BlobUnavailable, put_signed
 from syncline.chain.calls import ZERO_ADDRESS
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient, RoundView, TaskView, TrainerView
@@ -59,6 +59,34 @@ AVAILABILITY_WHILE_TRAINING_S = 5.0
 # A state blob holds Q32 weights and momentum: 16 bytes per parameter. Rebuilding the state from a
 # round's payloads costs about bits/8 bytes per parameter per submission; the cheaper path wins.
 STATE_BYTES_PER_PARAM = 16
+# How often a trainer that waits on the chain in the middle of a round's cycle (for the other
+# trainers' commitments, for the round it trained ahead to open) asks for the block number; it
+# reads the round or the task only when a new block arrived.
+# It waits so at most FAST_WAIT_S before it lets the next tick decide.
+FAST_POLL_S = 0.1  # the agent loop's own wake-up cadence (NewBlock)
+FAST_WAIT_S = 5.0
+
+
+@dataclass(frozen=True)
+class StagedWork:
+    """A trained round's outputs made ready to commit: the AdamW state after it saved, the payload
+    encoded, uploaded (content-addressed) and kept, its checkpoints kept (on demand) or uploaded
+    (eager). None of it names the round on the chain or in an alias, so a round trained ahead
+    whose work is dropped leaves nothing anyone could hold against the trainer."""
+
+    payload: bytes
+    chunk_root: bytes
+    ref: BlobRef
+    checkpoint_digests: tuple[str, ...]
+    checkpoint_uris: tuple[str, ...]
+    checkpoint_bytes: int
+    seconds: float
+    # The kept checkpoints' flush to disk, under way in the background: done before committing.
+    flushing: Future[None] | None = None
+
+    def wait_durable(self) -> None:
+        if self.flushing is not None:
+            self.flushing.result()
 
 
 @dataclass(frozen=True)
@@ -73,6 +101,7 @@ class TrainedAhead:
     state: TrainingState
     work: RoundWork
     bytes_received: int
+    staged: StagedWork
 
 
 @dataclass
@@ -106,6 +135,12 @@ class TrainerAgent:
     _availability_at: float = 0.0
     # (fragment, round awaiting its finalization) while a round is trained ahead: duties between steps
     _ahead_duty: tuple[int, int] | None = None
+    # Payloads this trainer holds for the round awaiting completion, by payload hash: its own and
+    # the others', fetched (hash-checked) as their commitments appear.
+    _payloads: dict[str, bytes] = field(default_factory=dict)
+    _payloads_round: int | None = None
+    _flusher: ThreadPoolExecutor | None = None
+    _tick_began: float = 0.0
 
     def run(self, *, max_iterations: int | None = None) -> None:
         if self.cfg.threads:
@@ -124,6 +159,7 @@ class TrainerAgent:
     # ------------------------------------------------------------------ one tick
 
     def step(self) -> bool:
+        self._tick_began = time.perf_counter()
         task_id = self.cfg.task_id
         t = self.market.task(task_id)
         if self.ctx is None:
@@ -163,48 +199,161 @@ class TrainerAgent:
         deadline = t.round_opened_at + self.ctx.spec.round_duration_s
         if pending_time(self.market.w3) > deadline:
             return False
-        self._train_and_commit(round_, me.fragment, me.shards, t.state_root, deadline)
+        if self._train_and_commit(round_, me.fragment, me.shards, t.state_root, deadline):
+            self._train_ahead(t, me)
         return False
 
     def _train_ahead(self, t: TaskView, me: TrainerView) -> None:
+        """Train ahead (:meth:`_train_ahead_once`), round after round while each one's work is
+        committed as soon as it opens and the other trainers' follows: no tick of the loop between
+        two rounds, only the duties a tick would do that a round trained ahead leaves due."""
+        ahead = self._train_ahead_once(t, me)
+        while ahead is not None:
+            self._tick_began = time.perf_counter()
+            self._flush_outbox()
+            t, me = ahead
+            self._record_outcomes(t.current_round, me.fragment)
+            self._serve_spot_checks(t.current_round, me.fragment)
+            ahead = self._train_ahead_once(t, me)
+
+    def _train_ahead_once(self, t: TaskView, me: TrainerView) -> tuple[TaskView, TrainerView] | None:
         """Our work for the open round is in. Once every active trainer's is (the round's work is
         complete), the round's result is fixed by its committed payloads: derive the next state
-        from them, as the witnesses do, and train the next round now, while they vote."""
+        from them, as the witnesses do, and train the next round now, while they vote. Returns
+        the chain's view of the next round when it opened, our work for it is committed and the
+        round's work is complete (the next round can be trained ahead at once), else None."""
         ctx = self.ctx
         assert ctx is not None
         round_, task_id = t.current_round, ctx.task_id
         nxt = round_ + 1
         if not self.cfg.train_ahead or nxt >= ctx.spec.rounds or self.cfg.misbehave is not None:
-            return
+            return None
         if self._ahead is not None and self._ahead.round == nxt:
-            return
+            return None
         # Only from the state this trainer trained the open round from (a restart waits instead).
         if self._state is None or self._state.state_root_hex != t.state_root.lower():
-            return
-        if not self.market.round_work_complete(task_id, round_):
-            return
+            return None
+        waited = time.perf_counter()
+        if not self._await_work_complete(round_):
+            return None
         began = time.perf_counter()
         rr = self.market.round(task_id, round_)
-        subs = ctx.committed_submissions(round_, rr.committed_mask)
+        subs = ctx.committed_submissions(round_, rr.committed_mask, known=self._held_payloads(round_))
         if any(s.payload is None for s in subs):
-            return  # a payload is not fetchable (yet): the witnesses decide; wait for them
+            return None  # a payload is not fetchable (yet): the witnesses decide; wait for them
+        fetched = time.perf_counter()
         result = ctx.compute_round(self._state, subs)
         derive_s = time.perf_counter() - began
         received = sum(len(s.payload or b"") for s in subs if s.fragment != me.fragment)
         self._duties_at = self._availability_at = time.perf_counter()
         self._ahead_duty = (me.fragment, round_)
+        training = time.perf_counter()
         work = self._train(result.state, nxt, me.fragment, me.shards, duties=True)
+        train_wall_s = time.perf_counter() - training
         # The in-memory AdamW state is now the one after `nxt`: a dropped run reloads the saved one.
         self._optimizer_round = nxt + 1
         root = "0x" + result.state_root.hex()
-        self._ahead = TrainedAhead(nxt, root, tuple(me.shards), result.state, work, received)
+        # Ready the work to commit while the witnesses may still be voting on the round before it.
+        staged = self._stage(nxt, work)
+        self._ahead = TrainedAhead(nxt, root, tuple(me.shards), result.state, work, received, staged)
         log.info(
             "trainer.trained_ahead",
             round=nxt,
             start_root=root[:18],
+            tick_s=round(waited - self._tick_began, 2),  # the tick's chain reads and duties before it
+            complete_wait_s=round(began - waited, 2),  # the other trainers' commitments
             derive_s=round(derive_s, 2),
+            fetch_s=round(fetched - began, 2),
             train_s=round(work.train_seconds, 2),
+            train_wall_s=round(train_wall_s, 2),  # with the round's set-up, checkpoints and duties
+            stage_s=round(staged.seconds, 2),
         )
+        return self._commit_ahead_when_open(nxt, me.fragment)
+
+    def _await_work_complete(self, round_: int) -> bool:
+        """Wait (a bounded while, serving duties) until every active trainer committed to the open
+        ``round_``, fetching their payloads as their commitments appear. One cheap call per look
+        instead of a whole tick: this wait is on every trainer's critical path."""
+        ctx = self.ctx
+        assert ctx is not None
+        until = time.perf_counter() + FAST_WAIT_S
+        seen: int | None = None
+        while True:
+            block = int(self.market.w3.eth.block_number)
+            if block != seen:  # a commitment arrives in a new block: look only then
+                seen = block
+                if self.market.round_work_complete(ctx.task_id, round_):
+                    return True
+                self._prefetch_payloads(round_)
+            if self._ahead_duty is not None:
+                self._duties_while_training()
+            if time.perf_counter() >= until:
+                return False
+            time.sleep(FAST_POLL_S)
+
+    def _held_payloads(self, round_: int) -> dict[str, bytes]:
+        if self._payloads_round != round_:
+            self._payloads, self._payloads_round = {}, round_
+        return self._payloads
+
+    def _prefetch_payloads(self, round_: int) -> None:
+        """Fetch (hash-checked) the payloads committed to ``round_`` so far that are not yet held.
+        Best effort: whatever fails here is fetched again when the round's work is complete."""
+        ctx = self.ctx
+        assert ctx is not None
+        held = self._held_payloads(round_)
+        try:
+            mask = self.market.round(ctx.task_id, round_).committed_mask
+            for fragment in range(256):
+                if not mask >> fragment & 1:
+                    continue
+                s = self.market.submission(ctx.task_id, round_, fragment)
+                digest = s.payload_hash.lower()
+                if digest in held:
+                    continue
+                held[digest] = self.blobs.fetch(s.uri, expected_digest=digest, max_bytes=ctx.max_payload_bytes)
+        except (ChainError, SynclineError) as exc:
+            log.info("trainer.prefetch_deferred", round=round_, reason=str(exc).splitlines()[0][:160])
+
+    def _commit_ahead_when_open(self, round_: int, fragment: int) -> tuple[TaskView, TrainerView] | None:
+        """The round trained ahead is done: wait (a bounded while, serving duties) for the chain to
+        open it, and commit the work at once if it opened from the state it was trained from (the
+        check :meth:`_train_and_commit` makes), then wait for the other trainers' work. Returns
+        the round's task and trainer views once its work is complete, else None (the next tick
+        decides)."""
+        ctx = self.ctx
+        assert ctx is not None
+        until = time.perf_counter() + FAST_WAIT_S
+        waited = time.perf_counter()
+        seen: int | None = None
+        while True:
+            block = int(self.market.w3.eth.block_number)
+            if block != seen:  # the round opens in a new block: look only then
+                seen = block
+                t = self.market.task(ctx.task_id)
+                if t.status != TaskStatus.RUNNING or t.current_round > round_:
+                    return None
+                if t.current_round == round_:
+                    break
+            self._duties_while_training()
+            if time.perf_counter() >= until:
+                return None
+            time.sleep(FAST_POLL_S)
+        me = self.market.trainer(ctx.task_id, self.signer.address)
+        if not me.enrolled or me.evicted or me.fragment != fragment:
+            return None
+        if self.market.submission(ctx.task_id, round_, fragment).trainer != ZERO_ADDRESS:
+            return None
+        deadline = t.round_opened_at + ctx.spec.round_duration_s
+        log.info("trainer.round_opened", round=round_, open_wait_s=round(time.perf_counter() - waited, 2))
+        if self._train_and_commit(round_, fragment, me.shards, t.state_root, deadline):
+            waited = time.perf_counter()
+            complete = self._await_work_complete(round_)
+            wait_s = round(time.perf_counter() - waited, 2)
+            log.info("trainer.work_complete", round=round_, complete=complete, wait_s=wait_s)
+            if complete:
+                return t, me
+        return None
 
     def _duties_while_training(self) -> None:
         """Between inner steps of a round trained ahead: once the round being finalized closes,
@@ -398,7 +547,8 @@ class TrainerAgent:
             work = replace(work, pseudo_gradient=torch.randn_like(work.pseudo_gradient) * 0.05)
         return work
 
-    def _train_and_commit(self, round_: int, fragment: int, shards: list[int], state_root: str, deadline: int) -> None:
+    def _train_and_commit(self, round_: int, fragment: int, shards: list[int], state_root: str, deadline: int) -> bool:
+        """Train the open round (or take the work trained ahead for it) and commit; True once committed."""
         ctx = self.ctx
         assert ctx is not None
         ahead, self._ahead = self._ahead, None
@@ -408,7 +558,7 @@ class TrainerAgent:
             tuple(shards),
         ):
             # The chain finalized exactly the state this round was trained from: commit that work.
-            state, work = ahead.state, ahead.work
+            state, work, staged = ahead.state, ahead.work, ahead.staged
             self._state = state
             self._bytes_received += ahead.bytes_received
             log.info("trainer.ahead_used", round=round_)
@@ -421,26 +571,23 @@ class TrainerAgent:
                 if exc.outage:  # the store is down: the loop backs off and reports degraded health
                     raise
                 log.info("trainer.waiting_for_state", round=round_, reason=str(exc))
-                return
+                return False
             work = self._train(state, round_, fragment, shards, duties=False)
+            staged = self._stage(round_, work)
         finishing = time.perf_counter()
-        inner = self._ensure_inner()
-        interval = ctx.spec.checkpoint_interval_steps
-        self._save_optimizer(inner, round_ + 1)
-        payload, chunk_root = encode_payload(work.pseudo_gradient, ctx.spec.gradient_bits)
-        # Through the outbox: a blob-store outage now delays the upload, never the commitment.
-        ref = self.outbox.put(payload)
-        self.outbox.keep_own(round_, payload)
+        payload, chunk_root, ref = staged.payload, staged.chunk_root, staged.ref
+        self._held_payloads(round_)[ref.digest.lower()] = payload
         # A claim names a round within the challenge window of its close and is answered within a
         # response window after it: keep the own payloads and checkpoints of that many rounds.
         kept = round_ - kept_rounds(ctx.spec.challenge_window_s, ctx.spec.round_duration_s)
         self.outbox.prune_own(kept)
         self.keeper.prune(kept)
-        self._bytes_sent += len(payload)
-        checkpoint_root = self._publish_checkpoints(round_, fragment, interval, work.checkpoints)
+        checkpoint_root = self._publish_manifest(round_, fragment, staged, len(work.checkpoints))
         message, signature = self.market.sign_commitment(
             self.signer, ctx.task_id, round_, fragment, ref.digest, chunk_root, checkpoint_root, ref.uri
         )
+        staged.wait_durable()  # the checkpoints the commitment binds are on disk
+        sending = time.perf_counter()
         try:
             try:
                 self._announce(message, signature)
@@ -453,7 +600,7 @@ class TrainerAgent:
                 outcome = "late" if exc.error_name == "SynclineSubmissionLate" else "refused"
                 self.metrics.submissions.labels(outcome=outcome).inc()
                 log.warning("trainer.commit_refused", round=round_, error=str(exc))
-                return
+                return False
             # Someone relayed our own announced commitment first: it is on record, uri included.
             log.info("trainer.commit_relayed", round=round_, fragment=fragment, error=exc.error_name)
             outcome = "committed"
@@ -474,7 +621,9 @@ class TrainerAgent:
             tokens_per_s=round(work.tokens / work.train_seconds),
             payload_kib=round(len(payload) / 1024, 1),
             seconds_left=deadline - pending_time(self.market.w3),
-            commit_s=round(time.perf_counter() - finishing, 2),  # encode, keep, upload, sign, commit
+            stage_s=round(staged.seconds, 2),  # save AdamW, encode, upload and keep the payload, keep checkpoints
+            commit_s=round(time.perf_counter() - finishing, 2),  # manifest, sign, announce, commit
+            tx_s=round(time.perf_counter() - sending, 2),  # announce, commit
         )
         append_record(
             self.cfg.state_dir, "rounds.jsonl", {"round": round_, "loss": work.mean_loss, "payload": ref.digest}
@@ -484,6 +633,7 @@ class TrainerAgent:
         self._rounds_committed += 1
         self._steps += steps
         self._write_throughput()
+        return True
 
     def _write_throughput(self) -> None:
         """What this trainer trained and sent so far (the demo's receipt reads it)."""
@@ -549,43 +699,63 @@ class TrainerAgent:
         announce_commitment(self.blobs, other, other_signature)
         log.warning("trainer.misbehaving", mode="equivocate", round=message.round)
 
-    def _publish_checkpoints(self, round_: int, fragment: int, interval: int, checkpoints: Sequence[bytes]) -> bytes:
-        """Put the checkpoint manifest (aliased by position and by root, each in this trainer's own
-        signed slot, which no other writer can displace) and, in an eager task, every checkpoint
-        blob; returns the ``checkpointRoot`` to commit. Publishing precedes the commitment, so a
-        challenger can fetch the manifest as soon as the commitment is on chain. In an on-demand
-        task the checkpoints stay in the keeper until a spot-check draw or a claim names their
-        segment (the manifest then lists no locators: readers fetch by digest)."""
+    def _stage(self, round_: int, work: RoundWork) -> StagedWork:
+        """Everything committing ``work`` for ``round_`` needs that neither names the round on the
+        chain nor depends on it being open (:class:`StagedWork`)."""
         ctx = self.ctx
         assert ctx is not None
-        on_demand = ctx.spec.verification_policy.on_demand
-        if on_demand:
-            digests = self.keeper.keep(round_, checkpoints)
-            uris = ("",) * len(digests)
+        began = time.perf_counter()
+        payload, chunk_root = encode_payload(work.pseudo_gradient, ctx.spec.gradient_bits)  # refuses NaN/Inf
+        flushing: Future[None] | None = None
+        if ctx.spec.verification_policy.on_demand:
+            # Written now, flushed to disk in the background while the payload is encoded and
+            # uploaded; the commitment waits for the flush (StagedWork.wait_durable).
+            digests = self.keeper.keep(round_, work.checkpoints, durable=False)
+            if self._flusher is None:
+                self._flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-flush")
+            flushing = self._flusher.submit(self.keeper.sync, round_, digests)
+            uris: tuple[str, ...] = ("",) * len(digests)
             size = 0
         else:
-            refs = [self.outbox.put(c) for c in checkpoints]
+            refs = [self.outbox.put(c) for c in work.checkpoints]
             digests = tuple(r.digest for r in refs)
             uris = tuple(r.uri for r in refs)
             size = sum(r.size for r in refs)
+        self._checkpoint_bytes_sent += size
+        self._save_optimizer(self._ensure_inner(), round_ + 1)
+        # Through the outbox: a blob-store outage now delays the upload, never the commitment.
+        ref = self.outbox.put(payload)
+        self.outbox.keep_own(round_, payload)
+        self._bytes_sent += len(payload)
+        return StagedWork(payload, chunk_root, ref, digests, uris, size, time.perf_counter() - began, flushing)
+
+    def _publish_manifest(self, round_: int, fragment: int, staged: StagedWork, checkpoints: int) -> bytes:
+        """Put the checkpoint manifest (aliased by position and by root, each in this trainer's own
+        signed slot, which no other writer can displace); returns the ``checkpointRoot`` to commit.
+        Publishing precedes the commitment, so a challenger can fetch the manifest as soon as the
+        commitment is on chain. In an eager task :meth:`_stage` uploaded every checkpoint blob; in
+        an on-demand task the checkpoints stay in the keeper until a spot-check draw or a claim
+        names their segment (the manifest then lists no locators: readers fetch by digest)."""
+        ctx = self.ctx
+        assert ctx is not None
         manifest = CheckpointManifest(
-            interval=interval,
+            interval=ctx.spec.checkpoint_interval_steps,
             inner_steps=ctx.spec.inner_steps,
-            hashes=tuple(bytes.fromhex(d[2:]) for d in digests),  # a blob's digest is its checkpoint hash
-            uris=uris,
+            hashes=tuple(bytes.fromhex(d[2:]) for d in staged.checkpoint_digests),  # a blob's digest is its hash
+            uris=staged.checkpoint_uris,
         )
         root = manifest.root
         data = manifest.to_json()
         for alias in (manifest_root_alias(root), manifest_alias(ctx.task_id, round_, fragment)):
             put_signed(self.outbox, data, alias, self.signer.account)
-        self._checkpoint_bytes_sent += size + 2 * len(data)
+        self._checkpoint_bytes_sent += 2 * len(data)
         log.info(
             "trainer.checkpoints",
             round=round_,
             fragment=fragment,
-            checkpoints=len(checkpoints),
-            published_kib=round(size / 1024, 1),
-            kept=on_demand,
+            checkpoints=checkpoints,
+            published_kib=round(staged.checkpoint_bytes / 1024, 1),
+            kept=ctx.spec.verification_policy.on_demand,
             root="0x" + root.hex(),
         )
         return root

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from syncline.blobstore.store import Putter, digest_of
 from syncline.protocol.spot_checks import checkpoints_for_segment
-from syncline.run.local_store import write_atomic
+from syncline.run.local_store import sync_files, write_atomic
 
 _KEPT = re.compile(r"^(\d+)-(\d+)-(0x[0-9a-f]{64})\.ckpt$")
 
@@ -31,16 +31,27 @@ class CheckpointKeeper:
     def __post_init__(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
 
-    def keep(self, round_: int, checkpoints: Sequence[bytes]) -> tuple[str, ...]:
-        """Store a round's checkpoints ``c_0 .. c_S``; returns their digests (the manifest's hashes)."""
+    def keep(self, round_: int, checkpoints: Sequence[bytes], *, durable: bool = True) -> tuple[str, ...]:
+        """Store a round's checkpoints ``c_0 .. c_S``; returns their digests (the manifest's hashes).
+
+        They replace any kept earlier for the same round (work trained ahead of a round that then
+        opened from another state and was trained again): only the committed ones may be served.
+        ``durable=False`` leaves flushing them to disk to :meth:`sync` (before they are committed to)."""
         digests = []
         for index, data in enumerate(checkpoints):
             digest = digest_of(data)
             path = self.directory / f"{round_}-{index}-{digest}.ckpt"
+            for other in self.directory.glob(f"{round_}-{index}-0x*.ckpt"):
+                if other != path:
+                    other.unlink(missing_ok=True)
             if not path.exists():
-                write_atomic(path, data)
+                write_atomic(path, data, durable=durable)
             digests.append(digest)
         return tuple(digests)
+
+    def sync(self, round_: int, digests: Sequence[str]) -> None:
+        """Flush a round's checkpoints kept with ``durable=False`` to disk."""
+        sync_files([self.directory / f"{round_}-{index}-{digest}.ckpt" for index, digest in enumerate(digests)])
 
     def get(self, round_: int, index: int) -> bytes | None:
         """Checkpoint ``index`` of ``round_`` (verified against its digest), or None."""
