@@ -29,6 +29,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -99,8 +100,8 @@ def _descendants(pid: int) -> list[int]:
 class TreeMemory:
     """Peak PSS of this process and its descendants, sampled in a thread."""
 
-    def __init__(self) -> None:
-        self.peak = 0
+    def __init__(self, interval: float = 0.02) -> None:
+        self.peak, self.interval = 0, interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -111,7 +112,7 @@ class TreeMemory:
     def _run(self) -> None:
         while not self._stop.is_set():
             self.peak = max(self.peak, self.now())
-            time.sleep(0.02)
+            time.sleep(self.interval)
 
     def __enter__(self) -> TreeMemory:
         self._thread.start()
@@ -180,11 +181,16 @@ def role_trainer(d: Path, numel: int, bits: int) -> dict[str, float]:
     return {"trainer_encode_s": elapsed}
 
 
-def role_witness(d: Path, numel: int, bits: int, rule: str, on_disk: bool, workers: int) -> dict[str, object]:
+def role_witness(
+    d: Path, numel: int, bits: int, rule: str, on_disk: bool, workers: int, memory_interval: float
+) -> dict[str, object]:
+    """One witness round; with ``memory_interval`` > 0 the process tree's PSS is sampled that often
+    (reading ``smaps_rollup`` walks every page table: at 20 ms it costs the round about an eighth
+    of a core, so the timed run samples nothing and a second run measures the memory)."""
     from syncline.protocol.disk_round import PayloadFile, compute_round_on_disk
     from syncline.protocol.streaming import FileRegion, shared_region
 
-    memory = TreeMemory()
+    memory = TreeMemory(memory_interval)
     baseline = memory.now()
     commitments = json.loads((d / "commitments.json").read_text())
     subs = [
@@ -192,7 +198,7 @@ def role_witness(d: Path, numel: int, bits: int, rule: str, on_disk: bool, worke
         for i, (h, r, _) in enumerate(commitments)
     ]
     max_bytes = max(size for _, _, size in commitments) + (1 << 20)
-    with memory:
+    with memory if memory_interval > 0 else contextlib.nullcontext():
         load_start = time.perf_counter()
         if on_disk:
             weights = FileRegion(str(d / "state"), 0, numel, writable=True)
@@ -222,7 +228,7 @@ def role_witness(d: Path, numel: int, bits: int, rule: str, on_disk: bool, worke
     return {
         "compute_round_s": elapsed,
         "state_load_s": load_s,
-        "peak_rss_bytes": memory.peak,
+        "peak_rss_bytes": memory.peak if memory_interval > 0 else None,
         "baseline_rss_bytes": baseline,
         "state_root": "0x" + result.state_root.hex(),
     }
@@ -248,15 +254,15 @@ def measure(numel: int, args: argparse.Namespace, floor_core: float, floor_all: 
         _run_role(["--role", "setup", "--inputs", str(args.inputs), "--workers", str(args.workers), *common])
         setup_s = time.perf_counter() - started
         trainer = _run_role(["--role", "trainer", *common])
-        witness = _run_role(
-            ["--role", "witness", "--rule", args.rule, "--workers", str(args.workers), *common]
-            + (["--on-disk"] if on_disk else [])
-        )
+        witness_args = ["--role", "witness", "--rule", args.rule, "--workers", str(args.workers), *common]
+        witness_args += ["--on-disk"] if on_disk else []
+        witness = _run_role([*witness_args, "--memory-interval", "0"])  # timed, nothing sampled
+        memory = _run_role([*witness_args, "--memory-interval", "0.02"])  # the same round, memory sampled
     per_param_bytes = 16 + args.inputs * args.bits // 8
     params_per_s = numel / float(witness["compute_round_s"])  # type: ignore[arg-type]
     floor = floor_core / per_param_bytes
     floor_all_cores = floor_all / per_param_bytes
-    extra = int(witness["peak_rss_bytes"]) - int(witness["baseline_rss_bytes"])  # type: ignore[call-overload]
+    extra = int(memory["peak_rss_bytes"]) - int(memory["baseline_rss_bytes"])  # type: ignore[call-overload]
     return {
         "params": numel,
         "inputs": args.inputs,
@@ -267,8 +273,9 @@ def measure(numel: int, args: argparse.Namespace, floor_core: float, floor_all: 
         "compute_round_s": round(float(witness["compute_round_s"]), 3),  # type: ignore[arg-type]
         "params_per_s": round(params_per_s),
         "peak_rss_bytes_per_param": round(extra / numel, 2),
-        "peak_rss_bytes": witness["peak_rss_bytes"],
-        "baseline_rss_bytes": witness["baseline_rss_bytes"],
+        "peak_rss_bytes": memory["peak_rss_bytes"],
+        "baseline_rss_bytes": memory["baseline_rss_bytes"],
+        "compute_round_s_memory_sampled": round(float(memory["compute_round_s"]), 3),  # type: ignore[arg-type]
         "trainer_encode_s": round(float(trainer["trainer_encode_s"]), 3),  # type: ignore[arg-type]
         "keccak_floor_params_per_s": round(floor),
         "ratio_to_floor": round(params_per_s / floor, 3),
@@ -293,6 +300,7 @@ def main() -> None:
     parser.add_argument("--role", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--numel", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--on-disk", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--memory-interval", type=float, default=0.02, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role:
         d = Path(args.dir)
@@ -302,7 +310,11 @@ def main() -> None:
         elif args.role == "trainer":
             print(json.dumps(role_trainer(d, args.numel, args.bits)))
         else:
-            print(json.dumps(role_witness(d, args.numel, args.bits, args.rule, args.on_disk, args.workers)))
+            print(
+                json.dumps(
+                    role_witness(d, args.numel, args.bits, args.rule, args.on_disk, args.workers, args.memory_interval)
+                )
+            )
         return
     floor_core = keccak_bytes_per_s(2.0)
     floor_all = keccak_all_cores_bytes_per_s(args.workers)

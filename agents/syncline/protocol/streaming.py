@@ -366,7 +366,7 @@ def _pass_finish(job: _Job, args: tuple[int, int, tuple[Any, ...]]) -> tuple[byt
     aggregate = _aggregate(job, _inputs(job, first, last), first, last, how)
     theta = job.weights.read(start, stop)
     momentum = job.momentum.read(start, stop)
-    if np.abs(theta).max() > STATE_MAX or np.abs(momentum).max() > STATE_MAX:
+    if any(v.max() > STATE_MAX or v.min() < -STATE_MAX for v in (theta, momentum)):  # no temporaries
         raise ValueError(f"state out of bounds in coordinates {start}..{stop}")
     new_theta, new_momentum = nesterov_arrays(theta, momentum, aggregate, job.lr_q, job.mom_q)
     job.out_weights.write(start, new_theta)
