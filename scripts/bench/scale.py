@@ -1,12 +1,14 @@
 """A witness's round at 10^6..10^9 parameters: time, memory and the hashing floor (issue 12).
 
 For each ``--params`` size this measures, on this machine, one round exactly as a witness runs
-it: validate ``--inputs`` int8 payload files (size bound, payload keccak, header, chunk root),
-aggregate with ``--rule``, apply the outer step and compute the new state root and aggregate root
-(:func:`syncline.protocol.disk_round.compute_round_on_disk`, worker processes over chunk
-ranges). Up to ``--disk-from`` parameters the state is held in memory (16 B/param, updated in
-place); from there on it stays on disk and is updated in place with pread/pwrite. Payloads are
-files (as a witness downloads them).
+it: validate ``--inputs`` int8 payload files (size bound, header, exponent and value ranges,
+chunk root), aggregate with ``--rule``, apply the outer step and compute the new state root and
+aggregate root (:func:`syncline.protocol.disk_round.compute_round_on_disk`, worker processes over
+chunk ranges). Up to ``--disk-from`` parameters the state is held in memory (16 B/param, updated
+in place); from there on it stays on disk and is updated in place with pread/pwrite. Payloads are
+files as a witness holds them after the blob store's verified fetch, which hashed each one's
+bytes against its ``payloadHash`` as they arrived (``PayloadFile.digest_verified``): that keccak
+is the download's, and is reported apart as ``payload_digest_s`` (all n payloads, one core).
 
 Every size runs in fresh processes: one builds the inputs (not timed: a float32 gradient file,
 a random in-bounds state, payloads quantized from distinct synthetic gradients), one measures
@@ -187,14 +189,14 @@ def role_witness(
     """One witness round; with ``memory_interval`` > 0 the process tree's PSS is sampled that often
     (reading ``smaps_rollup`` walks every page table: at 20 ms it costs the round about an eighth
     of a core, so the timed run samples nothing and a second run measures the memory)."""
-    from syncline.protocol.disk_round import PayloadFile, compute_round_on_disk
+    from syncline.protocol.disk_round import PayloadFile, compute_round_on_disk, file_keccak
     from syncline.protocol.streaming import FileRegion, shared_region
 
     memory = TreeMemory(memory_interval)
     baseline = memory.now()
     commitments = json.loads((d / "commitments.json").read_text())
-    subs = [
-        PayloadFile(i, bytes.fromhex(h), bytes.fromhex(r), str(d / f"payload{i}"))
+    subs = [  # fetched by digest: the fetch checked the keccak (see payload_digest_s)
+        PayloadFile(i, bytes.fromhex(h), bytes.fromhex(r), str(d / f"payload{i}"), digest_verified=True)
         for i, (h, r, _) in enumerate(commitments)
     ]
     max_bytes = max(size for _, _, size in commitments) + (1 << 20)
@@ -225,8 +227,13 @@ def role_witness(
         elapsed = time.perf_counter() - start
     if result.rejected:
         raise SystemExit(f"inputs rejected: {result.rejected}")
+    digest_start = time.perf_counter()  # what the verified fetch hashed, on one core
+    for sub in subs:
+        if file_keccak(str(sub.path)) != sub.payload_hash:
+            raise SystemExit(f"payload {sub.fragment} does not match its payloadHash")
     return {
         "compute_round_s": elapsed,
+        "payload_digest_s": time.perf_counter() - digest_start,
         "state_load_s": load_s,
         "peak_rss_bytes": memory.peak if memory_interval > 0 else None,
         "baseline_rss_bytes": baseline,
@@ -277,6 +284,7 @@ def measure(numel: int, args: argparse.Namespace, floor_core: float, floor_all: 
         "baseline_rss_bytes": memory["baseline_rss_bytes"],
         "compute_round_s_memory_sampled": round(float(memory["compute_round_s"]), 3),  # type: ignore[arg-type]
         "trainer_encode_s": round(float(trainer["trainer_encode_s"]), 3),  # type: ignore[arg-type]
+        "payload_digest_s": round(float(witness["payload_digest_s"]), 3),  # type: ignore[arg-type]
         "keccak_floor_params_per_s": round(floor),
         "ratio_to_floor": round(params_per_s / floor, 3),
         "keccak_floor_all_cores_params_per_s": round(floor_all_cores),

@@ -19,7 +19,7 @@ from syncline.protocol.hashing import keccak
 from syncline.protocol.quantization import QuantizedGradient, quantize
 from syncline.protocol.state import TrainingState
 from syncline.protocol.streaming import ArrayRegion, FileRegion
-from syncline.protocol.sync_round import CommittedSubmission, compute_round
+from syncline.protocol.sync_round import CHUNK_ROOT_MISMATCH, HASH_MISMATCH, CommittedSubmission, compute_round
 
 
 @settings(max_examples=30, deadline=None)
@@ -129,3 +129,39 @@ def test_a_round_on_disk_is_the_round_in_memory(
     assert np.array_equal(raw[:numel], expected.state.weights.numpy())
     assert np.array_equal(raw[numel:], expected.state.momentum.numpy())
     assert state_root_on_disk(w, m, 2) == expected.state_root
+
+
+def test_a_payload_whose_digest_the_fetch_verified_is_not_hashed_again(tmp_path: Path) -> None:
+    """``digest_verified`` (the blob store's fetch checked the keccak as the bytes arrived) skips
+    only the second hash of the file: every other check still runs."""
+    numel = 3_000
+    previous = TrainingState.from_model_state_dict(
+        {"p": torch.randn(numel, generator=torch.Generator().manual_seed(3))}
+    )
+    qg = quantize(torch.randn(numel, generator=torch.Generator().manual_seed(4)) * 0.02, 8)
+    data = qg.to_safetensors_bytes()
+    path = tmp_path / "payload"
+    path.write_bytes(data)
+    kwargs = dict(
+        rule=AggregationRule.MEAN, rule_param=0, bits=8, lr_ppm=700_000, momentum_ppm=900_000, max_payload_bytes=1 << 20
+    )
+
+    def run(sub: PayloadFile) -> tuple[bytes, int, dict[int, str]]:
+        state = tmp_path / "state"
+        state.write_bytes(previous.weights.numpy().tobytes() + previous.momentum.numpy().tobytes())
+        w = FileRegion(str(state), 0, numel, writable=True)
+        m = FileRegion(str(state), 8 * numel, numel, writable=True)
+        got = compute_round_on_disk(w, m, [sub], workers=1, **kwargs)
+        return got.state_root, got.accepted_mask, got.rejected
+
+    honest = run(PayloadFile(0, keccak(data), gradient_chunk_root(qg), str(path)))
+    assert run(PayloadFile(0, keccak(data), gradient_chunk_root(qg), str(path), digest_verified=True)) == honest
+    assert honest[1] == 1
+    # The flag is the caller's word that the fetch checked the digest: the file is not read for it.
+    unchecked = run(PayloadFile(0, b"\x07" * 32, gradient_chunk_root(qg), str(path), digest_verified=True))
+    assert unchecked == honest
+    assert run(PayloadFile(0, b"\x07" * 32, gradient_chunk_root(qg), str(path)))[2] == {0: HASH_MISMATCH}
+    # The chunk root is still checked.
+    assert run(PayloadFile(0, keccak(data), b"\x01" * 32, str(path), digest_verified=True))[2] == {
+        0: CHUNK_ROOT_MISMATCH
+    }

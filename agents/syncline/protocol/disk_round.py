@@ -64,6 +64,10 @@ class PayloadFile:
     chunk_root: bytes
     path: str | None
     fetch_error: str | None = None
+    digest_verified: bool = False
+    """True when ``path`` was written by a fetch that checked the bytes' keccak against
+    ``payload_hash`` as they arrived (the blob store's verified fetch, which refuses a mismatch):
+    the round then does not read and hash the file a second time."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,8 @@ class DiskRoundResult:
     rule_used: str = ""
 
 
-def _file_keccak(path: str) -> bytes:
+def file_keccak(path: str) -> bytes:
+    """keccak256 of a file, read in blocks."""
     hasher = Keccak256()
     with open(path, "rb") as f:
         while block := f.read(READ_BLOCK):
@@ -112,7 +117,7 @@ def open_payload(
     size = os.path.getsize(sub.path)
     if size > max_bytes:
         return None, oversized(size, max_bytes)
-    if _file_keccak(sub.path) != sub.payload_hash:
+    if not sub.digest_verified and file_keccak(sub.path) != sub.payload_hash:
         return None, HASH_MISMATCH
     with open(sub.path, "rb") as f:
         prefix = f.read(8 + MAX_SAFETENSORS_HEADER)
@@ -285,4 +290,4 @@ def encode_payload_file(
             roots.append(merkle.block_root(hash_rows(*gradient_chunk_buffer(bits, values, exps)), first))
         f.seek(base)
         f.write(exponents.tobytes())
-    return EncodedPayload(_file_keccak(path), merkle.root_of_blocks(roots), base + count + width * numel)
+    return EncodedPayload(file_keccak(path), merkle.root_of_blocks(roots), base + count + width * numel)
