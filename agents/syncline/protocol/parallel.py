@@ -73,6 +73,7 @@ def _fork_worker(fn: Callable[[Any], Any], items: Sequence[Any], claim: Any) -> 
         try:
             os.close(read_fd)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
+            gc.disable()  # short-lived, and it makes no cycles worth a collection (~6 % of its CPU)
             _keep_heap()
             _worker(fn, items, claim, write_fd)
         except BaseException:
