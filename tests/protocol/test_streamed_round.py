@@ -223,6 +223,17 @@ def test_the_sorting_network_sorts(n: int, length: int, seed: int) -> None:
     assert np.array_equal(sorted_rows(x, lo, hi), np.sort(x, axis=0)[lo:hi])
 
 
+def test_the_pruned_network_gives_every_row_range_of_the_sort() -> None:
+    """Every ``(n, lo, hi)`` the network serves (its comparators pruned to rows ``lo .. hi-1``)."""
+    rng = np.random.default_rng(5)
+    for n in range(1, 17):
+        x = rng.integers(-4, 4, (n, 200))  # many ties
+        expected = np.sort(x, axis=0)
+        for lo in range(n):
+            for hi in range(lo + 1, n + 1):
+                assert np.array_equal(sorted_rows(x, lo, hi), expected[lo:hi]), (n, lo, hi)
+
+
 _MEMORY_PROBE = textwrap.dedent(
     """
     import json, resource, sys

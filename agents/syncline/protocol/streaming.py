@@ -217,7 +217,25 @@ def _batcher_pairs(n: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in pairs if b < n]
 
 
-_PAIRS: dict[int, list[tuple[int, int]]] = {}
+_Comparator = tuple[int, int, bool, bool]  # (a, b, whether rows[a] = min is needed, rows[b] = max)
+_NETWORKS: dict[tuple[int, int, int], list[_Comparator]] = {}
+
+
+def _network(n: int, lo: int, hi: int) -> list[_Comparator]:
+    """Batcher's network for ``n`` inputs pruned to the outputs ``lo .. hi-1``: a comparator none
+    of whose outputs reaches them is dropped, and one with a single output that does computes
+    only that one (for the median of 8: 30 instead of 38 min/max passes; the same values)."""
+    key = (n, lo, hi)
+    if key not in _NETWORKS:
+        needed = set(range(lo, hi))
+        kept: list[_Comparator] = []
+        for a, b in reversed(_batcher_pairs(n)):
+            want_min, want_max = a in needed, b in needed
+            if want_min or want_max:
+                kept.append((a, b, want_min, want_max))
+                needed |= {a, b}
+        _NETWORKS[key] = kept[::-1]
+    return _NETWORKS[key]
 
 
 def sorted_rows(x: np.ndarray, lo: int = 0, hi: int | None = None) -> np.ndarray:
@@ -230,15 +248,18 @@ def sorted_rows(x: np.ndarray, lo: int = 0, hi: int | None = None) -> np.ndarray
         return x[lo:hi].copy()
     if n > _NETWORK_MAX_INPUTS:
         return np.sort(x, axis=0)[lo:hi]
-    pairs = _PAIRS.setdefault(n, _batcher_pairs(n))
+    network = _network(n, lo, hi)
     out = np.empty((hi - lo, length), dtype=np.int64)
     for s in range(0, length, _SORT_BLOCK):
         rows = [x[i, s : s + _SORT_BLOCK].copy() for i in range(n)]
         scratch = np.empty_like(rows[0])
-        for a, b in pairs:
-            np.minimum(rows[a], rows[b], out=scratch)
-            np.maximum(rows[a], rows[b], out=rows[b])
-            rows[a], scratch = scratch, rows[a]
+        for a, b, want_min, want_max in network:
+            if want_min:
+                np.minimum(rows[a], rows[b], out=scratch)
+            if want_max:
+                np.maximum(rows[a], rows[b], out=rows[b])
+            if want_min:
+                rows[a], scratch = scratch, rows[a]
         for i in range(lo, hi):
             out[i - lo, s : s + _SORT_BLOCK] = rows[i]
     return out
