@@ -150,17 +150,25 @@ export function txLink(hash: string | null | undefined, testid?: string): HTMLEl
 
 export function shortTx(hash: string | null | undefined): HTMLElement {
   if (!hash) return h("span", { class: "muted" }, "—");
-  return h("span", { class: "hash", title: hash }, h("code", null, shortHex(hash, 10, 6)), copyButton(hash));
+  return h("span", { class: "hash", title: hash }, h("code", null, shortHex(hash, 6, 4)), copyButton(hash));
 }
 
-/** Local wall-clock rendering of a chain timestamp (seconds). */
+const pad = (n: number) => String(n).padStart(2, "0");
+
+/** A chain timestamp (seconds) as a local date-time, always with its date: "2026-11-24 17:25:08". */
 export function time(ts: number | null | undefined): string {
   if (!ts) return "—";
   const d = new Date(ts * 1000);
-  const today = new Date();
-  const sameDay = d.toDateString() === today.toDateString();
-  const hms = d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false });
-  return sameDay ? hms : `${d.toLocaleDateString()} ${hms}`;
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+}
+
+/** The same as a <time> element: machine-readable UTC in `datetime`, the UTC time and, when `now`
+ * (chain seconds) is given, how long ago or ahead it is in the title. */
+export function timeEl(ts: number | null | undefined, now?: number, testid?: string): HTMLElement {
+  if (!ts) return h("span", { class: "muted", testid }, "—");
+  const iso = new Date(ts * 1000).toISOString().replace(".000Z", "Z");
+  const title = `${iso.replace("T", " ").replace("Z", " UTC")}${now !== undefined ? ` · ${relative(ts - now)}` : ""}`;
+  return h("time", { class: "when", datetime: iso, title, testid }, time(ts));
 }
 
 /** "in 4 min 10 s" / "12 s ago". */

@@ -26,6 +26,7 @@ import {
   relative,
   shortTx,
   time,
+  timeEl,
 } from "../format";
 import { emptyRow, requestRefresh, table, TxPanel, type Page } from "../ui";
 import { wallet } from "../wallet";
@@ -110,7 +111,7 @@ export function runPage(id: number): Page {
       "section",
       { class: "card" },
       h("h2", null, "Challenges"),
-      table("challenges-table", ["#Id", "Kind", "#Round", "#Fragment / segment", "Status", "Accused", "Challenger", "#Bond", "#Slashed", "#Referee votes", "Deadline", "Tx", "Action"], challengesBody, "Challenges"),
+      table("challenges-table", ["#Id", "Kind", "#Round", "#Fragment / segment", "Status", "Accused", "Challenger · tx", "#Bond", "#Slashed", "#Referee votes", "Deadline", "Action"], challengesBody, "Challenges"),
     ),
     specHost,
   );
@@ -191,7 +192,7 @@ export function runPage(id: number): Page {
     if (c.kind === "training_fraud") {
       return passed
         ? actionButton(`expire-${cid}`, "Expire", `challenge-expire-${cid}`, () => void act(`expire-${cid}`, "expireChallenge", cid, `expire challenge #${cid}`))
-        : h("span", { class: "muted small" }, `referees vote until ${relative(c.deadline - now())}`);
+        : h("span", { class: "muted small" }, `referee votes close ${relative(c.deadline - now())}`);
     }
     return "";
   }
@@ -245,7 +246,7 @@ export function runPage(id: number): Page {
           "li",
           { class: `tl tl-${e.kind}`, "data-kind": e.kind },
           h("span", { class: "tl-dot", "aria-hidden": "true" }),
-          h("div", { class: "tl-body" }, h("div", { class: "tl-text" }, e.text), h("div", { class: "tl-meta muted" }, `${time(e.timestamp)} · block ${e.block}`, e.round !== null && e.round !== undefined ? ` · round ${e.round}` : "", e.tx ? [" · ", shortTx(e.tx)] : null)),
+          h("div", { class: "tl-body" }, h("div", { class: "tl-text" }, e.text), h("div", { class: "tl-meta muted" }, timeEl(e.timestamp, now()), ` · block ${e.block}`, e.round !== null && e.round !== undefined ? ` · round ${e.round}` : "", e.tx ? [" · ", shortTx(e.tx)] : null)),
         ),
       ),
     );
@@ -299,7 +300,7 @@ export function runPage(id: number): Page {
           h("td", { class: "num", title: `${accepted} accepted of ${committed} committed (masks ${r.accepted_mask} / ${r.committed_mask})` }, `${accepted}/${committed}`, revoked ? h("span", { class: "warn" }, ` (${revoked} revoked)`) : null),
           h("td", null, r.carried_forward ? h("span", { class: "warn" }, "yes") : "—"),
           h("td", { class: "num" }, loss(r.validation_loss)),
-          h("td", null, r.closed_at ? time(r.closed_at) : r.deadline ? `deadline ${time(r.deadline)}` : "—"),
+          h("td", { testid: `round-closed-${r.round}` }, r.closed_at ? timeEl(r.closed_at, now()) : r.deadline ? ["deadline ", timeEl(r.deadline, now())] : "—"),
           h("td", null, ...(r.challenges ?? []).flatMap((cid, i) => [i ? ", " : "", h("a", { href: `#/runs/${id}`, class: "challenge-link", onclick: (ev: Event) => scrollToChallenge(ev, cid) }, `#${cid}`)])),
           h("td", null, r.status === "finalized" ? h("a", { href: `#/runs/${id}/challenge?round=${r.round}`, class: "small" }, "challenge…") : ""),
         );
@@ -373,7 +374,7 @@ export function runPage(id: number): Page {
   function renderChallenges(list: Challenge[]): void {
     challengeCells.clear();
     if (list.length === 0) {
-      replace(challengesBody, emptyRow(13, "No challenges. Anyone can prove a fault from the challenge page."));
+      replace(challengesBody, emptyRow(12, "No challenges. Anyone can prove a fault from the challenge page."));
       return;
     }
     replace(
@@ -392,12 +393,11 @@ export function runPage(id: number): Page {
           h("td", { class: "num" }, needsFragment ? `${c.fragment}${c.kind === "training_fraud" ? ` / ${c.segment}` : ""}` : "—"),
           h("td", null, pill(c.status, `challenge-status-${cid}`)),
           h("td", null, addr(c.accused)),
-          h("td", null, addr(c.challenger)),
+          h("td", { class: "stack" }, addr(c.challenger), shortTx(c.tx)),
           h("td", { class: "num" }, ethCell(c.bond_wei)),
           h("td", { class: "num" }, c.slashed_wei !== "0" ? h("span", { class: "bad" }, ethCell(c.slashed_wei)) : ethCell(c.slashed_wei)),
           h("td", { class: "num" }, c.kind === "training_fraud" ? `${c.guilty_votes} guilty / ${c.innocent_votes} innocent` : "—"),
-          h("td", null, c.deadline ? time(c.deadline) : "—"),
-          h("td", null, shortTx(c.tx)),
+          h("td", null, timeEl(c.deadline, now())),
           cell,
         );
       }),
