@@ -7,8 +7,10 @@ in seconds. The API indexes them; Chromium renders them; every figure is checked
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -40,6 +42,7 @@ class World:
     signers: list[Signer]
     sealed: int  # sealed run; trainer 0 has withdrawn its credit
     challenged: int  # running run with an open censorship claim and an open training claim
+    challenged_posted_at: int
     stake_wei: int
     withdrawn_wei: int
 
@@ -73,7 +76,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
         # A running run with two open claims against round 0 (the challenges table has rows).
         spec2 = build_spec(witnesses=addresses, enrollment_deadline=chain_time(w3) + 3600, name="challenged-run")
-        challenged, _ = start_task(market, sponsor, spec2, witnesses, trainers)
+        challenged, receipts = start_task(market, sponsor, spec2, witnesses, trainers)
+        posted_at = int(w3.eth.get_block(receipts[0]["blockNumber"])["timestamp"])
         for fragment, trainer in enumerate(trainers):
             commit(market, trainer, challenged, 0, fragment)
         travel_past(w3, market.round_deadline(challenged))
@@ -96,7 +100,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         url = server.start()
         server.wait_indexed()
         try:
-            yield World(url, w3, market, signers, sealed, challenged, spec.trainer_stake_wei, withdrawn)
+            yield World(url, w3, market, signers, sealed, challenged, posted_at, spec.trainer_stake_wei, withdrawn)
         finally:
             server.stop()
             service.stop()
@@ -156,4 +160,102 @@ def test_tables_show_every_column_at_laptop_widths(
     for table in ("challenges-table", "rounds-table", "trainers-table", "witnesses-table"):
         problems = page.eval_on_selector(f'[data-testid="{table}"]', CLIPPED_CELLS)
         assert problems == [], f"{table}: " + "\n".join(problems)
+    assert page_errors == []
+
+
+def eth_text_to_wei(text: str) -> int:
+    """The first amount in ``text`` ('1.5 ETH', '0.25') in wei."""
+    match = re.search(r"\d[\d,]*(?:\.\d+)?", text)
+    assert match, f"no amount in {text!r}"
+    whole, _, frac = match.group(0).replace(",", "").partition(".")
+    return int(whole) * ETH + int((frac + "0" * 18)[:18] or 0)
+
+
+def utc(ts: int) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def test_times_carry_their_date(world: World, browser: Any, page_errors: PageErrors) -> None:
+    page = open_page(browser, page_errors)
+    page.goto(world.url + "/#/")
+    row = tid(page, f"run-row-{world.challenged}")
+    row.wait_for()
+    assert utc(world.challenged_posted_at) in row.inner_text()
+    page.goto(f"{world.url}/#/runs/{world.sealed}")
+    tid(page, "round-row-9").wait_for()
+    closed_at = world.market.round(world.sealed, 9).closed_at
+    assert utc(closed_at) in tid(page, "round-row-9").inner_text()
+    metas = page.locator('[data-testid="run-timeline"] .tl-meta').all_inner_texts()
+    assert metas and all(re.match(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} · block \d+", m) for m in metas), metas
+    assert page_errors == []
+
+
+def test_an_unknown_run_says_so_without_actions(world: World, browser: Any, page_errors: PageErrors) -> None:
+    page = open_page(browser, page_errors)
+    unknown = world.market.task_count() + 1
+    for path in (f"#/runs/{unknown}", f"#/runs/{unknown}/challenge", f"#/runs/{unknown}/receipt"):
+        page.goto(f"{world.url}/{path}")
+        missing = tid(page, "run-missing")
+        missing.wait_for(timeout=10_000)
+        assert "No such run" in missing.inner_text() and f"unknown task id {unknown}" in missing.inner_text()
+        main = page.locator("main").inner_text()
+        assert "Loading" not in main, path
+        # Nothing to act on: no buttons, no action links, no form; only the way back to the runs.
+        assert page.locator("main button, main select, main input, main .btn").count() == 0, path
+        assert tid(page, "error").count() == 0, path
+    # The browser logs the failed fetches (404) as console errors; nothing else may appear.
+    assert all("404" in e for e in page_errors), page_errors
+
+
+def test_a_sealed_runs_challenge_page_says_the_window_closed(
+    world: World, browser: Any, page_errors: PageErrors
+) -> None:
+    page = open_page(browser, page_errors)
+    page.goto(f"{world.url}/#/runs/{world.sealed}/challenge")
+    notice = tid(page, "challenge-closed")
+    notice.wait_for(timeout=10_000)
+    assert "challenge window closed" in notice.inner_text() and "sealed" in notice.inner_text()
+    assert tid(page, "challenge-build").count() == 0
+    assert page.get_by_role("button", name="Build proof").count() == 0
+    # A running run's round still inside its window offers the build as before.
+    page.goto(f"{world.url}/#/runs/{world.challenged}/challenge")
+    tid(page, "challenge-build").wait_for()
+    assert not tid(page, "challenge-closed").is_visible()
+    assert page_errors == []
+
+
+def test_a_sealed_runs_trainers_show_their_stake_returned(world: World, browser: Any, page_errors: PageErrors) -> None:
+    page = open_page(browser, page_errors)
+    page.goto(f"{world.url}/#/runs/{world.sealed}")
+    receipt = world.market.receipt(world.sealed)
+    for line in receipt.trainers:
+        address = line.trainer.lower()
+        row = tid(page, f"trainer-row-{address}")
+        row.wait_for()
+        assert world.market.trainer(world.sealed, address).stake_wei == 0  # credited back at seal
+        text = row.inner_text().lower()
+        assert "sealed" in text and "active" not in text, text
+        stake = tid(page, f"trainer-stake-{address}").inner_text()
+        assert "returned" in stake
+        assert eth_text_to_wei(stake) == line.stake_refund_wei == world.stake_wei
+    assert page_errors == []
+
+
+def test_the_receipt_says_what_a_withdrawal_paid(world: World, browser: Any, page_errors: PageErrors) -> None:
+    page = open_page(browser, page_errors)
+    page.goto(f"{world.url}/#/runs/{world.sealed}/receipt")
+    paid_by = world.signers[1].address.lower()
+    row = tid(page, f"credit-row-{paid_by}")
+    row.wait_for()
+    assert world.market.credit_of(paid_by) == 0
+    assert eth_text_to_wei(tid(page, f"credit-{paid_by}").inner_text()) == 0
+    match = re.search(r"paid ([\d.,]+) ETH \(withdrawn\)", row.inner_text())
+    assert match, row.inner_text()
+    assert eth_text_to_wei(match.group(1)) == world.withdrawn_wei
+    line = next(t for t in world.market.receipt(world.sealed).trainers if t.trainer.lower() == paid_by)
+    assert eth_text_to_wei(tid(page, f"credited-{paid_by}").inner_text()) == line.reward_wei + line.stake_refund_wei
+    # Another trainer has not withdrawn: its credit is claimable, nothing paid yet.
+    waiting = world.signers[2].address.lower()
+    assert "not yet withdrawn" in tid(page, f"credit-row-{waiting}").inner_text()
+    assert eth_text_to_wei(tid(page, f"credit-{waiting}").inner_text()) == world.market.credit_of(waiting) > 0
     assert page_errors == []

@@ -28,6 +28,7 @@ from syncline.api.schemas import (
     SubmissionOut,
     TimelineEntry,
     TrainerOut,
+    TrainerStatus,
     VoteOut,
     WitnessOut,
 )
@@ -187,8 +188,36 @@ def rounds(s: Session, task_id: int) -> list[RoundOut]:
     return out
 
 
+# ``Credited.reason`` of a stake coming back (seal or cancel), as the indexer stores bytes32.
+REASON_STAKE = "0x" + b"stake-refund".ljust(32, b"\0").hex()
+
+
+def trainer_status(task_status: str, enrolled: bool, evicted: bool) -> TrainerStatus:
+    """``evicted``; once the run settled, ``sealed`` (stake and reward credited) or ``refunded``
+    (cancelled: stake credited back); else ``active`` while enrolled, ``left`` otherwise."""
+    if evicted:
+        return "evicted"
+    if task_status == "sealed":
+        return "sealed"
+    if task_status == "cancelled":
+        return "refunded"
+    return "active" if enrolled else "left"
+
+
+def stakes_returned(s: Session, task_id: int) -> dict[str, int]:
+    """Stake credited back to each trainer of ``task_id`` (from its ``Credited`` events)."""
+    out: dict[str, int] = defaultdict(int)
+    for ev in s.scalars(select(RawEvent).where(RawEvent.name == "Credited", RawEvent.task_id == task_id)):
+        if str(ev.args["reason"]).lower() == REASON_STAKE:
+            out[str(ev.args["account"]).lower()] += int(ev.args["amount"])
+    return out
+
+
 def trainers(s: Session, task_id: int) -> list[TrainerOut]:
     out: list[TrainerOut] = []
+    task = s.get(TaskRow, task_id)
+    task_status = task.status if task else ""
+    returned = stakes_returned(s, task_id)
     for t in s.scalars(select(TrainerRow).where(TrainerRow.task_id == task_id).order_by(TrainerRow.fragment)):
         mask = int(t.shard_mask)
         out.append(
@@ -197,7 +226,9 @@ def trainers(s: Session, task_id: int) -> list[TrainerOut]:
                 fragment=t.fragment,
                 enrolled=t.enrolled,
                 evicted=t.evicted,
+                status=trainer_status(task_status, t.enrolled, t.evicted),
                 stake_wei=t.stake_wei,
+                stake_returned_wei=str(returned.get(t.address, 0)),
                 slashed_wei=t.slashed_wei,
                 shards=[i for i in range(mask.bit_length()) if mask >> i & 1],
                 submitted=t.submitted,

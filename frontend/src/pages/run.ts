@@ -27,8 +27,9 @@ import {
   shortTx,
   time,
   timeEl,
+  toWei,
 } from "../format";
-import { emptyRow, requestRefresh, table, TxPanel, type Page } from "../ui";
+import { emptyRow, requestRefresh, RunGate, table, TxPanel, type Page } from "../ui";
 import { wallet } from "../wallet";
 
 const OPEN_CHALLENGE = "open";
@@ -116,6 +117,7 @@ export function runPage(id: number): Page {
     specHost,
   );
   roundsBody.append(emptyRow(10, "Loading…"));
+  const gate = new RunGate(el, Array.from(el.children) as HTMLElement[], id);
 
   // ---------------------------------------------------------------- actions
 
@@ -332,7 +334,7 @@ export function runPage(id: number): Page {
           { testid: `trainer-row-${a}` },
           h("td", null, addr(a)),
           h("td", { class: "num" }, String(t.fragment)),
-          h("td", { class: "num", testid: `trainer-stake-${a}` }, ethCell(t.stake_wei)),
+          h("td", { class: "num", testid: `trainer-stake-${a}` }, stakeCell(t)),
           h("td", { class: "shards" }, (t.shards ?? []).join(", ") || "—"),
           h("td", { class: "num" }, String(t.submitted)),
           h("td", { class: "num" }, String(t.accepted)),
@@ -340,7 +342,7 @@ export function runPage(id: number): Page {
           h("td", { class: "num" }, percent(t.acceptance_rate)),
           h("td", { class: "num", testid: `trainer-reward-${a}` }, ethCell(t.reward_wei)),
           h("td", { class: "num", testid: `trainer-slashed-${a}` }, t.slashed_wei !== "0" ? h("span", { class: "bad" }, ethCell(t.slashed_wei)) : ethCell(t.slashed_wei)),
-          h("td", null, t.evicted ? pill("evicted") : t.enrolled ? pill("active") : pill("left")),
+          h("td", null, pill(t.status, `trainer-status-${a}`)),
         );
       }),
     );
@@ -411,7 +413,12 @@ export function runPage(id: number): Page {
     el,
     async refresh() {
       // The run first: an unknown id is one 404 and one error line.
-      const d = await api.run(id);
+      const d = await gate.load(() => api.run(id));
+      if (!d) {
+        detail = null;
+        document.title = `No such run #${id} · Syncline`;
+        return;
+      }
       const [rounds, trainers, witnesses, list, losses, chainTime] = await Promise.all([
         api.rounds(id),
         api.trainers(id),
@@ -440,6 +447,13 @@ export function runPage(id: number): Page {
       chart.destroy();
     },
   };
+}
+
+/** The stake held; once the run settled (held stake 0), what came back to the trainer's credit. */
+function stakeCell(t: Trainer): HTMLElement {
+  const returned = toWei(t.stake_returned_wei) ?? 0n;
+  if (returned === 0n || (toWei(t.stake_wei) ?? 0n) > 0n) return ethCell(t.stake_wei);
+  return h("span", { class: "stake-returned", title: "credited back to the trainer; claim it from the receipt page" }, ethCell(t.stake_returned_wei), " returned");
 }
 
 function kv(label: string, value: Node | string | null): HTMLElement[] {
