@@ -18,6 +18,7 @@ from web3 import Web3
 
 from conftest import build_spec, commit, finalize, start_task, travel_past
 from syncline.api.server import ApiServer, ApiSettings
+from syncline.api.specs import onchain_spec
 from syncline.blobstore import BlobService, LocalBlobStore
 from syncline.chain.deployment import deploy_market
 from syncline.chain.devnet import chain_time, start_anvil
@@ -258,4 +259,69 @@ def test_the_receipt_says_what_a_withdrawal_paid(world: World, browser: Any, pag
     waiting = world.signers[2].address.lower()
     assert "not yet withdrawn" in tid(page, f"credit-row-{waiting}").inner_text()
     assert eth_text_to_wei(tid(page, f"credit-{waiting}").inner_text()) == world.market.credit_of(waiting) > 0
+    assert page_errors == []
+
+
+def test_the_post_form_takes_eth_and_a_date_time(world: World, browser: Any, page_errors: PageErrors) -> None:
+    """Amounts are typed in ETH and reach the chain to the wei; the enrollment deadline is a
+    date-time, not unix seconds; bad amounts get a one-line reason."""
+    page = open_page(browser, page_errors)
+    page.goto(world.url + "/#/post")
+    tid(page, "post-form").wait_for()
+    template = page.request.get(world.url + "/api/template").json()
+    pool = page.locator('[name="reward_pool_wei"]')
+    assert eth_text_to_wei(pool.input_value()) == int(template["spec"]["reward_pool_wei"])
+    assert re.fullmatch(r"\d+(\.\d{1,18})?", pool.input_value()), pool.input_value()  # ETH, not 18-digit wei
+    deadline = page.locator('[name="enrollment_deadline"]')
+    assert deadline.get_attribute("type") == "datetime-local"
+    assert deadline.input_value() == utc(template["spec"]["enrollment_deadline"]).replace(" ", "T")
+
+    for text, reason in (
+        ("abc", "not an amount in ETH"),
+        ("-1", "must not be negative"),
+        ("1e3", "without an exponent"),
+        ("1,5", "use a dot for decimals"),
+        ("0.0000000000000000001", "at most 18 decimals"),
+    ):
+        pool.fill(text)
+        error = tid(page, "field-error-reward_pool_wei")
+        error.wait_for()
+        assert reason in error.inner_text(), (text, error.inner_text())
+        assert tid(page, "post-submit").is_disabled()
+
+    # 1 ETH + 1 wei: a float would round the wei away.
+    pool.fill("1.000000000000000001")
+    assert tid(page, "field-error-reward_pool_wei").count() == 0
+    page.locator('[name="trainer_stake_wei"]').fill("0.25")
+    when = (chain_time(world.w3) + 2 * 86_400) // 60 * 60
+    deadline.fill(utc(when).replace(" ", "T")[:16])
+    assert tid(page, "field-error-enrollment_deadline").count() == 0
+    page.fill('[name="name"]', "eth-and-a-date")
+    tid(page, "post-submit").click()
+    tid(page, "posted-task-id").wait_for(timeout=120_000)
+    task_id = int(tid(page, "posted-task-id").inner_text().strip())
+    spec = onchain_spec(world.market.spec_tuple(task_id))
+    assert world.market.task(task_id).reward_pool_wei == ETH + 1
+    assert int(spec["trainer_stake_wei"]) == ETH // 4
+    assert spec["enrollment_deadline"] == when
+    assert page_errors == []
+
+
+@pytest.mark.parametrize("width", [1280, 1024])
+def test_the_loss_axes_include_the_final_value(world: World, browser: Any, page_errors: PageErrors, width: int) -> None:
+    """The x axis is labelled up to the final round, the y axis carries the final validation loss,
+    and the note under the chart states it (rounds 0..9 of the sealed run, falling to 2.07)."""
+    page = open_page(browser, page_errors, width)
+    page.goto(f"{world.url}/#/runs/{world.sealed}")
+    chart = tid(page, "loss-chart")
+    chart.locator("canvas").first.wait_for()
+    final = METRICS[-1] / 1e6
+    last_round = len(METRICS) - 1
+    x_ticks = [int(t) for t in (chart.get_attribute("data-x-ticks") or "").split(",") if t]
+    assert x_ticks and x_ticks[0] == 0 and x_ticks[-1] == last_round, x_ticks
+    y_ticks = [float(t) for t in (chart.get_attribute("data-y-ticks") or "").split(",") if t]
+    assert any(abs(t - final) < 1e-9 for t in y_ticks), y_ticks
+    y_min, y_max = (float(v) for v in (chart.get_attribute("data-y-range") or "nan,nan").split(","))
+    assert y_min < final < y_max and y_min < METRICS[0] / 1e6 < y_max
+    assert f"Final validation loss {final:.4f} (round {last_round})" in tid(page, "loss-note").inner_text()
     assert page_errors == []
