@@ -186,6 +186,8 @@ def test_times_carry_their_date(world: World, browser: Any, page_errors: PageErr
     tid(page, "round-row-9").wait_for()
     closed_at = world.market.round(world.sealed, 9).closed_at
     assert utc(closed_at) in tid(page, "round-row-9").inner_text()
+    deadline = onchain_spec(world.market.spec_tuple(world.sealed))["enrollment_deadline"]
+    assert utc(deadline) in tid(page, "run-enrollment-deadline").inner_text()  # not unix seconds
     metas = page.locator('[data-testid="run-timeline"] .tl-meta').all_inner_texts()
     assert metas and all(re.match(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} · block \d+", m) for m in metas), metas
     assert page_errors == []

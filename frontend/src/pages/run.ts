@@ -218,6 +218,7 @@ export function runPage(id: number): Page {
       kv("Reward pool", ethCell(s.reward_pool_wei)),
       kv("Escrow held", ethCell(s.escrow_wei)),
       kv("Trainers", `${s.trainers_enrolled} enrolled (min ${s.min_trainers}, max ${s.max_trainers})`),
+      num(d.spec.enrollment_deadline) !== null ? kv("Enrollment deadline", h("span", { testid: "run-enrollment-deadline" }, timeEl(num(d.spec.enrollment_deadline), now()), s.status === "enrolling" ? ` (${relative(num(d.spec.enrollment_deadline)! - now())})` : "")) : null,
       kv("Open challenges", s.open_challenges > 0 ? h("span", { class: "warn" }, String(s.open_challenges)) : "0"),
       kv("Sponsor", addr(s.sponsor)),
       st.fee_budget_wei !== undefined ? kv("Witness fee budget", ethCell(st.fee_budget_wei)) : null,
