@@ -160,8 +160,10 @@ export function challengePage(id: number, initialRound?: number): Page {
     } else {
       roundSelect.disabled = false;
       if (selectedRound === null || !finalized.some((r) => r.round === selectedRound)) {
+        // The latest round still inside its challenge window, else the latest round.
         const open = finalized.filter(windowOpen);
-        selectedRound = (open.length ? open : finalized)[(open.length ? open : finalized).length - 1]!.round;
+        const pool = open.length ? open : finalized;
+        selectedRound = pool[pool.length - 1]!.round;
       }
       const key = finalized.map((r) => `${r.round}:${r.state_root}:${r.vote_count}:${windowOpen(r)}`).join("|");
       if (key !== roundsKey) {
