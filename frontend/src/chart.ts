@@ -31,7 +31,7 @@ export function lossTicks(min: number, max: number, count: number, final: number
     const mag = 10 ** Math.floor(Math.log10(raw));
     const step = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((x) => x >= raw) ?? 10 * mag;
     for (let t = Math.ceil(min / step) * step; t <= max + step * 1e-9; t += step) ticks.push(Number(t.toPrecision(12)));
-    if (final !== null) ticks = ticks.filter((t) => Math.abs(t - final) >= step * 0.4);
+    if (final !== null) ticks = ticks.filter((t) => Math.abs(t - final) >= step * 0.6);
   }
   if (final !== null && final >= min && final <= max) ticks.push(final);
   return ticks.sort((a, b) => a - b);

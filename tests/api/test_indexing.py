@@ -342,6 +342,8 @@ def test_a_sealed_run_shows_returned_stakes_and_what_withdrawals_paid(
     assert withdrawal["amount_wei"] == str(paid)
     assert withdrawal["tx"] == "0x" + bytes(withdraw_receipt["transactionHash"]).hex()
     assert withdrawal["block"] == withdraw_receipt["blockNumber"]
+    for credit_line in credits.values():  # what is not paid is still claimable
+        assert int(credit_line["paid_wei"]) >= int(credit_line["credited_wei"]) - int(credit_line["credit_wei"])
     second = credits[trainers[1].address.lower()]
     assert second["credit_wei"] == second["credited_wei"] != "0"
     assert second["paid_wei"] == "0" and second["withdrawals"] == []

@@ -74,13 +74,17 @@ def receipt(market: MarketClient, task_id: int, s: Session) -> ReceiptOut:
     credits = []
     for address, role in roles.items():
         history = histories.get(address, CreditHistory())
+        credit = market.credit_of(address)
+        # A credit only falls by withdraw(), so at most ``credit`` of what the run credited is
+        # unpaid: this holds even while the index has not seen the latest Withdrawn event.
+        paid = max(history.paid_wei, history.credited_wei - credit)
         credits.append(
             Credit(
                 address=address,
                 role=role,  # type: ignore[arg-type]
-                credit_wei=str(market.credit_of(address)),
+                credit_wei=str(credit),
                 credited_wei=str(history.credited_wei),
-                paid_wei=str(history.paid_wei),
+                paid_wei=str(paid),
                 withdrawals=history.withdrawals,
             )
         )

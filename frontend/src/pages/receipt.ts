@@ -8,16 +8,17 @@ import { wallet } from "../wallet";
 
 const sum = (...values: (string | undefined)[]) => values.reduce((acc, v) => acc + (toWei(v) ?? 0n), 0n).toString();
 
-/** "paid 1.2 ETH (withdrawn)" with the last withdrawal's date and tx; "not yet" before any. */
+/** "paid 1.2 ETH (withdrawn)" with the last withdrawal's date and tx; "not yet withdrawn" before. */
 function paidCell(c: Credit): HTMLElement {
   const paid = toWei(c.paid_wei) ?? 0n;
   const last = c.withdrawals?.[c.withdrawals.length - 1];
-  if (paid === 0n || !last) return h("span", { class: "muted" }, (toWei(c.credited_wei) ?? 0n) > 0n ? "not yet withdrawn" : "—");
+  if (paid === 0n) return h("span", { class: "muted" }, (toWei(c.credited_wei) ?? 0n) > 0n ? "not yet withdrawn" : "—");
   return h(
     "span",
     { class: "paid" },
     h("span", { class: "ok" }, "paid ", ethCell(c.paid_wei), " (withdrawn)"),
-    h("span", { class: "muted small" }, " ", timeEl(last.timestamp), " ", shortTx(last.tx)),
+    // The withdrawal's event may not be indexed yet: the live credit already says it was paid.
+    last ? h("span", { class: "muted small" }, " ", timeEl(last.timestamp), " ", shortTx(last.tx)) : null,
   );
 }
 
