@@ -166,7 +166,10 @@ export interface Trainer {
 export interface Witness {
   address: Address;
   bonded: boolean;
+  /** Bond held now (0 once the run settled: it was credited back). */
   bond_wei: Wei;
+  /** Bond credited back at seal or cancel. */
+  bond_returned_wei: Wei;
   slashed_wei: Wei;
   votes: number;
   matched: number;

@@ -311,8 +311,9 @@ def test_a_sealed_run_shows_returned_stakes_and_what_withdrawals_paid(
     spec_factory: Callable[..., TrainingTaskSpec],
 ) -> None:
     """After seal a trainer's stake is 0 on chain because it was credited back: the API says so
-    (``status`` sealed, ``stake_returned_wei``); after ``withdraw()`` the credit is 0 and the
-    receipt says what the run credited and what the withdrawal paid."""
+    (``status`` sealed, ``stake_returned_wei``; a witness's ``bond_returned_wei``); after
+    ``withdraw()`` the credit is 0 and the receipt says what the run credited and what the
+    withdrawal paid."""
     spec = spec_factory(rounds=1, min_trainers=3, max_trainers=3)
     task_id, _ = start_task(market, sponsor, spec, witnesses, trainers)
     api.wait_indexed()
@@ -331,6 +332,12 @@ def test_a_sealed_run_shows_returned_stakes_and_what_withdrawals_paid(
         assert row["stake_wei"] == "0" == str(market.trainer(task_id, row["address"]).stake_wei)
         assert row["status"] == "sealed"
         assert row["stake_returned_wei"] == str(refunds[row["address"]]) == str(spec.trainer_stake_wei)
+
+    # Witness bonds, likewise: 0 on chain after seal, credited back.
+    bonds = {line.witness.lower(): line.bond_wei - line.slashed_wei for line in chain_receipt.witnesses}
+    for row in http.ok(f"/api/runs/{task_id}/witnesses"):
+        assert row["bond_wei"] == "0" == str(market.witness(task_id, row["address"]).bond_wei)
+        assert row["bond_returned_wei"] == str(bonds[row["address"]]) == str(spec.witness_bond_wei)
 
     credits = {c["address"]: c for c in http.ok(f"/api/runs/{task_id}/receipt")["credits"]}
     first = credits[trainers[0].address.lower()]

@@ -161,6 +161,16 @@ def test_tables_show_every_column_at_laptop_widths(
     for table in ("challenges-table", "rounds-table", "trainers-table", "witnesses-table"):
         problems = page.eval_on_selector(f'[data-testid="{table}"]', CLIPPED_CELLS)
         assert problems == [], f"{table}: " + "\n".join(problems)
+    page.goto(f"{world.url}/#/runs/{world.sealed}/receipt")  # settled: stakes returned, credits paid
+    tid(page, "credits-table").locator("tbody tr[data-testid^=credit-row-]").first.wait_for()
+    for table in ("receipt-table", "credits-table"):
+        problems = page.eval_on_selector(f'[data-testid="{table}"]', CLIPPED_CELLS)
+        assert problems == [], f"{table}: " + "\n".join(problems)
+    page.goto(f"{world.url}/#/runs/{world.sealed}")
+    tid(page, "round-row-9").wait_for()
+    for table in ("rounds-table", "trainers-table", "witnesses-table"):
+        problems = page.eval_on_selector(f'[data-testid="{table}"]', CLIPPED_CELLS)
+        assert problems == [], f"{table} (sealed): " + "\n".join(problems)
     assert page_errors == []
 
 
@@ -227,7 +237,9 @@ def test_a_sealed_runs_challenge_page_says_the_window_closed(
     assert page_errors == []
 
 
-def test_a_sealed_runs_trainers_show_their_stake_returned(world: World, browser: Any, page_errors: PageErrors) -> None:
+def test_a_sealed_runs_trainers_and_witnesses_show_their_stake_returned(
+    world: World, browser: Any, page_errors: PageErrors
+) -> None:
     page = open_page(browser, page_errors)
     page.goto(f"{world.url}/#/runs/{world.sealed}")
     receipt = world.market.receipt(world.sealed)
@@ -241,6 +253,13 @@ def test_a_sealed_runs_trainers_show_their_stake_returned(world: World, browser:
         stake = tid(page, f"trainer-stake-{address}").inner_text()
         assert "returned" in stake
         assert eth_text_to_wei(stake) == line.stake_refund_wei == world.stake_wei
+    for w in receipt.witnesses:  # the witnesses' bonds came back too
+        address = w.witness.lower()
+        assert world.market.witness(world.sealed, address).bond_wei == 0
+        bond = tid(page, f"witness-bond-{address}")
+        bond.wait_for()
+        assert "returned" in bond.inner_text(), bond.inner_text()
+        assert eth_text_to_wei(bond.inner_text()) == w.bond_wei - w.slashed_wei > 0
     assert page_errors == []
 
 

@@ -238,6 +238,7 @@ class WitnessOut(BaseModel):
     address: str
     bonded: bool
     bond_wei: str
+    bond_returned_wei: str
     slashed_wei: str
     votes: int
     matched: int

@@ -335,7 +335,7 @@ export function runPage(id: number): Page {
           { testid: `trainer-row-${a}` },
           h("td", null, addr(a)),
           h("td", { class: "num" }, String(t.fragment)),
-          h("td", { class: "num", testid: `trainer-stake-${a}` }, stakeCell(t)),
+          h("td", { class: "num", testid: `trainer-stake-${a}` }, returnedCell(t.stake_wei, t.stake_returned_wei, "trainer")),
           h("td", { class: "shards" }, (t.shards ?? []).join(", ") || "—"),
           h("td", { class: "num" }, String(t.submitted)),
           h("td", { class: "num" }, String(t.accepted)),
@@ -363,7 +363,7 @@ export function runPage(id: number): Page {
           { testid: `witness-row-${a}` },
           h("td", null, addr(a)),
           h("td", null, w.bonded ? "yes" : h("span", { class: "muted" }, "no")),
-          h("td", { class: "num" }, ethCell(w.bond_wei)),
+          h("td", { class: "num", testid: `witness-bond-${a}` }, returnedCell(w.bond_wei, w.bond_returned_wei, "witness")),
           h("td", { class: "num", testid: `witness-slashed-${a}` }, w.slashed_wei !== "0" ? h("span", { class: "bad" }, ethCell(w.slashed_wei)) : ethCell(w.slashed_wei)),
           h("td", { class: "num" }, String(w.votes)),
           h("td", { class: "num" }, String(w.matched)),
@@ -450,11 +450,10 @@ export function runPage(id: number): Page {
   };
 }
 
-/** The stake held; once the run settled (held stake 0), what came back to the trainer's credit. */
-function stakeCell(t: Trainer): HTMLElement {
-  const returned = toWei(t.stake_returned_wei) ?? 0n;
-  if (returned === 0n || (toWei(t.stake_wei) ?? 0n) > 0n) return ethCell(t.stake_wei);
-  return h("span", { class: "stake-returned", title: "credited back to the trainer; claim it from the receipt page" }, ethCell(t.stake_returned_wei), " returned");
+/** A stake or bond held; once the run settled (nothing held), what came back to the owner's credit. */
+function returnedCell(held: string, returned: string | undefined, who: string): HTMLElement {
+  if ((toWei(returned) ?? 0n) === 0n || (toWei(held) ?? 0n) > 0n) return ethCell(held);
+  return h("span", { class: "stake-returned", title: `credited back to the ${who}; claim it from the receipt page` }, ethCell(returned), " returned");
 }
 
 function kv(label: string, value: Node | string | null): HTMLElement[] {
