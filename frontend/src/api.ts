@@ -139,12 +139,20 @@ export interface Round {
   challenges: number[];
 }
 
+/** active / left while the run goes on; evicted; sealed (stake and reward credited) or refunded
+ * (cancelled: stake credited back) once it settled. */
+export type TrainerStatus = "active" | "left" | "evicted" | "sealed" | "refunded";
+
 export interface Trainer {
   address: Address;
   fragment: number;
   enrolled: boolean;
   evicted: boolean;
+  status: TrainerStatus;
+  /** Stake held now (0 once the run settled: it was credited back). */
   stake_wei: Wei;
+  /** Stake credited back at seal or cancel. */
+  stake_returned_wei: Wei;
   slashed_wei: Wei;
   shards: number[];
   submitted: number;
@@ -158,7 +166,10 @@ export interface Trainer {
 export interface Witness {
   address: Address;
   bonded: boolean;
+  /** Bond held now (0 once the run settled: it was credited back). */
   bond_wei: Wei;
+  /** Bond credited back at seal or cancel. */
+  bond_returned_wei: Wei;
   slashed_wei: Wei;
   votes: number;
   matched: number;
@@ -229,10 +240,24 @@ export interface TrainingReceipt {
   [extra: string]: unknown;
 }
 
+export interface Withdrawal {
+  amount_wei: Wei;
+  block: number;
+  timestamp: number;
+  tx: Hex;
+}
+
 export interface Credit {
   address: Address;
   role: string;
+  /** Claimable now (live; from every run). */
   credit_wei: Wei;
+  /** What this run credited the account. */
+  credited_wei: Wei;
+  /** How much of that a withdraw() has paid. */
+  paid_wei: Wei;
+  /** The account's withdrawals since this run first credited it. */
+  withdrawals: Withdrawal[];
 }
 
 export interface ReceiptResponse {

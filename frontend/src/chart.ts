@@ -6,6 +6,36 @@ import { h } from "./dom";
 import { addressLabel, shortHex } from "./format";
 
 const PALETTE = ["#2563eb", "#d97706", "#059669", "#db2777", "#7c3aed", "#0891b2", "#65a30d", "#dc2626"];
+const ROUND_STEPS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000];
+
+/** Round ticks from `first` to `last` at most `maxTicks` of them, always ending on `last` (the
+ * final round) and starting on `first`; a regular tick too close to either end gives way. */
+export function roundTicks(first: number, last: number, maxTicks: number): number[] {
+  if (last <= first) return [first];
+  const step = ROUND_STEPS.find((s) => (last - first) / s + 1 <= Math.max(2, maxTicks)) ?? Math.ceil((last - first) / Math.max(1, maxTicks - 1));
+  const ticks = [first];
+  for (let t = Math.ceil((first + 1) / step) * step; t < last; t += step) {
+    if (t - first >= step / 2 && last - t >= step / 2) ticks.push(t);
+  }
+  ticks.push(last);
+  return ticks;
+}
+
+/** Loss ticks: about `count` round numbers in [min, max], plus `final` (the last validation loss)
+ * so the axis reads where the curve ends; a round tick too close to it gives way. */
+export function lossTicks(min: number, max: number, count: number, final: number | null): number[] {
+  const span = max - min;
+  let ticks: number[] = [];
+  if (span > 0 && Number.isFinite(span)) {
+    const raw = span / Math.max(1, count);
+    const mag = 10 ** Math.floor(Math.log10(raw));
+    const step = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((x) => x >= raw) ?? 10 * mag;
+    for (let t = Math.ceil(min / step) * step; t <= max + step * 1e-9; t += step) ticks.push(Number(t.toPrecision(12)));
+    if (final !== null) ticks = ticks.filter((t) => Math.abs(t - final) >= step * 0.6);
+  }
+  if (final !== null && final >= min && final <= max) ticks.push(final);
+  return ticks.sort((a, b) => a - b);
+}
 
 export class LossChart {
   private plot: uPlot | null = null;
@@ -13,10 +43,11 @@ export class LossChart {
   private observer: ResizeObserver;
   private readonly body: HTMLElement;
   private readonly note: HTMLElement;
+  private final: number | null = null;
 
   constructor(readonly container: HTMLElement) {
     this.body = h("div", { class: "chart-body" });
-    this.note = h("p", { class: "muted small chart-note" });
+    this.note = h("p", { class: "muted small chart-note", testid: "loss-note" });
     container.append(this.body, this.note);
     this.observer = new ResizeObserver(() => this.resize());
     this.observer.observe(container);
@@ -44,6 +75,16 @@ export class LossChart {
     this.container.dataset.points = String(points);
     this.note.textContent = points === 0 ? "No losses reported yet: the curve fills in as rounds close." : "";
     const data: uPlot.AlignedData = [rounds, validation, ...perTrainer];
+    // The final validation loss: the y axis carries a tick at it, the note says it.
+    let final: number | null = null;
+    for (let i = validation.length - 1; i >= 0 && final === null; i--) final = validation[i] ?? null;
+    this.final = final;
+    const lastRound = rounds[rounds.length - 1];
+    this.container.dataset.finalLoss = final === null ? "" : String(final);
+    if (final !== null && lastRound !== undefined) {
+      const at = rounds[validation.lastIndexOf(final)] ?? lastRound;
+      this.note.textContent = `Final validation loss ${final.toFixed(4)} (round ${at}).`;
+    }
     const key = trainers.join(",");
     if (this.plot && key === this.key) {
       this.plot.setData(data);
@@ -75,10 +116,30 @@ export class LossChart {
       {
         width: this.width(),
         height: 280,
-        scales: { x: { time: false } },
+        // Half a round of room on each side: the first and the final points are drawn whole.
+        scales: { x: { time: false, range: (_u, min, max) => [min - 0.5, max + 0.5] } },
         axes: [
-          { label: "round", incrs: [1, 2, 5, 10, 20, 50, 100], values: (_u, ticks) => ticks.map((t) => String(t)) },
-          { label: "loss", size: 60 },
+          {
+            label: "round",
+            splits: (u) => {
+              const xs = (u.data[0] ?? []) as number[];
+              const ticks = xs.length ? roundTicks(xs[0]!, xs[xs.length - 1]!, Math.floor(u.bbox.width / devicePixelRatio / 45)) : [];
+              this.container.dataset.xTicks = ticks.join(",");
+              return ticks;
+            },
+            values: (_u, ticks) => ticks.map((t) => String(t)),
+          },
+          {
+            label: "loss",
+            size: 64,
+            splits: (u, _axis, min, max) => {
+              const ticks = lossTicks(min, max, Math.max(2, Math.floor(u.bbox.height / devicePixelRatio / 32)), this.final);
+              this.container.dataset.yTicks = ticks.join(",");
+              this.container.dataset.yRange = `${min},${max}`;
+              return ticks;
+            },
+            values: (_u, ticks) => ticks.map((t) => (t === this.final ? t.toFixed(3) : String(Number(t.toPrecision(6))))),
+          },
         ],
         series,
         cursor: { drag: { x: false, y: false } },

@@ -150,17 +150,25 @@ export function txLink(hash: string | null | undefined, testid?: string): HTMLEl
 
 export function shortTx(hash: string | null | undefined): HTMLElement {
   if (!hash) return h("span", { class: "muted" }, "—");
-  return h("span", { class: "hash", title: hash }, h("code", null, shortHex(hash, 10, 6)), copyButton(hash));
+  return h("span", { class: "hash", title: hash }, h("code", null, shortHex(hash, 6, 4)), copyButton(hash));
 }
 
-/** Local wall-clock rendering of a chain timestamp (seconds). */
+const pad = (n: number) => String(n).padStart(2, "0");
+
+/** A chain timestamp (seconds) as a local date-time, always with its date: "2026-11-24 17:25:08". */
 export function time(ts: number | null | undefined): string {
   if (!ts) return "—";
   const d = new Date(ts * 1000);
-  const today = new Date();
-  const sameDay = d.toDateString() === today.toDateString();
-  const hms = d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false });
-  return sameDay ? hms : `${d.toLocaleDateString()} ${hms}`;
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+}
+
+/** The same as a <time> element: machine-readable UTC in `datetime`, the UTC time and, when `now`
+ * (chain seconds) is given, how long ago or ahead it is in the title. */
+export function timeEl(ts: number | null | undefined, now?: number, testid?: string): HTMLElement {
+  if (!ts) return h("span", { class: "muted", testid }, "—");
+  const iso = new Date(ts * 1000).toISOString().replace(".000Z", "Z");
+  const title = `${iso.replace("T", " ").replace("Z", " UTC")}${now !== undefined ? ` · ${relative(ts - now)}` : ""}`;
+  return h("time", { class: "when", datetime: iso, title, testid }, time(ts));
 }
 
 /** "in 4 min 10 s" / "12 s ago". */
@@ -206,4 +214,49 @@ export function popcount(mask: unknown): number {
     value >>= 1n;
   }
   return count;
+}
+
+// ------------------------------------------------------------------ amounts and times typed in forms
+
+const WEI_DIGITS = 18;
+
+/** An exact ETH decimal for a wei amount: "1.5", "0.000000000000000001", "3" (no grouping). */
+export function weiToEthText(value: unknown): string {
+  const wei = toWei(value);
+  if (wei === null) return "";
+  const digits = wei.toString().padStart(WEI_DIGITS + 1, "0");
+  const whole = digits.slice(0, -WEI_DIGITS);
+  const frac = digits.slice(-WEI_DIGITS).replace(/0+$/, "");
+  return frac ? `${whole}.${frac}` : whole;
+}
+
+/** Parse an amount typed in ETH ("1.5", "0.25", ".5", "2") to wei, exactly (string arithmetic,
+ * no floating point). Returns the wei, or a one-line reason the text is not an amount. */
+export function parseEth(text: string): { wei: bigint } | { error: string } {
+  const s = text.trim();
+  if (s === "") return { error: "enter an amount in ETH, e.g. 1.5" };
+  if (/^-/.test(s)) return { error: "must not be negative" };
+  if (/e/i.test(s) && /^[\d.]+e[-+]?\d+$/i.test(s)) return { error: "write the amount out in full, without an exponent (e.g. 0.001)" };
+  if (/,/.test(s)) return { error: "use a dot for decimals and no thousands separators (e.g. 1250.5)" };
+  const match = /^(\d*)(?:\.(\d*))?$/.exec(s);
+  if (!match || (match[1] === "" && (match[2] ?? "") === "")) return { error: "not an amount in ETH: digits with at most one dot, e.g. 1.5" };
+  const whole = match[1] || "0";
+  const frac = match[2] ?? "";
+  if (frac.length > WEI_DIGITS) return { error: "at most 18 decimals (1 wei = 0.000000000000000001 ETH)" };
+  return { wei: BigInt(whole) * 10n ** BigInt(WEI_DIGITS) + BigInt(frac.padEnd(WEI_DIGITS, "0") || "0") };
+}
+
+/** A chain timestamp (seconds) as the value of an <input type="datetime-local"> (local time). */
+export function toLocalInput(ts: number): string {
+  return time(ts).replace(" ", "T");
+}
+
+/** The chain timestamp (seconds) of a datetime-local value ("2026-11-24T18:30" or with seconds),
+ * read as local time; null when it is not one. */
+export function fromLocalInput(value: string): number | null {
+  const m = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2}))?$/.exec(value.trim());
+  if (!m) return null;
+  const [, y, mo, d, hh, mm, ss] = m;
+  const date = new Date(Number(y), Number(mo) - 1, Number(d), Number(hh), Number(mm), Number(ss ?? "0"));
+  return Number.isNaN(date.getTime()) ? null : Math.floor(date.getTime() / 1000);
 }

@@ -1,6 +1,6 @@
 // Shared UI pieces: the one-line error, page interface, transaction progress panels.
 import { h, replace, spinner } from "./dom";
-import { oneLine } from "./api";
+import { ApiError, oneLine } from "./api";
 import { explainError, TxError, wallet } from "./wallet";
 import { txLink } from "./format";
 
@@ -125,4 +125,47 @@ export function table(testid: string, headers: string[], body: HTMLTableSectionE
 
 export function emptyRow(columns: number, text: string): HTMLTableRowElement {
   return h("tr", { class: "empty" }, h("td", { colspan: columns, class: "muted" }, text));
+}
+
+// ------------------------------------------------------------------ an unknown run
+
+/** Whether `err` is the API's 404 for a task id the market does not have. */
+export function isUnknownRun(err: unknown): boolean {
+  return err instanceof ApiError && err.status === 404;
+}
+
+/** What a run page shows for an id the market does not have: one message, no actions. */
+export function missingRun(id: number, err: unknown): HTMLElement {
+  return h(
+    "section",
+    { class: "card missing", testid: "run-missing" },
+    h("h1", null, `No such run: #${id}`),
+    h("p", null, `The market has no task #${id} (the API says: ${err instanceof Error ? oneLine(err.message) : "not found"}). It may not be posted yet, or the devnet was restarted.`),
+    h("p", null, h("a", { href: "#/" }, "See every run")),
+  );
+}
+
+/** A page body that gives way to `missingRun` while the run does not exist, and comes back when it does. */
+export class RunGate {
+  constructor(
+    readonly el: HTMLElement,
+    readonly body: HTMLElement[],
+    readonly id: number,
+  ) {}
+  /** Show the run's page; returns false (and shows "no such run") when `load` got a 404. */
+  async load<T>(load: () => Promise<T>): Promise<T | null> {
+    try {
+      const value = await load();
+      if (this.el.dataset.missing !== undefined) {
+        delete this.el.dataset.missing;
+        replace(this.el, ...this.body);
+      }
+      return value;
+    } catch (err) {
+      if (!isUnknownRun(err)) throw err;
+      this.el.dataset.missing = "";
+      replace(this.el, missingRun(this.id, err));
+      return null;
+    }
+  }
 }

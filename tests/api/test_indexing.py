@@ -297,3 +297,60 @@ def test_the_served_index_follows_reverts(
     assert run["task_id"] == task_id == existing + 1
     assert run["rounds"] == 7 and run["status"] == "enrolling" and run["progress"] == 0.0
     assert run["reward_pool_wei"] == str(market.task(task_id).reward_pool_wei)
+
+
+def test_a_sealed_run_shows_returned_stakes_and_what_withdrawals_paid(
+    api: ApiServer,
+    http: Http,
+    market: MarketClient,
+    w3: Web3,
+    sponsor: Signer,
+    trainers: list[Signer],
+    witnesses: list[Signer],
+    outsider: Signer,
+    spec_factory: Callable[..., TrainingTaskSpec],
+) -> None:
+    """After seal a trainer's stake is 0 on chain because it was credited back: the API says so
+    (``status`` sealed, ``stake_returned_wei``; a witness's ``bond_returned_wei``); after
+    ``withdraw()`` the credit is 0 and the receipt says what the run credited and what the
+    withdrawal paid."""
+    spec = spec_factory(rounds=1, min_trainers=3, max_trainers=3)
+    task_id, _ = start_task(market, sponsor, spec, witnesses, trainers)
+    api.wait_indexed()
+    assert {t["status"] for t in http.ok(f"/api/runs/{task_id}/trainers")} == {"active"}
+    for fragment, trainer in enumerate(trainers):
+        commit(market, trainer, task_id, 0, fragment)
+    finalize(market, w3, witnesses[:2], task_id, 0, 0b111)
+    travel_past(w3, market.task(task_id).last_closed_at + spec.challenge_window_s)
+    market.seal(outsider, task_id)
+    paid, withdraw_receipt = market.withdraw(trainers[0])
+    api.wait_indexed()
+
+    chain_receipt = market.receipt(task_id)
+    refunds = {line.trainer.lower(): line.stake_refund_wei for line in chain_receipt.trainers}
+    for row in http.ok(f"/api/runs/{task_id}/trainers"):
+        assert row["stake_wei"] == "0" == str(market.trainer(task_id, row["address"]).stake_wei)
+        assert row["status"] == "sealed"
+        assert row["stake_returned_wei"] == str(refunds[row["address"]]) == str(spec.trainer_stake_wei)
+
+    # Witness bonds, likewise: 0 on chain after seal, credited back.
+    bonds = {line.witness.lower(): line.bond_wei - line.slashed_wei for line in chain_receipt.witnesses}
+    for row in http.ok(f"/api/runs/{task_id}/witnesses"):
+        assert row["bond_wei"] == "0" == str(market.witness(task_id, row["address"]).bond_wei)
+        assert row["bond_returned_wei"] == str(bonds[row["address"]]) == str(spec.witness_bond_wei)
+
+    credits = {c["address"]: c for c in http.ok(f"/api/runs/{task_id}/receipt")["credits"]}
+    first = credits[trainers[0].address.lower()]
+    line = next(t for t in chain_receipt.trainers if t.trainer.lower() == trainers[0].address.lower())
+    assert first["credit_wei"] == "0"
+    assert first["credited_wei"] == str(line.reward_wei + line.stake_refund_wei) == str(paid)
+    assert first["paid_wei"] == str(paid)
+    (withdrawal,) = first["withdrawals"]
+    assert withdrawal["amount_wei"] == str(paid)
+    assert withdrawal["tx"] == "0x" + bytes(withdraw_receipt["transactionHash"]).hex()
+    assert withdrawal["block"] == withdraw_receipt["blockNumber"]
+    for credit_line in credits.values():  # what is not paid is still claimable
+        assert int(credit_line["paid_wei"]) >= int(credit_line["credited_wei"]) - int(credit_line["credit_wei"])
+    second = credits[trainers[1].address.lower()]
+    assert second["credit_wei"] == second["credited_wei"] != "0"
+    assert second["paid_wei"] == "0" and second["withdrawals"] == []

@@ -184,17 +184,6 @@ def test_post_form_validates_like_the_contract(stack: Stack, new_page: Any, page
     assert page_errors == []
 
 
-def test_unknown_run_shows_one_line_error(stack: Stack, new_page: Any, page_errors: PageErrors) -> None:
-    page = new_page
-    page.goto(stack.url + "/#/runs/999")
-    error = tid(page, "error")
-    error.wait_for()
-    assert "unknown task id 999" in error.inner_text()
-    assert len(error.inner_text().strip().splitlines()) == 1
-    # The browser logs the failed fetch (404) as a console error; nothing else may appear.
-    assert all("404" in e for e in page_errors), page_errors
-
-
 # ---------------------------------------------------------------------- the journey
 
 

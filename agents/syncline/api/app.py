@@ -154,7 +154,8 @@ def _routes(services: ApiServices) -> APIRouter:
     @api.get("/runs/{task_id}/receipt", response_model=ReceiptOut)
     def receipt(task_id: int) -> ReceiptOut:
         _task_row(services, task_id)
-        return payouts.receipt(services.market, task_id)
+        with services.db.session() as s:
+            return payouts.receipt(services.market, task_id, s)
 
     @api.get("/accounts/{address}", response_model=Account)
     def account(address: str) -> Account:

@@ -28,6 +28,7 @@ from syncline.api.schemas import (
     SubmissionOut,
     TimelineEntry,
     TrainerOut,
+    TrainerStatus,
     VoteOut,
     WitnessOut,
 )
@@ -187,8 +188,62 @@ def rounds(s: Session, task_id: int) -> list[RoundOut]:
     return out
 
 
+def _reason(text: str) -> str:
+    """A ``Credited.reason`` (bytes32) as the indexer stores it."""
+    return "0x" + text.encode().ljust(32, b"\0").hex()
+
+
+# A trainer's stake coming back (seal or cancel); a bond coming back (a witness's at seal or
+# cancel, or a challenger's when its challenge closes).
+REASON_STAKE = _reason("stake-refund")
+REASON_BOND = _reason("bond-refund")
+
+
+def trainer_status(task_status: str, enrolled: bool, evicted: bool) -> TrainerStatus:
+    """``evicted``; once the run settled, ``sealed`` (stake and reward credited) or ``refunded``
+    (cancelled: stake credited back); else ``active`` while enrolled, ``left`` otherwise."""
+    if evicted:
+        return "evicted"
+    if task_status == "sealed":
+        return "sealed"
+    if task_status == "cancelled":
+        return "refunded"
+    return "active" if enrolled else "left"
+
+
+def _credited(s: Session, task_id: int, reason: str, txs: set[str] | None = None) -> dict[str, int]:
+    """Per account, what ``task_id``'s ``Credited`` events with ``reason`` (in ``txs`` if given) credited."""
+    out: dict[str, int] = defaultdict(int)
+    for ev in s.scalars(select(RawEvent).where(RawEvent.name == "Credited", RawEvent.task_id == task_id)):
+        if str(ev.args["reason"]).lower() == reason and (txs is None or ev.tx_hash in txs):
+            out[str(ev.args["account"]).lower()] += int(ev.args["amount"])
+    return out
+
+
+def stakes_returned(s: Session, task_id: int) -> dict[str, int]:
+    """Stake credited back to each trainer of ``task_id`` (seal or cancel)."""
+    return _credited(s, task_id, REASON_STAKE)
+
+
+def bonds_returned(s: Session, task_id: int) -> dict[str, int]:
+    """Bond credited back to each witness of ``task_id``: the bond refunds of the transaction that
+    sealed or cancelled it (a challenger's bond refund never happens in that transaction: a task
+    seals only with no challenge open)."""
+    settled = set(
+        s.scalars(
+            select(RawEvent.tx_hash).where(
+                RawEvent.task_id == task_id, RawEvent.name.in_(("TaskSealed", "TaskCancelled"))
+            )
+        )
+    )
+    return _credited(s, task_id, REASON_BOND, settled) if settled else {}
+
+
 def trainers(s: Session, task_id: int) -> list[TrainerOut]:
     out: list[TrainerOut] = []
+    task = s.get(TaskRow, task_id)
+    task_status = task.status if task else ""
+    returned = stakes_returned(s, task_id)
     for t in s.scalars(select(TrainerRow).where(TrainerRow.task_id == task_id).order_by(TrainerRow.fragment)):
         mask = int(t.shard_mask)
         out.append(
@@ -197,7 +252,9 @@ def trainers(s: Session, task_id: int) -> list[TrainerOut]:
                 fragment=t.fragment,
                 enrolled=t.enrolled,
                 evicted=t.evicted,
+                status=trainer_status(task_status, t.enrolled, t.evicted),
                 stake_wei=t.stake_wei,
+                stake_returned_wei=str(returned.get(t.address, 0)),
                 slashed_wei=t.slashed_wei,
                 shards=[i for i in range(mask.bit_length()) if mask >> i & 1],
                 submitted=t.submitted,
@@ -212,11 +269,13 @@ def trainers(s: Session, task_id: int) -> list[TrainerOut]:
 
 
 def witnesses(s: Session, task_id: int) -> list[WitnessOut]:
+    returned = bonds_returned(s, task_id)
     return [
         WitnessOut(
             address=w.address,
             bonded=w.bonded,
             bond_wei=w.bond_wei,
+            bond_returned_wei=str(returned.get(w.address, 0)),
             slashed_wei=w.slashed_wei,
             votes=w.votes,
             matched=w.matched,

@@ -213,12 +213,17 @@ class RoundOut(BaseModel):
     challenges: list[int]
 
 
+TrainerStatus = Literal["active", "left", "evicted", "sealed", "refunded"]
+
+
 class TrainerOut(BaseModel):
     address: str
     fragment: int
     enrolled: bool
     evicted: bool
+    status: TrainerStatus
     stake_wei: str
+    stake_returned_wei: str
     slashed_wei: str
     shards: list[int]
     submitted: int
@@ -233,6 +238,7 @@ class WitnessOut(BaseModel):
     address: str
     bonded: bool
     bond_wei: str
+    bond_returned_wei: str
     slashed_wei: str
     votes: int
     matched: int
@@ -264,10 +270,20 @@ class Losses(BaseModel):
     trainers: dict[str, list[float | None]]
 
 
+class Withdrawal(BaseModel):
+    amount_wei: str
+    block: int
+    timestamp: int
+    tx: str
+
+
 class Credit(BaseModel):
     address: str
     role: Literal["sponsor", "trainer", "witness"]
     credit_wei: str
+    credited_wei: str = "0"
+    paid_wei: str = "0"
+    withdrawals: list[Withdrawal] = Field(default_factory=list)
 
 
 class ReceiptOut(BaseModel):

@@ -1,9 +1,9 @@
 // #/runs/<id>/challenge : pick a finalized round and a fault type, let the API build the proof
 // from public data, then send it with the challenge bond from the selected account.
-import { api, type BuiltProof, type JsonValue, type Round } from "../api";
+import { api, type BuiltProof, type JsonValue, type Round, type RunDetail } from "../api";
 import { h, replace, spinner } from "../dom";
-import { eth, humanize, shortHex, txLink } from "../format";
-import { clearError, reportError, requestRefresh, TxPanel, type Page } from "../ui";
+import { eth, humanize, relative, shortHex, time, timeEl, txLink } from "../format";
+import { clearError, reportError, requestRefresh, RunGate, TxPanel, type Page } from "../ui";
 import { wallet } from "../wallet";
 
 interface KindInfo {
@@ -38,7 +38,10 @@ export function challengePage(id: number, initialRound?: number): Page {
   let proof: BuiltProof | null = null;
   let building = false;
   let sending = false;
-  let loaded = false;
+  let detail: RunDetail | null = null;
+  let chainNow = Math.floor(Date.now() / 1000);
+  let chainFetchedAt = performance.now();
+  const now = () => chainNow + Math.floor((performance.now() - chainFetchedAt) / 1000);
 
   const roundSelect = h("select", { id: "challenge-round", testid: "challenge-round" });
   const kindSelect = h("select", { id: "challenge-kind", testid: "challenge-kind" }, ...KINDS.map((k) => h("option", { value: k.value }, k.label)));
@@ -51,6 +54,9 @@ export function challengePage(id: number, initialRound?: number): Page {
   const extraFields = h("div", { class: "grid grid-wide" });
   const buildButton = h("button", { type: "button", class: "btn", testid: "challenge-build" }, "Build proof");
   const buildStatus = h("span", { class: "muted" });
+  const buildRow = h("div", { class: "submit-row" }, buildButton, buildStatus);
+  // Shown instead of the form (run settled) or of the build button (this round's window passed).
+  const closedNotice = h("div", { class: "notice", testid: "challenge-closed", role: "status" });
   const proofHost = h("div");
   const resultHost = h("div");
   const txPanel = new TxPanel("challenge-tx-status");
@@ -60,9 +66,10 @@ export function challengePage(id: number, initialRound?: number): Page {
     { class: "page" },
     h("div", { class: "page-head" }, h("h1", null, `Challenge run #${id}`), h("a", { href: `#/runs/${id}`, class: "btn" }, "← Back to the run")),
     h("p", { class: "muted" }, "Anyone can prove a fault within the challenge window after a round closes. The API builds the proof from public data (chain, blob store, gossip); you send it with the challenge bond, which comes back with half the slash when the fault is proven."),
+    closedNotice,
     h(
       "section",
-      { class: "card" },
+      { class: "card", testid: "challenge-form" },
       h(
         "div",
         { class: "grid grid-wide" },
@@ -70,12 +77,15 @@ export function challengePage(id: number, initialRound?: number): Page {
         h("div", { class: "field" }, h("label", { for: "challenge-kind" }, "Fault"), kindSelect, kindBlurb),
       ),
       extraFields,
-      h("div", { class: "submit-row" }, buildButton, buildStatus),
+      buildRow,
       proofHost,
       txPanel.el,
       resultHost,
     ),
   );
+  const form = el.lastElementChild as HTMLElement;
+  closedNotice.hidden = true;
+  const gate = new RunGate(el, Array.from(el.children) as HTMLElement[], id);
 
   const info = () => KINDS.find((k) => k.value === kind) ?? KINDS[0]!;
   const round = () => rounds.find((r) => r.round === selectedRound) ?? null;
@@ -90,6 +100,56 @@ export function challengePage(id: number, initialRound?: number): Page {
   const segmentField = h("div", { class: "field" }, h("label", { for: "challenge-segment" }, "Segment"), segmentInput, segmentHint);
   let roundsKey = "";
 
+  /** When the challenge window of round `r` ends (its close + challenge_window_s), or null while open. */
+  function windowEnd(r: Round): number | null {
+    const windowS = num(detail?.spec.challenge_window_s);
+    return r.closed_at && windowS !== null ? r.closed_at + windowS : null;
+  }
+  const windowOpen = (r: Round) => {
+    const end = windowEnd(r);
+    return end === null || now() <= end;
+  };
+
+  /** Why nothing can be challenged in this run any more (settled or not started), or null. */
+  function runClosed(): HTMLElement | null {
+    const status = detail?.summary.status;
+    if (!detail || status === "running" || status === "awaiting_seal") return null;
+    const at = (kind: string) => detail!.timeline.find((e) => e.kind === kind)?.timestamp;
+    if (status === "sealed") {
+      return h("span", null, h("strong", null, "The challenge window closed: "), `run #${id} is sealed`, at("sealed") ? [" since ", timeEl(at("sealed"))] : null, ". Its rounds can no longer be challenged; its payouts are final (see the ", h("a", { href: `#/runs/${id}/receipt` }, "receipt"), ").");
+    }
+    if (status === "cancelled") return h("span", null, h("strong", null, "Nothing to challenge: "), `run #${id} was cancelled before it started.`);
+    return h("span", null, h("strong", null, "Nothing to challenge yet: "), `run #${id} is ${humanize(status ?? "unknown")}; rounds can be challenged once they close.`);
+  }
+
+  /** Settled run: the notice instead of the form. Selected round past its window: the notice
+   * instead of the build button. Otherwise the form as usual. */
+  function renderWindow(): void {
+    const closed = runClosed();
+    if (closed) {
+      replace(closedNotice, closed);
+      closedNotice.hidden = false;
+      form.hidden = true;
+      replace(buildRow);
+      invalidateProof();
+      return;
+    }
+    form.hidden = false;
+    const r = round();
+    const end = r ? windowEnd(r) : null;
+    if (r && end !== null && now() > end) {
+      replace(closedNotice, h("strong", null, "The challenge window closed: "), `round ${r.round}'s window ended ${relative(end - now())} (${time(end)}); the contract refuses challenges after it.`);
+      closedNotice.hidden = false;
+      if (!building && !sending) {
+        replace(buildRow);
+        invalidateProof();
+      }
+    } else {
+      closedNotice.hidden = true;
+      if (buildRow.firstChild !== buildButton) replace(buildRow, buildButton, buildStatus);
+    }
+  }
+
   function renderRounds(): void {
     const finalized = rounds.filter((r) => r.status === "finalized");
     if (finalized.length === 0) {
@@ -99,13 +159,18 @@ export function challengePage(id: number, initialRound?: number): Page {
       selectedRound = null;
     } else {
       roundSelect.disabled = false;
-      if (selectedRound === null || !finalized.some((r) => r.round === selectedRound)) selectedRound = finalized[finalized.length - 1]!.round;
-      const key = finalized.map((r) => `${r.round}:${r.state_root}:${r.vote_count}`).join("|");
+      if (selectedRound === null || !finalized.some((r) => r.round === selectedRound)) {
+        // The latest round still inside its challenge window, else the latest round.
+        const open = finalized.filter(windowOpen);
+        const pool = open.length ? open : finalized;
+        selectedRound = pool[pool.length - 1]!.round;
+      }
+      const key = finalized.map((r) => `${r.round}:${r.state_root}:${r.vote_count}:${windowOpen(r)}`).join("|");
       if (key !== roundsKey) {
         replace(
           roundSelect,
           ...finalized.map((r) =>
-            h("option", { value: String(r.round) }, `round ${r.round} · root ${shortHex(r.state_root, 8, 4)} · ${r.vote_count} vote${r.vote_count === 1 ? "" : "s"}`),
+            h("option", { value: String(r.round) }, `round ${r.round} · root ${shortHex(r.state_root, 8, 4)} · ${r.vote_count} vote${r.vote_count === 1 ? "" : "s"}${windowOpen(r) ? "" : " · window closed"}`),
           ),
         );
         roundsKey = key;
@@ -117,6 +182,7 @@ export function challengePage(id: number, initialRound?: number): Page {
       ? `${r.submissions?.length ?? 0} submissions (fragments ${(r.submissions ?? []).map((s) => `${s.fragment}${s.accepted ? "" : " left out"}`).join(", ") || "none"}); ${(r.challenges ?? []).length} challenge(s) so far`
       : "";
     renderFields();
+    renderWindow();
   }
 
   function renderFields(): void {
@@ -169,7 +235,7 @@ export function challengePage(id: number, initialRound?: number): Page {
   }
 
   async function build(): Promise<void> {
-    if (inputError() || selectedRound === null) return;
+    if (inputError() || selectedRound === null || runClosed() || !round() || !windowOpen(round()!)) return;
     const k = info();
     building = true;
     invalidateProof();
@@ -282,17 +348,28 @@ export function challengePage(id: number, initialRound?: number): Page {
   });
   buildButton.addEventListener("click", () => void build());
 
+  // A round's window can pass while the page is open.
+  let timer: number | null = window.setInterval(() => {
+    if (detail) renderWindow();
+  }, 1000);
+
   return {
     title: `Challenge run #${id}`,
     el,
+    destroy() {
+      if (timer !== null) window.clearInterval(timer);
+      timer = null;
+    },
     async refresh() {
-      const [list, detail] = await Promise.all([api.rounds(id), loaded ? Promise.resolve(null) : api.run(id)]);
-      if (detail) {
-        const inner = num(detail.spec.inner_steps);
-        const interval = num(detail.spec.checkpoint_interval) || inner;
-        segments = inner && interval ? Math.ceil(inner / interval) : null;
-        loaded = true;
-      }
+      const d = await gate.load(() => api.run(id));
+      if (!d) return;
+      const [list, chainTime] = await Promise.all([api.rounds(id), wallet.chainTime().catch(() => Math.floor(Date.now() / 1000))]);
+      detail = d;
+      chainNow = chainTime;
+      chainFetchedAt = performance.now();
+      const inner = num(d.spec.inner_steps);
+      const interval = num(d.spec.checkpoint_interval) || inner;
+      segments = inner && interval ? Math.ceil(inner / interval) : null;
       rounds = list;
       if (!building && !sending) renderRounds();
       else updateButtons();

@@ -4,7 +4,7 @@
 import { isAddress } from "viem";
 import { api, type JsonObject, type JsonValue, type Prepared, type Template } from "../api";
 import { h, replace, spinner } from "../dom";
-import { eth, humanize, relative, shortHex, time, toWei } from "../format";
+import { eth, fromLocalInput, humanize, parseEth, relative, shortHex, time, toLocalInput, toWei, weiToEthText } from "../format";
 import { reportError, clearError, requestRefresh, type Page } from "../ui";
 import { wallet } from "../wallet";
 
@@ -51,16 +51,16 @@ const KNOWN: FieldDef[] = [
   { name: "round_duration_s", label: "Round duration (s)", kind: "int", group: "rounds", help: "Commit deadline after a round opens." },
   { name: "grace_window_s", label: "Grace window (s)", kind: "int", group: "rounds", help: "No quorum by deadline + grace: anyone may carry the round forward." },
   { name: "challenge_window_s", label: "Challenge window (s)", kind: "int", group: "rounds", help: "Time to prove a fault after a round closes, before sealing." },
-  { name: "enrollment_deadline", label: "Enrollment deadline (chain time, s)", kind: "deadline", group: "rounds" },
+  { name: "enrollment_deadline", label: "Enrollment deadline", kind: "deadline", group: "rounds", help: "Date and time (your time zone) by which min trainers must enroll; compared with the chain's clock." },
   { name: "min_trainers", label: "Min trainers", kind: "int", group: "trainers" },
   { name: "max_trainers", label: "Max trainers", kind: "int", group: "trainers", help: "At most the number of shards." },
-  { name: "trainer_stake_wei", label: "Trainer stake (wei)", kind: "wei", group: "trainers" },
+  { name: "trainer_stake_wei", label: "Trainer stake (ETH)", kind: "wei", group: "trainers" },
   { name: "max_missed_rounds", label: "Max missed rounds", kind: "int", group: "trainers", help: "Consecutive misses before eviction." },
   { name: "eviction_slash_bps", label: "Eviction slash (bps)", kind: "int", group: "trainers", help: "Share of the stake slashed on eviction (10000 = all)." },
   { name: "witnesses", label: "Witness addresses (one per line)", kind: "addresses", group: "witnesses" },
   { name: "threshold", label: "Threshold k", kind: "int", group: "witnesses", help: "Matching votes needed to finalize a round (1..N)." },
-  { name: "witness_fee_wei", label: "Witness fee per vote (wei)", kind: "wei", group: "witnesses" },
-  { name: "witness_bond_wei", label: "Witness bond (wei)", kind: "wei", group: "witnesses", help: "Each witness bonds this before voting; slashed on a proven fault." },
+  { name: "witness_fee_wei", label: "Witness fee per vote (ETH)", kind: "wei", group: "witnesses" },
+  { name: "witness_bond_wei", label: "Witness bond (ETH)", kind: "wei", group: "witnesses", help: "Each witness bonds this before voting; slashed on a proven fault." },
   { name: "aggregation.rule", label: "Aggregation rule", kind: "select", group: "aggregation" },
   { name: "aggregation.trim_fraction", label: "Trim fraction", kind: "float", group: "aggregation", help: "Per side, 0 < β < 0.5; trims floor(β·min_trainers) ≥ 1.", visible: (v) => v["aggregation.rule"] === "trimmed_mean" },
   { name: "aggregation.krum_f", label: "Krum f (tolerated Byzantine trainers)", kind: "int", group: "aggregation", help: "Needs min_trainers ≥ 2f + 3.", visible: (v) => v["aggregation.rule"] === "krum" || v["aggregation.rule"] === "multi_krum" },
@@ -68,8 +68,8 @@ const KNOWN: FieldDef[] = [
   { name: "outer_optimizer.lr", label: "Outer learning rate", kind: "float", group: "aggregation", help: "Nesterov outer step (DiLoCo: 0.7)." },
   { name: "outer_optimizer.momentum", label: "Outer momentum", kind: "float", group: "aggregation", help: "0 ≤ μ < 1 (DiLoCo: 0.9)." },
   { name: "gradient_bits", label: "Gradient bits", kind: "select", group: "aggregation", help: "Quantization of the committed outer gradients." },
-  { name: "reward_pool_wei", label: "Reward pool (wei)", kind: "wei", group: "money", help: "Paid to trainers pro rata to accepted work at seal." },
-  { name: "challenge_bond_wei", label: "Challenge bond (wei)", kind: "wei", group: "money", help: "Posted with every challenge; returned plus a bounty when the fault is proven." },
+  { name: "reward_pool_wei", label: "Reward pool (ETH)", kind: "wei", group: "money", help: "Paid to trainers pro rata to accepted work at seal." },
+  { name: "challenge_bond_wei", label: "Challenge bond (ETH)", kind: "wei", group: "money", help: "Posted with every challenge; returned plus a bounty when the fault is proven." },
   { name: "corpus.shard_count", label: "Shards", kind: "int", group: "model", help: "Token shards (at least max trainers)." },
   { name: "corpus.vocab_size", label: "Vocabulary size", kind: "int", group: "model", help: "BPE tokenizer vocabulary." },
   { name: "corpus.seq_len", label: "Sequence length", kind: "int", group: "model" },
@@ -120,7 +120,7 @@ function fieldsFor(template: Template): FieldDef[] {
     else if (typeof value === "number") kind = "number";
     else if (Array.isArray(value)) kind = "list";
     else if (name.endsWith("_wei")) kind = "wei";
-    defs.push({ name, label: name.includes(".") ? `${label} (${name})` : label, kind, group: "other" });
+    defs.push({ name, label: `${name.includes(".") ? `${label} (${name})` : label}${kind === "wei" ? " (ETH)" : ""}`, kind, group: "other" });
   }
   return defs;
 }
@@ -128,6 +128,9 @@ function fieldsFor(template: Template): FieldDef[] {
 function initialValue(def: FieldDef, value: JsonValue | undefined): string | boolean {
   if (def.kind === "bool") return value === true;
   if (value === null || value === undefined) return "";
+  // Amounts are typed in ETH (the spec holds wei); deadlines as a local date-time (the spec: seconds).
+  if (def.kind === "wei") return weiToEthText(value);
+  if (def.kind === "deadline" && typeof value === "number") return toLocalInput(value);
   if (Array.isArray(value)) return value.map((v) => (typeof v === "string" ? v : JSON.stringify(v))).join("\n");
   if (typeof value === "object") return JSON.stringify(value);
   return String(value);
@@ -190,6 +193,11 @@ export function postPage(): Page {
     return [lo, hi];
   };
   const chainNow = () => (template ? template.chain_time + Math.floor((performance.now() - fetchedAt) / 1000) : Math.floor(Date.now() / 1000));
+  /** The wei of an amount field (typed in ETH), or null while it is not a valid amount. */
+  const weiOf = (name: string): bigint | null => {
+    const parsed = parseEth(String(values[name] ?? ""));
+    return "wei" in parsed ? parsed.wei : null;
+  };
 
   function optionsFor(def: FieldDef): string[] {
     switch (def.name) {
@@ -241,8 +249,9 @@ export function postPage(): Page {
       if (!isVisible(def.name)) continue;
       const text = raw(def.name);
       if (def.kind === "wei") {
-        if (toWei(text) === null) e.set(def.name, "wei: a non-negative whole number");
-        else if (toWei(text)! > U(def.name === "reward_pool_wei" ? 256 : 128)) e.set(def.name, "too large for the contract's field");
+        const parsed = parseEth(text);
+        if ("error" in parsed) e.set(def.name, parsed.error);
+        else if (parsed.wei > U(def.name === "reward_pool_wei" ? 256 : 128)) e.set(def.name, "too large for the contract's field");
       } else if (def.kind === "number" && num(def.name) === null) e.set(def.name, "must be a number");
       else if (def.kind === "int" && int(def.name) === null) e.set(def.name, "must be a non-negative whole number");
       else if (def.kind === "text" && def.name === "name" && !text) e.set(def.name, "give the run a name");
@@ -256,10 +265,11 @@ export function postPage(): Page {
     needInt("grace_window_s", 0n, maxWindow, `must be within 0..${maxWindow} s`);
     needInt("challenge_window_s", 0n, maxWindow, `must be within 0..${maxWindow} s`);
     if (has("enrollment_deadline")) {
-      const deadline = int("enrollment_deadline");
+      const ts = fromLocalInput(raw("enrollment_deadline"));
+      const deadline = ts === null ? null : BigInt(ts);
       const now = BigInt(chainNow());
-      if (deadline === null) e.set("enrollment_deadline", "a chain timestamp in seconds");
-      else if (deadline <= now) e.set("enrollment_deadline", `must be in the future (chain time is ${now})`);
+      if (deadline === null) e.set("enrollment_deadline", "pick a date and a time");
+      else if (deadline <= now) e.set("enrollment_deadline", `must be after the chain's current time (${time(Number(now))})`);
       else if (deadline - now > maxWindow) e.set("enrollment_deadline", "at most 365 days from now");
     }
 
@@ -273,9 +283,9 @@ export function postPage(): Page {
     const [minShards, maxShards] = sizeBounds("corpus.shard_count");
     const shards = needInt("corpus.shard_count", minShards, maxShards, `must be within ${minShards}..${maxShards}`);
     if (shards !== null && maxT !== null && maxT > shards) e.set("corpus.shard_count", `need max trainers (${maxT}) ≤ shards`);
-    const stake = has("trainer_stake_wei") ? toWei(raw("trainer_stake_wei")) : null;
+    const stake = has("trainer_stake_wei") ? weiOf("trainer_stake_wei") : null;
     if (stake === 0n) e.set("trainer_stake_wei", "must be positive");
-    const bond = has("witness_bond_wei") ? toWei(raw("witness_bond_wei")) : null;
+    const bond = has("witness_bond_wei") ? weiOf("witness_bond_wei") : null;
     if (bond === 0n) e.set("witness_bond_wei", "must be positive: every witness puts a bond at stake before it votes");
     needInt("max_missed_rounds", 0n, U(16));
     const maxSlash = BigInt(limitNum("max_slash_bps", 10_000));
@@ -346,7 +356,7 @@ export function postPage(): Page {
     if (has("gradient_bits") && !optionsFor({ name: "gradient_bits" } as FieldDef).includes(raw("gradient_bits"))) {
       e.set("gradient_bits", "not a supported width");
     }
-    const pool = has("reward_pool_wei") ? toWei(raw("reward_pool_wei")) : null;
+    const pool = has("reward_pool_wei") ? weiOf("reward_pool_wei") : null;
     if (pool === 0n) e.set("reward_pool_wei", "must be positive");
 
     // Corpus and model sizes: the API's bounds (limits.corpus / limits.model) and the Llama rules.
@@ -399,8 +409,8 @@ export function postPage(): Page {
   // ---------------------------------------------------------------- escrow
 
   function escrow(): { total: bigint; pool: bigint; fees: bigint; fee: bigint; k: bigint; rounds: bigint } | null {
-    const pool = toWei(String(values.reward_pool_wei ?? ""));
-    const fee = toWei(String(values.witness_fee_wei ?? "0"));
+    const pool = weiOf("reward_pool_wei");
+    const fee = values.witness_fee_wei === undefined ? 0n : weiOf("witness_fee_wei");
     const k = toWei(String(values.threshold ?? ""));
     const rounds = toWei(String(values.rounds ?? ""));
     if (pool === null || fee === null || k === null || rounds === null) return null;
@@ -444,12 +454,14 @@ export function postPage(): Page {
       }
       const hint = hints.get(def.name);
       if (hint && def.kind === "wei") {
-        const wei = toWei(String(values[def.name] ?? ""));
-        hint.textContent = wei === null ? "" : `= ${eth(wei)}`;
+        const wei = weiOf(def.name);
+        hint.textContent = wei === null ? "" : `= ${wei.toString()} wei`;
+        hint.dataset.wei = wei === null ? "" : wei.toString();
       }
       if (hint && def.kind === "deadline") {
-        const ts = Number(values[def.name]);
-        hint.textContent = Number.isFinite(ts) && ts > 0 ? `${relative(ts - chainNow())} · ${time(ts)} (chain time now ${chainNow()})` : "";
+        const ts = fromLocalInput(String(values[def.name] ?? ""));
+        hint.textContent = ts !== null ? `${relative(ts - chainNow())} · chain time now ${time(chainNow())}` : "";
+        hint.dataset.ts = ts === null ? "" : String(ts);
       }
     }
     const e = escrow();
@@ -495,14 +507,17 @@ export function postPage(): Page {
     if (def.kind === "bool") {
       return h("input", { ...common, type: "checkbox", checked: value === true });
     }
-    const numeric = def.kind === "int" || def.kind === "wei" || def.kind === "deadline";
+    if (def.kind === "deadline") {
+      return h("input", { ...common, type: "datetime-local", step: 1, class: "mono", value: String(value ?? "") });
+    }
     return h("input", {
       ...common,
       type: "text",
-      inputmode: numeric ? "numeric" : def.kind === "float" || def.kind === "number" ? "decimal" : undefined,
+      inputmode: def.kind === "int" ? "numeric" : def.kind === "float" || def.kind === "number" || def.kind === "wei" ? "decimal" : undefined,
       autocomplete: "off",
       spellcheck: "false",
-      class: def.kind === "wei" || def.kind === "deadline" ? "mono" : undefined,
+      class: def.kind === "wei" ? "mono" : undefined,
+      placeholder: def.kind === "wei" ? "ETH, e.g. 1.5" : undefined,
       value: String(value ?? ""),
     });
   }
@@ -529,7 +544,7 @@ export function postPage(): Page {
             type: "button",
             class: "btn btn-small",
             onclick: () => {
-              input.value = String(chainNow() + seconds);
+              input.value = toLocalInput(chainNow() + seconds);
               onChange();
             },
           }, label),
@@ -579,10 +594,12 @@ export function postPage(): Page {
           value = raw === true;
           break;
         case "wei":
-          value = text;
+          value = (parseEth(text) as { wei: bigint }).wei.toString();
           break;
-        case "int":
-        case "deadline": {
+        case "deadline":
+          value = fromLocalInput(text) ?? 0;
+          break;
+        case "int": {
           const big = BigInt(text || "0");
           value = big <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(big) : big.toString();
           break;

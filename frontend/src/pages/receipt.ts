@@ -2,11 +2,25 @@
 // claim (withdraw()) buttons, and the model/state downloads.
 import { api, type Credit, type ReceiptResponse, type RunDetail } from "../api";
 import { h, replace, spinner } from "../dom";
-import { addr, ethCell, hashWithCopy, isZeroHash, pill, toWei } from "../format";
-import { emptyRow, requestRefresh, table, TxPanel, type Page } from "../ui";
+import { addr, ethCell, hashWithCopy, isZeroHash, pill, shortTx, timeEl, toWei } from "../format";
+import { emptyRow, requestRefresh, RunGate, table, TxPanel, type Page } from "../ui";
 import { wallet } from "../wallet";
 
 const sum = (...values: (string | undefined)[]) => values.reduce((acc, v) => acc + (toWei(v) ?? 0n), 0n).toString();
+
+/** "paid 1.2 ETH (withdrawn)" with the last withdrawal's date and tx; "not yet withdrawn" before. */
+function paidCell(c: Credit): HTMLElement {
+  const paid = toWei(c.paid_wei) ?? 0n;
+  const last = c.withdrawals?.[c.withdrawals.length - 1];
+  if (paid === 0n) return h("span", { class: "muted" }, (toWei(c.credited_wei) ?? 0n) > 0n ? "not yet withdrawn" : "—");
+  return h(
+    "span",
+    { class: "paid" },
+    h("span", { class: "ok" }, "paid ", ethCell(c.paid_wei), " (withdrawn)"),
+    // The withdrawal's event may not be indexed yet: the live credit already says it was paid.
+    last ? h("span", { class: "muted small" }, " ", timeEl(last.timestamp), " ", shortTx(last.tx)) : null,
+  );
+}
 
 export function receiptPage(id: number): Page {
   const statusHost = h("span");
@@ -36,12 +50,13 @@ export function receiptPage(id: number): Page {
       "section",
       { class: "card" },
       h("h2", null, "Claims"),
-      h("p", { class: "muted small" }, "Payments are pulled: each account withdraws its whole credit (from every run) with withdraw()."),
-      table("credits-table", ["Account", "Role", "#Claimable credit", ""], creditsBody, "Claimable credits"),
+      h("p", { class: "muted small" }, "Payments are pulled: each account withdraws its whole credit (from every run) with withdraw(). Credited is what this run credited the account; paid is how much of it a withdrawal has paid out."),
+      table("credits-table", ["Account", "Role", "#Credited by this run", "Paid", "#Claimable now", ""], creditsBody, "Credits and claims"),
       txPanel.el,
     ),
   );
   replace(payoutBody, h("tr", null, h("td", { colspan: 7 }, spinner("Loading…"))));
+  const gate = new RunGate(el, Array.from(el.children) as HTMLElement[], id);
 
   async function claim(address: string): Promise<void> {
     const key = address.toLowerCase();
@@ -61,16 +76,16 @@ export function receiptPage(id: number): Page {
   }
 
   function renderCredits(credits: Credit[]): void {
-    const merged = new Map<string, { address: string; roles: string[]; credit: string }>();
+    const merged = new Map<string, { address: string; roles: string[]; credit: string; line: Credit }>();
     for (const c of credits) {
       const key = c.address.toLowerCase();
       const entry = merged.get(key);
       if (entry) {
         if (!entry.roles.includes(c.role)) entry.roles.push(c.role);
-      } else merged.set(key, { address: key, roles: [c.role], credit: c.credit_wei });
+      } else merged.set(key, { address: key, roles: [c.role], credit: c.credit_wei, line: c });
     }
     if (merged.size === 0) {
-      replace(creditsBody, emptyRow(4, "Nobody has anything to claim."));
+      replace(creditsBody, emptyRow(6, "Nobody has anything to claim."));
       return;
     }
     replace(
@@ -84,6 +99,8 @@ export function receiptPage(id: number): Page {
           { testid: `credit-row-${c.address}` },
           h("td", null, addr(c.address)),
           h("td", null, c.roles.join(", ")),
+          h("td", { class: "num", testid: `credited-${c.address}` }, ethCell(c.line.credited_wei ?? "0")),
+          h("td", { testid: `credit-paid-${c.address}` }, paidCell(c.line)),
           h("td", { class: "num", testid: `credit-${c.address}` }, ethCell(c.credit)),
           h(
             "td",
@@ -196,7 +213,9 @@ export function receiptPage(id: number): Page {
     title: `Receipt #${id}`,
     el,
     async refresh() {
-      const [receipt, detail] = await Promise.all([api.receipt(id), api.run(id).catch(() => null)]);
+      const receipt = await gate.load(() => api.receipt(id));
+      if (!receipt) return;
+      const detail = await api.run(id).catch(() => null);
       last = { receipt, detail };
       render(receipt, detail);
     },

@@ -26,8 +26,10 @@ import {
   relative,
   shortTx,
   time,
+  timeEl,
+  toWei,
 } from "../format";
-import { emptyRow, requestRefresh, table, TxPanel, type Page } from "../ui";
+import { emptyRow, requestRefresh, RunGate, table, TxPanel, type Page } from "../ui";
 import { wallet } from "../wallet";
 
 const OPEN_CHALLENGE = "open";
@@ -110,11 +112,12 @@ export function runPage(id: number): Page {
       "section",
       { class: "card" },
       h("h2", null, "Challenges"),
-      table("challenges-table", ["#Id", "Kind", "#Round", "#Fragment / segment", "Status", "Accused", "Challenger", "#Bond", "#Slashed", "#Referee votes", "Deadline", "Tx", "Action"], challengesBody, "Challenges"),
+      table("challenges-table", ["#Id", "Kind", "#Round", "#Fragment / segment", "Status", "Accused", "Challenger · tx", "#Bond", "#Slashed", "#Referee votes", "Deadline", "Action"], challengesBody, "Challenges"),
     ),
     specHost,
   );
   roundsBody.append(emptyRow(10, "Loading…"));
+  const gate = new RunGate(el, Array.from(el.children) as HTMLElement[], id);
 
   // ---------------------------------------------------------------- actions
 
@@ -191,7 +194,7 @@ export function runPage(id: number): Page {
     if (c.kind === "training_fraud") {
       return passed
         ? actionButton(`expire-${cid}`, "Expire", `challenge-expire-${cid}`, () => void act(`expire-${cid}`, "expireChallenge", cid, `expire challenge #${cid}`))
-        : h("span", { class: "muted small" }, `referees vote until ${relative(c.deadline - now())}`);
+        : h("span", { class: "muted small" }, `referee votes close ${relative(c.deadline - now())}`);
     }
     return "";
   }
@@ -215,6 +218,7 @@ export function runPage(id: number): Page {
       kv("Reward pool", ethCell(s.reward_pool_wei)),
       kv("Escrow held", ethCell(s.escrow_wei)),
       kv("Trainers", `${s.trainers_enrolled} enrolled (min ${s.min_trainers}, max ${s.max_trainers})`),
+      num(d.spec.enrollment_deadline) !== null ? kv("Enrollment deadline", h("span", { testid: "run-enrollment-deadline" }, timeEl(num(d.spec.enrollment_deadline), now()), s.status === "enrolling" ? ` (${relative(num(d.spec.enrollment_deadline)! - now())})` : "")) : null,
       kv("Open challenges", s.open_challenges > 0 ? h("span", { class: "warn" }, String(s.open_challenges)) : "0"),
       kv("Sponsor", addr(s.sponsor)),
       st.fee_budget_wei !== undefined ? kv("Witness fee budget", ethCell(st.fee_budget_wei)) : null,
@@ -245,7 +249,7 @@ export function runPage(id: number): Page {
           "li",
           { class: `tl tl-${e.kind}`, "data-kind": e.kind },
           h("span", { class: "tl-dot", "aria-hidden": "true" }),
-          h("div", { class: "tl-body" }, h("div", { class: "tl-text" }, e.text), h("div", { class: "tl-meta muted" }, `${time(e.timestamp)} · block ${e.block}`, e.round !== null && e.round !== undefined ? ` · round ${e.round}` : "", e.tx ? [" · ", shortTx(e.tx)] : null)),
+          h("div", { class: "tl-body" }, h("div", { class: "tl-text" }, e.text), h("div", { class: "tl-meta muted" }, timeEl(e.timestamp, now()), ` · block ${e.block}`, e.round !== null && e.round !== undefined ? ` · round ${e.round}` : "", e.tx ? [" · ", shortTx(e.tx)] : null)),
         ),
       ),
     );
@@ -299,7 +303,7 @@ export function runPage(id: number): Page {
           h("td", { class: "num", title: `${accepted} accepted of ${committed} committed (masks ${r.accepted_mask} / ${r.committed_mask})` }, `${accepted}/${committed}`, revoked ? h("span", { class: "warn" }, ` (${revoked} revoked)`) : null),
           h("td", null, r.carried_forward ? h("span", { class: "warn" }, "yes") : "—"),
           h("td", { class: "num" }, loss(r.validation_loss)),
-          h("td", null, r.closed_at ? time(r.closed_at) : r.deadline ? `deadline ${time(r.deadline)}` : "—"),
+          h("td", { testid: `round-closed-${r.round}` }, r.closed_at ? timeEl(r.closed_at, now()) : r.deadline ? ["deadline ", timeEl(r.deadline, now())] : "—"),
           h("td", null, ...(r.challenges ?? []).flatMap((cid, i) => [i ? ", " : "", h("a", { href: `#/runs/${id}`, class: "challenge-link", onclick: (ev: Event) => scrollToChallenge(ev, cid) }, `#${cid}`)])),
           h("td", null, r.status === "finalized" ? h("a", { href: `#/runs/${id}/challenge?round=${r.round}`, class: "small" }, "challenge…") : ""),
         );
@@ -331,7 +335,7 @@ export function runPage(id: number): Page {
           { testid: `trainer-row-${a}` },
           h("td", null, addr(a)),
           h("td", { class: "num" }, String(t.fragment)),
-          h("td", { class: "num", testid: `trainer-stake-${a}` }, ethCell(t.stake_wei)),
+          h("td", { class: "num", testid: `trainer-stake-${a}` }, returnedCell(t.stake_wei, t.stake_returned_wei, "trainer")),
           h("td", { class: "shards" }, (t.shards ?? []).join(", ") || "—"),
           h("td", { class: "num" }, String(t.submitted)),
           h("td", { class: "num" }, String(t.accepted)),
@@ -339,7 +343,7 @@ export function runPage(id: number): Page {
           h("td", { class: "num" }, percent(t.acceptance_rate)),
           h("td", { class: "num", testid: `trainer-reward-${a}` }, ethCell(t.reward_wei)),
           h("td", { class: "num", testid: `trainer-slashed-${a}` }, t.slashed_wei !== "0" ? h("span", { class: "bad" }, ethCell(t.slashed_wei)) : ethCell(t.slashed_wei)),
-          h("td", null, t.evicted ? pill("evicted") : t.enrolled ? pill("active") : pill("left")),
+          h("td", null, pill(t.status, `trainer-status-${a}`)),
         );
       }),
     );
@@ -359,7 +363,7 @@ export function runPage(id: number): Page {
           { testid: `witness-row-${a}` },
           h("td", null, addr(a)),
           h("td", null, w.bonded ? "yes" : h("span", { class: "muted" }, "no")),
-          h("td", { class: "num" }, ethCell(w.bond_wei)),
+          h("td", { class: "num", testid: `witness-bond-${a}` }, returnedCell(w.bond_wei, w.bond_returned_wei, "witness")),
           h("td", { class: "num", testid: `witness-slashed-${a}` }, w.slashed_wei !== "0" ? h("span", { class: "bad" }, ethCell(w.slashed_wei)) : ethCell(w.slashed_wei)),
           h("td", { class: "num" }, String(w.votes)),
           h("td", { class: "num" }, String(w.matched)),
@@ -373,7 +377,7 @@ export function runPage(id: number): Page {
   function renderChallenges(list: Challenge[]): void {
     challengeCells.clear();
     if (list.length === 0) {
-      replace(challengesBody, emptyRow(13, "No challenges. Anyone can prove a fault from the challenge page."));
+      replace(challengesBody, emptyRow(12, "No challenges. Anyone can prove a fault from the challenge page."));
       return;
     }
     replace(
@@ -392,12 +396,11 @@ export function runPage(id: number): Page {
           h("td", { class: "num" }, needsFragment ? `${c.fragment}${c.kind === "training_fraud" ? ` / ${c.segment}` : ""}` : "—"),
           h("td", null, pill(c.status, `challenge-status-${cid}`)),
           h("td", null, addr(c.accused)),
-          h("td", null, addr(c.challenger)),
+          h("td", { class: "stack" }, addr(c.challenger), shortTx(c.tx)),
           h("td", { class: "num" }, ethCell(c.bond_wei)),
           h("td", { class: "num" }, c.slashed_wei !== "0" ? h("span", { class: "bad" }, ethCell(c.slashed_wei)) : ethCell(c.slashed_wei)),
           h("td", { class: "num" }, c.kind === "training_fraud" ? `${c.guilty_votes} guilty / ${c.innocent_votes} innocent` : "—"),
-          h("td", null, c.deadline ? time(c.deadline) : "—"),
-          h("td", null, shortTx(c.tx)),
+          h("td", null, timeEl(c.deadline, now())),
           cell,
         );
       }),
@@ -411,7 +414,12 @@ export function runPage(id: number): Page {
     el,
     async refresh() {
       // The run first: an unknown id is one 404 and one error line.
-      const d = await api.run(id);
+      const d = await gate.load(() => api.run(id));
+      if (!d) {
+        detail = null;
+        document.title = `No such run #${id} · Syncline`;
+        return;
+      }
       const [rounds, trainers, witnesses, list, losses, chainTime] = await Promise.all([
         api.rounds(id),
         api.trainers(id),
@@ -440,6 +448,12 @@ export function runPage(id: number): Page {
       chart.destroy();
     },
   };
+}
+
+/** A stake or bond held; once the run settled (nothing held), what came back to the owner's credit. */
+function returnedCell(held: string, returned: string | undefined, who: string): HTMLElement {
+  if ((toWei(returned) ?? 0n) === 0n || (toWei(held) ?? 0n) > 0n) return ethCell(held);
+  return h("span", { class: "stake-returned", title: `credited back to the ${who}; claim it from the receipt page` }, ethCell(returned), " returned");
 }
 
 function kv(label: string, value: Node | string | null): HTMLElement[] {

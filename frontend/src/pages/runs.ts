@@ -1,7 +1,7 @@
 // #/ : every run, newest first.
 import { api, type RunSummary } from "../api";
 import { h, replace } from "../dom";
-import { addr, ethCell, humanize, pill, time } from "../format";
+import { addr, ethCell, humanize, pill, timeEl } from "../format";
 import { emptyRow, table, type Page } from "../ui";
 
 const HEADERS = ["Run", "Name", "Status", "Tier", "Rule", "Progress", "#Reward pool", "#Trainers", "#Challenges", "Sponsor", "Posted"];
@@ -38,7 +38,7 @@ function row(run: RunSummary): HTMLTableRowElement {
     h("td", { class: "num", title: `min ${run.min_trainers}, max ${run.max_trainers}` }, `${run.trainers_enrolled}/${run.max_trainers}`),
     h("td", { class: "num", title: "open challenges" }, run.open_challenges > 0 ? h("span", { class: "warn" }, String(run.open_challenges)) : "0"),
     h("td", null, addr(run.sponsor)),
-    h("td", null, time(run.posted_at)),
+    h("td", null, timeEl(run.posted_at, undefined, `run-posted-${id}`)),
   );
 }
 
