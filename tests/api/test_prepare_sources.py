@@ -26,6 +26,8 @@ SIZES = {"shard_count": SHARD_COUNT, "vocab_size": VOCAB_SIZE, "seq_len": SEQ_LE
 
 def _body(http: Http, corpus: dict[str, Any]) -> dict[str, Any]:
     template = http.ok("/api/template")
+    # The form's defaults stay the sizes alone (the form turns every template leaf into a field).
+    assert set(template["corpus"]) == set(SIZES)
     spec = {**template["spec"], "name": "own-data-task", "inner_steps": 4, "checkpoint_interval": 2, "rounds": 2}
     return {"spec": spec, "corpus": {**corpus, **SIZES}, "model": TINY_MODEL}
 
