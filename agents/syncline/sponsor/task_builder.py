@@ -28,7 +28,13 @@ from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.spec import TrainingTaskSpec
 from syncline.protocol.state import TrainingState
 from syncline.run.context import TaskContext, model_config
-from syncline.sponsor.data_sources import DataSource, DataSourceError, LoadedSource, load_source
+from syncline.sponsor.data_sources import (
+    DataSource,
+    DataSourceError,
+    LoadedSource,
+    parse_source,
+    read_source_files,
+)
 
 
 def _hex(b: bytes) -> str:
@@ -41,16 +47,16 @@ CORPUS_FORMAT = "v2"
 def cached_corpus(shard_count: int, vocab_size: int, source: DataSource | None = None) -> PreparedCorpus:
     """The corpus of ``source`` (default: the demo's Shakespeare) in ``shard_count`` shards.
 
-    The source is read on every call (bounded; its bytes are hashed for the cache key); the
-    tokenizer is trained only when no cached corpus matches.
+    The source's files are read and hashed on every call (bounded); they are parsed and the
+    tokenizer trained only when no cached corpus matches that hash.
     """
-    loaded = load_source(source or DataSource.shakespeare())
-    key = hashlib.sha256(f"{loaded.content_hash}:{shard_count}:{vocab_size}:{CORPUS_FORMAT}".encode()).hexdigest()
+    files = read_source_files(source or DataSource.shakespeare())
+    key = hashlib.sha256(f"{files.content_hash}:{shard_count}:{vocab_size}:{CORPUS_FORMAT}".encode()).hexdigest()
     path = state_dir() / "datasets" / f"{key[:24]}.pkl"
     if path.exists():
         corpus: PreparedCorpus = pickle.loads(path.read_bytes())
         return corpus
-    corpus = prepare_corpus(loaded, shard_count=shard_count, vocab_size=vocab_size)
+    corpus = prepare_corpus(parse_source(files), shard_count=shard_count, vocab_size=vocab_size)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     partial.write_bytes(pickle.dumps(corpus))
