@@ -309,6 +309,8 @@ def test_bad_descriptions(tmp_path: Path) -> None:
         ({"type": "jsonl", "path": str(path), "colum": "t"}, "unknown field 'colum'"),
         ({"type": "jsonl", "path": str(path), "glob": "*.x"}, "a jsonl source takes only"),
         ({"type": "shakespeare", "path": str(path)}, "the shakespeare corpus takes no path"),
+        ({"type": "text_dir", "path": str(tmp_path), "glob": "../*.txt"}, "glob: a file-name pattern"),
+        ({"type": "text_dir", "path": str(tmp_path), "glob": "/etc/*"}, "glob: a file-name pattern"),
         ({"type": "jsonl", "path": str(path), "max_bytes": 0}, "max_bytes: expected a positive integer"),
     ]
     for raw, fragment in cases:

@@ -189,6 +189,9 @@ class DataSource:
         extra = sorted(set(strings) - allowed)
         if extra:
             raise DataSourceError(f"{label}.{extra[0]}: a {kind} source takes only {', '.join(sorted(allowed))}")
+        pattern = strings.get("glob")
+        if pattern is not None and ("/" in pattern or "\\" in pattern or pattern in (".", "..")):
+            raise DataSourceError(f"{label}.glob: a file-name pattern such as '*.rst' (no directories)")
         fields = RecordFields(
             text=strings.get("text_field"), prompt=strings.get("prompt_field"), response=strings.get("response_field")
         )
