@@ -170,7 +170,8 @@ def test_parquet_columns(tmp_path: Path) -> None:
 
 
 def test_hf_disk_dataset_and_dataset_dict_from_save_to_disk(tmp_path: Path) -> None:
-    datasets = pytest.importorskip("datasets")
+    import datasets  # dev dependency: the fixture is written by save_to_disk itself
+
     data = rows(4)
     single = datasets.Dataset.from_list(data)
     single.save_to_disk(str(tmp_path / "single"))
@@ -243,7 +244,8 @@ def test_missing_field_or_column_names_it_and_those_present(tmp_path: Path) -> N
     one_line_error(
         lambda: load_source(source("parquet", parquet, text_field="n")), "column 'n' holds int64, expected text"
     )
-    datasets = pytest.importorskip("datasets")
+    import datasets  # dev dependency: the fixture is written by save_to_disk itself
+
     datasets.Dataset.from_list([{"content": "x"}]).save_to_disk(str(tmp_path / "hf"))
     one_line_error(lambda: load_source(source("hf_disk", tmp_path / "hf")), "no column 'text'", "'content'")
 
