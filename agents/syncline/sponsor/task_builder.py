@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from syncline.blobstore import BlobStore
 from syncline.errors import SpecError
-from syncline.modality.language import LanguageAdapter, PreparedCorpus, build_corpus, tokens_of
+from syncline.modality.language import TOKEN_DTYPE, LanguageAdapter, PreparedCorpus, build_corpus
 from syncline.paths import state_dir
 from syncline.protocol.hashing import keccak
 from syncline.protocol.layout import ParameterLayout
@@ -73,10 +75,11 @@ def prepare_corpus(loaded: LoadedSource, *, shard_count: int, vocab_size: int) -
 
 def check_corpus_fits(corpus: PreparedCorpus, *, seq_len: int) -> None:
     """Every training shard holds more than ``seq_len`` tokens and validation at least one sequence."""
-    smallest = min(len(tokens_of(s)) for s in corpus.shards)
-    validation = len(tokens_of(corpus.validation))
+    width = np.dtype(TOKEN_DTYPE).itemsize
+    smallest = min(len(s) for s in corpus.shards) // width
+    validation = len(corpus.validation) // width
     if smallest <= seq_len or validation < seq_len:
-        total = sum(len(s) // 2 for s in corpus.shards)
+        total = sum(len(s) for s in corpus.shards) // width
         raise DataSourceError(
             f"the source is too small: {total:,} training tokens over {len(corpus.shards)} shards "
             f"(smallest {smallest:,}) and {validation:,} validation tokens; every shard needs more than "
