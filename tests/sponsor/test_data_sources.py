@@ -379,6 +379,24 @@ def test_same_source_same_shard_bytes_and_hash(tmp_path: Path) -> None:
     assert load_source(source("jsonl", path, text_field="answer")).content_hash != first.content_hash
 
 
+def test_every_record_format_makes_the_same_corpus_from_the_same_rows(tmp_path: Path) -> None:
+    """The same 40 pairs as JSONL, CSV, Parquet and a save_to_disk dataset: identical artifacts."""
+    import datasets  # dev dependency: the fixture is written by save_to_disk itself
+
+    data = rows(40)
+    write_jsonl(tmp_path / "t.jsonl", data)
+    write_csv(tmp_path / "t.csv", data)
+    pq.write_table(pa.Table.from_pylist(data), tmp_path / "t.parquet", row_group_size=7)
+    datasets.Dataset.from_list(data).save_to_disk(str(tmp_path / "hf"))
+    pair = {"prompt_field": "prompt", "response_field": "answer"}
+    corpora = [
+        prepare_corpus(load_source(source(kind, tmp_path / name, **pair)), shard_count=2, vocab_size=300)
+        for kind, name in (("jsonl", "t.jsonl"), ("csv", "t.csv"), ("parquet", "t.parquet"), ("hf_disk", "hf"))
+    ]
+    assert all(c == corpora[0] for c in corpora[1:])
+    assert all(len(s) > 0 for s in corpora[0].shards) and len(corpora[0].validation) > 0
+
+
 def test_reading_and_parsing_are_apart(tmp_path: Path) -> None:
     """A cache lookup reads and hashes the files only; parsing (and its errors) come after a miss."""
     path = tmp_path / "t.jsonl"
