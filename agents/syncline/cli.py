@@ -266,28 +266,25 @@ def _publish_spec(args: argparse.Namespace, spec: TrainingTaskSpec) -> str:
 def _publish_from_source(args: argparse.Namespace, raw: dict[str, Any]) -> tuple[TrainingTaskSpec, str]:
     """A sponsor spec that names its data source: build and publish the artifacts, return the spec."""
     from syncline.blobstore import HttpBlobStore
+    from syncline.sponsor.data_sources import DatasetPlan
     from syncline.sponsor.task_builder import publish_language_task
 
     if not args.blob_store:
         raise SpecError("a spec with dataset_source needs --blob-store URL to publish its artifacts")
     template = dict(raw)
-    source = template.pop("dataset_source")
+    # A relative dataset_source.path is read from the spec file's directory.
+    plan = DatasetPlan.from_mapping(template.pop("dataset_source"), base_dir=Path(args.spec).resolve().parent)
     model = template.pop("model", None)
-    if not isinstance(source, dict) or source.get("corpus") != "shakespeare":
-        raise SpecError("dataset_source: only {corpus: shakespeare, shard_count, vocab_size, seq_len} is built in")
     if not isinstance(model, dict) or "family" not in model:
         raise SpecError("model: expected a mapping with family and the architecture config")
-    try:
-        shard_count, vocab_size, seq_len = (int(source[k]) for k in ("shard_count", "vocab_size", "seq_len"))
-    except (KeyError, TypeError, ValueError):
-        raise SpecError("dataset_source needs integer shard_count, vocab_size and seq_len") from None
-    published = publish_language_task(
+    published = publish_language_task(  # reads and checks the source before uploading anything
         HttpBlobStore(args.blob_store),
         template=template,
-        shard_count=shard_count,
-        vocab_size=vocab_size,
-        seq_len=seq_len,
+        shard_count=plan.shard_count,
+        vocab_size=plan.vocab_size,
+        seq_len=plan.seq_len,
         model=model,
+        source=plan.source,
     )
     log.info("sponsor.published", spec_hash=published.spec.spec_hash, params=published.initial_state.layout.numel)
     return published.spec, published.spec_uri

@@ -10,9 +10,11 @@ from typing import Any
 from syncline.api.errors import ApiError
 from syncline.api.schemas import PreparedTask, PrepareRequest
 from syncline.api.services import ApiServices
+from syncline.api.settings import ApiSettings
 from syncline.errors import SpecError
 from syncline.modality.language import llama_parameter_count
 from syncline.protocol.spec import MAX_PARAM_COUNT, TrainingTaskSpec
+from syncline.sponsor.data_sources import DataSource, DataSourceError
 from syncline.sponsor.task_builder import publish_language_task
 
 # Filled in by the API from ``corpus`` and ``model``: a sponsor does not type them.
@@ -51,6 +53,21 @@ def check_request(req: PrepareRequest, now: int) -> dict[str, Any]:
     return template
 
 
+def corpus_source(req: PrepareRequest, settings: ApiSettings) -> DataSource:
+    """The request's data source, confined to the API's data directory and bounded by its limits."""
+    description = req.corpus.model_dump(exclude_none=True, exclude={"shard_count", "vocab_size", "seq_len"})
+    try:
+        return DataSource.from_mapping(
+            description,
+            root=settings.source_dir,
+            max_bytes=settings.max_source_bytes,
+            max_records=settings.max_source_records,
+            label="corpus",
+        )
+    except DataSourceError as exc:
+        raise ApiError(422, str(exc)) from None
+
+
 def model_parameter_count(req: PrepareRequest) -> int:
     """The parameters of the model ``req`` describes, before anything is built."""
     m = req.model
@@ -68,6 +85,7 @@ def model_parameter_count(req: PrepareRequest) -> int:
 def prepare_task(services: ApiServices, req: PrepareRequest, client: str) -> PreparedTask:
     now = services.chain_time()
     template = check_request(req, now)
+    source = corpus_source(req, services.settings)
     model = req.model.model_dump()
     with services.prepare_gate.build(client):  # one CPU-bound corpus/model build at a time, rate-limited
         published = publish_language_task(
@@ -77,6 +95,7 @@ def prepare_task(services: ApiServices, req: PrepareRequest, client: str) -> Pre
             vocab_size=req.corpus.vocab_size,
             seq_len=req.corpus.seq_len,
             model=model,
+            source=source,  # read (bounded) and checked before anything is uploaded
         )
     spec = published.spec
     try:

@@ -71,11 +71,32 @@ class ApiConfig(BaseModel):
     indexed_block: int
 
 
-class CorpusParams(BaseModel):
+SourceTypeName = Literal["shakespeare", "text_dir", "jsonl", "csv", "parquet", "hf_disk"]
+
+
+class CorpusSizes(BaseModel):
+    """Shards, tokenizer vocabulary and sequence length (the form's defaults in ``/api/template``)."""
+
     model_config = ConfigDict(extra="forbid")
     shard_count: int = Field(ge=CORPUS_BOUNDS["shard_count"][0], le=CORPUS_BOUNDS["shard_count"][1])
     vocab_size: int = Field(ge=CORPUS_BOUNDS["vocab_size"][0], le=CORPUS_BOUNDS["vocab_size"][1])
     seq_len: int = Field(ge=CORPUS_BOUNDS["seq_len"][0], le=CORPUS_BOUNDS["seq_len"][1])
+
+
+class CorpusParams(CorpusSizes):
+    """Where the training texts come from, and the corpus sizes (``syncline.sponsor.data_sources``).
+
+    ``type`` ``shakespeare`` is the default demo's corpus; the other types read ``path``, a file or
+    directory under the API's data directory (``ApiSettings.source_dir``), never elsewhere.
+    """
+
+    type: SourceTypeName = "shakespeare"
+    path: str | None = Field(default=None, min_length=1, max_length=1024)
+    text_field: str | None = Field(default=None, min_length=1, max_length=256)
+    prompt_field: str | None = Field(default=None, min_length=1, max_length=256)
+    response_field: str | None = Field(default=None, min_length=1, max_length=256)
+    glob: str | None = Field(default=None, min_length=1, max_length=256)
+    split: str | None = Field(default=None, min_length=1, max_length=256)
 
 
 class ModelParams(BaseModel):
@@ -110,7 +131,7 @@ class ModelParams(BaseModel):
 
 class Template(BaseModel):
     spec: dict[str, Any]
-    corpus: CorpusParams
+    corpus: CorpusSizes
     model: ModelParams
     limits: dict[str, Any]
     chain_time: int

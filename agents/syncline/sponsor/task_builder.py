@@ -1,45 +1,90 @@
 """The sponsor side: prepare a language task's artifacts (tokenizer, shards, validation shard,
 initial state, spec), publish them to the blob store, post the task; export the final model.
 
-Prepared corpora are cached under ``.syncline/datasets`` (keyed by shard count and vocab size) so
-a second run does not retrain the tokenizer.
+The training texts come from a :class:`~syncline.sponsor.data_sources.DataSource` (the default
+demo's Shakespeare corpus unless the sponsor names one). Prepared corpora are cached under
+``.syncline/datasets``, keyed by the source's content hash (its description and every byte read)
+and the shard count and vocabulary size, so a second run does not retrain the tokenizer while a
+changed file does.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from syncline.blobstore import BlobStore
 from syncline.errors import SpecError
-from syncline.modality.language import LanguageAdapter, PreparedCorpus, prepare_corpus
+from syncline.modality.language import TOKEN_DTYPE, LanguageAdapter, PreparedCorpus, build_corpus
 from syncline.paths import state_dir
 from syncline.protocol.hashing import keccak
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.spec import TrainingTaskSpec
 from syncline.protocol.state import TrainingState
 from syncline.run.context import TaskContext, model_config
+from syncline.sponsor.data_sources import (
+    DataSource,
+    DataSourceError,
+    LoadedSource,
+    parse_source,
+    read_source_files,
+)
 
 
 def _hex(b: bytes) -> str:
     return "0x" + b.hex()
 
 
-def cached_corpus(shard_count: int, vocab_size: int) -> PreparedCorpus:
-    key = hashlib.sha256(f"shakespeare:{shard_count}:{vocab_size}:v1".encode()).hexdigest()[:16]
-    path = state_dir() / "datasets" / f"{key}.pkl"
+CORPUS_FORMAT = "v2"
+
+
+def cached_corpus(shard_count: int, vocab_size: int, source: DataSource | None = None) -> PreparedCorpus:
+    """The corpus of ``source`` (default: the demo's Shakespeare) in ``shard_count`` shards.
+
+    The source's files are read and hashed on every call (bounded); they are parsed and the
+    tokenizer trained only when no cached corpus matches that hash.
+    """
+    files = read_source_files(source or DataSource.shakespeare())
+    key = hashlib.sha256(f"{files.content_hash}:{shard_count}:{vocab_size}:{CORPUS_FORMAT}".encode()).hexdigest()
+    path = state_dir() / "datasets" / f"{key[:24]}.pkl"
     if path.exists():
         corpus: PreparedCorpus = pickle.loads(path.read_bytes())
         return corpus
-    corpus = prepare_corpus(shard_count=shard_count, vocab_size=vocab_size)
+    corpus = prepare_corpus(parse_source(files), shard_count=shard_count, vocab_size=vocab_size)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(pickle.dumps(corpus))
+    partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    partial.write_bytes(pickle.dumps(corpus))
+    partial.replace(path)  # a concurrent reader never sees half a file
     return corpus
+
+
+def prepare_corpus(loaded: LoadedSource, *, shard_count: int, vocab_size: int) -> PreparedCorpus:
+    """Tokenizer, training shards and the held-out validation shard of a read source."""
+    return build_corpus(
+        loaded.documents(), shard_count=shard_count, vocab_size=vocab_size, held_out=loaded.validation_flags()
+    )
+
+
+def check_corpus_fits(corpus: PreparedCorpus, *, seq_len: int) -> None:
+    """Every training shard holds more than ``seq_len`` tokens and validation at least one sequence."""
+    width = np.dtype(TOKEN_DTYPE).itemsize
+    smallest = min(len(s) for s in corpus.shards) // width
+    validation = len(corpus.validation) // width
+    if smallest <= seq_len or validation < seq_len:
+        total = sum(len(s) for s in corpus.shards) // width
+        raise DataSourceError(
+            f"the source is too small: {total:,} training tokens over {len(corpus.shards)} shards "
+            f"(smallest {smallest:,}) and {validation:,} validation tokens; every shard needs more than "
+            f"seq_len={seq_len} tokens and validation at least {seq_len}: add text or lower shard_count or seq_len"
+        )
 
 
 @dataclass(frozen=True)
@@ -58,6 +103,7 @@ def publish_language_task(
     seq_len: int,
     model: Mapping[str, Any],
     seed: int = 0,
+    source: DataSource | None = None,
 ) -> PublishedTask:
     """Publish every artifact of a language task and return its spec (not yet posted on chain).
 
@@ -65,8 +111,10 @@ def publish_language_task(
     YAML spec. ``param_count`` is always the model's canonical parameter count (the layout's
     numel, which sizes the chunk trees the contract checks proofs against), filled in here so
     sponsors never type it; a template value that disagrees with the model is a ``SpecError``.
+    The source (default: the demo's corpus) is read and checked before anything is uploaded.
     """
-    corpus = cached_corpus(shard_count, vocab_size)
+    corpus = cached_corpus(shard_count, vocab_size, source)
+    check_corpus_fits(corpus, seq_len=seq_len)
     tokenizer = blobs.put(corpus.tokenizer_json.encode())
     shard_refs = [blobs.put(s) for s in corpus.shards]
     validation = blobs.put(corpus.validation)
