@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -23,13 +24,14 @@ import yaml
 
 from syncline.chain import keys
 from syncline.chain.deployment import Deployment, deploy_market
-from syncline.chain.devnet import ANVIL, DevnetHome, start_anvil
-from syncline.chain.market import MarketClient
+from syncline.chain.devnet import ANVIL, DevnetHome, local_devnet, start_anvil
+from syncline.chain.market import SPEC_MAX_TRAINERS, SPEC_MIN_TRAINERS, SPEC_ROUNDS, MarketClient, TaskView
 from syncline.chain.rpc import http_web3
 from syncline.demo.scenarios import SCENARIOS as FRAUD_SCENARIOS
 from syncline.errors import SpecError, SynclineError
 from syncline.observability import configure_logging, get_logger
 from syncline.paths import state_dir
+from syncline.protocol.enums import TaskStatus
 from syncline.protocol.spec import TrainingTaskSpec
 from syncline.run.agent_config import TRAINER_MISBEHAVIOURS, WITNESS_MISBEHAVIOURS
 
@@ -224,22 +226,24 @@ def cmd_post_task(args: argparse.Namespace) -> int:
     except yaml.YAMLError as exc:
         raise SpecError(f"spec {args.spec} is not valid YAML: {str(exc).splitlines()[0]}") from None
     market = market_from_args(args)
+    signer = signer_from_args(args)
+    now = int(market.w3.eth.get_block("latest")["timestamp"])
     if (
         isinstance(raw, dict)
         and isinstance(raw.get("enrollment_deadline"), str)
         and raw["enrollment_deadline"].startswith("+")
     ):
-        now = int(market.w3.eth.get_block("latest")["timestamp"])
         raw["enrollment_deadline"] = now + int(raw["enrollment_deadline"][1:])
+    # Everything is checked before anything is built or published: a bad spec costs no upload.
     if isinstance(raw, dict) and "dataset_source" in raw:
-        spec, spec_uri = _publish_from_source(args, raw)
+        spec, spec_uri = _publish_from_source(args, raw, now=now, sponsor=signer.address)
     else:
-        spec = TrainingTaskSpec.from_mapping(raw)
+        spec = TrainingTaskSpec.from_mapping(raw).validate(now=now, sponsor=signer.address)
         spec_path = state_dir() / "specs" / f"{spec.spec_hash[2:]}.json"
         spec_path.parent.mkdir(parents=True, exist_ok=True)
         spec_path.write_bytes(spec.canonical_bytes())
         spec_uri = args.spec_uri or _publish_spec(args, spec)
-    task_id, receipt = market.post_task(signer_from_args(args), spec, spec_uri)
+    task_id, receipt = market.post_task(signer, spec, spec_uri)
     print(
         json.dumps(
             {
@@ -254,22 +258,35 @@ def cmd_post_task(args: argparse.Namespace) -> int:
     return 0
 
 
+def blob_store_from_args(args: argparse.Namespace, why: str) -> str:
+    """``--blob-store``, else the local devnet's blob service (``.syncline/devnet/blobstore.json``)."""
+    url = args.blob_store or local_devnet().blob_url()
+    if not url:
+        raise SynclineError(f"{why}: pass --blob-store URL, or run `syncline devnet up` for a local one")
+    return str(url)
+
+
 def _publish_spec(args: argparse.Namespace, spec: TrainingTaskSpec) -> str:
     """Publish the spec artifact to ``--blob-store``: agents fetch locators from the chain over http(s) only."""
     from syncline.blobstore import HttpBlobStore
 
-    if not args.blob_store:
-        raise SpecError("pass --spec-uri http(s)://... or --blob-store URL: agents fetch the spec over http(s) only")
-    return HttpBlobStore(args.blob_store).put(spec.canonical_bytes()).uri
+    url = args.blob_store or local_devnet().blob_url()
+    if not url:
+        raise SpecError(
+            "pass --spec-uri http(s)://... or --blob-store URL (or run `syncline devnet up`): "
+            "agents fetch the spec over http(s) only"
+        )
+    return HttpBlobStore(url).put(spec.canonical_bytes()).uri
 
 
-def _publish_from_source(args: argparse.Namespace, raw: dict[str, Any]) -> tuple[TrainingTaskSpec, str]:
-    """A sponsor spec that names its data source: build and publish the artifacts, return the spec."""
+def _publish_from_source(
+    args: argparse.Namespace, raw: dict[str, Any], *, now: int, sponsor: str
+) -> tuple[TrainingTaskSpec, str]:
+    """A sponsor spec that names its data source: check it, build and publish the artifacts, return the spec."""
     from syncline.blobstore import HttpBlobStore
-    from syncline.sponsor.task_builder import publish_language_task
+    from syncline.sponsor.task_builder import check_language_template, publish_language_task
 
-    if not args.blob_store:
-        raise SpecError("a spec with dataset_source needs --blob-store URL to publish its artifacts")
+    blob_url = blob_store_from_args(args, "a spec with dataset_source publishes its artifacts")
     template = dict(raw)
     source = template.pop("dataset_source")
     model = template.pop("model", None)
@@ -281,8 +298,9 @@ def _publish_from_source(args: argparse.Namespace, raw: dict[str, Any]) -> tuple
         shard_count, vocab_size, seq_len = (int(source[k]) for k in ("shard_count", "vocab_size", "seq_len"))
     except (KeyError, TypeError, ValueError):
         raise SpecError("dataset_source needs integer shard_count, vocab_size and seq_len") from None
+    check_language_template(template, shard_count=shard_count, model=model, now=now, sponsor=sponsor)
     published = publish_language_task(
-        HttpBlobStore(args.blob_store),
+        HttpBlobStore(blob_url),
         template=template,
         shard_count=shard_count,
         vocab_size=vocab_size,
@@ -302,6 +320,7 @@ def cmd_list_runs(args: argparse.Namespace) -> int:
             {
                 "task_id": task_id,
                 "status": t.status.name.lower(),
+                "progress": run_progress(t, market.spec_tuple(task_id)),
                 "enrolled": t.enrolled,
                 "round": t.current_round,
                 "finalized": t.rounds_finalized,
@@ -311,6 +330,25 @@ def cmd_list_runs(args: argparse.Namespace) -> int:
         )
     print(json.dumps(rows, indent=2))
     return 0
+
+
+def run_progress(t: TaskView, onchain_spec: Sequence[Any]) -> str:
+    """Where a run stands, in words: ``enrolling: 1 of 3 trainers``, ``running: round 2 of 8``."""
+    low, high = int(onchain_spec[SPEC_MIN_TRAINERS]), int(onchain_spec[SPEC_MAX_TRAINERS])
+    rounds = int(onchain_spec[SPEC_ROUNDS])
+    if t.status == TaskStatus.ENROLLING:
+        wanted = str(high) if low == high else f"{low}-{high}"
+        starts = (
+            f"starts when {high} have enrolled"
+            if low == high
+            else f"starts at {high}, or at the enrollment deadline with at least {low}"
+        )
+        return f"enrolling: {t.enrolled} of {wanted} trainers (the run {starts})"
+    if t.status == TaskStatus.RUNNING:
+        return f"running: round {t.current_round + 1} of {rounds} ({t.rounds_finalized} finalized), {t.active} trainers"
+    if t.status == TaskStatus.AWAITING_SEAL:
+        return f"awaiting seal: all {rounds} rounds closed ({t.rounds_finalized} finalized)"
+    return t.status.name.lower()
 
 
 def cmd_get_run(args: argparse.Namespace) -> int:
@@ -332,6 +370,7 @@ def cmd_get_run(args: argparse.Namespace) -> int:
         }
     out = {
         "task_id": args.task_id,
+        "progress": run_progress(t, market.spec_tuple(args.task_id)),
         "state": {k: (v.name.lower() if hasattr(v, "name") else v) for k, v in t.__dict__.items()},
         "trainer_metrics": trainers,
     }
@@ -407,7 +446,8 @@ def cmd_download_model(args: argparse.Namespace) -> int:
     from syncline.sponsor.task_builder import export_model
 
     market = market_from_args(args)
-    ctx = TaskContext.load(market, HttpBlobStore(args.blob_store), args.task_id)
+    blob_url = blob_store_from_args(args, "the model is read from a blob store")
+    ctx = TaskContext.load(market, HttpBlobStore(blob_url), args.task_id)
     root = market.task(args.task_id).state_root
     out = export_model(ctx, root, Path(args.out))
     print(json.dumps({"task_id": args.task_id, "state_root": root, "out": str(out)}))
@@ -471,11 +511,8 @@ def cmd_finalize_round(args: argparse.Namespace) -> int:
 def cmd_api(args: argparse.Namespace) -> int:
     """Serve the sponsor API and web UI until Ctrl-C."""
     from syncline.api import ApiServer, ApiSettings
-    from syncline.api.settings import devnet_blob_store
 
-    blob_store = args.blob_store or devnet_blob_store()
-    if not blob_store:
-        raise SynclineError("no blob store: pass --blob-store URL or run `syncline devnet up`")
+    blob_store = blob_store_from_args(args, "the API serves artifacts from a blob store")
     if not 0 <= args.port < 65536:
         raise SynclineError(f"--port {args.port} must be within 0..65535")
     settings = ApiSettings(
@@ -597,7 +634,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--spec-uri", default=None, help="http(s) URL of the spec artifact (default: publish it to --blob-store)"
     )
     post.add_argument(
-        "--blob-store", default=None, help="blob service URL to publish a dataset_source spec's artifacts"
+        "--blob-store",
+        default=None,
+        help="blob service URL to publish the spec and its artifacts (default: the devnet's blob service)",
     )
     chain_cmd("list-runs", cmd_list_runs, "list every task", task=False)
     get_run = chain_cmd("get-run", cmd_get_run, "status, rounds and trainer metrics of a task")
@@ -623,7 +662,7 @@ def build_parser() -> argparse.ArgumentParser:
     finalize.add_argument("--accepted-mask", type=lambda v: int(v, 0), required=True, help="e.g. 0b111 or 7")
     download = chain_cmd("download-model", cmd_download_model, "the final model as a Hugging Face directory")
     download.add_argument("--out", required=True, help="output directory (save_pretrained layout)")
-    download.add_argument("--blob-store", required=True, help="blob service URL, e.g. http://127.0.0.1:8600")
+    download.add_argument("--blob-store", default=None, help="blob service URL (default: the devnet's blob service)")
     return parser
 
 
@@ -633,13 +672,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level)
     try:
         code: int = args.func(args)
+        sys.stdout.flush()  # inside the try: a reader that went away is seen here, not at exit
         return code
+    except BrokenPipeError:
+        return _reader_went_away()
     except SynclineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+
+
+def _reader_went_away() -> int:
+    """The command's output was piped into a reader that stopped reading (``| head``): that is
+    not an error. Point stdout at /dev/null so the interpreter's final flush stays quiet."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 0
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -12,6 +13,8 @@ import yaml
 from syncline.errors import SynclineError
 
 T = TypeVar("T")
+DEVICE = re.compile(r"cpu|cuda(:\d+)?")
+"""The ``device`` values a trainer accepts (a torch device: the CPU or one CUDA GPU)."""
 
 
 class ConfigError(SynclineError):
@@ -83,6 +86,8 @@ class AgentConfig:
     training_checks: str = "spot"
 
     def __post_init__(self) -> None:
+        if not DEVICE.fullmatch(self.device):
+            raise ConfigError(f"device {self.device!r}: use cpu, cuda or cuda:N (N: the GPU's index)")
         if self.dtype not in ("fp32", "bf16"):
             raise ConfigError(f"dtype {self.dtype!r}: use fp32 or bf16")
         if self.poll_interval_s <= 0:
