@@ -57,18 +57,29 @@ def add_key_options(p: argparse.ArgumentParser) -> None:
         help="encrypted eth-account keystore (password in $SYNCLINE_KEYSTORE_PASSWORD)",
     )
     g.add_argument("--key-env", default=keys.DEFAULT_KEY_ENV, help="environment variable holding a hex private key")
-    g.add_argument("--dev-account", type=int, help="index of an anvil development account (local devnet only)")
+    g.add_argument(
+        "--dev-account", type=int, help=f"index of an anvil development account (local devnet only: {DEV_ACCOUNTS})"
+    )
+
+
+DEV_ACCOUNTS = "0 sponsor, 1-3 trainers, 4-6 witnesses (examples/task.yaml), 7 anyone (seal, challenge)"
+"""The local devnet's development accounts as the examples and ``syncline network up`` use them."""
+
+
+def dev_signer(index: int) -> keys.Signer:
+    """Anvil development account ``index`` of the local devnet (read from anvil's own config file)."""
+    config = devnet_dir() / "anvil-config.json"
+    if not config.exists():
+        raise SynclineError("--dev-account needs a running `syncline devnet up`")
+    dev_keys = json.loads(config.read_text())["private_keys"]
+    if not 0 <= index < len(dev_keys):
+        raise SynclineError(f"--dev-account must be within 0..{len(dev_keys) - 1}")
+    return keys.from_private_key(dev_keys[index])
 
 
 def signer_from_args(args: argparse.Namespace) -> keys.Signer:
     if args.dev_account is not None:
-        config = devnet_dir() / "anvil-config.json"
-        if not config.exists():
-            raise SynclineError("--dev-account needs a running `syncline devnet up`")
-        dev_keys = json.loads(config.read_text())["private_keys"]
-        if not 0 <= args.dev_account < len(dev_keys):
-            raise SynclineError(f"--dev-account must be within 0..{len(dev_keys) - 1}")
-        return keys.from_private_key(dev_keys[args.dev_account])
+        return dev_signer(args.dev_account)
     return keys.resolve(args.keystore, args.key_env)
 
 
@@ -413,7 +424,16 @@ def _agent_setup(args: argparse.Namespace) -> tuple[Any, keys.Signer, MarketClie
 
     overrides = {"task_id": args.task_id, "misbehave": getattr(args, "misbehave", None)}
     cfg = load_agent_config(args.config, overrides)
-    signer = keys.resolve(cfg.keystore, cfg.key_env)
+    if args.dev_account is not None:
+        devnet_rpc = local_devnet().rpc_url()
+        if devnet_rpc is None or cfg.node_rpc.rstrip("/") != devnet_rpc.rstrip("/"):
+            raise SynclineError(
+                f"--dev-account signs with the local devnet's development keys; node_rpc {cfg.node_rpc} "
+                f"is not the devnet's ({devnet_rpc or 'none is running: `syncline devnet up`'})"
+            )
+        signer = dev_signer(args.dev_account)
+    else:
+        signer = keys.resolve(cfg.keystore, cfg.key_env)
     deployment = Deployment.read(cfg.deployment)
     w3 = http_web3(cfg.node_rpc)
     if not w3.is_connected():
@@ -600,6 +620,13 @@ def build_parser() -> argparse.ArgumentParser:
         run = asub.add_parser("run", help=f"run the {role} until the task is sealed and paid")
         run.add_argument("--config", type=Path, required=True, help=f"{role}.yaml")
         run.add_argument("--task-id", type=int, default=None, help="override the config's task_id")
+        run.add_argument(
+            "--dev-account",
+            type=int,
+            default=None,
+            help=f"sign with this anvil development account of the local devnet instead of the config's key "
+            f"(never logged; {DEV_ACCOUNTS})",
+        )
         if modes:
             run.add_argument(
                 "--misbehave", choices=modes, default=None, help="TESTS AND DEMOS ONLY: act dishonestly in this way"
