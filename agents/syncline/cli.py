@@ -4,6 +4,8 @@
     syncline deploy --rpc-url URL ...     deploy to any EVM chain
     syncline demo                         the main job (what `make demo` runs)
     syncline train post-task|list-runs|get-run|get-receipt|enroll-trainer|seal|claim
+    syncline trainer|witness|challenger run --config FILE [--dev-account N]
+    syncline network up|status|wait|down   the task's trainers and witnesses on the local devnet
     syncline api                          the sponsor API + web UI on http://127.0.0.1:8600
 
 Bad input and failed calls print one line (``error: ...``) and exit with status 2.
@@ -30,10 +32,11 @@ from syncline.chain.rpc import http_web3
 from syncline.demo.scenarios import SCENARIOS as FRAUD_SCENARIOS
 from syncline.errors import SpecError, SynclineError
 from syncline.observability import configure_logging, get_logger
-from syncline.paths import state_dir
+from syncline.paths import repo_root, state_dir
 from syncline.protocol.enums import TaskStatus
 from syncline.protocol.spec import TrainingTaskSpec
 from syncline.run.agent_config import TRAINER_MISBEHAVIOURS, WITNESS_MISBEHAVIOURS
+from syncline.run.loop import pending_time
 
 log = get_logger("syncline.cli")
 
@@ -238,7 +241,9 @@ def cmd_post_task(args: argparse.Namespace) -> int:
         raise SpecError(f"spec {args.spec} is not valid YAML: {str(exc).splitlines()[0]}") from None
     market = market_from_args(args)
     signer = signer_from_args(args)
-    now = int(market.w3.eth.get_block("latest")["timestamp"])
+    # The next block's time: on an idle devnet the latest block may be minutes old, and a deadline
+    # of "+600" counted from it would already have passed when the task is mined.
+    now = pending_time(market.w3)
     if (
         isinstance(raw, dict)
         and isinstance(raw.get("enrollment_deadline"), str)
@@ -525,6 +530,77 @@ def cmd_finalize_round(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------- network (local agents)
+
+
+def _local_network() -> Any:
+    from syncline.run.network import LocalNetwork
+
+    return LocalNetwork(state_dir() / "network", local_devnet())
+
+
+def cmd_network_up(args: argparse.Namespace) -> int:
+    """Start the task's trainers and witnesses on the local devnet, detached; print them as JSON."""
+    network = _local_network()
+    agents = network.up(
+        args.task_id, trainer_config=args.trainer_config, witness_config=args.witness_config, trainers=args.trainers
+    )
+    print(json.dumps([_agent_row(a) for a in agents], indent=2))
+    log.info(
+        "network.up",
+        task_id=args.task_id,
+        trainers=sum(a.role == "trainer" for a in agents),
+        witnesses=sum(a.role == "witness" for a in agents),
+        logs=str(network.directory / "logs"),
+        next="`syncline train get-run --task-id N` to follow it, `syncline network wait` until it is done",
+    )
+    return 0
+
+
+def _agent_row(agent: Any) -> dict[str, Any]:
+    return {
+        "name": agent.name,
+        "dev_account": agent.dev_account,
+        "address": agent.address,
+        "pid": agent.pid,
+        "alive": agent.alive,
+        "exit_code": agent.exit_code(),
+        "metrics": f"http://127.0.0.1:{agent.metrics_port}/metrics",
+        "log": agent.log,
+    }
+
+
+def cmd_network_status(args: argparse.Namespace) -> int:
+    agents = _local_network().agents()
+    print(json.dumps([_agent_row(a) for a in agents], indent=2))
+    return 0 if agents and all(a.alive for a in agents) else 1
+
+
+def cmd_network_wait(args: argparse.Namespace) -> int:
+    """Until every agent has exited (the run sealed, everyone claimed), logging the run's progress."""
+    network = _local_network()
+    task_id = json.loads(network.file.read_text())["task_id"] if network.file.exists() else None
+    market: MarketClient | None = None
+
+    def progress() -> str | None:
+        nonlocal market
+        if task_id is None:
+            return None
+        if market is None:
+            market = MarketClient.from_deployment(Deployment.read(default_deployment_path()))
+        return run_progress(market.task(task_id), market.spec_tuple(task_id))
+
+    agents = network.wait(timeout_s=args.timeout_s, progress=progress)
+    print(json.dumps([_agent_row(a) for a in agents], indent=2))
+    return 0
+
+
+def cmd_network_down(args: argparse.Namespace) -> int:
+    stopped = _local_network().down()
+    log.info("network.down" if stopped else "network.not_running", stopped=",".join(stopped))
+    return 0
+
+
 # ---------------------------------------------------------------------- api
 
 
@@ -632,6 +708,30 @@ def build_parser() -> argparse.ArgumentParser:
                 "--misbehave", choices=modes, default=None, help="TESTS AND DEMOS ONLY: act dishonestly in this way"
             )
         run.set_defaults(func=func)
+
+    network = sub.add_parser(
+        "network", help="a local network of agents on the devnet: the task's trainers and witnesses, one command"
+    )
+    nsub = network.add_subparsers(dest="action", required=True)
+    nup = nsub.add_parser(
+        "up",
+        help="start the task's trainers (free dev accounts: 1-3) and witnesses (the dev accounts it names: 4-6), "
+        "detached, each with its own config, state_dir, metrics port and log under .syncline/network/",
+    )
+    nup.add_argument("--task-id", type=int, default=1)
+    nup.add_argument("--trainers", type=int, default=None, help="how many trainers (default: the task's max_trainers)")
+    nup.add_argument("--trainer-config", type=Path, default=repo_root() / "examples" / "trainer.yaml")
+    nup.add_argument("--witness-config", type=Path, default=repo_root() / "examples" / "witness.yaml")
+    nup.set_defaults(func=cmd_network_up)
+    nsub.add_parser("status", help="each agent: pid, alive, exit code, metrics URL, log").set_defaults(
+        func=cmd_network_status
+    )
+    nwait = nsub.add_parser(
+        "wait", help="until every agent has exited (the run sealed and everyone claimed); fails if one failed"
+    )
+    nwait.add_argument("--timeout-s", type=float, default=None)
+    nwait.set_defaults(func=cmd_network_wait)
+    nsub.add_parser("down", help="stop every agent of the local network").set_defaults(func=cmd_network_down)
 
     train = sub.add_parser("train", help="sponsor and trainer commands against a deployment")
     tsub = train.add_subparsers(dest="action", required=True)

@@ -165,3 +165,19 @@ def test_dev_account_refuses_a_node_that_is_not_the_local_devnet(
     assert line.startswith(
         "error: --dev-account signs with the local devnet's development keys; node_rpc http://127.0.0.1:1"
     )
+
+
+def test_network_up_before_the_task_is_posted_is_one_error_line(
+    local_devnet_home: tuple[Path, dict[str, str]],
+) -> None:
+    root, env = local_devnet_home
+    proc = subprocess.run(
+        [*SYNCLINE, "network", "up", "--task-id", "9"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert _one_error_line(proc) == "error: task 9 is not posted yet: `syncline train post-task` first"
+    assert not (root / "network" / "network.json").exists()

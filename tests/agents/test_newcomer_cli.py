@@ -222,3 +222,39 @@ def test_the_downloaded_model_is_readable_by_others(
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()}
     assert "model.safetensors" in modes
     assert modes == dict.fromkeys(modes, 0o644), modes
+
+
+def test_a_relative_enrollment_deadline_counts_from_the_next_block(
+    tmp_path: Path,
+    state_env: Path,
+    market: MarketClient,
+    devnet: Devnet,
+    deployment: Deployment,
+    witnesses: list[Signer],
+    blob_service: BlobService,
+    cli: Callable[..., tuple[int, str, str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An idle devnet's latest block is minutes old; ``+600`` counted from it had passed when the
+    task was mined (``SynclineDeadlineInPast``). Here the next block comes 1000 s after the last."""
+    next_block = chain_time(market.w3) + 1000
+    market.w3.provider.make_request("evm_setNextBlockTimestamp", [next_block])  # type: ignore[arg-type]
+    spec = yaml.safe_load((Path(__file__).parents[2] / "examples" / "task.yaml").read_text())
+    spec.update(
+        witnesses=[w.address for w in witnesses],
+        enrollment_deadline="+600",
+        dataset_source={"corpus": "shakespeare", "shard_count": SHARD_COUNT, "vocab_size": VOCAB_SIZE, "seq_len": 32},
+        model=tiny_plan().model,
+    )
+    path = tmp_path / "task.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    monkeypatch.setenv("SPONSOR_KEY", devnet.private_keys()[0])
+    code, out, err = cli(
+        "train",
+        "post-task",
+        *("--spec", str(path), "--deployment", _deployment_file(deployment)),
+        *("--blob-store", blob_service.url, "--key-env", "SPONSOR_KEY"),
+    )
+    assert code == 0, err
+    task_id = json.loads(out)["task_id"]
+    assert market.spec_tuple(task_id)[15] >= next_block + 600  # enrollmentDeadline
