@@ -181,3 +181,56 @@ def test_network_up_before_the_task_is_posted_is_one_error_line(
     )
     assert _one_error_line(proc) == "error: task 9 is not posted yet: `syncline train post-task` first"
     assert not (root / "network" / "network.json").exists()
+
+
+def test_network_agents_keep_their_state_for_the_same_task_only(
+    local_devnet_home: tuple[Path, dict[str, str]],
+) -> None:
+    """``network up`` again for the same task resumes the agents' state_dirs; for another task it
+    starts them afresh (a trainer must not resume another task's optimizer state)."""
+    root, env = local_devnet_home
+    home = local_devnet()
+    dev_keys = json.loads((home.directory / "anvil-config.json").read_text())["private_keys"]
+    market = MarketClient.from_deployment(Deployment.read(home.deployment_path))
+    plan = tiny_plan()
+    witnesses = [from_private_key(k) for k in dev_keys[4:7]]
+
+    def post() -> int:
+        published = publish_language_task(
+            HttpBlobStore(str(home.blob_url())),
+            template=_template(plan, witnesses, chain_time(market.w3)),
+            shard_count=plan.shard_count,
+            vocab_size=plan.vocab_size,
+            seq_len=plan.seq_len,
+            model=plan.model,
+        )
+        return market.post_task(from_private_key(dev_keys[0]), published.spec, published.spec_uri)[0]
+
+    def network(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [*SYNCLINE, "network", *args]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done
+
+    marker = root / "network" / "trainer-1" / "state" / "from-before"
+    first = post()
+    try:
+        agents = json.loads(network("up", "--task-id", str(first), "--trainers", "1").stdout)
+        assert [(a["name"], a["dev_account"]) for a in agents] == [
+            ("trainer-1", 1),
+            ("witness-1", 4),
+            ("witness-2", 5),
+            ("witness-3", 6),
+        ]
+        assert len({a["metrics"] for a in agents}) == 4
+        network("down")
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text("task 1")
+        network("up", "--task-id", str(first), "--trainers", "1")
+        network("down")
+        assert marker.exists(), "a restart of the same task lost the agent's state"
+        second = post()
+        network("up", "--task-id", str(second), "--trainers", "1")
+        assert not marker.exists(), "the agent would resume another task's state"
+    finally:
+        network("down")

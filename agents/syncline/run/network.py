@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -133,6 +134,11 @@ class LocalNetwork:
         if len(trainer_accounts) < count:
             raise SynclineError(f"only {len(trainer_accounts)} development accounts are free for trainers")
 
+        # Agents keep their state_dir across a restart of the same task, never into another task
+        # (a new posting, or the same id on a fresh devnet: another spec hash).
+        if self._previous_spec_hash(task_id) != spec.spec_hash:
+            for old in self.directory.glob("*-*/state"):
+                shutil.rmtree(old, ignore_errors=True)
         trainer_base = _read_config(trainer_config)
         witness_base = _read_config(witness_config)
         # The trainer's H must be the task's: taken from the spec, not from the base config.
@@ -150,8 +156,16 @@ class LocalNetwork:
             for agent in agents:
                 _stop(agent.pid)
             raise
-        self.file.write_text(json.dumps({"task_id": task_id, "agents": [asdict(a) for a in agents]}, indent=2) + "\n")
+        record = {"task_id": task_id, "spec_hash": spec.spec_hash, "agents": [asdict(a) for a in agents]}
+        self.file.write_text(json.dumps(record, indent=2) + "\n")
         return agents
+
+    def _previous_spec_hash(self, task_id: int) -> str | None:
+        try:
+            raw = json.loads(self.file.read_text())
+        except (OSError, ValueError):
+            return None
+        return str(raw.get("spec_hash")) if raw.get("task_id") == task_id else None
 
     def _task(self, task_id: int) -> tuple[MarketClient, TrainingTaskSpec, str]:
         """The market, the task's full spec (verified against its on-chain hash) and its sponsor."""
