@@ -4,6 +4,8 @@
     syncline deploy --rpc-url URL ...     deploy to any EVM chain
     syncline demo                         the main job (what `make demo` runs)
     syncline train post-task|list-runs|get-run|get-receipt|enroll-trainer|seal|claim
+    syncline trainer|witness|challenger run --config FILE [--dev-account N]
+    syncline network up|status|wait|down   the task's trainers and witnesses on the local devnet
     syncline api                          the sponsor API + web UI on http://127.0.0.1:8600
 
 Bad input and failed calls print one line (``error: ...``) and exit with status 2.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -23,15 +26,17 @@ import yaml
 
 from syncline.chain import keys
 from syncline.chain.deployment import Deployment, deploy_market
-from syncline.chain.devnet import ANVIL, DevnetHome, start_anvil
-from syncline.chain.market import MarketClient
+from syncline.chain.devnet import ANVIL, DevnetHome, local_devnet, start_anvil
+from syncline.chain.market import SPEC_MAX_TRAINERS, SPEC_MIN_TRAINERS, SPEC_ROUNDS, MarketClient, TaskView
 from syncline.chain.rpc import http_web3
 from syncline.demo.scenarios import SCENARIOS as FRAUD_SCENARIOS
 from syncline.errors import SpecError, SynclineError
 from syncline.observability import configure_logging, get_logger
-from syncline.paths import state_dir
+from syncline.paths import repo_root, state_dir
+from syncline.protocol.enums import TaskStatus
 from syncline.protocol.spec import TrainingTaskSpec
 from syncline.run.agent_config import TRAINER_MISBEHAVIOURS, WITNESS_MISBEHAVIOURS
+from syncline.run.loop import pending_time
 
 log = get_logger("syncline.cli")
 
@@ -55,18 +60,29 @@ def add_key_options(p: argparse.ArgumentParser) -> None:
         help="encrypted eth-account keystore (password in $SYNCLINE_KEYSTORE_PASSWORD)",
     )
     g.add_argument("--key-env", default=keys.DEFAULT_KEY_ENV, help="environment variable holding a hex private key")
-    g.add_argument("--dev-account", type=int, help="index of an anvil development account (local devnet only)")
+    g.add_argument(
+        "--dev-account", type=int, help=f"index of an anvil development account (local devnet only: {DEV_ACCOUNTS})"
+    )
+
+
+DEV_ACCOUNTS = "0 sponsor, 1-3 trainers, 4-6 witnesses (examples/task.yaml), 7 anyone (seal, challenge)"
+"""The local devnet's development accounts as the examples and ``syncline network up`` use them."""
+
+
+def dev_signer(index: int) -> keys.Signer:
+    """Anvil development account ``index`` of the local devnet (read from anvil's own config file)."""
+    config = devnet_dir() / "anvil-config.json"
+    if not config.exists():
+        raise SynclineError("--dev-account needs a running `syncline devnet up`")
+    dev_keys = json.loads(config.read_text())["private_keys"]
+    if not 0 <= index < len(dev_keys):
+        raise SynclineError(f"--dev-account must be within 0..{len(dev_keys) - 1}")
+    return keys.from_private_key(dev_keys[index])
 
 
 def signer_from_args(args: argparse.Namespace) -> keys.Signer:
     if args.dev_account is not None:
-        config = devnet_dir() / "anvil-config.json"
-        if not config.exists():
-            raise SynclineError("--dev-account needs a running `syncline devnet up`")
-        dev_keys = json.loads(config.read_text())["private_keys"]
-        if not 0 <= args.dev_account < len(dev_keys):
-            raise SynclineError(f"--dev-account must be within 0..{len(dev_keys) - 1}")
-        return keys.from_private_key(dev_keys[args.dev_account])
+        return dev_signer(args.dev_account)
     return keys.resolve(args.keystore, args.key_env)
 
 
@@ -224,22 +240,26 @@ def cmd_post_task(args: argparse.Namespace) -> int:
     except yaml.YAMLError as exc:
         raise SpecError(f"spec {args.spec} is not valid YAML: {str(exc).splitlines()[0]}") from None
     market = market_from_args(args)
+    signer = signer_from_args(args)
+    # The next block's time: on an idle devnet the latest block may be minutes old, and a deadline
+    # of "+600" counted from it would already have passed when the task is mined.
+    now = pending_time(market.w3)
     if (
         isinstance(raw, dict)
         and isinstance(raw.get("enrollment_deadline"), str)
         and raw["enrollment_deadline"].startswith("+")
     ):
-        now = int(market.w3.eth.get_block("latest")["timestamp"])
         raw["enrollment_deadline"] = now + int(raw["enrollment_deadline"][1:])
+    # Everything is checked before anything is built or published: a bad spec costs no upload.
     if isinstance(raw, dict) and "dataset_source" in raw:
-        spec, spec_uri = _publish_from_source(args, raw)
+        spec, spec_uri = _publish_from_source(args, raw, now=now, sponsor=signer.address)
     else:
-        spec = TrainingTaskSpec.from_mapping(raw)
+        spec = TrainingTaskSpec.from_mapping(raw).validate(now=now, sponsor=signer.address)
         spec_path = state_dir() / "specs" / f"{spec.spec_hash[2:]}.json"
         spec_path.parent.mkdir(parents=True, exist_ok=True)
         spec_path.write_bytes(spec.canonical_bytes())
         spec_uri = args.spec_uri or _publish_spec(args, spec)
-    task_id, receipt = market.post_task(signer_from_args(args), spec, spec_uri)
+    task_id, receipt = market.post_task(signer, spec, spec_uri)
     print(
         json.dumps(
             {
@@ -254,31 +274,45 @@ def cmd_post_task(args: argparse.Namespace) -> int:
     return 0
 
 
+def blob_store_from_args(args: argparse.Namespace, why: str) -> str:
+    """``--blob-store``, else the local devnet's blob service (``.syncline/devnet/blobstore.json``)."""
+    url = args.blob_store or local_devnet().blob_url()
+    if not url:
+        raise SynclineError(f"{why}: pass --blob-store URL, or run `syncline devnet up` for a local one")
+    return str(url)
+
+
 def _publish_spec(args: argparse.Namespace, spec: TrainingTaskSpec) -> str:
     """Publish the spec artifact to ``--blob-store``: agents fetch locators from the chain over http(s) only."""
     from syncline.blobstore import HttpBlobStore
 
-    if not args.blob_store:
-        raise SpecError("pass --spec-uri http(s)://... or --blob-store URL: agents fetch the spec over http(s) only")
-    return HttpBlobStore(args.blob_store).put(spec.canonical_bytes()).uri
+    url = args.blob_store or local_devnet().blob_url()
+    if not url:
+        raise SpecError(
+            "pass --spec-uri http(s)://... or --blob-store URL (or run `syncline devnet up`): "
+            "agents fetch the spec over http(s) only"
+        )
+    return HttpBlobStore(url).put(spec.canonical_bytes()).uri
 
 
-def _publish_from_source(args: argparse.Namespace, raw: dict[str, Any]) -> tuple[TrainingTaskSpec, str]:
-    """A sponsor spec that names its data source: build and publish the artifacts, return the spec."""
+def _publish_from_source(
+    args: argparse.Namespace, raw: dict[str, Any], *, now: int, sponsor: str
+) -> tuple[TrainingTaskSpec, str]:
+    """A sponsor spec that names its data source: check it, build and publish the artifacts, return the spec."""
     from syncline.blobstore import HttpBlobStore
     from syncline.sponsor.data_sources import DatasetPlan
-    from syncline.sponsor.task_builder import publish_language_task
+    from syncline.sponsor.task_builder import check_language_template, publish_language_task
 
-    if not args.blob_store:
-        raise SpecError("a spec with dataset_source needs --blob-store URL to publish its artifacts")
+    blob_url = blob_store_from_args(args, "a spec with dataset_source publishes its artifacts")
     template = dict(raw)
     # A relative dataset_source.path is read from the spec file's directory.
     plan = DatasetPlan.from_mapping(template.pop("dataset_source"), base_dir=Path(args.spec).resolve().parent)
     model = template.pop("model", None)
     if not isinstance(model, dict) or "family" not in model:
         raise SpecError("model: expected a mapping with family and the architecture config")
+    check_language_template(template, shard_count=plan.shard_count, model=model, now=now, sponsor=sponsor)
     published = publish_language_task(  # reads and checks the source before uploading anything
-        HttpBlobStore(args.blob_store),
+        HttpBlobStore(blob_url),
         template=template,
         shard_count=plan.shard_count,
         vocab_size=plan.vocab_size,
@@ -299,6 +333,7 @@ def cmd_list_runs(args: argparse.Namespace) -> int:
             {
                 "task_id": task_id,
                 "status": t.status.name.lower(),
+                "progress": run_progress(t, market.spec_tuple(task_id)),
                 "enrolled": t.enrolled,
                 "round": t.current_round,
                 "finalized": t.rounds_finalized,
@@ -308,6 +343,25 @@ def cmd_list_runs(args: argparse.Namespace) -> int:
         )
     print(json.dumps(rows, indent=2))
     return 0
+
+
+def run_progress(t: TaskView, onchain_spec: Sequence[Any]) -> str:
+    """Where a run stands, in words: ``enrolling: 1 of 3 trainers``, ``running: round 2 of 8``."""
+    low, high = int(onchain_spec[SPEC_MIN_TRAINERS]), int(onchain_spec[SPEC_MAX_TRAINERS])
+    rounds = int(onchain_spec[SPEC_ROUNDS])
+    if t.status == TaskStatus.ENROLLING:
+        wanted = str(high) if low == high else f"{low}-{high}"
+        starts = (
+            f"starts when {high} have enrolled"
+            if low == high
+            else f"starts at {high}, or at the enrollment deadline with at least {low}"
+        )
+        return f"enrolling: {t.enrolled} of {wanted} trainers (the run {starts})"
+    if t.status == TaskStatus.RUNNING:
+        return f"running: round {t.current_round + 1} of {rounds} ({t.rounds_finalized} finalized), {t.active} trainers"
+    if t.status == TaskStatus.AWAITING_SEAL:
+        return f"awaiting seal: all {rounds} rounds closed ({t.rounds_finalized} finalized)"
+    return t.status.name.lower()
 
 
 def cmd_get_run(args: argparse.Namespace) -> int:
@@ -329,6 +383,7 @@ def cmd_get_run(args: argparse.Namespace) -> int:
         }
     out = {
         "task_id": args.task_id,
+        "progress": run_progress(t, market.spec_tuple(args.task_id)),
         "state": {k: (v.name.lower() if hasattr(v, "name") else v) for k, v in t.__dict__.items()},
         "trainer_metrics": trainers,
     }
@@ -371,7 +426,16 @@ def _agent_setup(args: argparse.Namespace) -> tuple[Any, keys.Signer, MarketClie
 
     overrides = {"task_id": args.task_id, "misbehave": getattr(args, "misbehave", None)}
     cfg = load_agent_config(args.config, overrides)
-    signer = keys.resolve(cfg.keystore, cfg.key_env)
+    if args.dev_account is not None:
+        devnet_rpc = local_devnet().rpc_url()
+        if devnet_rpc is None or cfg.node_rpc.rstrip("/") != devnet_rpc.rstrip("/"):
+            raise SynclineError(
+                f"--dev-account signs with the local devnet's development keys; node_rpc {cfg.node_rpc} "
+                f"is not the devnet's ({devnet_rpc or 'none is running: `syncline devnet up`'})"
+            )
+        signer = dev_signer(args.dev_account)
+    else:
+        signer = keys.resolve(cfg.keystore, cfg.key_env)
     deployment = Deployment.read(cfg.deployment)
     w3 = http_web3(cfg.node_rpc)
     if not w3.is_connected():
@@ -404,7 +468,8 @@ def cmd_download_model(args: argparse.Namespace) -> int:
     from syncline.sponsor.task_builder import export_model
 
     market = market_from_args(args)
-    ctx = TaskContext.load(market, HttpBlobStore(args.blob_store), args.task_id)
+    blob_url = blob_store_from_args(args, "the model is read from a blob store")
+    ctx = TaskContext.load(market, HttpBlobStore(blob_url), args.task_id)
     root = market.task(args.task_id).state_root
     out = export_model(ctx, root, Path(args.out))
     print(json.dumps({"task_id": args.task_id, "state_root": root, "out": str(out)}))
@@ -462,17 +527,85 @@ def cmd_finalize_round(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------- network (local agents)
+
+
+def _local_network() -> Any:
+    from syncline.run.network import LocalNetwork
+
+    return LocalNetwork(state_dir() / "network", local_devnet())
+
+
+def cmd_network_up(args: argparse.Namespace) -> int:
+    """Start the task's trainers and witnesses on the local devnet, detached; print them as JSON."""
+    network = _local_network()
+    agents = network.up(
+        args.task_id, trainer_config=args.trainer_config, witness_config=args.witness_config, trainers=args.trainers
+    )
+    print(json.dumps([_agent_row(a) for a in agents], indent=2))
+    log.info(
+        "network.up",
+        task_id=args.task_id,
+        trainers=sum(a.role == "trainer" for a in agents),
+        witnesses=sum(a.role == "witness" for a in agents),
+        logs=str(network.directory / "logs"),
+        next="`syncline train get-run --task-id N` to follow it, `syncline network wait` until it is done",
+    )
+    return 0
+
+
+def _agent_row(agent: Any) -> dict[str, Any]:
+    return {
+        "name": agent.name,
+        "dev_account": agent.dev_account,
+        "address": agent.address,
+        "pid": agent.pid,
+        "alive": agent.alive,
+        "exit_code": agent.exit_code(),
+        "metrics": f"http://127.0.0.1:{agent.metrics_port}/metrics",
+        "log": agent.log,
+    }
+
+
+def cmd_network_status(args: argparse.Namespace) -> int:
+    agents = _local_network().agents()
+    print(json.dumps([_agent_row(a) for a in agents], indent=2))
+    return 0 if agents and all(a.alive for a in agents) else 1
+
+
+def cmd_network_wait(args: argparse.Namespace) -> int:
+    """Until every agent has exited (the run sealed, everyone claimed), logging the run's progress."""
+    network = _local_network()
+    task_id = json.loads(network.file.read_text())["task_id"] if network.file.exists() else None
+    market: MarketClient | None = None
+
+    def progress() -> str | None:
+        nonlocal market
+        if task_id is None:
+            return None
+        if market is None:
+            market = MarketClient.from_deployment(Deployment.read(default_deployment_path()))
+        return run_progress(market.task(task_id), market.spec_tuple(task_id))
+
+    agents = network.wait(timeout_s=args.timeout_s, progress=progress)
+    print(json.dumps([_agent_row(a) for a in agents], indent=2))
+    return 0
+
+
+def cmd_network_down(args: argparse.Namespace) -> int:
+    stopped = _local_network().down()
+    log.info("network.down" if stopped else "network.not_running", stopped=",".join(stopped))
+    return 0
+
+
 # ---------------------------------------------------------------------- api
 
 
 def cmd_api(args: argparse.Namespace) -> int:
     """Serve the sponsor API and web UI until Ctrl-C."""
     from syncline.api import ApiServer, ApiSettings
-    from syncline.api.settings import devnet_blob_store
 
-    blob_store = args.blob_store or devnet_blob_store()
-    if not blob_store:
-        raise SynclineError("no blob store: pass --blob-store URL or run `syncline devnet up`")
+    blob_store = blob_store_from_args(args, "the API serves artifacts from a blob store")
     if not 0 <= args.port < 65536:
         raise SynclineError(f"--port {args.port} must be within 0..65535")
     settings = ApiSettings(
@@ -560,11 +693,42 @@ def build_parser() -> argparse.ArgumentParser:
         run = asub.add_parser("run", help=f"run the {role} until the task is sealed and paid")
         run.add_argument("--config", type=Path, required=True, help=f"{role}.yaml")
         run.add_argument("--task-id", type=int, default=None, help="override the config's task_id")
+        run.add_argument(
+            "--dev-account",
+            type=int,
+            default=None,
+            help=f"sign with this anvil development account of the local devnet instead of the config's key "
+            f"(never logged; {DEV_ACCOUNTS})",
+        )
         if modes:
             run.add_argument(
                 "--misbehave", choices=modes, default=None, help="TESTS AND DEMOS ONLY: act dishonestly in this way"
             )
         run.set_defaults(func=func)
+
+    network = sub.add_parser(
+        "network", help="a local network of agents on the devnet: the task's trainers and witnesses, one command"
+    )
+    nsub = network.add_subparsers(dest="action", required=True)
+    nup = nsub.add_parser(
+        "up",
+        help="start the task's trainers (free dev accounts: 1-3) and witnesses (the dev accounts it names: 4-6), "
+        "detached, each with its own config, state_dir, metrics port and log under .syncline/network/",
+    )
+    nup.add_argument("--task-id", type=int, default=1)
+    nup.add_argument("--trainers", type=int, default=None, help="how many trainers (default: the task's max_trainers)")
+    nup.add_argument("--trainer-config", type=Path, default=repo_root() / "examples" / "trainer.yaml")
+    nup.add_argument("--witness-config", type=Path, default=repo_root() / "examples" / "witness.yaml")
+    nup.set_defaults(func=cmd_network_up)
+    nsub.add_parser("status", help="each agent: pid, alive, exit code, metrics URL, log").set_defaults(
+        func=cmd_network_status
+    )
+    nwait = nsub.add_parser(
+        "wait", help="until every agent has exited (the run sealed and everyone claimed); fails if one failed"
+    )
+    nwait.add_argument("--timeout-s", type=float, default=None)
+    nwait.set_defaults(func=cmd_network_wait)
+    nsub.add_parser("down", help="stop every agent of the local network").set_defaults(func=cmd_network_down)
 
     train = sub.add_parser("train", help="sponsor and trainer commands against a deployment")
     tsub = train.add_subparsers(dest="action", required=True)
@@ -594,7 +758,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--spec-uri", default=None, help="http(s) URL of the spec artifact (default: publish it to --blob-store)"
     )
     post.add_argument(
-        "--blob-store", default=None, help="blob service URL to publish a dataset_source spec's artifacts"
+        "--blob-store",
+        default=None,
+        help="blob service URL to publish the spec and its artifacts (default: the devnet's blob service)",
     )
     chain_cmd("list-runs", cmd_list_runs, "list every task", task=False)
     get_run = chain_cmd("get-run", cmd_get_run, "status, rounds and trainer metrics of a task")
@@ -620,7 +786,7 @@ def build_parser() -> argparse.ArgumentParser:
     finalize.add_argument("--accepted-mask", type=lambda v: int(v, 0), required=True, help="e.g. 0b111 or 7")
     download = chain_cmd("download-model", cmd_download_model, "the final model as a Hugging Face directory")
     download.add_argument("--out", required=True, help="output directory (save_pretrained layout)")
-    download.add_argument("--blob-store", required=True, help="blob service URL, e.g. http://127.0.0.1:8600")
+    download.add_argument("--blob-store", default=None, help="blob service URL (default: the devnet's blob service)")
     return parser
 
 
@@ -630,13 +796,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level)
     try:
         code: int = args.func(args)
+        sys.stdout.flush()  # inside the try: a reader that went away is seen here, not at exit
         return code
+    except BrokenPipeError:
+        return _reader_went_away()
     except SynclineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+
+
+def _reader_went_away() -> int:
+    """The command's output was piped into a reader that stopped reading (``| head``): that is
+    not an error. Point stdout at /dev/null so the interpreter's final flush stays quiet."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 0
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ long as the run lives, reports degraded health once (logs and metrics) and recov
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -179,3 +180,31 @@ def test_wake_up_check_survives_a_node_outage() -> None:
     wake = loop.NewBlock(W3())  # type: ignore[arg-type]
     wake.mark()
     assert wake() is False  # no wake-up; the next step fails and backs off as before
+
+
+def test_a_task_not_posted_yet_is_waited_for_with_backoff_and_few_log_lines() -> None:
+    """The chain is asked at 0.5, 1, 2, 4, 8, 8, ... s (not every tick), the wait is logged at the
+    first check and then once a minute, and the task's arrival once; no failure is recorded."""
+    now = [0.0]
+    posted = [0]
+    asked: list[float] = []
+
+    def task_count() -> int:
+        asked.append(now[0])
+        return posted[0]
+
+    awaiting = loop.TaskNotPosted(task_count, 3, role="trainer", clock=lambda: now[0])
+    with capture_logs() as logs:
+        while now[0] < 120:
+            assert awaiting.waiting()
+            now[0] += 0.25  # a tick every 0.25 s
+        posted[0] = 3
+        while awaiting.waiting():
+            now[0] += 0.25
+        assert not awaiting.waiting()
+    gaps = [round(b - a, 2) for a, b in itertools.pairwise(asked)]
+    assert gaps[:5] == [0.5, 1.0, 2.0, 4.0, 8.0] and set(gaps[5:-1]) == {8.0}
+    assert gaps[-1] <= 8.0  # the task was seen within one backoff step
+    events = [e["event"] for e in logs]
+    assert events == ["agent.waiting_for_task"] * 2 + ["agent.task_posted"], events
+    assert logs[0]["task_id"] == 3 and "syncline train post-task" in logs[0]["hint"]

@@ -35,6 +35,7 @@ from syncline.chain.rpc import http_web3
 from syncline.chain.toolchain import foundry_binary
 from syncline.errors import SynclineError, ToolchainError
 from syncline.observability import get_logger
+from syncline.paths import state_dir
 
 log = get_logger("syncline.devnet")
 
@@ -325,7 +326,8 @@ class DevnetHome:
         except (OSError, ValueError):
             return None
 
-    def _rpc_url(self) -> str | None:
+    def rpc_url(self) -> str | None:
+        """The node's URL (``anvil.json``, else ``deployment.json``); None without a devnet."""
         for path, key in ((self.directory / "anvil.json", "url"), (self.deployment_path, "rpc_url")):
             try:
                 return str(json.loads(path.read_text())[key])
@@ -333,7 +335,8 @@ class DevnetHome:
                 continue
         return None
 
-    def _blob_url(self) -> str | None:
+    def blob_url(self) -> str | None:
+        """The blob service's URL (``blobstore.json``); None without a devnet."""
         try:
             return str(json.loads((self.directory / "blobstore.json").read_text())["url"])
         except (OSError, ValueError, KeyError, TypeError):
@@ -349,8 +352,8 @@ class DevnetHome:
         """Each service: is its process alive, and does it answer its probe."""
         return DevnetStatus(
             (
-                self._service(ANVIL, self._pid("anvil.pid"), self._rpc_url(), probe_rpc),
-                self._service(BLOB_SERVICE, self._pid("blobstore.pid"), self._blob_url(), probe_blob_service),
+                self._service(ANVIL, self._pid("anvil.pid"), self.rpc_url(), probe_rpc),
+                self._service(BLOB_SERVICE, self._pid("blobstore.pid"), self.blob_url(), probe_blob_service),
             )
         )
 
@@ -439,6 +442,11 @@ class DevnetHome:
         for leftover in (self.state_path, self.directory / "anvil.json", self.directory / "blobstore.json"):
             leftover.unlink(missing_ok=True)
         return stopped
+
+
+def local_devnet() -> DevnetHome:
+    """The devnet ``syncline devnet up`` manages: ``<state dir>/devnet`` (``.syncline/devnet``)."""
+    return DevnetHome(state_dir() / "devnet")
 
 
 def start_blob_service(directory: Path, *, port: int = 0, timeout_s: float = 30.0) -> tuple[str, int]:

@@ -30,8 +30,11 @@ from syncline.protocol.signed_messages import Commitment, Domain, Vote, sign
 from syncline.protocol.spec import TrainingTaskSpec
 
 # Positions of the on-chain ``TaskSpec`` fields the client reads (SynclineTypes.sol order).
+SPEC_ROUNDS = 11
 SPEC_ROUND_DURATION = 12
 SPEC_TRAINER_STAKE = 16
+SPEC_MIN_TRAINERS = 17
+SPEC_MAX_TRAINERS = 18
 SPEC_WITNESS_BOND = 28
 SPEC_CHALLENGE_BOND = 29
 
@@ -209,6 +212,18 @@ def result_digest(state_root: str | bytes, aggregate_root: str | bytes, accepted
 QUORUM_VOTE_GAS = 3_500_000
 DECIDING_VOTE_GAS = 1_500_000
 
+# The enrollment that fills ``max_trainers`` starts the run: it assigns every trainer its shards and
+# opens round 0, about 150 k gas plus 30 k per trainer (measured: 237 k with 3 trainers, 2.07 M with
+# 64), where any other enrollment costs about 120 k. Which enrollment lands last is decided by the
+# order of the block, not by the state it was estimated against, so every one carries this floor.
+ENROLL_START_GAS = 200_000
+ENROLL_START_GAS_PER_TRAINER = 32_000
+
+
+def enroll_gas_floor(max_trainers: int) -> int:
+    """Gas that covers the run-starting enrollment of a task with ``max_trainers`` trainers."""
+    return ENROLL_START_GAS + ENROLL_START_GAS_PER_TRAINER * max_trainers
+
 
 class MarketClient:
     """One market contract on one chain."""
@@ -276,8 +291,9 @@ class MarketClient:
     # ------------------------------------------------------------------ trainers
 
     def enroll(self, trainer: Signer, task_id: int) -> tuple[int, TxReceipt]:
-        stake = self.spec_tuple(task_id)[SPEC_TRAINER_STAKE]
-        receipt = self._send(trainer, "enroll", task_id, value=int(stake))
+        spec = self.spec_tuple(task_id)
+        floor = enroll_gas_floor(int(spec[SPEC_MAX_TRAINERS]))  # it may land as the run-starting one
+        receipt = self._send(trainer, "enroll", task_id, value=int(spec[SPEC_TRAINER_STAKE]), min_gas=floor)
         (event,) = self.events(receipt, "TrainerEnrolled")
         return int(event["args"]["fragment"]), receipt
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from prometheus_client import Counter, Gauge, start_http_server
+from prometheus_client import Counter, Gauge
 
 from syncline.blobstore import BlobStore
 from syncline.chain.keys import Signer
@@ -27,9 +27,9 @@ from syncline.observability import get_logger
 from syncline.protocol.enums import ChallengeKind, ChallengeStatus, TaskStatus
 from syncline.run.agent_config import AgentConfig
 from syncline.run.context import TaskContext
-from syncline.run.local_store import append_record
-from syncline.run.loop import pending_time, run_forever
-from syncline.run.metrics import default_loop_metrics
+from syncline.run.local_store import append_record, claim_state_dir
+from syncline.run.loop import TaskNotPosted, pending_time, run_forever
+from syncline.run.metrics import default_loop_metrics, serve_metrics
 
 log = get_logger("syncline.challenger")
 
@@ -181,8 +181,12 @@ class ChallengerAgent:
     def run(self, *, max_iterations: int | None = None) -> None:
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
+        with claim_state_dir(self.cfg.state_dir):
+            self._run(max_iterations)
+
+    def _run(self, max_iterations: int | None) -> None:
         if self.cfg.metrics_port:
-            start_http_server(self.cfg.metrics_port, addr="127.0.0.1")
+            serve_metrics(self.cfg.metrics_port)
         challenger = Challenger(
             task_id=self.cfg.task_id,
             signer=self.signer,
@@ -192,7 +196,11 @@ class ChallengerAgent:
             training_checker=make_training_checker(self.cfg.training_checks, seed=int(self.signer.address, 16)),
         )
 
+        awaiting = TaskNotPosted(self.market.task_count, self.cfg.task_id, role="challenger")
+
         def step() -> bool:
+            if awaiting.waiting():
+                return False
             t = self.market.task(self.cfg.task_id)
             if t.status == TaskStatus.ENROLLING:
                 return False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -12,6 +13,8 @@ import yaml
 from syncline.errors import SynclineError
 
 T = TypeVar("T")
+DEVICE = re.compile(r"cpu|cuda(:\d+)?")
+"""The ``device`` values a trainer accepts (a torch device: the CPU or one CUDA GPU)."""
 
 
 class ConfigError(SynclineError):
@@ -83,6 +86,8 @@ class AgentConfig:
     training_checks: str = "spot"
 
     def __post_init__(self) -> None:
+        if not DEVICE.fullmatch(self.device):
+            raise ConfigError(f"device {self.device!r}: use cpu, cuda or cuda:N (N: the GPU's index)")
         if self.dtype not in ("fp32", "bf16"):
             raise ConfigError(f"dtype {self.dtype!r}: use fp32 or bf16")
         if self.poll_interval_s <= 0:
@@ -144,12 +149,37 @@ def _check_kinds(cls: type, values: Mapping[str, Any], prefix: str = "") -> None
             raise ConfigError(f"{prefix}{name}: expected {kind}, got {value!r}")
 
 
+LOCAL_DEVNET_FIELDS = ("node_rpc", "blob_store", "deployment")
+"""Fields a config may leave out on a local devnet: read from ``.syncline/devnet/*.json`` (the
+files ``syncline devnet up`` writes), as ``syncline api`` does."""
+
+
+def with_local_devnet(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """``raw`` with whichever of :data:`LOCAL_DEVNET_FIELDS` it leaves out filled in from the
+    local devnet; a ConfigError names the first one when no devnet is running."""
+    data = dict(raw)
+    missing = [k for k in LOCAL_DEVNET_FIELDS if data.get(k) is None]
+    if not missing:
+        return data
+    from syncline.chain.devnet import local_devnet
+
+    home = local_devnet()
+    found = {"node_rpc": home.rpc_url(), "blob_store": home.blob_url(), "deployment": str(home.deployment_path)}
+    for key in missing:
+        if key != "deployment" and not found[key]:
+            raise ConfigError(
+                f"{key} is not set and no local devnet runs ({home.directory}): set {key}, or run `syncline devnet up`"
+            )
+        data[key] = found[key]
+    return data
+
+
 def config_from_mapping(raw: Mapping[str, Any]) -> AgentConfig:
     known = {f.name for f in fields(AgentConfig)}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ConfigError(f"unknown config field(s): {', '.join(unknown)}")
-    data = dict(raw)
+    data = with_local_devnet(raw)
     try:
         inner = data.pop("inner", {}) or {}
         if not isinstance(inner, Mapping):

@@ -2,10 +2,39 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+from syncline.run.agent_config import ConfigError
+
+LOCK_FILE = "agent.lock"
+
+
+@contextlib.contextmanager
+def claim_state_dir(state_dir: Path) -> Iterator[None]:
+    """Hold ``state_dir`` for this agent process: two agents on one ``state_dir`` would mix their
+    signed-message logs and optimizer state. A directory another live agent holds is a
+    :class:`ConfigError` naming its pid; the lock goes with the process (``kill -9`` included)."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = state_dir / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            raise ConfigError(
+                f"state_dir {state_dir} is in use by another agent (pid {holder}): give each agent its own state_dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
 
 
 def append_record(state_dir: Path, name: str, record: dict[str, object]) -> None:

@@ -120,6 +120,68 @@ class NewBlock:
         return number != self._seen
 
 
+class TaskNotPosted:
+    """Whether the agent's task exists yet: an agent started before the sponsor posted its task
+    waits for it (a normal state, not an outage) instead of failing tick after tick.
+
+    The chain is asked with capped exponential backoff (``backoff``: 0.5 s doubling to 8 s by
+    default), one ``taskCount`` call each time; ``agent.waiting_for_task`` is logged at the first
+    check and then every ``log_every_s`` seconds, ``agent.task_posted`` once it appears."""
+
+    def __init__(
+        self,
+        count: Callable[[], int],
+        task_id: int,
+        *,
+        role: str,
+        backoff: Backoff = Backoff(first_s=0.5, max_s=8.0),
+        log_every_s: float = 60.0,
+        clock: Callable[[], float] | None = None,
+    ):
+        self.count = count
+        self.task_id = task_id
+        self.role = role
+        self.backoff = backoff
+        self.log_every_s = log_every_s
+        self.clock = clock or time.monotonic
+        self.checks = 0
+        self._posted = False
+        self._next_check = 0.0
+        self._logged_at: float | None = None
+        self._since: float | None = None
+
+    def waiting(self) -> bool:
+        """True while the task does not exist (the step should return and try again later)."""
+        if self._posted:
+            return False
+        now = self.clock()
+        if now < self._next_check:
+            return True
+        tasks = self.count()
+        if tasks >= self.task_id:
+            self._posted = True
+            if self._since is not None:
+                waited = round(now - self._since, 1)
+                log.info("agent.task_posted", role=self.role, task_id=self.task_id, waited_s=waited)
+            return False
+        self.checks += 1
+        self._since = now if self._since is None else self._since
+        delay = self.backoff.delay(self.checks, 0.0)
+        self._next_check = now + delay
+        if self._logged_at is None or now - self._logged_at >= self.log_every_s:
+            self._logged_at = now
+            log.info(
+                "agent.waiting_for_task",
+                role=self.role,
+                task_id=self.task_id,
+                tasks_on_chain=tasks,
+                waited_s=round(now - self._since, 1),
+                next_check_s=delay,
+                hint="the task is not posted yet: post it (`syncline train post-task`) or check task_id",
+            )
+        return True
+
+
 def pending_time(w3: Web3) -> int:
     """Timestamp the next block will have (the latest block's may be stale on an idle devnet)."""
     pending = int(w3.eth.get_block("pending")["timestamp"])

@@ -2,9 +2,26 @@
 
 from __future__ import annotations
 
+import errno
 import weakref
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, start_http_server
+
+from syncline.run.agent_config import ConfigError
+
+
+def serve_metrics(port: int, registry: CollectorRegistry = REGISTRY) -> None:
+    """Serve ``registry`` for Prometheus on ``127.0.0.1:port``; a port another process holds is a
+    :class:`ConfigError` (one line), not an ``OSError`` traceback."""
+    try:
+        start_http_server(port, addr="127.0.0.1", registry=registry)
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        raise ConfigError(
+            f"metrics_port {port} is already in use (another agent on this config?): "
+            "give each agent its own metrics_port, or leave it out"
+        ) from None
 
 
 class LoopMetrics:
@@ -90,4 +107,4 @@ class AgentMetrics:
         self.role = role
 
     def serve(self, port: int) -> None:
-        start_http_server(port, addr="127.0.0.1", registry=self.registry)
+        serve_metrics(port, self.registry)

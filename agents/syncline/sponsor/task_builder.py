@@ -167,6 +167,7 @@ def export_model(ctx: TaskContext, state_root: str, out_dir: Path) -> Path:
     state = ctx.fetch_state(state_root)
     model = ctx.build_model(state)
     out_dir.mkdir(parents=True, exist_ok=True)
+    before = {p.name: p.stat().st_mtime_ns for p in out_dir.iterdir()}
     model.save_pretrained(out_dir)  # type: ignore[operator]
     from tokenizers import Tokenizer
 
@@ -186,4 +187,40 @@ def export_model(ctx: TaskContext, state_root: str, out_dir: Path) -> Path:
             indent=2,
         )
     )
+    _share_written(out_dir, before)
     return out_dir
+
+
+def _share_written(directory: Path, before: Mapping[str, int]) -> None:
+    """Give the files just written to ``directory`` the mode of any new file (0644 under the usual
+    umask): ``safetensors`` writes its file 0600, which another user serving or loading the
+    model cannot read. Files that were there before and are unchanged keep their mode."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    mode = 0o666 & ~umask
+    for path in directory.iterdir():
+        if path.is_file() and before.get(path.name) != path.stat().st_mtime_ns:
+            path.chmod(mode)
+
+
+def check_language_template(
+    template: Mapping[str, Any], *, shard_count: int, model: Mapping[str, Any], now: int, sponsor: str
+) -> TrainingTaskSpec:
+    """Validate a sponsor's language-task template before any artifact is built or uploaded.
+
+    Every rule ``postTask`` enforces on what the sponsor wrote (k of N witnesses, trainers against
+    shards, windows, bonds, the enrollment deadline against ``now``, the sponsor not a witness) is
+    checked on a provisional spec whose artifact fields (shard hashes, initial state root,
+    parameter count) are placeholders; a ``SpecError`` names the first problem. Returns the
+    provisional spec."""
+    placeholder = "0x" + "5c" * 32
+    data = dict(template)
+    family = str(model.get("family", "llama"))
+    data.update(
+        modality="language",
+        model={"family": family, "config": {k: v for k, v in model.items() if k != "family"}},
+        dataset={"shard_hashes": [placeholder] * shard_count},
+        initial_state_root=placeholder,
+        param_count=data.get("param_count") or 1,
+    )
+    return TrainingTaskSpec.from_mapping(data).validate(now=now, sponsor=sponsor)

@@ -41,8 +41,8 @@ from syncline.protocol.state import TrainingState
 from syncline.run.agent_config import AgentConfig, ConfigError
 from syncline.run.context import StateUnavailable, TaskContext
 from syncline.run.gossip import TrainerReport, announce_commitment, announce_report
-from syncline.run.local_store import append_record
-from syncline.run.loop import NewBlock, pending_time, run_forever
+from syncline.run.local_store import append_record, claim_state_dir
+from syncline.run.loop import NewBlock, TaskNotPosted, pending_time, run_forever
 from syncline.run.metrics import AgentMetrics
 from syncline.trainer.checkpoint_keeper import CheckpointKeeper
 from syncline.trainer.inner_loop import InnerLoop, RoundWork
@@ -141,26 +141,38 @@ class TrainerAgent:
     _payloads_round: int | None = None
     _flusher: ThreadPoolExecutor | None = None
     _tick_began: float = 0.0
+    _enrolling_hint: int | None = None
+    _enrolling_hint_at: float = 0.0
+    _awaiting_task: TaskNotPosted | None = None
+
+    @property
+    def _awaiting(self) -> TaskNotPosted:
+        if self._awaiting_task is None:
+            self._awaiting_task = TaskNotPosted(self.market.task_count, self.cfg.task_id, role="trainer")
+        return self._awaiting_task
 
     def run(self, *, max_iterations: int | None = None) -> None:
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
-        if self.cfg.metrics_port:
-            self.metrics.serve(self.cfg.metrics_port)
-        run_forever(
-            self.step,
-            poll_interval_s=self.cfg.poll_interval_s,
-            role="trainer",
-            metrics=self.metrics.loop,
-            max_iterations=max_iterations,
-            wake=NewBlock(self.market.w3),
-        )
+        with claim_state_dir(self.cfg.state_dir):
+            if self.cfg.metrics_port:
+                self.metrics.serve(self.cfg.metrics_port)
+            run_forever(
+                self.step,
+                poll_interval_s=self.cfg.poll_interval_s,
+                role="trainer",
+                metrics=self.metrics.loop,
+                max_iterations=max_iterations,
+                wake=NewBlock(self.market.w3),
+            )
 
     # ------------------------------------------------------------------ one tick
 
     def step(self) -> bool:
         self._tick_began = time.perf_counter()
         task_id = self.cfg.task_id
+        if self._awaiting.waiting():
+            return False
         t = self.market.task(task_id)
         if self.ctx is None:
             ctx = TaskContext.load(self.market, self.blobs, task_id)
@@ -176,6 +188,8 @@ class TrainerAgent:
             if not me.enrolled:
                 fragment, _ = self.market.enroll(self.signer, task_id)
                 log.info("trainer.enrolled", task_id=task_id, fragment=fragment, trainer=self.signer.address)
+                t = self.market.task(task_id)
+            self._hint_enrolling(t)
             return False
         if t.status in (TaskStatus.SEALED, TaskStatus.CANCELLED):
             amount = self.market.claim(self.signer)
@@ -202,6 +216,30 @@ class TrainerAgent:
         if self._train_and_commit(round_, me.fragment, me.shards, t.state_root, deadline):
             self._train_ahead(t, me)
         return False
+
+    def _hint_enrolling(self, t: TaskView) -> None:
+        """While the run waits for trainers, say so (when the count changes, else once a minute):
+        a lone trainer otherwise just sits at ``min_trainers``."""
+        if t.status != TaskStatus.ENROLLING or self.ctx is None:
+            return
+        spec, now = self.ctx.spec, time.monotonic()
+        if self._enrolling_hint == t.enrolled and now - self._enrolling_hint_at < 60.0:
+            return
+        self._enrolling_hint, self._enrolling_hint_at = t.enrolled, now
+        starts = (
+            f"when {spec.max_trainers} have enrolled"
+            if spec.min_trainers == spec.max_trainers
+            else f"at {spec.max_trainers}, or at the enrollment deadline with at least {spec.min_trainers}"
+        )
+        log.info(
+            "trainer.waiting_for_trainers",
+            task_id=t.task_id,
+            enrolled=t.enrolled,
+            min_trainers=spec.min_trainers,
+            max_trainers=spec.max_trainers,
+            hint=f"the run starts {starts}: start more trainers (`syncline network up`, or "
+            "`syncline trainer run --dev-account N` for each of dev accounts 1-3)",
+        )
 
     def _train_ahead(self, t: TaskView, me: TrainerView) -> None:
         """Train ahead (:meth:`_train_ahead_once`), round after round while each one's work is

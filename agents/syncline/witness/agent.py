@@ -41,8 +41,8 @@ from syncline.protocol.sync_round import RoundResult
 from syncline.run.agent_config import AgentConfig
 from syncline.run.context import StateUnavailable, TaskContext, load_weights
 from syncline.run.gossip import GossipError, announce_vote, decode_vote, encode_vote
-from syncline.run.local_store import append_durable, append_record, read_records
-from syncline.run.loop import NewBlock, pending_time, run_forever
+from syncline.run.local_store import append_durable, append_record, claim_state_dir, read_records
+from syncline.run.loop import NewBlock, TaskNotPosted, pending_time, run_forever
 from syncline.run.metrics import AgentMetrics
 
 log = get_logger("syncline.witness")
@@ -64,23 +64,29 @@ class WitnessAgent:
     challenger: Challenger | None = None
     referee: RefereeDuty | None = None
     defence: CensorshipDefence | None = None
+    _awaiting: TaskNotPosted | None = None
 
     def run(self, *, max_iterations: int | None = None) -> None:
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
-        if self.cfg.metrics_port:
-            self.metrics.serve(self.cfg.metrics_port)
-        run_forever(
-            self.step,
-            poll_interval_s=self.cfg.poll_interval_s,
-            role="witness",
-            metrics=self.metrics.loop,
-            max_iterations=max_iterations,
-            wake=NewBlock(self.market.w3),
-        )
+        with claim_state_dir(self.cfg.state_dir):
+            if self.cfg.metrics_port:
+                self.metrics.serve(self.cfg.metrics_port)
+            run_forever(
+                self.step,
+                poll_interval_s=self.cfg.poll_interval_s,
+                role="witness",
+                metrics=self.metrics.loop,
+                max_iterations=max_iterations,
+                wake=NewBlock(self.market.w3),
+            )
 
     def step(self) -> bool:
         task_id = self.cfg.task_id
+        if self._awaiting is None:
+            self._awaiting = TaskNotPosted(self.market.task_count, task_id, role="witness")
+        if self._awaiting.waiting():
+            return False
         t = self.market.task(task_id)
         if t.status in (TaskStatus.SEALED, TaskStatus.CANCELLED):
             amount = self.market.claim(self.signer)
