@@ -88,6 +88,10 @@ class DemoPlan:
     spot_check_rate: float | None = None
     # Whether honest witnesses run the challenger (the browser tests leave a fault to the UI).
     witness_challenges: bool = True
+    # Agents keep the state in files and stream it (None: the agents' default, from 4M parameters up).
+    state_on_disk: bool | None = None
+    # Validation batches a witness scores per round (None: the agents' default, 8 x 16 windows).
+    eval_batches: int | None = None
 
 
 @dataclass
@@ -305,6 +309,8 @@ class TrainingDemo:
             "poll_interval_s": 0.5,
             "threads": 1,
         }
+        if self.plan.state_on_disk is not None:
+            config["state_on_disk"] = self.plan.state_on_disk
         if role == "trainer":
             config["inner"] = {
                 "optimizer": "adamw",
@@ -319,6 +325,8 @@ class TrainingDemo:
         if role == "witness":
             config["training_checks"] = self.plan.training_checks
             config["challenge"] = self.plan.witness_challenges
+            if self.plan.eval_batches is not None:
+                config["eval_batches"] = self.plan.eval_batches
         config_path = agent_dir / f"{role}.yaml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         cmd = [sys.executable, "-m", "syncline.cli", role, "run", "--config", str(config_path)]

@@ -56,7 +56,7 @@ import json
 import math
 import re
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -254,6 +254,17 @@ class Checkpoint:
             t.numpy().astype("<f4", copy=False).tobytes() for t in (self.params, self.exp_avg, self.exp_avg_sq)
         )
         return MAGIC + struct.pack("<Q", len(header)) + header + body + self.rng_state
+
+    def write(self, sink: Callable[[bytes], object], *, block: int = 1 << 22) -> None:
+        """Stream :meth:`to_bytes` into ``sink`` (e.g. a file's ``write``) in pieces of at most
+        ``block`` values, so a checkpoint of a large model is never held as one bytes object."""
+        header = self._header()
+        sink(MAGIC + struct.pack("<Q", len(header)) + header)
+        for t in (self.params, self.exp_avg, self.exp_avg_sq):
+            values = t.numpy()
+            for start in range(0, values.shape[0], block):
+                sink(values[start : start + block].astype("<f4", copy=False).tobytes())
+        sink(self.rng_state)
 
     @property
     def hash(self) -> bytes:

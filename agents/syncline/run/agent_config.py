@@ -68,6 +68,8 @@ class AgentConfig:
     # checkpoints declare it, and a referee of the same device class then compares bit for bit
     deterministic: bool = False
     threads: int | None = None
+    # keep the model state (and payloads) in files and stream them (None: from 4M parameters up)
+    state_on_disk: bool | None = None
     # witness only
     eval_batches: int = 8
     eval_batch_size: int = 16

@@ -15,22 +15,32 @@ signed slots first) and kept only if its bytes recompute the root.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 from eth_account.signers.local import LocalAccount
 
 from syncline.blobstore import BlobStore, find_verified, put_signed
-from syncline.blobstore.store import MAX_ALIAS_SIGNERS, BlobUnavailable, max_state_bytes
+from syncline.blobstore.store import (
+    MAX_ALIAS_SIGNERS,
+    BlobStoreBase,
+    BlobUnavailable,
+    max_state_bytes,
+    put_signed_file,
+    write_file_atomic,
+)
 from syncline.chain.market import MarketClient, RoundView
 from syncline.errors import SpecError, SynclineError
 from syncline.modality.language import LanguageAdapter
+from syncline.protocol.disk_round import DiskRoundResult, PayloadFile, compute_round_on_disk
 from syncline.protocol.enums import RoundStatus
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.spec import MAX_SPEC_BYTES, TrainingTaskSpec
 from syncline.protocol.spot_checks import spot_check_draw
 from syncline.protocol.state import TrainingState
 from syncline.protocol.sync_round import CommittedSubmission, RoundResult, compute_round
+from syncline.run.state_file import StateFile
 
 MAX_SHARD_BYTES = 256 << 20
 MAX_PAYLOAD_OVERHEAD = 1 << 20
@@ -167,6 +177,31 @@ class TaskContext:
         except SynclineError as exc:
             raise StateUnavailable(f"no blob is known for state root {state_root}: {_one_line(exc)}") from None
 
+    def fetch_state_file(self, state_root: str, dest: Path) -> tuple[StateFile, int]:
+        """:meth:`fetch_state_sized` into the file ``dest`` (bounded memory: the blob is streamed
+        to disk and its root recomputed range by range). Raises :class:`StateUnavailable`."""
+        root = state_root.lower()
+        tmp = dest.with_name(dest.name + ".download")
+        tried, last = 0, "no candidate"
+        try:
+            for digest in self.blobs.candidates(root, signers=self.publishers()):
+                tried += 1
+                try:
+                    size = get_to_file(self.blobs, digest, tmp, max_bytes=max_state_bytes(self.layout.numel))
+                    state = StateFile.open(tmp, self.layout)
+                    if state.state_root_hex == root:
+                        return state.move_to(dest), size
+                    last = f"a candidate holds state {state.state_root_hex}, not {root}"
+                except BlobUnavailable:
+                    raise
+                except (SynclineError, ValueError) as exc:
+                    last = _one_line(exc)
+        except BlobUnavailable as exc:
+            raise StateUnavailable(f"cannot look up state root {state_root}: {_one_line(exc)}", outage=True) from None
+        finally:
+            tmp.unlink(missing_ok=True)
+        raise StateUnavailable(f"no blob is known for state root {state_root}: {tried} candidates tried; last: {last}")
+
     def publishers(self) -> tuple[str, ...]:
         """Who signs the state blobs this task's agents rely on: its witnesses, then its sponsor."""
         if self._publishers is None:
@@ -210,6 +245,65 @@ class TaskContext:
             )
         return out
 
+    def committed_payload_files(
+        self, round_: int, directory: Path, committed_mask: int | None = None
+    ) -> list[PayloadFile]:
+        """:meth:`committed_submissions` with each payload streamed to a file in ``directory``."""
+        committed = self.market.round(self.task_id, round_).committed_mask if committed_mask is None else committed_mask
+        directory.mkdir(parents=True, exist_ok=True)
+        out: list[PayloadFile] = []
+        for fragment in range(256):
+            if not committed >> fragment & 1:
+                continue
+            s = self.market.submission(self.task_id, round_, fragment)
+            path: Path | None = directory / f"{round_}-{fragment}-{s.payload_hash.lower()}.bin"
+            error: str | None = None
+            assert path is not None
+            try:
+                fetch_file_by_digest(self.blobs, s.payload_hash, (s.uri,), path, max_bytes=self.max_payload_bytes)
+            except SynclineError as exc:
+                error = f"fetch failed: {str(exc).splitlines()[0][:160]}"
+                path = None
+            out.append(
+                PayloadFile(
+                    fragment=fragment,
+                    payload_hash=bytes.fromhex(s.payload_hash[2:]),
+                    chunk_root=bytes.fromhex(s.chunk_root[2:]),
+                    path=None if path is None else str(path),
+                    fetch_error=error,
+                )
+            )
+        return out
+
+    def compute_round_file(
+        self, previous: StateFile, submissions: list[PayloadFile], dest: Path
+    ) -> tuple[StateFile, DiskRoundResult]:
+        """:meth:`compute_round` on disk: the new state is written to ``dest`` (a copy of
+        ``previous`` updated in place), ``previous`` is left as it was."""
+        spec = self.spec
+        work = previous.copy_to(dest.with_name(dest.name + ".work"))
+        weights, momentum = work.regions(writable=True)
+        try:
+            result = compute_round_on_disk(
+                weights,
+                momentum,
+                submissions,
+                rule=spec.aggregation.rule,
+                rule_param=spec.aggregation.rule_param,
+                bits=spec.gradient_bits,
+                lr_ppm=spec.outer_lr_ppm,
+                momentum_ppm=spec.outer_momentum_ppm,
+                max_payload_bytes=self.max_payload_bytes,
+            )
+        except BaseException:
+            work.remove()
+            raise
+        finally:
+            weights.close()
+            momentum.close()
+        work.adopt_root(result.state_root)
+        return work.move_to(dest), result
+
     def compute_round(self, previous: TrainingState, submissions: list[CommittedSubmission]) -> RoundResult:
         """The round's result under this task's rule, quantization and outer optimizer."""
         spec = self.spec
@@ -232,6 +326,15 @@ class TaskContext:
             self.blobs.put(state.to_bytes(), alias=root)
         else:
             put_signed(self.blobs, state.to_bytes(), root, signer)
+        return root
+
+    def publish_state_file(self, state: StateFile, signer: LocalAccount) -> str:
+        """:meth:`publish_state` for a state in a file, streamed (``put_file``); returns the root."""
+        root = state.state_root_hex
+        if isinstance(self.blobs, BlobStoreBase):
+            put_signed_file(self.blobs, state.path, root, signer)
+        else:
+            put_signed(self.blobs, state.path.read_bytes(), root, signer)
         return root
 
     def build_model(self, state: TrainingState | None = None) -> torch.nn.Module:
@@ -274,6 +377,31 @@ def fetch_by_digest(blobs: BlobStore, digest: str, hints: tuple[str, ...], *, ma
     raise error
 
 
+def get_to_file(blobs: BlobStore, digest: str, dest: Path, *, max_bytes: int) -> int:
+    """``blobs.get_to_file`` (streamed) where the store has it, else through memory."""
+    if isinstance(blobs, BlobStoreBase):
+        return blobs.get_to_file(digest, dest, max_bytes=max_bytes)
+    return write_file_atomic(dest, iter((blobs.get(digest, max_bytes=max_bytes),)))
+
+
+def fetch_file_by_digest(blobs: BlobStore, digest: str, hints: tuple[str, ...], dest: Path, *, max_bytes: int) -> int:
+    """:func:`fetch_by_digest` into the file ``dest`` (streamed); returns its size."""
+    try:
+        return get_to_file(blobs, digest, dest, max_bytes=max_bytes)
+    except SynclineError as exc:
+        error: SynclineError = exc
+    for uri in hints:
+        if not uri:
+            continue
+        try:
+            if isinstance(blobs, BlobStoreBase):
+                return blobs.fetch_to_file(uri, dest, expected_digest=digest, max_bytes=max_bytes)
+            return write_file_atomic(dest, iter((blobs.fetch(uri, expected_digest=digest, max_bytes=max_bytes),)))
+        except SynclineError as exc:
+            error = exc
+    raise error
+
+
 def _one_line(exc: BaseException) -> str:
     return (str(exc).splitlines() or [type(exc).__name__])[0][:200]
 
@@ -288,8 +416,11 @@ def model_config(spec: TrainingTaskSpec) -> dict[str, Any]:
     return {"family": spec.model.family, **dict(spec.model.config)}
 
 
-def load_weights(model: torch.nn.Module, state: TrainingState) -> None:
+def load_weights(model: torch.nn.Module, state: TrainingState | StateFile) -> None:
     """Copy the state's weights into the model's parameters (tied parameters appear once)."""
+    if isinstance(state, StateFile):
+        state.load_into(model)
+        return
     params = dict(model.named_parameters())
     with torch.no_grad():
         for name, tensor in state.to_state_dict().items():

@@ -8,15 +8,16 @@ state), so it can be killed at any time and restarted.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
-from syncline.blobstore import BlobStore
+from syncline.blobstore import BlobRef, BlobStore
 from syncline.blobstore.store import BlobUnavailable, put_signed
 from syncline.chain.calls import ZERO_ADDRESS
 from syncline.chain.keys import Signer
@@ -24,19 +25,22 @@ from syncline.chain.market import MarketClient, RoundView
 from syncline.court.defence import AvailabilityResponder
 from syncline.errors import ChainError, SynclineError
 from syncline.observability import get_logger
-from syncline.protocol.checkpoints import CheckpointManifest, manifest_alias, manifest_root_alias
+from syncline.protocol.checkpoints import Checkpoint, CheckpointManifest, manifest_alias, manifest_root_alias
+from syncline.protocol.disk_round import encode_payload_file
 from syncline.protocol.enums import RoundStatus, TaskStatus
 from syncline.protocol.hashing import keccak
 from syncline.protocol.seeds import round_seed
 from syncline.protocol.signed_messages import Commitment
 from syncline.protocol.spot_checks import kept_rounds
 from syncline.protocol.state import TrainingState
+from syncline.protocol.streaming import ArrayRegion
 from syncline.run.agent_config import AgentConfig, ConfigError
 from syncline.run.context import StateUnavailable, TaskContext
 from syncline.run.gossip import TrainerReport, announce_commitment, announce_report
 from syncline.run.local_store import append_record
 from syncline.run.loop import pending_time, run_forever
 from syncline.run.metrics import AgentMetrics
+from syncline.run.state_file import StateFile, use_disk_state
 from syncline.trainer.checkpoint_keeper import CheckpointKeeper
 from syncline.trainer.inner_loop import InnerLoop, RoundWork
 from syncline.trainer.outbox import Outbox
@@ -67,7 +71,8 @@ class TrainerAgent:
     _rounds_committed: int = 0
     _optimizer_round: int | None = None
     _bytes_received: int = 0
-    _state: TrainingState | None = None
+    _sync_started: float = 0.0
+    _state: TrainingState | StateFile | None = None
     _availability: AvailabilityResponder | None = None
     _outbox: Outbox | None = None
     _keeper: CheckpointKeeper | None = None
@@ -286,12 +291,15 @@ class TrainerAgent:
                 raise
             log.info("trainer.waiting_for_state", round=round_, reason=str(exc))
             return
+        timings = {"sync_s": time.perf_counter() - self._sync_started}
         inner = self._ensure_inner()
         self._restore_optimizer(inner, round_)
         if self._wall_started is None:
             self._wall_started = time.perf_counter()  # utilization counts from the first round trained
         self.metrics.round.set(round_)
         interval = ctx.spec.checkpoint_interval_steps
+        on_demand = ctx.spec.verification_policy.on_demand
+        began = time.perf_counter()
         work = inner.run(
             state,
             [ctx.shard(i) for i in shards],
@@ -300,21 +308,30 @@ class TrainerAgent:
             checkpoint_interval=interval,
             # TESTS AND DEMOS ONLY: a lazy trainer trains half the steps and pads its checkpoints.
             train_steps=ctx.spec.inner_steps // 2 if self.cfg.misbehave == "lazy" else None,
+            # On-demand checkpoints stream into the keeper (never held as bytes).
+            checkpoint_sink=self._keep_checkpoint(round_) if on_demand else None,
         )
+        timings["inner_s"] = work.train_seconds
+        timings["checkpoints_s"] = time.perf_counter() - began - work.train_seconds
         if self.cfg.misbehave == "fake-gradient":  # honest checkpoints, a payload not derived from them
             work = replace(work, pseudo_gradient=torch.randn_like(work.pseudo_gradient) * 0.05)
+        began = time.perf_counter()
         self._save_optimizer(inner, round_ + 1)
-        payload, chunk_root = encode_payload(work.pseudo_gradient, ctx.spec.gradient_bits)
+        timings["save_optimizer_s"] = time.perf_counter() - began
         # Through the outbox: a blob-store outage now delays the upload, never the commitment.
-        ref = self.outbox.put(payload)
-        self.outbox.keep_own(round_, payload)
+        ref, chunk_root = self._encode_and_upload(round_, work.pseudo_gradient, timings)
         # A claim names a round within the challenge window of its close and is answered within a
         # response window after it: keep the own payloads and checkpoints of that many rounds.
         kept = round_ - kept_rounds(ctx.spec.challenge_window_s, ctx.spec.round_duration_s)
         self.outbox.prune_own(kept)
         self.keeper.prune(kept)
-        self._bytes_sent += len(payload)
-        checkpoint_root = self._publish_checkpoints(round_, fragment, interval, work.checkpoints)
+        self._bytes_sent += ref.size
+        began = time.perf_counter()
+        checkpoint_root = self._publish_checkpoints(
+            round_, fragment, interval, work.checkpoints, work.checkpoint_digests
+        )
+        timings["manifest_s"] = time.perf_counter() - began
+        began = time.perf_counter()
         message, signature = self.market.sign_commitment(
             self.signer, ctx.task_id, round_, fragment, ref.digest, chunk_root, checkpoint_root, ref.uri
         )
@@ -334,6 +351,7 @@ class TrainerAgent:
             # Someone relayed our own announced commitment first: it is on record, uri included.
             log.info("trainer.commit_relayed", round=round_, fragment=fragment, error=exc.error_name)
             outcome = "committed"
+        timings["commit_s"] = time.perf_counter() - began
         self._train_seconds += work.train_seconds
         wall = time.perf_counter() - (self._wall_started or time.perf_counter())
         steps = len(work.losses)
@@ -349,17 +367,61 @@ class TrainerAgent:
             loss=round(work.mean_loss, 4),
             steps_per_s=round(steps / work.train_seconds, 2),
             tokens_per_s=round(work.tokens / work.train_seconds),
-            payload_kib=round(len(payload) / 1024, 1),
+            payload_kib=round(ref.size / 1024, 1),
             seconds_left=deadline - pending_time(self.market.w3),
         )
         append_record(
-            self.cfg.state_dir, "rounds.jsonl", {"round": round_, "loss": work.mean_loss, "payload": ref.digest}
+            self.cfg.state_dir,
+            "rounds.jsonl",
+            {
+                "round": round_,
+                "loss": work.mean_loss,
+                "payload": ref.digest,
+                "timings": {k: round(v, 3) for k, v in timings.items()},
+                "committed_at": time.time(),
+            },
         )
         self._report(ctx.task_id, round_, fragment, work)
         self._tokens += work.tokens
         self._rounds_committed += 1
         self._steps += steps
         self._write_throughput()
+
+    def _keep_checkpoint(self, round_: int) -> Callable[[int, Checkpoint], str]:
+        return lambda index, ckpt: self.keeper.keep_checkpoint(round_, index, ckpt)
+
+    def _encode_and_upload(
+        self, round_: int, gradient: torch.Tensor, timings: dict[str, float]
+    ) -> tuple[BlobRef, bytes]:
+        """Quantize the outer gradient into the payload, upload it and keep a copy for
+        availability demands; returns ``(reference, chunk root)``. With the state on disk the
+        payload is encoded range by range into a file and uploaded from it (``put_file``)."""
+        ctx = self.ctx
+        assert ctx is not None
+        began = time.perf_counter()
+        if not self._disk_state:
+            payload, chunk_root = encode_payload(gradient, ctx.spec.gradient_bits)
+            timings["encode_s"] = time.perf_counter() - began
+            began = time.perf_counter()
+            ref = self.outbox.put(payload)
+            self.outbox.keep_own(round_, payload)
+            timings["upload_s"] = time.perf_counter() - began
+            return ref, chunk_root
+        path = self.cfg.state_dir / "payloads" / f"own-{round_}.bin"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        encoded = encode_payload_file(ArrayRegion(gradient.numpy()), ctx.spec.gradient_bits, str(path))
+        timings["encode_s"] = time.perf_counter() - began
+        began = time.perf_counter()
+        ref = self.outbox.put_file(path)
+        self.outbox.keep_own_file(round_, path, ref.digest)
+        path.unlink(missing_ok=True)
+        timings["upload_s"] = time.perf_counter() - began
+        return ref, encoded.chunk_root
+
+    @property
+    def _disk_state(self) -> bool:
+        assert self.ctx is not None
+        return use_disk_state(self.ctx.layout.numel, self.cfg.state_on_disk)
 
     def _write_throughput(self) -> None:
         """What this trainer trained and sent so far (the demo's receipt reads it)."""
@@ -425,7 +487,9 @@ class TrainerAgent:
         announce_commitment(self.blobs, other, other_signature)
         log.warning("trainer.misbehaving", mode="equivocate", round=message.round)
 
-    def _publish_checkpoints(self, round_: int, fragment: int, interval: int, checkpoints: Sequence[bytes]) -> bytes:
+    def _publish_checkpoints(
+        self, round_: int, fragment: int, interval: int, checkpoints: Sequence[bytes], kept: Sequence[str] = ()
+    ) -> bytes:
         """Put the checkpoint manifest (aliased by position and by root, each in this trainer's own
         signed slot, which no other writer can displace) and, in an eager task, every checkpoint
         blob; returns the ``checkpointRoot`` to commit. Publishing precedes the commitment, so a
@@ -436,7 +500,7 @@ class TrainerAgent:
         assert ctx is not None
         on_demand = ctx.spec.verification_policy.on_demand
         if on_demand:
-            digests = self.keeper.keep(round_, checkpoints)
+            digests = tuple(kept) if kept else self.keeper.keep(round_, checkpoints)
             uris = ("",) * len(digests)
             size = 0
         else:
@@ -459,14 +523,14 @@ class TrainerAgent:
             "trainer.checkpoints",
             round=round_,
             fragment=fragment,
-            checkpoints=len(checkpoints),
+            checkpoints=len(digests),
             published_kib=round(size / 1024, 1),
             kept=on_demand,
             root="0x" + root.hex(),
         )
         return root
 
-    def _sync_state(self, round_: int, fragment: int, state_root: str) -> TrainingState:
+    def _sync_state(self, round_: int, fragment: int, state_root: str) -> TrainingState | StateFile:
         """The state to train from, fetched with as few bytes as possible.
 
         If the trainer holds the state the last round started from and the round's payloads are
@@ -474,10 +538,13 @@ class TrainerAgent:
         payloads (about 1 byte per parameter each) with the same
         deterministic aggregation and outer step the witnesses ran, and checks the state root the
         chain finalized. Otherwise (first round, a restart, a mismatch) it downloads the full state
-        blob (16 bytes per parameter: Q32 weights and momentum).
+        blob (16 bytes per parameter: Q32 weights and momentum). With the state on disk (large
+        models) both happen in files, and the previous state's file is dropped once the new one is
+        there.
         """
         ctx = self.ctx
         assert ctx is not None
+        self._sync_started = time.perf_counter()
         if self._state is not None and self._state.state_root_hex == state_root.lower():
             return self._state
         if self._state is not None and round_ > 0:
@@ -489,19 +556,37 @@ class TrainerAgent:
                 else None
             )
             if derived is not None:
-                self._state = derived
+                self._hold(derived)
                 return derived
+        if self._disk_state:
+            states = self.cfg.state_dir / "states"
+            states.mkdir(parents=True, exist_ok=True)
+            fetched, size = ctx.fetch_state_file(state_root, states / f"{state_root.lower()}.safetensors")
+            self._bytes_received += size
+            self._hold(fetched)
+            return fetched
         state, size = ctx.fetch_state_sized(state_root)
         self._bytes_received += size
         self._state = state
         return state
 
-    def _derive_from_payloads(self, round_: int, rr: RoundView, fragment: int, state_root: str) -> TrainingState | None:
+    def _hold(self, state: TrainingState | StateFile) -> None:
+        """Train from ``state`` from now on; a state file held before is deleted."""
+        old = self._state
+        if isinstance(old, StateFile) and not (isinstance(state, StateFile) and state.path == old.path):
+            old.remove()
+        self._state = state
+
+    def _derive_from_payloads(
+        self, round_: int, rr: RoundView, fragment: int, state_root: str
+    ) -> TrainingState | StateFile | None:
         """The state round ``round_`` (read as ``rr``) finalized with, recomputed from its payloads."""
         ctx = self.ctx
         assert ctx is not None and self._state is not None
         if rr.status != RoundStatus.FINALIZED or rr.state_root.lower() != state_root.lower():
             return None
+        if isinstance(self._state, StateFile):
+            return self._derive_on_disk(round_, rr, fragment, state_root, self._state)
         subs = ctx.committed_submissions(round_, rr.committed_mask)
         if any(s.payload is None for s in subs):
             return None
@@ -511,6 +596,31 @@ class TrainerAgent:
             log.info("trainer.state_sync_mismatch", round=round_, fallback="full state blob")
             return None
         return result.state
+
+    def _derive_on_disk(
+        self, round_: int, rr: RoundView, fragment: int, state_root: str, previous: StateFile
+    ) -> StateFile | None:
+        """:meth:`_derive_from_payloads` with the state and payloads in files."""
+        ctx = self.ctx
+        assert ctx is not None
+        payloads = ctx.committed_payload_files(round_, self.cfg.state_dir / "payloads", rr.committed_mask)
+        try:
+            if any(p.path is None for p in payloads):
+                return None
+            self._bytes_received += sum(
+                os.path.getsize(p.path) for p in payloads if p.path is not None and p.fragment != fragment
+            )
+            states = self.cfg.state_dir / "states"
+            derived, result = ctx.compute_round_file(previous, payloads, states / f"derived-{round_}.safetensors")
+        finally:
+            for p in payloads:
+                if p.path is not None:
+                    Path(p.path).unlink(missing_ok=True)
+        if "0x" + result.state_root.hex() != state_root.lower():
+            log.info("trainer.state_sync_mismatch", round=round_, fallback="full state blob")
+            derived.remove()
+            return None
+        return derived.move_to(states / f"{state_root.lower()}.safetensors")
 
     def _record_outcomes(self, open_round: int, fragment: int) -> None:
         """Once a round closed, count whether this trainer's submission was accepted."""

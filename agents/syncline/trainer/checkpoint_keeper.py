@@ -10,12 +10,14 @@ on-chain claim names the segment.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from syncline.blobstore.store import Putter, digest_of
+from syncline.blobstore.store import HashingSink, Putter, digest_of
+from syncline.protocol.checkpoints import Checkpoint
 from syncline.protocol.spot_checks import checkpoints_for_segment
 from syncline.run.local_store import write_atomic
 
@@ -41,6 +43,20 @@ class CheckpointKeeper:
                 write_atomic(path, data)
             digests.append(digest)
         return tuple(digests)
+
+    def keep_checkpoint(self, round_: int, index: int, checkpoint: Checkpoint) -> str:
+        """Store checkpoint ``index`` of ``round_`` streamed to disk and hashed on the way (a
+        large model's checkpoint is never one bytes object); returns its digest. The file holds
+        exactly ``checkpoint.to_bytes()``."""
+        tmp = self.directory / f".{round_}-{index}.ckpt.tmp"
+        with tmp.open("wb") as fh:
+            sink = HashingSink(fh)
+            checkpoint.write(sink.write)
+            fh.flush()
+            os.fsync(fh.fileno())
+        digest = sink.digest()
+        os.replace(tmp, self.directory / f"{round_}-{index}-{digest}.ckpt")
+        return digest
 
     def get(self, round_: int, index: int) -> bytes | None:
         """Checkpoint ``index`` of ``round_`` (verified against its digest), or None."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import islice
@@ -29,6 +29,7 @@ from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.state import TrainingState
 from syncline.run.agent_config import InnerOptimizerConfig
 from syncline.run.context import flat_parameters, load_weights
+from syncline.run.state_file import StateFile
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,8 @@ class RoundWork:
     """What one round of inner training produced.
 
     ``checkpoints`` holds the canonical bytes of checkpoints ``c_0 .. c_S`` when the run was asked
-    to capture them, and is empty otherwise.
+    to capture them, and is empty otherwise; with a ``checkpoint_sink`` they went to the sink and
+    ``checkpoint_digests`` holds what it returned for each instead.
     """
 
     pseudo_gradient: torch.Tensor
@@ -44,6 +46,7 @@ class RoundWork:
     train_seconds: float
     tokens: int
     checkpoints: tuple[bytes, ...] = ()
+    checkpoint_digests: tuple[str, ...] = ()
 
     @property
     def mean_loss(self) -> float:
@@ -154,13 +157,14 @@ class InnerLoop:
 
     def run(
         self,
-        state: TrainingState,
+        state: TrainingState | StateFile,
         shards: Sequence[bytes],
         *,
         seed: int,
         progress: bool = False,
         checkpoint_interval: int | None = None,
         train_steps: int | None = None,
+        checkpoint_sink: Callable[[int, Checkpoint], str] | None = None,
     ) -> RoundWork:
         """H inner steps from ``state`` on ``shards``; batches are reproducible from ``seed``.
 
@@ -173,6 +177,10 @@ class InnerLoop:
             TESTS AND DEMOS ONLY (the ``lazy`` misbehaviour): train only the first
             ``train_steps`` steps; the checkpoints due after that repeat the last real state under
             the step numbers an honest run would have reached.
+        checkpoint_sink
+            Called with ``(index, checkpoint)`` for each captured checkpoint instead of keeping its
+            bytes (a large model's checkpoints stream to disk); its return values (digests) go to
+            ``RoundWork.checkpoint_digests``.
         """
         load_weights(self.model, state)
         start = flat_parameters(self.model, self.layout)
@@ -181,13 +189,15 @@ class InnerLoop:
         steps = self.cfg.inner_steps
         marks = checkpoint_steps(steps, checkpoint_interval) if checkpoint_interval is not None else ()
         todo = steps if train_steps is None else max(0, min(train_steps, steps))
-        captured: list[bytes] = []
+        captured: list[bytes | str] = []
         capture_seconds = 0.0
 
         def capture(step: int) -> None:
             nonlocal capture_seconds
             t0 = time.perf_counter()
-            captured.append(self.checkpoint(step).to_bytes())
+            ckpt = self.checkpoint(step)
+            captured.append(ckpt.to_bytes() if checkpoint_sink is None else checkpoint_sink(len(captured), ckpt))
+            del ckpt
             capture_seconds += time.perf_counter() - t0
 
         began = time.perf_counter()
@@ -208,11 +218,12 @@ class InnerLoop:
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
         train_seconds = time.perf_counter() - began - capture_seconds
-        end = flat_parameters(self.model, self.layout)
-        gradient = start - end
+        gradient = start.sub_(flat_parameters(self.model, self.layout))  # start - end, in place
         if not torch.isfinite(gradient).all():
             raise FloatingPointError("inner training diverged: the outer gradient holds NaN/Inf")
-        return RoundWork(gradient, tuple(losses), train_seconds, tokens, tuple(captured))
+        kept = tuple(c for c in captured if isinstance(c, bytes))
+        digests = tuple(c for c in captured if isinstance(c, str))
+        return RoundWork(gradient, tuple(losses), train_seconds, tokens, kept, digests)
 
     # ------------------------------------------------------------------ checkpoints
 
