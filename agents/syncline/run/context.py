@@ -14,9 +14,10 @@ signed slots first) and kept only if its bytes recompute the root.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from eth_account.signers.local import LocalAccount
@@ -30,7 +31,7 @@ from syncline.blobstore.store import (
     put_signed_file,
     write_file_atomic,
 )
-from syncline.chain.market import MarketClient, RoundView
+from syncline.chain.market import MarketClient, RoundView, SubmissionView
 from syncline.errors import SpecError, SynclineError
 from syncline.modality.language import LanguageAdapter
 from syncline.protocol.disk_round import DiskRoundResult, PayloadFile, compute_round_on_disk
@@ -42,6 +43,7 @@ from syncline.protocol.state import TrainingState
 from syncline.protocol.sync_round import CommittedSubmission, RoundResult, compute_round
 from syncline.run.state_file import StateFile
 
+T = TypeVar("T")
 MAX_SHARD_BYTES = 256 << 20
 MAX_PAYLOAD_OVERHEAD = 1 << 20
 
@@ -222,65 +224,58 @@ class TaskContext:
 
         ``committed_mask`` is the round's ``committedMask`` when the caller has already read it.
         """
-        committed = self.market.round(self.task_id, round_).committed_mask if committed_mask is None else committed_mask
-        out: list[CommittedSubmission] = []
-        for fragment in range(256):
-            if not committed >> fragment & 1:
-                continue
-            s = self.market.submission(self.task_id, round_, fragment)
-            payload: bytes | None = None
-            error: str | None = None
-            try:
-                payload = fetch_by_digest(self.blobs, s.payload_hash, (s.uri,), max_bytes=self.max_payload_bytes)
-            except SynclineError as exc:
-                error = f"fetch failed: {str(exc).splitlines()[0][:160]}"
-            out.append(
-                CommittedSubmission(
-                    fragment=fragment,
-                    payload_hash=bytes.fromhex(s.payload_hash[2:]),
-                    chunk_root=bytes.fromhex(s.chunk_root[2:]),
-                    payload=payload,
-                    fetch_error=error,
-                )
-            )
-        return out
+        fetched = self._fetch_commitments(
+            round_,
+            committed_mask,
+            lambda s: fetch_by_digest(self.blobs, s.payload_hash, (s.uri,), max_bytes=self.max_payload_bytes),
+        )
+        return [
+            CommittedSubmission(fragment, _b32(s.payload_hash), _b32(s.chunk_root), payload, error)
+            for fragment, s, payload, error in fetched
+        ]
 
     def committed_payload_files(
         self, round_: int, directory: Path, committed_mask: int | None = None
     ) -> list[PayloadFile]:
         """:meth:`committed_submissions` with each payload streamed to a file in ``directory``."""
-        committed = self.market.round(self.task_id, round_).committed_mask if committed_mask is None else committed_mask
         directory.mkdir(parents=True, exist_ok=True)
-        out: list[PayloadFile] = []
-        for fragment in range(256):
-            if not committed >> fragment & 1:
-                continue
-            s = self.market.submission(self.task_id, round_, fragment)
-            path: Path | None = directory / f"{round_}-{fragment}-{s.payload_hash.lower()}.bin"
-            error: str | None = None
-            assert path is not None
+
+        def fetch(s: SubmissionView) -> str:
+            path = directory / f"{round_}-{s.payload_hash.lower()}.bin"
+            fetch_file_by_digest(self.blobs, s.payload_hash, (s.uri,), path, max_bytes=self.max_payload_bytes)
+            return str(path)
+
+        fetched = self._fetch_commitments(round_, committed_mask, fetch)
+        return [
+            PayloadFile(fragment, _b32(s.payload_hash), _b32(s.chunk_root), path, error)
+            for fragment, s, path, error in fetched
+        ]
+
+    def _fetch_commitments(
+        self, round_: int, committed_mask: int | None, fetch: Callable[[SubmissionView], T]
+    ) -> list[tuple[int, SubmissionView, T | None, str | None]]:
+        """``(fragment, submission, fetch(submission) or None, the fetch error or None)`` of every
+        commitment of ``round_``, in fragment order."""
+        out: list[tuple[int, SubmissionView, T | None, str | None]] = []
+        for fragment, s in self._commitments(round_, committed_mask):
             try:
-                fetch_file_by_digest(self.blobs, s.payload_hash, (s.uri,), path, max_bytes=self.max_payload_bytes)
+                out.append((fragment, s, fetch(s), None))
             except SynclineError as exc:
-                error = f"fetch failed: {str(exc).splitlines()[0][:160]}"
-                path = None
-            out.append(
-                PayloadFile(
-                    fragment=fragment,
-                    payload_hash=bytes.fromhex(s.payload_hash[2:]),
-                    chunk_root=bytes.fromhex(s.chunk_root[2:]),
-                    path=None if path is None else str(path),
-                    fetch_error=error,
-                )
-            )
+                out.append((fragment, s, None, f"fetch failed: {str(exc).splitlines()[0][:160]}"))
         return out
+
+    def _commitments(self, round_: int, committed_mask: int | None) -> Iterator[tuple[int, SubmissionView]]:
+        """``(fragment, submission)`` of every commitment of ``round_``, in fragment order."""
+        committed = self.market.round(self.task_id, round_).committed_mask if committed_mask is None else committed_mask
+        for fragment in range(256):
+            if committed >> fragment & 1:
+                yield fragment, self.market.submission(self.task_id, round_, fragment)
 
     def compute_round_file(
         self, previous: StateFile, submissions: list[PayloadFile], dest: Path
     ) -> tuple[StateFile, DiskRoundResult]:
         """:meth:`compute_round` on disk: the new state is written to ``dest`` (a copy of
         ``previous`` updated in place), ``previous`` is left as it was."""
-        spec = self.spec
         work = previous.copy_to(dest.with_name(dest.name + ".work"))
         weights, momentum = work.regions(writable=True)
         try:
@@ -288,12 +283,7 @@ class TaskContext:
                 weights,
                 momentum,
                 submissions,
-                rule=spec.aggregation.rule,
-                rule_param=spec.aggregation.rule_param,
-                bits=spec.gradient_bits,
-                lr_ppm=spec.outer_lr_ppm,
-                momentum_ppm=spec.outer_momentum_ppm,
-                max_payload_bytes=self.max_payload_bytes,
+                **self._round_rules(),
             )
         except BaseException:
             work.remove()
@@ -306,17 +296,19 @@ class TaskContext:
 
     def compute_round(self, previous: TrainingState, submissions: list[CommittedSubmission]) -> RoundResult:
         """The round's result under this task's rule, quantization and outer optimizer."""
+        return compute_round(previous, submissions, **self._round_rules())
+
+    def _round_rules(self) -> dict[str, Any]:
+        """The task's rule, quantization and outer optimizer, as the round functions take them."""
         spec = self.spec
-        return compute_round(
-            previous,
-            submissions,
-            rule=spec.aggregation.rule,
-            rule_param=spec.aggregation.rule_param,
-            bits=spec.gradient_bits,
-            lr_ppm=spec.outer_lr_ppm,
-            momentum_ppm=spec.outer_momentum_ppm,
-            max_payload_bytes=self.max_payload_bytes,
-        )
+        return {
+            "rule": spec.aggregation.rule,
+            "rule_param": spec.aggregation.rule_param,
+            "bits": spec.gradient_bits,
+            "lr_ppm": spec.outer_lr_ppm,
+            "momentum_ppm": spec.outer_momentum_ppm,
+            "max_payload_bytes": self.max_payload_bytes,
+        }
 
     def publish_state(self, state: TrainingState, signer: LocalAccount | None = None) -> str:
         """Store a state blob as a candidate of its state-root alias (in ``signer``'s own slot when
@@ -363,18 +355,11 @@ def fetch_by_digest(blobs: BlobStore, digest: str, hints: tuple[str, ...], *, ma
 
     Raises the last :class:`SynclineError` when no source has it: unavailable, never evidence.
     """
-    try:
-        return blobs.get(digest, max_bytes=max_bytes)
-    except SynclineError as exc:
-        error: SynclineError = exc
-    for uri in hints:
-        if not uri:
-            continue
-        try:
-            return blobs.fetch(uri, expected_digest=digest, max_bytes=max_bytes)
-        except SynclineError as exc:
-            error = exc
-    raise error
+    return _first_source(
+        lambda: blobs.get(digest, max_bytes=max_bytes),
+        lambda uri: blobs.fetch(uri, expected_digest=digest, max_bytes=max_bytes),
+        hints,
+    )
 
 
 def get_to_file(blobs: BlobStore, digest: str, dest: Path, *, max_bytes: int) -> int:
@@ -386,20 +371,34 @@ def get_to_file(blobs: BlobStore, digest: str, dest: Path, *, max_bytes: int) ->
 
 def fetch_file_by_digest(blobs: BlobStore, digest: str, hints: tuple[str, ...], dest: Path, *, max_bytes: int) -> int:
     """:func:`fetch_by_digest` into the file ``dest`` (streamed); returns its size."""
+
+    def fetch(uri: str) -> int:
+        if isinstance(blobs, BlobStoreBase):
+            return blobs.fetch_to_file(uri, dest, expected_digest=digest, max_bytes=max_bytes)
+        return write_file_atomic(dest, iter((blobs.fetch(uri, expected_digest=digest, max_bytes=max_bytes),)))
+
+    return _first_source(lambda: get_to_file(blobs, digest, dest, max_bytes=max_bytes), fetch, hints)
+
+
+def _first_source(get: Callable[[], T], fetch: Callable[[str], T], hints: tuple[str, ...]) -> T:
+    """``get()`` (the agent's own store, by digest), else ``fetch(uri)`` of the first hint that
+    answers; raises the last error when none does."""
     try:
-        return get_to_file(blobs, digest, dest, max_bytes=max_bytes)
+        return get()
     except SynclineError as exc:
         error: SynclineError = exc
     for uri in hints:
         if not uri:
             continue
         try:
-            if isinstance(blobs, BlobStoreBase):
-                return blobs.fetch_to_file(uri, dest, expected_digest=digest, max_bytes=max_bytes)
-            return write_file_atomic(dest, iter((blobs.fetch(uri, expected_digest=digest, max_bytes=max_bytes),)))
+            return fetch(uri)
         except SynclineError as exc:
             error = exc
     raise error
+
+
+def _b32(hex_value: str) -> bytes:
+    return bytes.fromhex(hex_value[2:])
 
 
 def _one_line(exc: BaseException) -> str:
