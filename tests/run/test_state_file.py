@@ -200,6 +200,12 @@ def test_a_round_on_files_gives_the_in_memory_round(tmp_path: Path) -> None:
     assert new.state_root() == expected.state_root
     assert new.path.read_bytes() == expected.state.to_bytes()
     assert not list(tmp_path.glob("*.work"))
+    # in place: the previous state's own file becomes the new state (one state file on disk)
+    new.remove()
+    moved, again = ctx.compute_round_file(held, files, tmp_path / "next.safetensors", in_place=True)
+    assert again == result and moved is held and not (tmp_path / "prev.safetensors").exists()
+    assert moved.path.read_bytes() == expected.state.to_bytes()
+    assert StateFile.open(moved.path, previous.layout).state_root() == expected.state_root
 
 
 # ---------------------------------------------------------------------- trainer side

@@ -213,6 +213,7 @@ class TrainingDemo:
             H=published.spec.inner_steps,
             escrow_eth=published.spec.escrow_wei / ETH,
         )
+        del published  # the initial state (16 B/param) is in the blob store: not held for the whole run
 
         for i, key in enumerate(trainer_keys):
             self._spawn("trainer", i, key, task_id, deployment, blob_url)

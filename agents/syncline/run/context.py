@@ -272,11 +272,13 @@ class TaskContext:
                 yield fragment, self.market.submission(self.task_id, round_, fragment)
 
     def compute_round_file(
-        self, previous: StateFile, submissions: list[PayloadFile], dest: Path
+        self, previous: StateFile, submissions: list[PayloadFile], dest: Path, *, in_place: bool = False
     ) -> tuple[StateFile, DiskRoundResult]:
-        """:meth:`compute_round` on disk: the new state is written to ``dest`` (a copy of
-        ``previous`` updated in place), ``previous`` is left as it was."""
-        work = previous.copy_to(dest.with_name(dest.name + ".work"))
+        """:meth:`compute_round` on disk: the new state is written to ``dest``, a copy of
+        ``previous`` updated in place (``previous`` is left as it was), or with ``in_place``
+        ``previous``'s own file, updated and moved (one state file on disk instead of two; if the
+        computation fails, the file is deleted)."""
+        work = previous if in_place else previous.copy_to(dest.with_name(dest.name + ".work"))
         weights, momentum = work.regions(writable=True)
         try:
             result = compute_round_on_disk(

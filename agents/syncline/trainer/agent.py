@@ -611,7 +611,10 @@ class TrainerAgent:
                 os.path.getsize(p.path) for p in payloads if p.path is not None and p.fragment != fragment
             )
             states = self.cfg.state_dir / "states"
-            derived, result = ctx.compute_round_file(previous, payloads, states / f"derived-{round_}.safetensors")
+            self._state = None  # updated in place (one state file on disk): on a mismatch, download
+            derived, result = ctx.compute_round_file(
+                previous, payloads, states / f"derived-{round_}.safetensors", in_place=True
+            )
         finally:
             for p in payloads:
                 if p.path is not None:

@@ -225,8 +225,9 @@ class WitnessAgent:
         self, round_: int, previous_root: str, timings: dict[str, float]
     ) -> tuple[RoundResult | DiskRoundResult, float]:
         """The round with the state and payloads in files (large models): the previous state is
-        the one this witness computed (or one downloaded and verified), the new one is written to
-        a copy of it in place and published with ``put_file``; memory stays at a range."""
+        the one this witness computed (or one downloaded and verified); the round updates that
+        file in place (one state on disk) and it is published with ``put_file``; memory stays at
+        a range. If the chain then finalizes another state, the next round downloads it."""
         ctx = self.ctx
         assert ctx is not None
         states = self.cfg.state_dir / "states"
@@ -239,8 +240,11 @@ class WitnessAgent:
         payloads = ctx.committed_payload_files(round_, self.cfg.state_dir / "payloads")
         timings["fetch_s"] = time.perf_counter() - started
         started = time.perf_counter()
+        self._held = None  # updated in place: it no longer holds the previous state
         try:
-            state, result = ctx.compute_round_file(previous, payloads, states / f"round-{round_}.safetensors")
+            state, result = ctx.compute_round_file(
+                previous, payloads, states / f"round-{round_}.safetensors", in_place=True
+            )
         finally:
             for p in payloads:
                 if p.path is not None:
