@@ -103,10 +103,14 @@ class MemorySampler(threading.Thread):
     """Peak memory of every agent process (and its forked workers), of this process (the
     sponsor and the blob service) and of the machine, sampled every ``interval`` seconds."""
 
-    def __init__(self, demo: TrainingDemo, interval: float) -> None:
+    def __init__(self, demo: TrainingDemo, interval: float, min_free_gib: float) -> None:
         super().__init__(daemon=True)
         self.demo = demo
         self.interval = interval
+        self.min_free = int(min_free_gib * (1 << 30))
+        self.disk_free_at_start = _disk_free(demo.workdir)
+        self.disk_free_min = self.disk_free_at_start
+        self.aborted = False
         self.stop = threading.Event()
         self.hwm: dict[str, int] = {}
         self.tree_pss: dict[str, int] = {}
@@ -127,6 +131,18 @@ class MemorySampler(threading.Thread):
             pss = sum(_pss_kib(p) for p in _tree(pid)) if tree else _pss_kib(pid)
             self.tree_pss[name] = max(self.tree_pss.get(name, 0), pss)
         self.machine_peak = max(self.machine_peak, _machine_used_kib())
+        free = _disk_free(self.demo.workdir)
+        self.disk_free_min = min(self.disk_free_min, free)
+        if free < self.min_free and not self.aborted:  # the disk is shared: stop before it fills
+            self.aborted = True
+            print(f"only {free / (1 << 30):.1f} GiB of disk left: stopping the agents", file=sys.stderr)
+            for agent in list(self.demo.agents):
+                agent.process.kill()
+
+
+def _disk_free(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
 
 
 # ------------------------------------------------------------------------------------------------
@@ -215,7 +231,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             )
 
     demo.after_seal = after_seal
-    sampler = MemorySampler(demo, args.sample_s)
+    sampler = MemorySampler(demo, args.sample_s, args.min_free_gib)
     sampler.start()
     started = time.monotonic()
     load_start = os.getloadavg()
@@ -251,6 +267,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "machine_in_use_peak": round(sampler.machine_peak / gib, 3),
             "machine_in_use_before": round(sampler.machine_base / gib, 3),
         },
+        # the run's disk use: how far the free space on the workdir's file system fell
+        "disk_used_peak_gib": round((sampler.disk_free_at_start - sampler.disk_free_min) / (1 << 30), 2),
         "trainer_throughput": extras.get("trainer_throughput"),
         "wall_seconds": round(wall, 1),
         "final_state_root": receipt.final_state_root,
@@ -286,6 +304,7 @@ def print_report(report: dict[str, Any]) -> None:
     for name in mem["agent_vmhwm"]:
         print(f"  {name}: {mem['agent_vmhwm'][name]:.2f} / {mem['agent_tree_pss'].get(name, 0):.2f}")
     print(f"  machine in use: {mem['machine_in_use_peak']:.2f} (before the run {mem['machine_in_use_before']:.2f})")
+    print(f"disk used by the run at its peak: {report['disk_used_peak_gib']} GiB")
     print(f"validation loss per round: {report['validation_loss_per_round']}")
 
 
@@ -307,6 +326,7 @@ def main() -> None:
     parser.add_argument("--state-on-disk", default="auto", choices=("auto", "on", "off"))
     parser.add_argument("--timeout", type=float, default=5400.0)
     parser.add_argument("--sample-s", type=float, default=0.5)
+    parser.add_argument("--min-free-gib", type=float, default=4.0, help="stop the agents below this much free disk")
     parser.add_argument("--workdir", default=str(ROOT / ".syncline" / "onchain-scale"))
     parser.add_argument("--json", default=None, help="write the report here")
     args = parser.parse_args()
