@@ -7,6 +7,7 @@ below one copy of the data."""
 
 from __future__ import annotations
 
+import functools
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from eth_account import Account
 
 from syncline.blobstore import LocalBlobStore, digest_of
 from syncline.blobstore.store import BlobUnavailable, put_signed_file
+from syncline.modality.language import LanguageAdapter
 from syncline.protocol.checkpoints import Checkpoint, InnerHyperparameters
 from syncline.protocol.chunking import gradient_chunk_root
 from syncline.protocol.disk_round import PayloadFile
@@ -27,9 +29,11 @@ from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.quantization import quantize
 from syncline.protocol.state import TrainingState
 from syncline.protocol.sync_round import CommittedSubmission, compute_round
+from syncline.run.agent_config import InnerOptimizerConfig
 from syncline.run.context import StateUnavailable, TaskContext, load_weights
 from syncline.run.state_file import StateFile, use_disk_state
 from syncline.trainer.checkpoint_keeper import CheckpointKeeper
+from syncline.trainer.inner_loop import InnerLoop
 from syncline.trainer.outbox import Outbox
 
 
@@ -276,3 +280,34 @@ def test_a_payload_file_is_uploaded_streamed_or_spooled_and_kept(tmp_path: Path)
     target = LocalBlobStore(tmp_path / "later", fsync=False)
     assert Outbox(target, tmp_path / "outbox2").flush() == 0
     assert target.get(ref.digest) == data
+
+
+def test_a_checkpoint_streamed_from_the_model_is_the_checkpoints_bytes(tmp_path: Path) -> None:
+    adapter = LanguageAdapter(seq_len=16)
+    config = {
+        "family": "llama",
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 16,
+        "vocab_size": 64,
+        "tie_word_embeddings": True,
+    }
+    model = adapter.build_model(config, seed=0)
+    layout = ParameterLayout.from_state_dict(dict(model.named_parameters()))
+    loop = InnerLoop(adapter, model, layout, InnerOptimizerConfig(inner_steps=2, batch_size=2))
+    keeper = CheckpointKeeper(tmp_path / "kept")
+    for step in (0, 1):  # a fresh optimizer (zero moments), then after a step
+        if step:
+            ids = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(5))
+            model(input_ids=ids).logits.float().pow(2).mean().backward()
+            loop.optimizer.step()
+            loop.optimizer.zero_grad(set_to_none=True)
+        pieces: list[bytes] = []
+        loop.write_checkpoint(step, pieces.append)
+        expected = loop.checkpoint(step).to_bytes()
+        assert b"".join(pieces) == expected
+        assert keeper.keep_stream(3, step, functools.partial(loop.write_checkpoint, step)) == digest_of(expected)
+        assert keeper.get(3, step) == expected

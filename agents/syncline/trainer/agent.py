@@ -25,7 +25,7 @@ from syncline.chain.market import MarketClient, RoundView
 from syncline.court.defence import AvailabilityResponder
 from syncline.errors import ChainError, SynclineError
 from syncline.observability import get_logger
-from syncline.protocol.checkpoints import Checkpoint, CheckpointManifest, manifest_alias, manifest_root_alias
+from syncline.protocol.checkpoints import CheckpointManifest, manifest_alias, manifest_root_alias
 from syncline.protocol.disk_round import encode_payload_file
 from syncline.protocol.enums import RoundStatus, TaskStatus
 from syncline.protocol.hashing import keccak
@@ -42,7 +42,7 @@ from syncline.run.loop import pending_time, run_forever
 from syncline.run.metrics import AgentMetrics
 from syncline.run.state_file import StateFile, use_disk_state
 from syncline.trainer.checkpoint_keeper import CheckpointKeeper
-from syncline.trainer.inner_loop import InnerLoop, RoundWork
+from syncline.trainer.inner_loop import CheckpointWriter, InnerLoop, RoundWork
 from syncline.trainer.outbox import Outbox
 from syncline.trainer.segments import encode_payload
 
@@ -387,8 +387,8 @@ class TrainerAgent:
         self._steps += steps
         self._write_throughput()
 
-    def _keep_checkpoint(self, round_: int) -> Callable[[int, Checkpoint], str]:
-        return lambda index, ckpt: self.keeper.keep_checkpoint(round_, index, ckpt)
+    def _keep_checkpoint(self, round_: int) -> Callable[[int, CheckpointWriter], str]:
+        return lambda index, write: self.keeper.keep_stream(round_, index, write)
 
     def _encode_and_upload(
         self, round_: int, gradient: torch.Tensor, timings: dict[str, float]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,13 +45,17 @@ class CheckpointKeeper:
         return tuple(digests)
 
     def keep_checkpoint(self, round_: int, index: int, checkpoint: Checkpoint) -> str:
-        """Store checkpoint ``index`` of ``round_`` streamed to disk and hashed on the way (a
-        large model's checkpoint is never one bytes object); returns its digest. The file holds
-        exactly ``checkpoint.to_bytes()``."""
+        """:meth:`keep_stream` of a :class:`Checkpoint`."""
+        return self.keep_stream(round_, index, checkpoint.write)
+
+    def keep_stream(self, round_: int, index: int, write: Callable[[Callable[[bytes], object]], None]) -> str:
+        """Store checkpoint ``index`` of ``round_``, whose canonical bytes ``write`` streams into
+        the function it is given, hashing them on the way to disk (a large model's checkpoint is
+        never one bytes object); returns its digest."""
         tmp = self.directory / f".{round_}-{index}.ckpt.tmp"
         with tmp.open("wb") as fh:
             sink = HashingSink(fh)
-            checkpoint.write(sink.write)
+            write(sink.write)
             fh.flush()
             os.fsync(fh.fileno())
         digest = sink.digest()
