@@ -19,6 +19,7 @@ from eth_account import Account
 
 from syncline.blobstore import LocalBlobStore, digest_of
 from syncline.blobstore.store import BlobUnavailable, put_signed_file
+from syncline.demo.trainer_setup import TINY_MODEL
 from syncline.modality.language import LanguageAdapter
 from syncline.protocol.checkpoints import Checkpoint, InnerHyperparameters
 from syncline.protocol.chunking import gradient_chunk_root
@@ -204,8 +205,12 @@ def test_a_round_on_files_gives_the_in_memory_round(tmp_path: Path) -> None:
     assert new.state_root() == expected.state_root
     assert new.path.read_bytes() == expected.state.to_bytes()
     assert not list(tmp_path.glob("*.work"))
+    assert not any(Path(f.path).exists() for f in files if f.path)  # payload files are deleted after the round
     # in place: the previous state's own file becomes the new state (one state file on disk)
     new.remove()
+    for sub, f in zip(submissions, files, strict=True):
+        assert sub.payload is not None and f.path is not None
+        Path(f.path).write_bytes(sub.payload)
     moved, again = ctx.compute_round_file(held, files, tmp_path / "next.safetensors", in_place=True)
     assert again == result and moved is held and not (tmp_path / "prev.safetensors").exists()
     assert moved.path.read_bytes() == expected.state.to_bytes()
@@ -284,17 +289,7 @@ def test_a_payload_file_is_uploaded_streamed_or_spooled_and_kept(tmp_path: Path)
 
 def test_a_checkpoint_streamed_from_the_model_is_the_checkpoints_bytes(tmp_path: Path) -> None:
     adapter = LanguageAdapter(seq_len=16)
-    config = {
-        "family": "llama",
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 2,
-        "max_position_embeddings": 16,
-        "vocab_size": 64,
-        "tie_word_embeddings": True,
-    }
+    config = {**TINY_MODEL, "max_position_embeddings": 16, "vocab_size": 64}
     model = adapter.build_model(config, seed=0)
     layout = ParameterLayout.from_state_dict(dict(model.named_parameters()))
     loop = InnerLoop(adapter, model, layout, InnerOptimizerConfig(inner_steps=2, batch_size=2))

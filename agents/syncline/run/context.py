@@ -277,7 +277,7 @@ class TaskContext:
         """:meth:`compute_round` on disk: the new state is written to ``dest``, a copy of
         ``previous`` updated in place (``previous`` is left as it was), or with ``in_place``
         ``previous``'s own file, updated and moved (one state file on disk instead of two; if the
-        computation fails, the file is deleted)."""
+        computation fails, the file is deleted). The payload files are deleted afterwards."""
         work = previous if in_place else previous.copy_to(dest.with_name(dest.name + ".work"))
         weights, momentum = work.regions(writable=True)
         try:
@@ -293,6 +293,7 @@ class TaskContext:
         finally:
             weights.close()
             momentum.close()
+            remove_payload_files(submissions)
         work.adopt_root(result.state_root)
         return work.move_to(dest), result
 
@@ -362,6 +363,13 @@ def fetch_by_digest(blobs: BlobStore, digest: str, hints: tuple[str, ...], *, ma
         lambda uri: blobs.fetch(uri, expected_digest=digest, max_bytes=max_bytes),
         hints,
     )
+
+
+def remove_payload_files(payloads: list[PayloadFile]) -> None:
+    """Delete the files :meth:`TaskContext.committed_payload_files` fetched."""
+    for p in payloads:
+        if p.path is not None:
+            Path(p.path).unlink(missing_ok=True)
 
 
 def get_to_file(blobs: BlobStore, digest: str, dest: Path, *, max_bytes: int) -> int:

@@ -35,7 +35,7 @@ from syncline.protocol.spot_checks import kept_rounds
 from syncline.protocol.state import TrainingState
 from syncline.protocol.streaming import ArrayRegion
 from syncline.run.agent_config import AgentConfig, ConfigError
-from syncline.run.context import StateUnavailable, TaskContext
+from syncline.run.context import StateUnavailable, TaskContext, remove_payload_files
 from syncline.run.gossip import TrainerReport, announce_commitment, announce_report
 from syncline.run.local_store import append_record
 from syncline.run.loop import pending_time, run_forever
@@ -604,21 +604,17 @@ class TrainerAgent:
         ctx = self.ctx
         assert ctx is not None
         payloads = ctx.committed_payload_files(round_, self.cfg.state_dir / "payloads", rr.committed_mask)
-        try:
-            if any(p.path is None for p in payloads):
-                return None
-            self._bytes_received += sum(
-                os.path.getsize(p.path) for p in payloads if p.path is not None and p.fragment != fragment
-            )
-            states = self.cfg.state_dir / "states"
-            self._state = None  # updated in place (one state file on disk): on a mismatch, download
-            derived, result = ctx.compute_round_file(
-                previous, payloads, states / f"derived-{round_}.safetensors", in_place=True
-            )
-        finally:
-            for p in payloads:
-                if p.path is not None:
-                    Path(p.path).unlink(missing_ok=True)
+        if any(p.path is None for p in payloads):
+            remove_payload_files(payloads)
+            return None
+        self._bytes_received += sum(
+            os.path.getsize(p.path) for p in payloads if p.path is not None and p.fragment != fragment
+        )
+        states = self.cfg.state_dir / "states"
+        self._state = None  # updated in place (one state file on disk): on a mismatch, download
+        derived, result = ctx.compute_round_file(
+            previous, payloads, states / f"derived-{round_}.safetensors", in_place=True
+        )
         if "0x" + result.state_root.hex() != state_root.lower():
             log.info("trainer.state_sync_mismatch", round=round_, fallback="full state blob")
             derived.remove()

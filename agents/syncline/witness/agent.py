@@ -20,7 +20,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import torch
 
@@ -241,14 +240,9 @@ class WitnessAgent:
         timings["fetch_s"] = time.perf_counter() - started
         started = time.perf_counter()
         self._held = None  # updated in place: it no longer holds the previous state
-        try:
-            state, result = ctx.compute_round_file(
-                previous, payloads, states / f"round-{round_}.safetensors", in_place=True
-            )
-        finally:
-            for p in payloads:
-                if p.path is not None:
-                    Path(p.path).unlink(missing_ok=True)
+        state, result = ctx.compute_round_file(
+            previous, payloads, states / f"round-{round_}.safetensors", in_place=True
+        )
         timings["compute_s"] = time.perf_counter() - started
         self.metrics.aggregate_seconds.set(timings["compute_s"])
         state.move_to(states / f"{state.state_root_hex}.safetensors")
