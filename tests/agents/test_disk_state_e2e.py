@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from syncline.protocol.checkpoints import checkpoint_steps
 from syncline.protocol.enums import RoundStatus, TaskStatus
 from syncline.protocol.receipt import TrainingReceipt
+from syncline.protocol.spot_checks import claims_over
 from syncline.run.state_file import StateFile
 
 from ._agent_harness import RecordingDemo, RunRecord, read_jsonl, replay_from_payloads, tiny_plan
@@ -109,3 +111,25 @@ def test_a_trainer_holds_one_state_file_with_the_finalized_state(
         held = StateFile.open(trainer / "states" / files[0], layout)
         assert held.state_root_hex == root  # recomputed from the file's bytes
         assert list((trainer / "payloads").iterdir()) == []
+
+
+def test_checkpoints_and_payloads_are_kept_until_no_claim_can_name_their_round(
+    finished_run: tuple[TrainingReceipt, RunRecord, Path],
+) -> None:
+    """The checkpoints streamed into the keeper (c_0, c_4, c_8 of each round) and the own payloads
+    are dropped only once a claim can no longer name their round, on the chain's clock
+    (early-closed rounds are far shorter than round_duration_s); the others are all there."""
+    _, record, workdir = finished_run
+    window = record.ctx.spec.challenge_window_s
+    per_round = len(checkpoint_steps(PLAN.inner_steps, PLAN.checkpoint_interval))
+    for trainer in _trainer_dirs(workdir):
+        log = (workdir / "logs" / f"{trainer.name}.log").read_text()
+        kept_from = 0
+        for line in (x for x in log.splitlines() if "trainer.pruned" in x):
+            kept_from, now = int(_field(line, "before_round")), int(_field(line, "chain_time"))
+            assert all(claims_over(record.rounds[r].closed_at, now, window) for r in range(kept_from))
+        kept = {int(p.name.split("-")[0]) for p in (trainer / "checkpoints").glob("*.ckpt")}
+        assert kept == set(range(kept_from, PLAN.rounds)), (trainer.name, kept_from, kept)
+        for r in range(kept_from, PLAN.rounds):
+            assert len(list((trainer / "checkpoints").glob(f"{r}-*.ckpt"))) == per_round
+            assert len(list((trainer / "outbox" / "own").glob(f"{r}-*.bin"))) == 1

@@ -44,7 +44,7 @@ from syncline.protocol.enums import RoundStatus, TaskStatus
 from syncline.protocol.hashing import keccak
 from syncline.protocol.seeds import round_seed
 from syncline.protocol.signed_messages import Commitment
-from syncline.protocol.spot_checks import kept_rounds
+from syncline.protocol.spot_checks import claims_over, kept_rounds
 from syncline.protocol.state import TrainingState
 from syncline.protocol.streaming import ArrayRegion
 from syncline.run.agent_config import AgentConfig, ConfigError
@@ -158,6 +158,8 @@ class TrainerAgent:
     _payload_files: dict[str, Path] = field(default_factory=dict)
     _payloads_round: int | None = None
     _flusher: ThreadPoolExecutor | None = None
+    # The own payloads and checkpoints of rounds before this one are pruned (no claim can need them).
+    _kept_from: int = 0
     _tick_began: float = 0.0
 
     def run(self, *, max_iterations: int | None = None) -> None:
@@ -203,9 +205,11 @@ class TrainerAgent:
         if not me.enrolled:
             log.info("trainer.not_enrolled", task_id=task_id, status=t.status.name.lower())
             return True
-        self._record_outcomes(t.current_round if t.status == TaskStatus.RUNNING else t.current_round + 1, me.fragment)
-        self._serve_spot_checks(t.current_round if t.status == TaskStatus.RUNNING else t.current_round + 1, me.fragment)
+        open_round = t.current_round if t.status == TaskStatus.RUNNING else t.current_round + 1
+        self._record_outcomes(open_round, me.fragment)
+        self._serve_spot_checks(open_round, me.fragment)
         self._answer_availability(me.fragment)
+        self._prune_kept(open_round)
         if t.status == TaskStatus.AWAITING_SEAL:
             return self._try_seal(t.last_closed_at)
         if me.evicted:
@@ -232,6 +236,7 @@ class TrainerAgent:
             t, me = ahead
             self._record_outcomes(t.current_round, me.fragment)
             self._serve_spot_checks(t.current_round, me.fragment)
+            self._prune_kept(t.current_round)
             ahead = self._train_ahead_once(t, me)
 
     def _train_ahead_once(self, t: TaskView, me: TrainerView) -> tuple[TaskView, TrainerView] | None:
@@ -673,11 +678,6 @@ class TrainerAgent:
             self._held_payload_files(round_)[ref.digest.lower()] = payload
         else:
             self._held_payloads(round_)[ref.digest.lower()] = payload
-        # A claim names a round within the challenge window of its close and is answered within a
-        # response window after it: keep the own payloads and checkpoints of that many rounds.
-        kept = round_ - kept_rounds(ctx.spec.challenge_window_s, ctx.spec.round_duration_s)
-        self.outbox.prune_own(kept)
-        self.keeper.prune(kept)
         checkpoint_root = self._publish_manifest(round_, fragment, staged, len(staged.checkpoint_digests))
         message, signature = self.market.sign_commitment(
             self.signer, ctx.task_id, round_, fragment, ref.digest, chunk_root, checkpoint_root, ref.uri
@@ -1022,6 +1022,25 @@ class TrainerAgent:
         payloads = self.cfg.state_dir / "payloads"
         payloads.mkdir(parents=True, exist_ok=True)
         return payloads
+
+    def _prune_kept(self, open_round: int) -> None:
+        """Forget the own payloads and checkpoints of the rounds before ``open_round`` that no
+        claim can need any more (:func:`claims_over`, on the chain's clock: with early close a
+        round can be far shorter than ``round_duration_s``, so they are not counted in rounds)."""
+        ctx = self.ctx
+        assert ctx is not None
+        first, now = self._kept_from, None
+        while first < open_round:
+            closed_at = self.market.round(ctx.task_id, first).closed_at
+            now = pending_time(self.market.w3) if now is None and closed_at else now
+            if now is None or not claims_over(closed_at, now, ctx.spec.challenge_window_s):
+                break
+            first += 1
+        if first > self._kept_from:
+            self.outbox.prune_own(first)
+            self.keeper.prune(first)
+            self._kept_from = first
+            log.info("trainer.pruned", before_round=first, chain_time=now)
 
     def _record_outcomes(self, open_round: int, fragment: int) -> None:
         """Once a round closed, count whether this trainer's submission was accepted."""
