@@ -12,7 +12,10 @@ What it reports:
   parts as the agents timed them (``rounds.jsonl`` of each agent; mean over the trainers /
   witnesses, and the max): the trainers' state **sync** (re-derive the state from the previous
   round's payloads, or download it), **inner steps**, checkpoint capture, **encode** (quantize +
-  chunk root + payload file), **upload** and commit; the witnesses' fetch, **witness compute**
+  chunk root + payload file), **upload** and commit (a trainer that trained the round ahead did
+  all of it before the round opened, while the witnesses voted on the previous one: its sync is
+  then the state derived from that round's payloads; ``trainers_ahead`` counts them); the
+  witnesses' fetch, **witness compute**
   (validation, aggregation, outer step, roots), state publish, validation loss and **finalize**
   (the vote transaction). What is left of the round is waiting for the round deadline;
 * per agent, the peak resident memory: the process's own high-water mark (``VmHWM``) and the
@@ -174,6 +177,11 @@ def breakdown(workdir: Path, chain_rounds: list[dict[str, Any]]) -> list[dict[st
             for part in parts:
                 row[side][part] = _summary([rec["timings"][part] for rec in mine if part in rec["timings"]])
             row[f"{side}s_reporting"] = len(mine)
+        # trained ahead: the trainer's parts ran before the round opened, during the previous
+        # round's witness work (sync_s is then the state derived from that round's payloads)
+        row["trainers_ahead"] = sum(
+            1 for recs in trainer.values() for rec in recs if rec.get("round") == r and rec.get("trained_ahead")
+        )
         rows.append(row)
     return rows
 

@@ -932,6 +932,11 @@ class TrainerAgent:
                 self._hold(derived)
                 return derived
         if self._disk_state:
+            # One state file at a time: the one held (not the finalized state) and any left by an
+            # earlier run of this trainer go before the download.
+            self._state = None
+            for stale in self._states_dir.glob("*.safetensors"):
+                stale.unlink(missing_ok=True)
             fetched, size = ctx.fetch_state_file(state_root, self._states_dir / f"{state_root.lower()}.safetensors")
             self._bytes_received += size
             self._hold(fetched)
