@@ -17,7 +17,8 @@ What it reports:
   then the state derived from that round's payloads; ``trainers_ahead`` counts them); the
   witnesses' fetch, **witness compute**
   (validation, aggregation, outer step, roots), state publish, validation loss and **finalize**
-  (the vote transaction). What is left of the round is waiting for the round deadline;
+  (the vote transaction). A round closes once every trainer committed and the witnesses voted
+  (early close), or at its deadline (``--round-duration``) if that comes first;
 * per agent, the peak resident memory: the process's own high-water mark (``VmHWM``) and the
   peak of its process tree's PSS (forked round workers included, shared pages counted once),
   sampled every ``--sample-s`` seconds; and the machine's peak memory in use
