@@ -17,13 +17,22 @@ from pathlib import Path
 
 import pytest
 
+from conftest import wait_for
 from syncline.protocol.checkpoints import checkpoint_steps
 from syncline.protocol.enums import RoundStatus, TaskStatus
 from syncline.protocol.receipt import TrainingReceipt
 from syncline.protocol.spot_checks import claims_over
 from syncline.run.state_file import StateFile
 
-from ._agent_harness import RecordingDemo, RunRecord, read_jsonl, replay_from_payloads, tiny_plan
+from ._agent_harness import (
+    ManualRun,
+    RecordingDemo,
+    RunRecord,
+    capture_run,
+    read_jsonl,
+    replay_from_payloads,
+    tiny_plan,
+)
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 
@@ -133,3 +142,51 @@ def test_checkpoints_and_payloads_are_kept_until_no_claim_can_name_their_round(
         for r in range(kept_from, PLAN.rounds):
             assert len(list((trainer / "checkpoints").glob(f"{r}-*.ckpt"))) == per_round
             assert len(list((trainer / "outbox" / "own").glob(f"{r}-*.bin"))) == 1
+
+
+def test_work_trained_ahead_on_disk_is_dropped_when_the_chain_finalizes_another_state(
+    tmp_path: Path, state_env: Path
+) -> None:
+    """Round 0 is carried forward (two of the three witnesses are down, k = 2): the trainers had
+    already derived round 1's start state in place on their state file and trained round 1 from it,
+    but round 1 opens from the initial state. They drop that work and its state file, download the
+    initial state and train round 1 again; the run then ends with the roots of the in-memory
+    computation, and each trainer holds one state file."""
+    plan = tiny_plan(round_duration_s=12, grace_window_s=8, state_on_disk=True)
+    with ManualRun(tmp_path, plan) as run:
+        m, task = run.market, run.task_id
+        wait_for(lambda: m.task(task).status == TaskStatus.RUNNING, timeout_s=120, what="3 enrollments")
+        for name in ("witness-2", "witness-3"):
+            run.kill(name)
+        wait_for(
+            lambda: m.round(task, 0).status == RoundStatus.CARRIED_FORWARD,
+            timeout_s=plan.round_duration_s + plan.grace_window_s + 60,
+            what="round 0 carried forward by the one witness left",
+            check=run.check_agents,
+        )
+        for name in ("witness-2", "witness-3"):
+            run.restart(name)
+        wait_for(
+            lambda: m.task(task).status == TaskStatus.SEALED, timeout_s=240, what="the seal", check=run.check_agents
+        )
+        run.wait_agents_exit(timeout_s=60)
+        record = capture_run(m, run.blobs, task, run.accounts)
+
+    assert record.rounds[0].committed_mask == 0b111  # the trainers' work for round 0 was complete
+    assert [r.status for r in record.rounds] == [RoundStatus.CARRIED_FORWARD] + [RoundStatus.FINALIZED] * 2
+    state, roots = record.initial_state, []
+    for r in (1, 2):
+        result = record.ctx.compute_round(state, record.submissions[r])
+        state = result.state
+        roots.append("0x" + result.state_root.hex())
+    assert roots == [record.rounds[1].state_root, record.rounds[2].state_root]
+    for i in range(plan.trainers):
+        trainer = tmp_path / "agents" / f"trainer-{i + 1}"
+        log = (tmp_path / "logs" / f"trainer-{i + 1}.log").read_text()
+        dropped = [line for line in log.splitlines() if "trainer.ahead_dropped" in line]
+        assert [_field(line, "round") for line in dropped] == ["1"], trainer.name
+        assert [_field(line, "trained_from") for line in dropped] != [record.rounds[0].state_root[:18]]
+        lines = read_jsonl(trainer / "rounds.jsonl")
+        assert [(line["round"], line["trained_ahead"]) for line in lines[:2]] == [(0, False), (1, False)]
+        assert sorted(p.name for p in (trainer / "states").iterdir()) == [f"{record.rounds[1].state_root}.safetensors"]
+        assert list((trainer / "payloads").iterdir()) == []
