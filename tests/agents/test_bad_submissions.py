@@ -280,7 +280,13 @@ def test_trainer_sends_nothing_for_a_non_finite_gradient(previous: TrainingState
     agent = TrainerAgent(cfg, signer, market, blobs)  # type: ignore[arg-type]
     agent.ctx = SimpleNamespace(
         task_id=1,
-        spec=SimpleNamespace(gradient_bits=BITS, inner_steps=8, checkpoint_interval_steps=8),
+        spec=SimpleNamespace(
+            gradient_bits=BITS,
+            inner_steps=8,
+            checkpoint_interval_steps=8,
+            verification_policy=SimpleNamespace(on_demand=False),
+        ),
+        layout=previous.layout,
         shard=lambda i: b"",
     )  # type: ignore[assignment]
     agent.inner = Inner()  # type: ignore[assignment]

@@ -12,6 +12,7 @@ from syncline.protocol.spot_checks import (
     CHECKPOINT_BYTES_PER_PARAM,
     DEFAULT_SPOT_CHECK_BUDGET,
     checkpoints_for_segment,
+    claims_over,
     default_spot_check_rate,
     kept_rounds,
     mean_checkpoints_per_check,
@@ -102,3 +103,14 @@ def test_deadlines_leave_half_the_window_to_escalate_and_keep_enough_rounds() ->
     # a claim may open 40 s after the close and be answered 20 s later: 60 s of 20 s rounds, plus margin
     assert kept_rounds(40, 20) == 5
     assert kept_rounds(5, 20) >= 3
+
+
+def test_a_round_is_kept_until_no_claim_can_name_it_on_the_chains_clock() -> None:
+    """A claim opens up to the window after the close and is answered half a window later: kept
+    until close + 1.5 windows, however many rounds closed since (early close makes rounds short:
+    5 rounds of 2 s are far fewer than the kept_rounds(40, 20) = 5 rounds' worth of 20 s)."""
+    assert not claims_over(0, 10**9, 40)  # still open
+    assert not claims_over(1000, 1000 + 59, 40)
+    assert claims_over(1000, 1000 + 60, 40)
+    closes = [1000 + 2 * r for r in range(6)]  # six rounds closing 2 s apart
+    assert not any(claims_over(c, closes[-1], 40) for c in closes)

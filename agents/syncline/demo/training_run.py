@@ -90,6 +90,10 @@ class DemoPlan:
     witness_challenges: bool = True
     # Whether witnesses vote as soon as a round's work is complete (early close) or wait for its deadline.
     witness_vote_early: bool = True
+    # Agents keep the state in files and stream it (None: the agents' default, from 4M parameters up).
+    state_on_disk: bool | None = None
+    # Validation batches a witness scores per round (None: the agents' default, 8 x 16 windows).
+    eval_batches: int | None = None
 
 
 @dataclass
@@ -211,6 +215,7 @@ class TrainingDemo:
             H=published.spec.inner_steps,
             escrow_eth=published.spec.escrow_wei / ETH,
         )
+        del published  # the initial state (16 B/param) is in the blob store: not held for the whole run
 
         for i, key in enumerate(trainer_keys):
             self._spawn("trainer", i, key, task_id, deployment, blob_url)
@@ -307,6 +312,8 @@ class TrainingDemo:
             "poll_interval_s": 0.5,
             "threads": 1,
         }
+        if self.plan.state_on_disk is not None:
+            config["state_on_disk"] = self.plan.state_on_disk
         if role == "trainer":
             config["inner"] = {
                 "optimizer": "adamw",
@@ -322,6 +329,8 @@ class TrainingDemo:
             config["training_checks"] = self.plan.training_checks
             config["challenge"] = self.plan.witness_challenges
             config["vote_early"] = self.plan.witness_vote_early
+            if self.plan.eval_batches is not None:
+                config["eval_batches"] = self.plan.eval_batches
         config_path = agent_dir / f"{role}.yaml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         cmd = [sys.executable, "-m", "syncline.cli", role, "run", "--config", str(config_path)]

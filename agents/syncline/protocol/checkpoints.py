@@ -56,7 +56,7 @@ import json
 import math
 import re
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -175,6 +175,39 @@ def _float32_vector(t: object, name: str, numel: int) -> torch.Tensor:
     return t.detach().cpu().contiguous()
 
 
+def checkpoint_header(
+    *,
+    step: int,
+    layout_digest: bytes,
+    numel: int,
+    adam_steps: Sequence[int],
+    optimizer: InnerHyperparameters,
+    dtype: str,
+    threads: int,
+    rng_bytes: int,
+    device: str,
+    deterministic: bool,
+) -> bytes:
+    """The canonical JSON header of a checkpoint (:meth:`Checkpoint.to_bytes` writes ``MAGIC``,
+    its length, it, then the three float32 vectors and the RNG state). A writer that streams the
+    vectors from a model (``InnerLoop.write_checkpoint``) builds the same bytes with it."""
+    header: dict[str, Any] = {
+        "adam_steps": list(adam_steps),
+        "dtype": dtype,
+        "format": CHECKPOINT_FORMAT if device == "cpu" else CHECKPOINT_FORMAT_V2,
+        "layout": "0x" + layout_digest.hex(),
+        "numel": numel,
+        "optimizer": optimizer.to_mapping(),
+        "rng_bytes": rng_bytes,
+        "step": step,
+        "threads": threads,
+    }
+    if device != "cpu":
+        header |= {"device": device, "deterministic": deterministic}
+    text = padded_json(header)
+    return MAGIC + struct.pack("<Q", len(text)) + text
+
+
 @dataclass(frozen=True, eq=False)
 class Checkpoint:
     """The full inner-loop state after ``step`` inner steps of a round (see the module docstring)."""
@@ -232,28 +265,35 @@ class Checkpoint:
         return f"{self.device}-{self.dtype}"
 
     def _header(self) -> bytes:
-        header: dict[str, Any] = {
-            "adam_steps": list(self.adam_steps),
-            "dtype": self.dtype,
-            "format": CHECKPOINT_FORMAT if self.device == "cpu" else CHECKPOINT_FORMAT_V2,
-            "layout": "0x" + self.layout_digest.hex(),
-            "numel": self.numel,
-            "optimizer": self.optimizer.to_mapping(),
-            "rng_bytes": len(self.rng_state),
-            "step": self.step,
-            "threads": self.threads,
-        }
-        if self.device != "cpu":
-            header |= {"device": self.device, "deterministic": self.deterministic}
-        return padded_json(header)
+        return checkpoint_header(
+            step=self.step,
+            layout_digest=self.layout_digest,
+            numel=self.numel,
+            adam_steps=self.adam_steps,
+            optimizer=self.optimizer,
+            dtype=self.dtype,
+            threads=self.threads,
+            rng_bytes=len(self.rng_state),
+            device=self.device,
+            deterministic=self.deterministic,
+        )
 
     def to_bytes(self) -> bytes:
         """The canonical encoding (the same checkpoint always gives the same bytes)."""
-        header = self._header()
         body = b"".join(
             t.numpy().astype("<f4", copy=False).tobytes() for t in (self.params, self.exp_avg, self.exp_avg_sq)
         )
-        return MAGIC + struct.pack("<Q", len(header)) + header + body + self.rng_state
+        return self._header() + body + self.rng_state
+
+    def write(self, sink: Callable[[bytes], object], *, block: int = 1 << 22) -> None:
+        """Stream :meth:`to_bytes` into ``sink`` (e.g. a file's ``write``) in pieces of at most
+        ``block`` values, so a checkpoint of a large model is never held as one bytes object."""
+        sink(self._header())
+        for t in (self.params, self.exp_avg, self.exp_avg_sq):
+            values = t.numpy()
+            for start in range(0, values.shape[0], block):
+                sink(values[start : start + block].astype("<f4", copy=False).tobytes())
+        sink(self.rng_state)
 
     @property
     def hash(self) -> bytes:

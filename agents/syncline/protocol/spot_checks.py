@@ -105,7 +105,16 @@ def spot_check_deadline(closed_at: int, challenge_window_s: int) -> int:
 
 
 def kept_rounds(challenge_window_s: int, round_duration_s: int) -> int:
-    """How many rounds back a trainer keeps its checkpoints: a claim may open up to the challenge
-    window after a round closed and is answered within half a window more."""
+    """How many rounds back a trainer looks for spot checks to serve: a claim may open up to the
+    challenge window after a round closed and is answered within half a window more. A round can
+    close early (when its work is in), so what a trainer keeps is decided on the chain's clock
+    instead (:func:`claims_over`)."""
     span = challenge_window_s + challenge_window_s // 2
     return -(-span // max(1, round_duration_s)) + 2
+
+
+def claims_over(closed_at: int, now: int, challenge_window_s: int) -> bool:
+    """Whether no claim can need a round's payload or checkpoints any more at chain time ``now``:
+    the round closed (``closed_at`` > 0) more than a challenge window and a half ago (a claim may
+    open up to the window after the close, and its demand is answered within half a window)."""
+    return closed_at > 0 and now >= closed_at + challenge_window_s + challenge_window_s // 2

@@ -74,6 +74,8 @@ class AgentConfig:
     # Early close: once every active trainer committed, train the next round from the state its
     # payloads determine while the witnesses vote; committed only if the chain finalizes that state
     train_ahead: bool = True
+    # keep the model state (and payloads) in files and stream them (None: from 4M parameters up)
+    state_on_disk: bool | None = None
     # witness only
     # Early close: vote as soon as every active trainer committed (false: wait for the deadline,
     # as before issue 12; the contract accepts both)

@@ -14,25 +14,37 @@ signed slots first) and kept only if its bytes recompute the root.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 from eth_account.signers.local import LocalAccount
 
 from syncline.blobstore import BlobStore, find_verified, put_signed
-from syncline.blobstore.store import MAX_ALIAS_SIGNERS, BlobUnavailable, digest_of, max_state_bytes
-from syncline.chain.market import MarketClient, RoundView
+from syncline.blobstore.store import (
+    MAX_ALIAS_SIGNERS,
+    BlobStoreBase,
+    BlobUnavailable,
+    digest_of,
+    max_state_bytes,
+    put_signed_file,
+    write_file_atomic,
+)
+from syncline.chain.market import MarketClient, RoundView, SubmissionView
 from syncline.errors import SpecError, SynclineError
 from syncline.modality.language import LanguageAdapter
+from syncline.protocol.disk_round import DiskRoundResult, PayloadFile, compute_round_on_disk
 from syncline.protocol.enums import RoundStatus
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.spec import MAX_SPEC_BYTES, TrainingTaskSpec
 from syncline.protocol.spot_checks import spot_check_draw
 from syncline.protocol.state import TrainingState
 from syncline.protocol.sync_round import CommittedSubmission, RoundResult, compute_round
+from syncline.run.state_file import StateFile
 
+T = TypeVar("T")
 MAX_SHARD_BYTES = 256 << 20
 MAX_PAYLOAD_OVERHEAD = 1 << 20
 
@@ -168,6 +180,31 @@ class TaskContext:
         except SynclineError as exc:
             raise StateUnavailable(f"no blob is known for state root {state_root}: {_one_line(exc)}") from None
 
+    def fetch_state_file(self, state_root: str, dest: Path) -> tuple[StateFile, int]:
+        """:meth:`fetch_state_sized` into the file ``dest`` (bounded memory: the blob is streamed
+        to disk and its root recomputed range by range). Raises :class:`StateUnavailable`."""
+        root = state_root.lower()
+        tmp = dest.with_name(dest.name + ".download")
+        tried, last = 0, "no candidate"
+        try:
+            for digest in self.blobs.candidates(root, signers=self.publishers()):
+                tried += 1
+                try:
+                    size = get_to_file(self.blobs, digest, tmp, max_bytes=max_state_bytes(self.layout.numel))
+                    state = StateFile.open(tmp, self.layout)
+                    if state.state_root_hex == root:
+                        return state.move_to(dest), size
+                    last = f"a candidate holds state {state.state_root_hex}, not {root}"
+                except BlobUnavailable:
+                    raise
+                except (SynclineError, ValueError) as exc:
+                    last = _one_line(exc)
+        except BlobUnavailable as exc:
+            raise StateUnavailable(f"cannot look up state root {state_root}: {_one_line(exc)}", outage=True) from None
+        finally:
+            tmp.unlink(missing_ok=True)
+        raise StateUnavailable(f"no blob is known for state root {state_root}: {tried} candidates tried; last: {last}")
+
     def publishers(self) -> tuple[str, ...]:
         """Who signs the state blobs this task's agents rely on: its witnesses, then its sponsor."""
         if self._publishers is None:
@@ -192,46 +229,105 @@ class TaskContext:
         ``known`` maps payload hashes to payloads the caller already holds (its own, prefetched
         ones): one whose hash matches the commitment is used instead of fetching it.
         """
-        committed = self.market.round(self.task_id, round_).committed_mask if committed_mask is None else committed_mask
-        out: list[CommittedSubmission] = []
-        for fragment in range(256):
-            if not committed >> fragment & 1:
-                continue
-            s = self.market.submission(self.task_id, round_, fragment)
-            payload: bytes | None = None
-            error: str | None = None
+
+        def fetch(s: SubmissionView) -> bytes:
             held = (known or {}).get(s.payload_hash.lower())
+            if held is not None and digest_of(held) == s.payload_hash.lower():
+                return held
+            return fetch_by_digest(self.blobs, s.payload_hash, (s.uri,), max_bytes=self.max_payload_bytes)
+
+        return [
+            CommittedSubmission(fragment, _b32(s.payload_hash), _b32(s.chunk_root), payload, error)
+            for fragment, s, payload, error in self._fetch_commitments(round_, committed_mask, fetch)
+        ]
+
+    def committed_payload_files(
+        self, round_: int, directory: Path, committed_mask: int | None = None, known: Mapping[str, Path] | None = None
+    ) -> list[PayloadFile]:
+        """:meth:`committed_submissions` with each payload streamed to a file in ``directory``
+        (:meth:`fetch_payload_file`); ``known`` maps payload hashes to files the caller already
+        fetched there (hash-checked then, and again by the round's validation)."""
+
+        def fetch(s: SubmissionView) -> str:
+            held = (known or {}).get(s.payload_hash.lower())
+            if held is not None and held.exists():
+                return str(held)
+            return str(self.fetch_payload_file(round_, s, directory))
+
+        return [
+            PayloadFile(fragment, _b32(s.payload_hash), _b32(s.chunk_root), path, error)
+            for fragment, s, path, error in self._fetch_commitments(round_, committed_mask, fetch)
+        ]
+
+    def fetch_payload_file(self, round_: int, s: SubmissionView, directory: Path) -> Path:
+        """Stream the payload of the commitment ``s`` of ``round_`` into a file in ``directory``
+        (hash-checked); raises :class:`SynclineError` when no source has it."""
+        directory.mkdir(parents=True, exist_ok=True)
+        path = payload_file_path(directory, round_, s.payload_hash)
+        fetch_file_by_digest(self.blobs, s.payload_hash, (s.uri,), path, max_bytes=self.max_payload_bytes)
+        return path
+
+    def _fetch_commitments(
+        self, round_: int, committed_mask: int | None, fetch: Callable[[SubmissionView], T]
+    ) -> list[tuple[int, SubmissionView, T | None, str | None]]:
+        """``(fragment, submission, fetch(submission) or None, the fetch error or None)`` of every
+        commitment of ``round_``, in fragment order."""
+        out: list[tuple[int, SubmissionView, T | None, str | None]] = []
+        for fragment, s in self._commitments(round_, committed_mask):
             try:
-                if held is not None and digest_of(held) == s.payload_hash.lower():
-                    payload = held
-                else:
-                    payload = fetch_by_digest(self.blobs, s.payload_hash, (s.uri,), max_bytes=self.max_payload_bytes)
+                out.append((fragment, s, fetch(s), None))
             except SynclineError as exc:
-                error = f"fetch failed: {str(exc).splitlines()[0][:160]}"
-            out.append(
-                CommittedSubmission(
-                    fragment=fragment,
-                    payload_hash=bytes.fromhex(s.payload_hash[2:]),
-                    chunk_root=bytes.fromhex(s.chunk_root[2:]),
-                    payload=payload,
-                    fetch_error=error,
-                )
-            )
+                out.append((fragment, s, None, f"fetch failed: {str(exc).splitlines()[0][:160]}"))
         return out
+
+    def _commitments(self, round_: int, committed_mask: int | None) -> Iterator[tuple[int, SubmissionView]]:
+        """``(fragment, submission)`` of every commitment of ``round_``, in fragment order."""
+        committed = self.market.round(self.task_id, round_).committed_mask if committed_mask is None else committed_mask
+        for fragment in range(256):
+            if committed >> fragment & 1:
+                yield fragment, self.market.submission(self.task_id, round_, fragment)
+
+    def compute_round_file(
+        self, previous: StateFile, submissions: list[PayloadFile], dest: Path, *, in_place: bool = False
+    ) -> tuple[StateFile, DiskRoundResult]:
+        """:meth:`compute_round` on disk: the new state is written to ``dest``, a copy of
+        ``previous`` updated in place (``previous`` is left as it was), or with ``in_place``
+        ``previous``'s own file, updated and moved (one state file on disk instead of two; if the
+        computation fails, the file is deleted). The payload files are deleted afterwards."""
+        work = previous if in_place else previous.copy_to(dest.with_name(dest.name + ".work"))
+        weights, momentum = work.regions(writable=True)
+        try:
+            result = compute_round_on_disk(
+                weights,
+                momentum,
+                submissions,
+                **self._round_rules(),
+            )
+        except BaseException:
+            work.remove()
+            raise
+        finally:
+            weights.close()
+            momentum.close()
+            remove_payload_files(submissions)
+        work.adopt_root(result.state_root)
+        return work.move_to(dest), result
 
     def compute_round(self, previous: TrainingState, submissions: list[CommittedSubmission]) -> RoundResult:
         """The round's result under this task's rule, quantization and outer optimizer."""
+        return compute_round(previous, submissions, **self._round_rules())
+
+    def _round_rules(self) -> dict[str, Any]:
+        """The task's rule, quantization and outer optimizer, as the round functions take them."""
         spec = self.spec
-        return compute_round(
-            previous,
-            submissions,
-            rule=spec.aggregation.rule,
-            rule_param=spec.aggregation.rule_param,
-            bits=spec.gradient_bits,
-            lr_ppm=spec.outer_lr_ppm,
-            momentum_ppm=spec.outer_momentum_ppm,
-            max_payload_bytes=self.max_payload_bytes,
-        )
+        return {
+            "rule": spec.aggregation.rule,
+            "rule_param": spec.aggregation.rule_param,
+            "bits": spec.gradient_bits,
+            "lr_ppm": spec.outer_lr_ppm,
+            "momentum_ppm": spec.outer_momentum_ppm,
+            "max_payload_bytes": self.max_payload_bytes,
+        }
 
     def publish_state(self, state: TrainingState, signer: LocalAccount | None = None) -> str:
         """Store a state blob as a candidate of its state-root alias (in ``signer``'s own slot when
@@ -241,6 +337,15 @@ class TaskContext:
             self.blobs.put(state.to_bytes(), alias=root)
         else:
             put_signed(self.blobs, state.to_bytes(), root, signer)
+        return root
+
+    def publish_state_file(self, state: StateFile, signer: LocalAccount) -> str:
+        """:meth:`publish_state` for a state in a file, streamed (``put_file``); returns the root."""
+        root = state.state_root_hex
+        if isinstance(self.blobs, BlobStoreBase):
+            put_signed_file(self.blobs, state.path, root, signer)
+        else:
+            put_signed(self.blobs, state.path.read_bytes(), root, signer)
         return root
 
     def build_model(self, state: TrainingState | None = None) -> torch.nn.Module:
@@ -269,18 +374,62 @@ def fetch_by_digest(blobs: BlobStore, digest: str, hints: tuple[str, ...], *, ma
 
     Raises the last :class:`SynclineError` when no source has it: unavailable, never evidence.
     """
+    return _first_source(
+        lambda: blobs.get(digest, max_bytes=max_bytes),
+        lambda uri: blobs.fetch(uri, expected_digest=digest, max_bytes=max_bytes),
+        hints,
+    )
+
+
+def payload_file_path(directory: Path, round_: int, payload_hash: str) -> Path:
+    """Where an agent keeps the payload ``payload_hash`` of ``round_`` while it computes the round."""
+    return directory / f"{round_}-{payload_hash.lower()}.bin"
+
+
+def remove_payload_files(payloads: list[PayloadFile]) -> None:
+    """Delete the files :meth:`TaskContext.committed_payload_files` fetched."""
+    for p in payloads:
+        if p.path is not None:
+            Path(p.path).unlink(missing_ok=True)
+
+
+def get_to_file(blobs: BlobStore, digest: str, dest: Path, *, max_bytes: int) -> int:
+    """``blobs.get_to_file`` (streamed) where the store has it, else through memory."""
+    if isinstance(blobs, BlobStoreBase):
+        return blobs.get_to_file(digest, dest, max_bytes=max_bytes)
+    return write_file_atomic(dest, iter((blobs.get(digest, max_bytes=max_bytes),)))
+
+
+def fetch_file_by_digest(blobs: BlobStore, digest: str, hints: tuple[str, ...], dest: Path, *, max_bytes: int) -> int:
+    """:func:`fetch_by_digest` into the file ``dest`` (streamed); returns its size."""
+
+    def fetch(uri: str) -> int:
+        if isinstance(blobs, BlobStoreBase):
+            return blobs.fetch_to_file(uri, dest, expected_digest=digest, max_bytes=max_bytes)
+        return write_file_atomic(dest, iter((blobs.fetch(uri, expected_digest=digest, max_bytes=max_bytes),)))
+
+    return _first_source(lambda: get_to_file(blobs, digest, dest, max_bytes=max_bytes), fetch, hints)
+
+
+def _first_source(get: Callable[[], T], fetch: Callable[[str], T], hints: tuple[str, ...]) -> T:
+    """``get()`` (the agent's own store, by digest), else ``fetch(uri)`` of the first hint that
+    answers; raises the last error when none does."""
     try:
-        return blobs.get(digest, max_bytes=max_bytes)
+        return get()
     except SynclineError as exc:
         error: SynclineError = exc
     for uri in hints:
         if not uri:
             continue
         try:
-            return blobs.fetch(uri, expected_digest=digest, max_bytes=max_bytes)
+            return fetch(uri)
         except SynclineError as exc:
             error = exc
     raise error
+
+
+def _b32(hex_value: str) -> bytes:
+    return bytes.fromhex(hex_value[2:])
 
 
 def _one_line(exc: BaseException) -> str:
@@ -297,8 +446,11 @@ def model_config(spec: TrainingTaskSpec) -> dict[str, Any]:
     return {"family": spec.model.family, **dict(spec.model.config)}
 
 
-def load_weights(model: torch.nn.Module, state: TrainingState) -> None:
+def load_weights(model: torch.nn.Module, state: TrainingState | StateFile) -> None:
     """Copy the state's weights into the model's parameters (tied parameters appear once)."""
+    if isinstance(state, StateFile):
+        state.load_into(model)
+        return
     params = dict(model.named_parameters())
     with torch.no_grad():
         for name, tensor in state.to_state_dict().items():

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from syncline.blobstore import BlobStore
+from syncline.blobstore.store import digest_of_file
 from syncline.errors import SpecError
 from syncline.modality.language import TOKEN_DTYPE, LanguageAdapter, PreparedCorpus, build_corpus
 from syncline.paths import state_dir
@@ -29,7 +30,8 @@ from syncline.protocol.hashing import keccak
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.spec import TrainingTaskSpec
 from syncline.protocol.state import TrainingState
-from syncline.run.context import TaskContext, model_config
+from syncline.run.context import TaskContext, load_weights, model_config
+from syncline.run.state_file import use_disk_state
 from syncline.sponsor.data_sources import (
     DataSource,
     DataSourceError,
@@ -164,10 +166,18 @@ def export_model(ctx: TaskContext, state_root: str, out_dir: Path) -> Path:
     """Write the state as a Hugging Face ``save_pretrained`` directory (model + tokenizer)."""
     from transformers import PreTrainedTokenizerFast
 
-    state = ctx.fetch_state(state_root)
-    model = ctx.build_model(state)
     out_dir.mkdir(parents=True, exist_ok=True)
     before = {p.name: p.stat().st_mtime_ns for p in out_dir.iterdir()}
+    if use_disk_state(ctx.layout.numel, None):  # streamed from a file, one parameter at a time
+        state_file, _ = ctx.fetch_state_file(state_root, out_dir / "state.safetensors")
+        model = ctx.build_model()
+        load_weights(model, state_file)
+        weights_keccak = digest_of_file(state_file.path)[0]  # keccak of the state blob's bytes
+        state_file.remove()
+    else:
+        state = ctx.fetch_state(state_root)
+        model = ctx.build_model(state)
+        weights_keccak = _hex(keccak(state.to_bytes()))
     model.save_pretrained(out_dir)  # type: ignore[operator]
     from tokenizers import Tokenizer
 
@@ -182,7 +192,7 @@ def export_model(ctx: TaskContext, state_root: str, out_dir: Path) -> Path:
                 "state_root": state_root,
                 "spec_hash": ctx.spec.spec_hash,
                 "model": model_config(ctx.spec),
-                "weights_keccak": _hex(keccak(state.to_bytes())),
+                "weights_keccak": weights_keccak,
             },
             indent=2,
         )

@@ -10,13 +10,20 @@ round's result is fixed by its payloads, and the witnesses vote at once. A train
 those payloads (the witnesses' own deterministic computation) and trains the next round while they
 vote. The work is committed only if the chain then finalizes exactly that state and its shards did
 not change; otherwise it is dropped and the round is trained again from the finalized state.
+
+For a large model (``state_on_disk``, by default from 4M parameters up) the state, the payloads
+and the on-demand checkpoints live in files and are streamed (:mod:`syncline.run.state_file`): a
+trainer holds one state file, and deriving the next state (after a round, or ahead of it) updates
+that file in place with the round's payload files.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -32,20 +39,23 @@ from syncline.court.defence import AvailabilityResponder
 from syncline.errors import ChainError, SynclineError
 from syncline.observability import get_logger
 from syncline.protocol.checkpoints import CheckpointManifest, manifest_alias, manifest_root_alias
+from syncline.protocol.disk_round import PayloadFile, encode_payload_file
 from syncline.protocol.enums import RoundStatus, TaskStatus
 from syncline.protocol.hashing import keccak
 from syncline.protocol.seeds import round_seed
 from syncline.protocol.signed_messages import Commitment
-from syncline.protocol.spot_checks import kept_rounds
+from syncline.protocol.spot_checks import claims_over, kept_rounds
 from syncline.protocol.state import TrainingState
+from syncline.protocol.streaming import ArrayRegion
 from syncline.run.agent_config import AgentConfig, ConfigError
-from syncline.run.context import StateUnavailable, TaskContext
+from syncline.run.context import StateUnavailable, TaskContext, payload_file_path
 from syncline.run.gossip import TrainerReport, announce_commitment, announce_report
 from syncline.run.local_store import append_record, claim_state_dir
 from syncline.run.loop import NewBlock, TaskNotPosted, pending_time, run_forever
 from syncline.run.metrics import AgentMetrics
+from syncline.run.state_file import StateFile, use_disk_state
 from syncline.trainer.checkpoint_keeper import CheckpointKeeper
-from syncline.trainer.inner_loop import InnerLoop, RoundWork
+from syncline.trainer.inner_loop import CheckpointWriter, InnerLoop, RoundWork
 from syncline.trainer.outbox import Outbox
 from syncline.trainer.segments import encode_payload
 
@@ -74,7 +84,9 @@ class StagedWork:
     (eager). None of it names the round on the chain or in an alias, so a round trained ahead
     whose work is dropped leaves nothing anyone could hold against the trainer."""
 
-    payload: bytes
+    # The payload's bytes (state in memory), or the file holding it (state on disk), kept as one
+    # of the round's payloads for deriving the next state.
+    payload: bytes | Path
     chunk_root: bytes
     ref: BlobRef
     checkpoint_digests: tuple[str, ...]
@@ -83,6 +95,8 @@ class StagedWork:
     seconds: float
     # The kept checkpoints' flush to disk, under way in the background: done before committing.
     flushing: Future[None] | None = None
+    # Seconds per part of the round's work, for rounds.jsonl (inner_s, encode_s, upload_s, ...).
+    timings: dict[str, float] = field(default_factory=dict)
 
     def wait_durable(self) -> None:
         if self.flushing is not None:
@@ -93,12 +107,13 @@ class StagedWork:
 class TrainedAhead:
     """A round trained before it opened: from ``start_root`` (the state the previous round's
     committed payloads determine) on ``shards``. Used only if the chain opens the round with
-    exactly that state root and those shards."""
+    exactly that state root and those shards. With the state on disk, ``state`` is the trainer's
+    one state file, already updated to ``start_root``."""
 
     round: int
     start_root: str
     shards: tuple[int, ...]
-    state: TrainingState
+    state: TrainingState | StateFile
     work: RoundWork
     bytes_received: int
     staged: StagedWork
@@ -123,7 +138,8 @@ class TrainerAgent:
     _rounds_committed: int = 0
     _optimizer_round: int | None = None
     _bytes_received: int = 0
-    _state: TrainingState | None = None
+    # The state this trainer trains from: in memory, or its one state file (state on disk).
+    _state: TrainingState | StateFile | None = None
     _availability: AvailabilityResponder | None = None
     _outbox: Outbox | None = None
     _keeper: CheckpointKeeper | None = None
@@ -136,10 +152,14 @@ class TrainerAgent:
     # (fragment, round awaiting its finalization) while a round is trained ahead: duties between steps
     _ahead_duty: tuple[int, int] | None = None
     # Payloads this trainer holds for the round awaiting completion, by payload hash: its own and
-    # the others', fetched (hash-checked) as their commitments appear.
+    # the others', fetched (hash-checked) as their commitments appear; in memory, or in files in
+    # ``state_dir/payloads`` with the state on disk.
     _payloads: dict[str, bytes] = field(default_factory=dict)
+    _payload_files: dict[str, Path] = field(default_factory=dict)
     _payloads_round: int | None = None
     _flusher: ThreadPoolExecutor | None = None
+    # The own payloads and checkpoints of rounds before this one are pruned (no claim can need them).
+    _kept_from: int = 0
     _tick_began: float = 0.0
     _enrolling_hint: int | None = None
     _enrolling_hint_at: float = 0.0
@@ -199,9 +219,11 @@ class TrainerAgent:
         if not me.enrolled:
             log.info("trainer.not_enrolled", task_id=task_id, status=t.status.name.lower())
             return True
-        self._record_outcomes(t.current_round if t.status == TaskStatus.RUNNING else t.current_round + 1, me.fragment)
-        self._serve_spot_checks(t.current_round if t.status == TaskStatus.RUNNING else t.current_round + 1, me.fragment)
+        open_round = t.current_round if t.status == TaskStatus.RUNNING else t.current_round + 1
+        self._record_outcomes(open_round, me.fragment)
+        self._serve_spot_checks(open_round, me.fragment)
         self._answer_availability(me.fragment)
+        self._prune_kept(open_round)
         if t.status == TaskStatus.AWAITING_SEAL:
             return self._try_seal(t.last_closed_at)
         if me.evicted:
@@ -252,6 +274,7 @@ class TrainerAgent:
             t, me = ahead
             self._record_outcomes(t.current_round, me.fragment)
             self._serve_spot_checks(t.current_round, me.fragment)
+            self._prune_kept(t.current_round)
             ahead = self._train_ahead_once(t, me)
 
     def _train_ahead_once(self, t: TaskView, me: TrainerView) -> tuple[TaskView, TrainerView] | None:
@@ -276,24 +299,21 @@ class TrainerAgent:
             return None
         began = time.perf_counter()
         rr = self.market.round(task_id, round_)
-        subs = ctx.committed_submissions(round_, rr.committed_mask, known=self._held_payloads(round_))
-        if any(s.payload is None for s in subs):
+        derived = self._derive_ahead(round_, rr.committed_mask, me.fragment)
+        if derived is None:
             return None  # a payload is not fetchable (yet): the witnesses decide; wait for them
-        fetched = time.perf_counter()
-        result = ctx.compute_round(self._state, subs)
+        state, root, received, fetch_s = derived
         derive_s = time.perf_counter() - began
-        received = sum(len(s.payload or b"") for s in subs if s.fragment != me.fragment)
         self._duties_at = self._availability_at = time.perf_counter()
         self._ahead_duty = (me.fragment, round_)
         training = time.perf_counter()
-        work = self._train(result.state, nxt, me.fragment, me.shards, duties=True)
+        work = self._train(state, nxt, me.fragment, me.shards, duties=True)
         train_wall_s = time.perf_counter() - training
         # The in-memory AdamW state is now the one after `nxt`: a dropped run reloads the saved one.
         self._optimizer_round = nxt + 1
-        root = "0x" + result.state_root.hex()
         # Ready the work to commit while the witnesses may still be voting on the round before it.
-        staged = self._stage(nxt, work)
-        self._ahead = TrainedAhead(nxt, root, tuple(me.shards), result.state, work, received, staged)
+        staged = self._stage(nxt, work, {"sync_s": derive_s})
+        self._ahead = TrainedAhead(nxt, root, tuple(me.shards), state, work, received, staged)
         log.info(
             "trainer.trained_ahead",
             round=nxt,
@@ -301,7 +321,7 @@ class TrainerAgent:
             tick_s=round(waited - self._tick_began, 2),  # the tick's chain reads and duties before it
             complete_wait_s=round(began - waited, 2),  # the other trainers' commitments
             derive_s=round(derive_s, 2),
-            fetch_s=round(fetched - began, 2),
+            fetch_s=round(fetch_s, 2),
             train_s=round(work.train_seconds, 2),
             train_wall_s=round(train_wall_s, 2),  # with the round's set-up, checkpoints and duties
             stage_s=round(staged.seconds, 2),
@@ -329,17 +349,79 @@ class TrainerAgent:
                 return False
             time.sleep(FAST_POLL_S)
 
+    def _derive_ahead(
+        self, round_: int, committed_mask: int, fragment: int
+    ) -> tuple[TrainingState | StateFile, str, int, float] | None:
+        """The state the complete ``round_``'s committed payloads determine, derived from the state
+        it started from as the witnesses derive it: ``(state, its root, bytes received, seconds
+        fetching)``, or None while a payload cannot be fetched. With the state on disk the
+        trainer's one state file is updated in place: from then on it holds that state, which the
+        chain has not finalized yet (:meth:`_drop_ahead` deletes it if the chain finalizes another)."""
+        ctx, state = self.ctx, self._state
+        assert ctx is not None and state is not None
+        began = time.perf_counter()
+        if isinstance(state, TrainingState):
+            subs = ctx.committed_submissions(round_, committed_mask, known=self._held_payloads(round_))
+            if any(s.payload is None for s in subs):
+                return None
+            fetch_s = time.perf_counter() - began
+            result = ctx.compute_round(state, subs)
+            received = sum(len(s.payload or b"") for s in subs if s.fragment != fragment)
+            return result.state, "0x" + result.state_root.hex(), received, fetch_s
+        fetched = self._fetch_payload_files(round_, committed_mask, fragment)
+        if fetched is None:
+            return None
+        payloads, received = fetched
+        fetch_s = time.perf_counter() - began
+        self._state = None  # updated in place: if the computation fails, the next sync downloads
+        derived, on_disk = ctx.compute_round_file(
+            state, payloads, self._states_dir / f"ahead-{round_ + 1}.safetensors", in_place=True
+        )
+        self._state = derived
+        return derived, "0x" + on_disk.state_root.hex(), received, fetch_s
+
+    def _fetch_payload_files(
+        self, round_: int, committed_mask: int, fragment: int
+    ) -> tuple[list[PayloadFile], int] | None:
+        """The committed payloads of ``round_`` in files (those held already, the others fetched)
+        and the bytes fetched of the other trainers' ones; None when one cannot be fetched."""
+        ctx = self.ctx
+        assert ctx is not None
+        held = self._held_payload_files(round_)
+        payloads = ctx.committed_payload_files(round_, self._payloads_dir, committed_mask, known=held)
+        for p in payloads:
+            if p.path is not None:
+                held["0x" + p.payload_hash.hex()] = Path(p.path)
+        if any(p.path is None for p in payloads):
+            return None
+        received = sum(os.path.getsize(p.path) for p in payloads if p.path is not None and p.fragment != fragment)
+        return payloads, received
+
     def _held_payloads(self, round_: int) -> dict[str, bytes]:
-        if self._payloads_round != round_:
-            self._payloads, self._payloads_round = {}, round_
+        self._payloads_of(round_)
         return self._payloads
+
+    def _held_payload_files(self, round_: int) -> dict[str, Path]:
+        self._payloads_of(round_)
+        return self._payload_files
+
+    def _payloads_of(self, round_: int) -> None:
+        """Hold the payloads of ``round_`` from now on: those of another round are dropped."""
+        if self._payloads_round != round_:
+            for path in self._payload_files.values():
+                path.unlink(missing_ok=True)
+            self._payloads, self._payload_files, self._payloads_round = {}, {}, round_
 
     def _prefetch_payloads(self, round_: int) -> None:
         """Fetch (hash-checked) the payloads committed to ``round_`` so far that are not yet held.
-        Best effort: whatever fails here is fetched again when the round's work is complete."""
+        Best effort: whatever fails here is fetched again when the round's work is complete.
+        Nothing is fetched for the task's last round: no state is derived from it."""
         ctx = self.ctx
         assert ctx is not None
-        held = self._held_payloads(round_)
+        if round_ + 1 >= ctx.spec.rounds:
+            return
+        held, files = self._held_payloads(round_), self._held_payload_files(round_)
+        on_disk = self._disk_state
         try:
             mask = self.market.round(ctx.task_id, round_).committed_mask
             for fragment in range(256):
@@ -347,9 +429,12 @@ class TrainerAgent:
                     continue
                 s = self.market.submission(ctx.task_id, round_, fragment)
                 digest = s.payload_hash.lower()
-                if digest in held:
+                if digest in held or (digest in files and files[digest].exists()):
                     continue
-                held[digest] = self.blobs.fetch(s.uri, expected_digest=digest, max_bytes=ctx.max_payload_bytes)
+                if on_disk:
+                    files[digest] = ctx.fetch_payload_file(round_, s, self._payloads_dir)
+                else:
+                    held[digest] = self.blobs.fetch(s.uri, expected_digest=digest, max_bytes=ctx.max_payload_bytes)
         except (ChainError, SynclineError) as exc:
             log.info("trainer.prefetch_deferred", round=round_, reason=str(exc).splitlines()[0][:160])
 
@@ -562,8 +647,12 @@ class TrainerAgent:
                 old.unlink(missing_ok=True)
         self._optimizer_round = next_round
 
-    def _train(self, state: TrainingState, round_: int, fragment: int, shards: list[int], *, duties: bool) -> RoundWork:
-        """The round's H inner steps from ``state`` (AdamW restored to the round's start)."""
+    def _train(
+        self, state: TrainingState | StateFile, round_: int, fragment: int, shards: list[int], *, duties: bool
+    ) -> RoundWork:
+        """The round's H inner steps from ``state`` (AdamW restored to the round's start). On-demand
+        checkpoints are streamed into the keeper as they are captured (never held as bytes) and
+        flushed to disk by :meth:`_stage`."""
         ctx = self.ctx
         assert ctx is not None
         inner = self._ensure_inner()
@@ -580,6 +669,7 @@ class TrainerAgent:
             # TESTS AND DEMOS ONLY: a lazy trainer trains half the steps and pads its checkpoints.
             train_steps=ctx.spec.inner_steps // 2 if self.cfg.misbehave == "lazy" else None,
             between_steps=self._duties_while_training if duties else None,
+            checkpoint_sink=self._keep_checkpoint(round_) if ctx.spec.verification_policy.on_demand else None,
         )
         if self.cfg.misbehave == "fake-gradient":  # honest checkpoints, a payload not derived from them
             work = replace(work, pseudo_gradient=torch.randn_like(work.pseudo_gradient) * 0.05)
@@ -590,19 +680,24 @@ class TrainerAgent:
         ctx = self.ctx
         assert ctx is not None
         ahead, self._ahead = self._ahead, None
-        if ahead is not None and (ahead.round, ahead.start_root, ahead.shards) == (
+        trained_ahead = ahead is not None and (ahead.round, ahead.start_root, ahead.shards) == (
             round_,
             state_root.lower(),
             tuple(shards),
-        ):
+        )
+        if ahead is not None and trained_ahead:
             # The chain finalized exactly the state this round was trained from: commit that work.
-            state, work, staged = ahead.state, ahead.work, ahead.staged
-            self._state = state
+            work, staged = ahead.work, ahead.staged
+            self._hold(ahead.state)
+            if isinstance(ahead.state, StateFile):  # the state file becomes the finalized state's
+                ahead.state.move_to(self._states_dir / f"{ahead.start_root}.safetensors")
             self._bytes_received += ahead.bytes_received
             log.info("trainer.ahead_used", round=round_)
         else:
             if ahead is not None:
                 log.info("trainer.ahead_dropped", round=ahead.round, trained_from=ahead.start_root[:18])
+                self._drop_ahead(ahead, state_root)
+            syncing = time.perf_counter()
             try:
                 state = self._sync_state(round_, fragment, state_root)
             except StateUnavailable as exc:
@@ -610,17 +705,18 @@ class TrainerAgent:
                     raise
                 log.info("trainer.waiting_for_state", round=round_, reason=str(exc))
                 return False
+            sync_s = time.perf_counter() - syncing
             work = self._train(state, round_, fragment, shards, duties=False)
-            staged = self._stage(round_, work)
+            staged = self._stage(round_, work, {"sync_s": sync_s})
         finishing = time.perf_counter()
         payload, chunk_root, ref = staged.payload, staged.chunk_root, staged.ref
-        self._held_payloads(round_)[ref.digest.lower()] = payload
-        # A claim names a round within the challenge window of its close and is answered within a
-        # response window after it: keep the own payloads and checkpoints of that many rounds.
-        kept = round_ - kept_rounds(ctx.spec.challenge_window_s, ctx.spec.round_duration_s)
-        self.outbox.prune_own(kept)
-        self.keeper.prune(kept)
-        checkpoint_root = self._publish_manifest(round_, fragment, staged, len(work.checkpoints))
+        if isinstance(payload, Path) and round_ + 1 >= ctx.spec.rounds:
+            payload.unlink(missing_ok=True)  # the last round: no state is derived from it
+        elif isinstance(payload, Path):
+            self._held_payload_files(round_)[ref.digest.lower()] = payload
+        else:
+            self._held_payloads(round_)[ref.digest.lower()] = payload
+        checkpoint_root = self._publish_manifest(round_, fragment, staged, len(staged.checkpoint_digests))
         message, signature = self.market.sign_commitment(
             self.signer, ctx.task_id, round_, fragment, ref.digest, chunk_root, checkpoint_root, ref.uri
         )
@@ -642,6 +738,7 @@ class TrainerAgent:
             # Someone relayed our own announced commitment first: it is on record, uri included.
             log.info("trainer.commit_relayed", round=round_, fragment=fragment, error=exc.error_name)
             outcome = "committed"
+        timings = {**staged.timings, "commit_s": time.perf_counter() - finishing}
         self._train_seconds += work.train_seconds
         wall = time.perf_counter() - (self._wall_started or time.perf_counter())
         steps = len(work.losses)
@@ -657,14 +754,25 @@ class TrainerAgent:
             loss=round(work.mean_loss, 4),
             steps_per_s=round(steps / work.train_seconds, 2),
             tokens_per_s=round(work.tokens / work.train_seconds),
-            payload_kib=round(len(payload) / 1024, 1),
+            payload_kib=round(ref.size / 1024, 1),
             seconds_left=deadline - pending_time(self.market.w3),
             stage_s=round(staged.seconds, 2),  # save AdamW, encode, upload and keep the payload, keep checkpoints
             commit_s=round(time.perf_counter() - finishing, 2),  # manifest, sign, announce, commit
             tx_s=round(time.perf_counter() - sending, 2),  # announce, commit
         )
         append_record(
-            self.cfg.state_dir, "rounds.jsonl", {"round": round_, "loss": work.mean_loss, "payload": ref.digest}
+            self.cfg.state_dir,
+            "rounds.jsonl",
+            {
+                "round": round_,
+                "loss": work.mean_loss,
+                "payload": ref.digest,
+                "trained_ahead": trained_ahead,
+                # sync_s: the state synced before training, or (trained ahead) derived from the
+                # previous round's payloads while the witnesses voted; commit_s: manifest, sign, commit
+                "timings": {k: round(v, 3) for k, v in timings.items()},
+                "committed_at": time.time(),
+            },
         )
         self._report(ctx.task_id, round_, fragment, work)
         self._tokens += work.tokens
@@ -737,18 +845,20 @@ class TrainerAgent:
         announce_commitment(self.blobs, other, other_signature)
         log.warning("trainer.misbehaving", mode="equivocate", round=message.round)
 
-    def _stage(self, round_: int, work: RoundWork) -> StagedWork:
+    def _stage(self, round_: int, work: RoundWork, timings: dict[str, float]) -> StagedWork:
         """Everything committing ``work`` for ``round_`` needs that neither names the round on the
-        chain nor depends on it being open (:class:`StagedWork`)."""
+        chain nor depends on it being open (:class:`StagedWork`); ``timings`` (the state's sync)
+        gets the seconds of each part."""
         ctx = self.ctx
         assert ctx is not None
         began = time.perf_counter()
-        payload, chunk_root = encode_payload(work.pseudo_gradient, ctx.spec.gradient_bits)  # refuses NaN/Inf
+        timings |= {"inner_s": work.train_seconds, "checkpoints_s": work.checkpoint_seconds}
         flushing: Future[None] | None = None
         if ctx.spec.verification_policy.on_demand:
-            # Written now, flushed to disk in the background while the payload is encoded and
-            # uploaded; the commitment waits for the flush (StagedWork.wait_durable).
-            digests = self.keeper.keep(round_, work.checkpoints, durable=False)
+            # Streamed into the keeper during training, not yet flushed: flushed to disk in the
+            # background while the payload is encoded and uploaded; the commitment waits for the
+            # flush (StagedWork.wait_durable).
+            digests = work.checkpoint_digests or self.keeper.keep(round_, work.checkpoints, durable=False)
             if self._flusher is None:
                 self._flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-flush")
             flushing = self._flusher.submit(self.keeper.sync, round_, digests)
@@ -760,12 +870,46 @@ class TrainerAgent:
             uris = tuple(r.uri for r in refs)
             size = sum(r.size for r in refs)
         self._checkpoint_bytes_sent += size
+        saving = time.perf_counter()
         self._save_optimizer(self._ensure_inner(), round_ + 1)
-        # Through the outbox: a blob-store outage now delays the upload, never the commitment.
-        ref = self.outbox.put(payload)
-        self.outbox.keep_own(round_, payload)
-        self._bytes_sent += len(payload)
-        return StagedWork(payload, chunk_root, ref, digests, uris, size, time.perf_counter() - began, flushing)
+        timings["save_optimizer_s"] = time.perf_counter() - saving
+        payload, chunk_root, ref = self._encode_and_upload(round_, work.pseudo_gradient, timings)
+        self._bytes_sent += ref.size
+        return StagedWork(payload, chunk_root, ref, digests, uris, size, time.perf_counter() - began, flushing, timings)
+
+    def _keep_checkpoint(self, round_: int) -> Callable[[int, CheckpointWriter], str]:
+        """The inner loop's checkpoint sink: stream checkpoint ``index`` of ``round_`` into the keeper."""
+        return lambda index, write: self.keeper.keep_stream(round_, index, write, durable=False)
+
+    def _encode_and_upload(
+        self, round_: int, gradient: torch.Tensor, timings: dict[str, float]
+    ) -> tuple[bytes | Path, bytes, BlobRef]:
+        """Quantize the outer gradient into the payload (refuses NaN/Inf), upload it through the
+        outbox (a blob-store outage delays the upload, never the commitment) and keep a copy for
+        availability demands; returns ``(payload, chunk root, reference)``. With the state on disk
+        the payload is encoded range by range into a file, uploaded from it (``put_file``) and
+        returned as that file."""
+        ctx = self.ctx
+        assert ctx is not None
+        began = time.perf_counter()
+        if not self._disk_state:
+            payload, chunk_root = encode_payload(gradient, ctx.spec.gradient_bits)
+            timings["encode_s"] = time.perf_counter() - began
+            began = time.perf_counter()
+            ref = self.outbox.put(payload)
+            self.outbox.keep_own(round_, payload)
+            timings["upload_s"] = time.perf_counter() - began
+            return payload, chunk_root, ref
+        path = self._payloads_dir / f"own-{round_}.bin"
+        encoded = encode_payload_file(ArrayRegion(gradient.numpy()), ctx.spec.gradient_bits, str(path))
+        timings["encode_s"] = time.perf_counter() - began
+        began = time.perf_counter()
+        ref = self.outbox.put_file(path)
+        self.outbox.keep_own_file(round_, path, ref.digest)
+        held = payload_file_path(self._payloads_dir, round_, ref.digest)
+        os.replace(path, held)
+        timings["upload_s"] = time.perf_counter() - began
+        return held, encoded.chunk_root, ref
 
     def _publish_manifest(self, round_: int, fragment: int, staged: StagedWork, checkpoints: int) -> bytes:
         """Put the checkpoint manifest (aliased by position and by root, each in this trainer's own
@@ -798,7 +942,7 @@ class TrainerAgent:
         )
         return root
 
-    def _sync_state(self, round_: int, fragment: int, state_root: str) -> TrainingState:
+    def _sync_state(self, round_: int, fragment: int, state_root: str) -> TrainingState | StateFile:
         """The state to train from, fetched with as few bytes as possible.
 
         If the trainer holds the state the last round started from and the round's payloads are
@@ -806,7 +950,9 @@ class TrainerAgent:
         payloads (about 1 byte per parameter each) with the same
         deterministic aggregation and outer step the witnesses ran, and checks the state root the
         chain finalized. Otherwise (first round, a restart, a mismatch) it downloads the full state
-        blob (16 bytes per parameter: Q32 weights and momentum).
+        blob (16 bytes per parameter: Q32 weights and momentum). With the state on disk (large
+        models) both happen in files, and the previous state's file is dropped once the new one is
+        there.
         """
         ctx = self.ctx
         assert ctx is not None
@@ -821,19 +967,54 @@ class TrainerAgent:
                 else None
             )
             if derived is not None:
-                self._state = derived
+                self._hold(derived)
                 return derived
+        if self._disk_state:
+            # One state file at a time: the one held (not the finalized state) and any left by an
+            # earlier run of this trainer go before the download.
+            self._state = None
+            for stale in self._states_dir.glob("*.safetensors"):
+                stale.unlink(missing_ok=True)
+            fetched, size = ctx.fetch_state_file(state_root, self._states_dir / f"{state_root.lower()}.safetensors")
+            self._bytes_received += size
+            self._hold(fetched)
+            return fetched
         state, size = ctx.fetch_state_sized(state_root)
         self._bytes_received += size
         self._state = state
         return state
 
-    def _derive_from_payloads(self, round_: int, rr: RoundView, fragment: int, state_root: str) -> TrainingState | None:
+    def _hold(self, state: TrainingState | StateFile) -> None:
+        """Train from ``state`` from now on; a state file held before is deleted."""
+        old = self._state
+        if isinstance(old, StateFile) and not (isinstance(state, StateFile) and state.path == old.path):
+            old.remove()
+        self._state = state
+
+    def _drop_ahead(self, ahead: TrainedAhead, state_root: str) -> None:
+        """Forget a round trained ahead whose work the chain's round does not take. Its state is
+        kept if the chain finalized exactly it (only the shards changed); otherwise a state file
+        updated for it is deleted (the trainer's only one: the next sync downloads the state the
+        chain finalized). Its payload file goes too."""
+        if ahead.start_root == state_root.lower():
+            self._hold(ahead.state)
+        elif isinstance(ahead.state, StateFile):
+            ahead.state.remove()
+            if self._state is ahead.state:
+                self._state = None
+        if isinstance(ahead.staged.payload, Path):
+            ahead.staged.payload.unlink(missing_ok=True)
+
+    def _derive_from_payloads(
+        self, round_: int, rr: RoundView, fragment: int, state_root: str
+    ) -> TrainingState | StateFile | None:
         """The state round ``round_`` (read as ``rr``) finalized with, recomputed from its payloads."""
         ctx = self.ctx
         assert ctx is not None and self._state is not None
         if rr.status != RoundStatus.FINALIZED or rr.state_root.lower() != state_root.lower():
             return None
+        if isinstance(self._state, StateFile):
+            return self._derive_on_disk(round_, rr, fragment, state_root, self._state)
         subs = ctx.committed_submissions(round_, rr.committed_mask)
         if any(s.payload is None for s in subs):
             return None
@@ -843,6 +1024,66 @@ class TrainerAgent:
             log.info("trainer.state_sync_mismatch", round=round_, fallback="full state blob")
             return None
         return result.state
+
+    def _derive_on_disk(
+        self, round_: int, rr: RoundView, fragment: int, state_root: str, previous: StateFile
+    ) -> StateFile | None:
+        """:meth:`_derive_from_payloads` with the state and payloads in files: the state file is
+        updated in place (one state file on disk); on a mismatch it is deleted (the caller
+        downloads the state)."""
+        ctx = self.ctx
+        assert ctx is not None
+        fetched = self._fetch_payload_files(round_, rr.committed_mask, fragment)
+        if fetched is None:
+            return None
+        payloads, received = fetched
+        self._bytes_received += received
+        self._state = None  # updated in place (one state file on disk): on a mismatch, download
+        derived, result = ctx.compute_round_file(
+            previous, payloads, self._states_dir / f"derived-{round_}.safetensors", in_place=True
+        )
+        if "0x" + result.state_root.hex() != state_root.lower():
+            log.info("trainer.state_sync_mismatch", round=round_, fallback="full state blob")
+            derived.remove()
+            return None
+        return derived.move_to(self._states_dir / f"{state_root.lower()}.safetensors")
+
+    @property
+    def _disk_state(self) -> bool:
+        """Whether this trainer keeps the state, payloads and checkpoints in files (large models)."""
+        assert self.ctx is not None
+        return use_disk_state(self.ctx.layout.numel, self.cfg.state_on_disk)
+
+    @property
+    def _states_dir(self) -> Path:
+        states = self.cfg.state_dir / "states"
+        states.mkdir(parents=True, exist_ok=True)
+        return states
+
+    @property
+    def _payloads_dir(self) -> Path:
+        payloads = self.cfg.state_dir / "payloads"
+        payloads.mkdir(parents=True, exist_ok=True)
+        return payloads
+
+    def _prune_kept(self, open_round: int) -> None:
+        """Forget the own payloads and checkpoints of the rounds before ``open_round`` that no
+        claim can need any more (:func:`claims_over`, on the chain's clock: with early close a
+        round can be far shorter than ``round_duration_s``, so they are not counted in rounds)."""
+        ctx = self.ctx
+        assert ctx is not None
+        first, now = self._kept_from, None
+        while first < open_round:
+            closed_at = self.market.round(ctx.task_id, first).closed_at
+            now = pending_time(self.market.w3) if now is None and closed_at else now
+            if now is None or not claims_over(closed_at, now, ctx.spec.challenge_window_s):
+                break
+            first += 1
+        if first > self._kept_from:
+            self.outbox.prune_own(first)
+            self.keeper.prune(first)
+            self._kept_from = first
+            log.info("trainer.pruned", before_round=first, chain_time=now)
 
     def _record_outcomes(self, open_round: int, fragment: int) -> None:
         """Once a round closed, count whether this trainer's submission was accepted."""

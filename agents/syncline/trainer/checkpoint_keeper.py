@@ -10,14 +10,17 @@ on-chain claim names the segment.
 
 from __future__ import annotations
 
+import functools
+import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from syncline.blobstore.store import Putter, digest_of
+from syncline.blobstore.store import HashingSink, Putter, digest_of
+from syncline.protocol.checkpoints import Checkpoint
 from syncline.protocol.spot_checks import checkpoints_for_segment
-from syncline.run.local_store import sync_files, write_atomic
+from syncline.run.local_store import sync_files
 
 _KEPT = re.compile(r"^(\d+)-(\d+)-(0x[0-9a-f]{64})\.ckpt$")
 
@@ -32,22 +35,42 @@ class CheckpointKeeper:
         self.directory.mkdir(parents=True, exist_ok=True)
 
     def keep(self, round_: int, checkpoints: Sequence[bytes], *, durable: bool = True) -> tuple[str, ...]:
-        """Store a round's checkpoints ``c_0 .. c_S``; returns their digests (the manifest's hashes).
+        """Store a round's checkpoints ``c_0 .. c_S`` given as bytes; returns their digests (the
+        manifest's hashes). :meth:`keep_stream` of each."""
+        return tuple(
+            self.keep_stream(round_, index, functools.partial(_write_bytes, data), durable=durable)
+            for index, data in enumerate(checkpoints)
+        )
 
-        They replace any kept earlier for the same round (work trained ahead of a round that then
-        opened from another state and was trained again): only the committed ones may be served.
-        ``durable=False`` leaves flushing them to disk to :meth:`sync` (before they are committed to)."""
-        digests = []
-        for index, data in enumerate(checkpoints):
-            digest = digest_of(data)
-            path = self.directory / f"{round_}-{index}-{digest}.ckpt"
-            for other in self.directory.glob(f"{round_}-{index}-0x*.ckpt"):
-                if other != path:
-                    other.unlink(missing_ok=True)
-            if not path.exists():
-                write_atomic(path, data, durable=durable)
-            digests.append(digest)
-        return tuple(digests)
+    def keep_checkpoint(self, round_: int, index: int, checkpoint: Checkpoint, *, durable: bool = True) -> str:
+        """:meth:`keep_stream` of a :class:`Checkpoint`."""
+        return self.keep_stream(round_, index, checkpoint.write, durable=durable)
+
+    def keep_stream(
+        self, round_: int, index: int, write: Callable[[Callable[[bytes], object]], None], *, durable: bool = True
+    ) -> str:
+        """Store checkpoint ``index`` of ``round_``, whose canonical bytes ``write`` streams into
+        the function it is given, hashing them on the way to disk (a large model's checkpoint is
+        never one bytes object); returns its digest (its leaf in the manifest).
+
+        It replaces any kept earlier for the same round and index (work trained ahead of a round
+        that then opened from another state and was trained again): only the committed ones may be
+        served. ``durable=False`` leaves flushing it to disk to :meth:`sync` (before it is
+        committed to), so the flush can overlap other work."""
+        tmp = self.directory / f".{round_}-{index}.ckpt.tmp"
+        with tmp.open("wb") as fh:
+            sink = HashingSink(fh)
+            write(sink.write)
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
+        digest = sink.digest()
+        path = self.directory / f"{round_}-{index}-{digest}.ckpt"
+        for other in self.directory.glob(f"{round_}-{index}-0x*.ckpt"):
+            if other != path:
+                other.unlink(missing_ok=True)
+        os.replace(tmp, path)
+        return digest
 
     def sync(self, round_: int, digests: Sequence[str]) -> None:
         """Flush a round's checkpoints kept with ``durable=False`` to disk."""
@@ -81,3 +104,7 @@ class CheckpointKeeper:
             match = _KEPT.match(path.name)
             if match and int(match.group(1)) < before_round:
                 path.unlink(missing_ok=True)
+
+
+def _write_bytes(data: bytes, out: Callable[[bytes], object]) -> None:
+    out(data)

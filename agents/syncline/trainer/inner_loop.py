@@ -12,6 +12,7 @@ checkpoints trains exactly like one without.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -24,11 +25,21 @@ import torch
 from tqdm import tqdm
 
 from syncline.modality.language import LanguageAdapter
-from syncline.protocol.checkpoints import Checkpoint, CheckpointError, InnerHyperparameters, checkpoint_steps
+from syncline.protocol.checkpoints import (
+    Checkpoint,
+    CheckpointError,
+    InnerHyperparameters,
+    checkpoint_header,
+    checkpoint_steps,
+)
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.state import TrainingState
 from syncline.run.agent_config import InnerOptimizerConfig
 from syncline.run.context import flat_parameters, load_weights
+from syncline.run.state_file import StateFile
+
+CheckpointWriter = Callable[[Callable[[bytes], object]], None]
+"""Writes one checkpoint's canonical bytes into the function it is given."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +47,8 @@ class RoundWork:
     """What one round of inner training produced.
 
     ``checkpoints`` holds the canonical bytes of checkpoints ``c_0 .. c_S`` when the run was asked
-    to capture them, and is empty otherwise.
+    to capture them, and is empty otherwise; with a ``checkpoint_sink`` they went to the sink and
+    ``checkpoint_digests`` holds what it returned for each instead.
     """
 
     pseudo_gradient: torch.Tensor
@@ -44,6 +56,8 @@ class RoundWork:
     train_seconds: float
     tokens: int
     checkpoints: tuple[bytes, ...] = ()
+    checkpoint_digests: tuple[str, ...] = ()
+    checkpoint_seconds: float = 0.0  # capturing the checkpoints (not in train_seconds)
 
     @property
     def mean_loss(self) -> float:
@@ -154,7 +168,7 @@ class InnerLoop:
 
     def run(
         self,
-        state: TrainingState,
+        state: TrainingState | StateFile,
         shards: Sequence[bytes],
         *,
         seed: int,
@@ -162,6 +176,7 @@ class InnerLoop:
         checkpoint_interval: int | None = None,
         train_steps: int | None = None,
         between_steps: Callable[[], None] | None = None,
+        checkpoint_sink: Callable[[int, CheckpointWriter], str] | None = None,
     ) -> RoundWork:
         """H inner steps from ``state`` on ``shards``; batches are reproducible from ``seed``.
 
@@ -177,6 +192,11 @@ class InnerLoop:
         between_steps
             Called after every step (the agent's own duties while it trains: it must not touch
             the model, the optimizer or torch's generator); its time is not training time.
+        checkpoint_sink
+            Called with ``(index, write)`` for each captured checkpoint instead of keeping its
+            bytes: ``write(out)`` streams the checkpoint's canonical bytes into ``out`` one
+            parameter at a time (:meth:`write_checkpoint`: no flat copy of the weights or moments);
+            its return values (digests) go to ``RoundWork.checkpoint_digests``.
         """
         load_weights(self.model, state)
         start = flat_parameters(self.model, self.layout)
@@ -185,14 +205,19 @@ class InnerLoop:
         steps = self.cfg.inner_steps
         marks = checkpoint_steps(steps, checkpoint_interval) if checkpoint_interval is not None else ()
         todo = steps if train_steps is None else max(0, min(train_steps, steps))
-        captured: list[bytes] = []
-        excluded_seconds = 0.0
+        captured: list[bytes | str] = []
+        excluded_seconds = capture_seconds = 0.0
 
         def capture(step: int) -> None:
-            nonlocal excluded_seconds
+            nonlocal excluded_seconds, capture_seconds
             t0 = time.perf_counter()
-            captured.append(self.checkpoint(step).to_bytes())
-            excluded_seconds += time.perf_counter() - t0
+            if checkpoint_sink is None:
+                captured.append(self.checkpoint(step).to_bytes())
+            else:
+                captured.append(checkpoint_sink(len(captured), functools.partial(self.write_checkpoint, step)))
+            elapsed = time.perf_counter() - t0
+            capture_seconds += elapsed
+            excluded_seconds += elapsed
 
         began = time.perf_counter()
         with self._mode():
@@ -216,11 +241,12 @@ class InnerLoop:
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
         train_seconds = time.perf_counter() - began - excluded_seconds
-        end = flat_parameters(self.model, self.layout)
-        gradient = start - end
+        gradient = start.sub_(flat_parameters(self.model, self.layout))  # start - end, in place
         if not torch.isfinite(gradient).all():
             raise FloatingPointError("inner training diverged: the outer gradient holds NaN/Inf")
-        return RoundWork(gradient, tuple(losses), train_seconds, tokens, tuple(captured))
+        kept = tuple(c for c in captured if isinstance(c, bytes))
+        digests = tuple(c for c in captured if isinstance(c, str))
+        return RoundWork(gradient, tuple(losses), train_seconds, tokens, kept, digests, capture_seconds)
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -269,6 +295,37 @@ class InnerLoop:
             device=self.device.type,
             deterministic=self.device.type == "cpu" or torch.are_deterministic_algorithms_enabled(),
         )
+
+    def write_checkpoint(self, step: int, out: Callable[[bytes], object]) -> None:
+        """Stream ``self.checkpoint(step).to_bytes()`` into ``out``, one parameter at a time: the
+        same bytes without the three flat float32 copies (12 bytes per parameter) a
+        :class:`Checkpoint` holds."""
+        named = dict(self.model.named_parameters())
+        entries = self.layout.entries
+        states = [self.optimizer.state.get(named[e.name]) for e in entries]
+        rng_state = bytes(torch.get_rng_state().numpy().tobytes())
+        out(
+            checkpoint_header(
+                step=step,
+                layout_digest=self.layout_digest,
+                numel=self.layout.numel,
+                adam_steps=tuple(_step_count(st["step"]) if st else 0 for st in states),
+                optimizer=self.hyperparameters(),
+                dtype=self.dtype,
+                threads=torch.get_num_threads(),
+                rng_bytes=len(rng_state),
+                device=self.device.type,
+                deterministic=self.device.type == "cpu" or torch.are_deterministic_algorithms_enabled(),
+            )
+        )
+        for key in ("param", "exp_avg", "exp_avg_sq"):
+            for e, st in zip(entries, states, strict=True):
+                t = named[e.name] if key == "param" else (st[key] if st else None)
+                if t is None:  # no gradient yet: zero moments, as checkpoint() records them
+                    out(bytes(4 * e.numel))
+                else:
+                    out(t.detach().float().cpu().reshape(-1).numpy().astype("<f4", copy=False).tobytes())
+        out(rng_state)
 
     def restore(self, ckpt: Checkpoint) -> None:
         """Put the model, the optimizer (moments, step counts, coefficients), the batch size, the

@@ -13,13 +13,15 @@ so it answers an availability demand from disk even while the blob store is down
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from syncline.blobstore import BlobRef, BlobStore
-from syncline.blobstore.store import BlobUnavailable, digest_of
+from syncline.blobstore.store import BlobStoreBase, BlobUnavailable, digest_of, digest_of_file
 from syncline.errors import SynclineError
 from syncline.observability import get_logger
 from syncline.run.local_store import write_atomic
@@ -50,6 +52,25 @@ class Outbox:
             digest = self._spool(data, alias, alias_signature)
             log.warning("trainer.upload_deferred", digest=digest[:18], bytes=len(data), error=str(exc)[:160])
             return BlobRef(digest=digest, size=len(data), uri=self._uri_for(digest))
+
+    def put_file(self, path: Path) -> BlobRef:
+        """:meth:`put` for the contents of the file ``path``, streamed (``put_file``): a large
+        payload is never read into memory. When the store cannot be reached the file is spooled
+        (hard-linked, or copied) like bytes would be."""
+        try:
+            if isinstance(self.blobs, BlobStoreBase):
+                return self.blobs.put_file(path)
+            return self.blobs.put(path.read_bytes())
+        except BlobUnavailable as exc:
+            digest, size = digest_of_file(path)
+            blob = self.directory / "pending" / f"{digest}.blob"
+            if not blob.exists():
+                _link_or_copy(path, blob)
+            meta = blob.with_suffix(".json")
+            if not meta.exists():
+                write_atomic(meta, b"[]")
+            log.warning("trainer.upload_deferred", digest=digest[:18], bytes=size, error=str(exc)[:160])
+            return BlobRef(digest=digest, size=size, uri=self._uri_for(digest))
 
     def flush(self) -> int:
         """Upload what is spooled, oldest first, until the store fails again; returns how many
@@ -84,6 +105,12 @@ class Outbox:
     def keep_own(self, round_: int, data: bytes) -> None:
         """Keep this trainer's payload of ``round_`` on disk (for availability demands)."""
         write_atomic(self.directory / "own" / f"{round_}-{digest_of(data)}.bin", data)
+
+    def keep_own_file(self, round_: int, path: Path, digest: str) -> None:
+        """:meth:`keep_own` for a payload in the file ``path`` whose digest is ``digest``."""
+        kept = self.directory / "own" / f"{round_}-{digest.lower()}.bin"
+        if not kept.exists():
+            _link_or_copy(path, kept)
 
     def own(self, digest: str) -> bytes | None:
         """This trainer's kept payload with ``digest`` (verified), or None."""
@@ -126,3 +153,14 @@ class Outbox:
     def _drop(meta: Path) -> None:
         meta.with_suffix(".blob").unlink(missing_ok=True)
         meta.unlink(missing_ok=True)
+
+
+def _link_or_copy(source: Path, dest: Path) -> None:
+    """``dest`` with the contents of ``source``: a hard link where the file system allows it."""
+    tmp = dest.with_name(dest.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(source, tmp)
+    except OSError:
+        shutil.copyfile(source, tmp)
+    os.replace(tmp, dest)

@@ -34,9 +34,11 @@ from syncline.court.sampling import make_training_checker
 from syncline.errors import ChainError, SynclineError
 from syncline.observability import get_logger
 from syncline.protocol.chunking import num_chunks
+from syncline.protocol.disk_round import DiskRoundResult
 from syncline.protocol.enums import TaskStatus
 from syncline.protocol.hashing import keccak
 from syncline.protocol.signed_messages import METRIC_SCALE, Vote
+from syncline.protocol.state import TrainingState
 from syncline.protocol.sync_round import RoundResult
 from syncline.run.agent_config import AgentConfig
 from syncline.run.context import StateUnavailable, TaskContext, load_weights
@@ -44,6 +46,7 @@ from syncline.run.gossip import GossipError, announce_vote, decode_vote, encode_
 from syncline.run.local_store import append_durable, append_record, claim_state_dir, read_records
 from syncline.run.loop import NewBlock, TaskNotPosted, pending_time, run_forever
 from syncline.run.metrics import AgentMetrics
+from syncline.run.state_file import StateFile, use_disk_state
 
 log = get_logger("syncline.witness")
 ZERO = "0x" + "00" * 32
@@ -65,6 +68,7 @@ class WitnessAgent:
     referee: RefereeDuty | None = None
     defence: CensorshipDefence | None = None
     _awaiting: TaskNotPosted | None = None
+    _held: StateFile | None = None  # the state file the next round builds on (state on disk)
 
     def run(self, *, max_iterations: int | None = None) -> None:
         if self.cfg.threads:
@@ -145,26 +149,19 @@ class WitnessAgent:
             announce_vote(self.blobs, vote, signature, self.signer.address)
             self._send("finalize", lambda: self.market.send_vote(self.signer, vote, signature))
             return
+        timings: dict[str, float] = {}
+        cheating = self.cfg.misbehave is not None and round_ >= CHEAT_FROM_ROUND
         try:
-            previous = ctx.fetch_state(previous_root)
+            if use_disk_state(ctx.layout.numel, self.cfg.state_on_disk) and self.cfg.misbehave is None:
+                outcome = self._compute_on_disk(round_, previous_root, timings)
+            else:
+                outcome = self._compute_in_memory(round_, previous_root, cheating, timings)
         except StateUnavailable as exc:
             if exc.outage:  # the store is down: the loop backs off and reports degraded health
                 raise
             log.info("witness.waiting_for_state", round=round_, reason=str(exc))
             return
-        started = time.perf_counter()
-        submissions = ctx.committed_submissions(round_)
-        result = ctx.compute_round(previous, submissions)
-        self.metrics.aggregate_seconds.set(time.perf_counter() - started)
-        cheating = self.cfg.misbehave is not None and round_ >= CHEAT_FROM_ROUND
-        if cheating and self.cfg.misbehave == "bad-aggregate":
-            result = self._tamper(result)
-        if cheating and self.cfg.misbehave == "censor" and result.accepted_mask:
-            victim = (result.accepted_mask & -result.accepted_mask).bit_length() - 1
-            result = ctx.compute_round(previous, [s for s in submissions if s.fragment != victim])
-            log.warning("witness.misbehaving", mode="censor", round=round_, left_out=victim)
-        ctx.publish_state(result.state, self.signer.account)  # its own slot of the alias: no one can displace it
-        loss = self._validation_loss(result)
+        result, loss = outcome
         for fragment, reason in result.rejected.items():
             self.metrics.rejected.labels(reason=reason.split(":")[0].split(" (")[0]).inc()
             log.info("witness.rejected", round=round_, fragment=fragment, reason=reason)
@@ -190,7 +187,9 @@ class WitnessAgent:
             },
         )
         self._announce(vote, signature, equivocate=cheating and self.cfg.misbehave == "equivocate")
+        began = time.perf_counter()
         self._send("finalize", lambda: self.market.send_vote(self.signer, vote, signature))
+        timings["finalize_s"] = time.perf_counter() - began
         self.metrics.round.set(round_)
         self.metrics.validation_loss.set(loss)
         self.metrics.finalized.inc()
@@ -213,8 +212,79 @@ class WitnessAgent:
                 "accepted_mask": result.accepted_mask,
                 "rejected": {str(k): v for k, v in result.rejected.items()},
                 "validation_loss": loss,
+                "timings": {k: round(v, 3) for k, v in timings.items()},
+                "voted_at": time.time(),
             },
         )
+
+    def _compute_in_memory(
+        self, round_: int, previous_root: str, cheating: bool, timings: dict[str, float]
+    ) -> tuple[RoundResult | DiskRoundResult, float]:
+        """The round with the state and payloads in memory (small models, and the misbehaviours)."""
+        ctx = self.ctx
+        assert ctx is not None
+        started = time.perf_counter()
+        previous = ctx.fetch_state(previous_root)
+        submissions = ctx.committed_submissions(round_)
+        timings["fetch_s"] = time.perf_counter() - started
+        started = time.perf_counter()
+        result = ctx.compute_round(previous, submissions)
+        timings["compute_s"] = time.perf_counter() - started
+        self.metrics.aggregate_seconds.set(timings["compute_s"])
+        if cheating and self.cfg.misbehave == "bad-aggregate":
+            result = self._tamper(result)
+        if cheating and self.cfg.misbehave == "censor" and result.accepted_mask:
+            victim = (result.accepted_mask & -result.accepted_mask).bit_length() - 1
+            result = ctx.compute_round(previous, [s for s in submissions if s.fragment != victim])
+            log.warning("witness.misbehaving", mode="censor", round=round_, left_out=victim)
+        started = time.perf_counter()
+        ctx.publish_state(result.state, self.signer.account)  # its own slot of the alias: no one can displace it
+        timings["publish_s"] = time.perf_counter() - started
+        started = time.perf_counter()
+        loss = self._validation_loss(result.state)
+        timings["eval_s"] = time.perf_counter() - started
+        return result, loss
+
+    def _compute_on_disk(
+        self, round_: int, previous_root: str, timings: dict[str, float]
+    ) -> tuple[RoundResult | DiskRoundResult, float]:
+        """The round with the state and payloads in files (large models): the previous state is
+        the one this witness computed (or one downloaded and verified); the round updates that
+        file in place (one state on disk) and it is published with ``put_file``; memory stays at
+        a range. If the chain then finalizes another state, the next round downloads it."""
+        ctx = self.ctx
+        assert ctx is not None
+        states = self.cfg.state_dir / "states"
+        states.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        previous = self._held
+        if previous is None or previous.state_root_hex != previous_root.lower():
+            previous, _ = ctx.fetch_state_file(previous_root, states / f"{previous_root.lower()}.safetensors")
+            self._hold(previous)
+        payloads = ctx.committed_payload_files(round_, self.cfg.state_dir / "payloads")
+        timings["fetch_s"] = time.perf_counter() - started
+        started = time.perf_counter()
+        self._held = None  # updated in place: it no longer holds the previous state
+        state, result = ctx.compute_round_file(
+            previous, payloads, states / f"round-{round_}.safetensors", in_place=True
+        )
+        timings["compute_s"] = time.perf_counter() - started
+        self.metrics.aggregate_seconds.set(timings["compute_s"])
+        state.move_to(states / f"{state.state_root_hex}.safetensors")
+        started = time.perf_counter()
+        ctx.publish_state_file(state, self.signer.account)  # its own slot of the alias
+        timings["publish_s"] = time.perf_counter() - started
+        started = time.perf_counter()
+        loss = self._validation_loss(state)
+        timings["eval_s"] = time.perf_counter() - started
+        self._hold(state)
+        return result, loss
+
+    def _hold(self, state: StateFile) -> None:
+        """Keep ``state`` as the one the next round builds on; drop the file held before."""
+        if self._held is not None and self._held.path != state.path:
+            self._held.remove()
+        self._held = state
 
     def _stored_vote(self, round_: int, previous_root: str) -> tuple[Vote, bytes] | None:
         """The vote this witness already signed for (task, round, prevStateRoot), if any."""
@@ -308,12 +378,12 @@ class WitnessAgent:
         except (ChainError, StateUnavailable) as exc:
             log.info("witness.court_duty_deferred", reason=str(exc).splitlines()[0][:160])
 
-    def _validation_loss(self, result: RoundResult) -> float:
+    def _validation_loss(self, state: TrainingState | StateFile) -> float:
         ctx = self.ctx
         assert ctx is not None
         if self._eval_model is None:
             self._eval_model = ctx.build_model()
-        load_weights(self._eval_model, result.state)
+        load_weights(self._eval_model, state)
         return ctx.adapter.evaluate(
             self._eval_model,
             ctx.validation_shard(),
