@@ -246,7 +246,9 @@ class TaskContext:
     ) -> list[PayloadFile]:
         """:meth:`committed_submissions` with each payload streamed to a file in ``directory``
         (:meth:`fetch_payload_file`); ``known`` maps payload hashes to files the caller already
-        fetched there (hash-checked then, and again by the round's validation)."""
+        fetched there or wrote itself (its own payload, named by the digest of what it wrote).
+        Every file was hash-checked as it was written, so the round does not read it for its
+        keccak again (``PayloadFile.digest_verified``); every other check still runs."""
 
         def fetch(s: SubmissionView) -> str:
             held = (known or {}).get(s.payload_hash.lower())
@@ -255,7 +257,9 @@ class TaskContext:
             return str(self.fetch_payload_file(round_, s, directory))
 
         return [
-            PayloadFile(fragment, _b32(s.payload_hash), _b32(s.chunk_root), path, error)
+            PayloadFile(
+                fragment, _b32(s.payload_hash), _b32(s.chunk_root), path, error, digest_verified=path is not None
+            )
             for fragment, s, path, error in self._fetch_commitments(round_, committed_mask, fetch)
         ]
 
