@@ -169,6 +169,9 @@ def role_setup(d: Path, numel: int, inputs: int, bits: int, workers: int) -> Non
     with multiprocessing.get_context("fork").Pool(workers) as pool:
         commitments = pool.map(_encode_one, jobs, chunksize=1)
     (d / "commitments.json").write_text(json.dumps(commitments))
+    # Flush what the set-up wrote (up to 29 GB at 1e9): otherwise its writeback, not the round's
+    # own I/O, throttles the timed round's writes (measured at 2e8 on disk: 31 s instead of 20 s).
+    os.sync()
 
 
 def role_trainer(d: Path, numel: int, bits: int) -> dict[str, float]:
