@@ -301,15 +301,32 @@ def _publish_from_source(
     """A sponsor spec that names its data source: check it, build and publish the artifacts, return the spec."""
     from syncline.blobstore import HttpBlobStore
     from syncline.sponsor.data_sources import DatasetPlan
+    from syncline.sponsor.pretrained import PretrainedModel, read_pretrained, resolve_model_dir
     from syncline.sponsor.task_builder import check_language_template, publish_language_task
 
     blob_url = blob_store_from_args(args, "a spec with dataset_source publishes its artifacts")
     template = dict(raw)
     # A relative dataset_source.path is read from the spec file's directory.
-    plan = DatasetPlan.from_mapping(template.pop("dataset_source"), base_dir=Path(args.spec).resolve().parent)
-    model = template.pop("model", None)
-    if not isinstance(model, dict) or "family" not in model:
-        raise SpecError("model: expected a mapping with family and the architecture config")
+    base_dir = Path(args.spec).resolve().parent
+    raw_model = template.pop("model", None)
+    pretrained = isinstance(raw_model, dict) and "pretrained" in raw_model
+    plan = DatasetPlan.from_mapping(template.pop("dataset_source"), base_dir=base_dir, vocab_from_model=pretrained)
+    model: dict[str, Any] | PretrainedModel
+    if isinstance(raw_model, dict) and "pretrained" in raw_model:
+        extra = sorted(set(raw_model) - {"pretrained"})
+        if extra or not isinstance(raw_model["pretrained"], str):
+            raise SpecError(
+                "model.pretrained: a Hugging Face model directory (a path), with no other model keys "
+                "(its config.json sets the architecture)"
+            )
+        # A relative path is read from the spec file's directory, as dataset_source.path is.
+        model = read_pretrained(resolve_model_dir(raw_model["pretrained"], base_dir=base_dir))
+    elif isinstance(raw_model, dict) and "family" in raw_model:
+        model = raw_model
+    else:
+        raise SpecError(
+            "model: expected a mapping with family and the architecture config, or pretrained: a model directory"
+        )
     check_language_template(template, shard_count=plan.shard_count, model=model, now=now, sponsor=sponsor)
     published = publish_language_task(  # reads and checks the source before uploading anything
         HttpBlobStore(blob_url),

@@ -1,7 +1,8 @@
 """Language modality: a byte-level BPE tokenizer trained offline with ``tokenizers`` on the task's
-documents (``syncline.sponsor.data_sources`` reads them), token shards, and causal language models
-built from a ``transformers`` config (Llama by default; Qwen2 and GPT-2 by family name). Nothing is
-downloaded.
+documents (``syncline.sponsor.data_sources`` reads them), or a pretrained model's own tokenizer
+(``syncline.sponsor.pretrained``); token shards; and causal language models built from a
+``transformers`` config: any family ``AutoModelForCausalLM`` builds (Llama by default; Qwen2,
+GPT-2, Mistral, ...). Nothing is downloaded.
 
 Token shards are little-endian uint16 arrays; a shard's content hash (keccak256 of its bytes) is a
 leaf of the task's dataset manifest.
@@ -18,11 +19,13 @@ import torch
 
 from syncline.errors import SpecError
 
-SUPPORTED_FAMILIES = ("llama", "qwen2", "gpt2")
 TOKEN_DTYPE = "<u2"
 """Token shards hold little-endian uint16 token ids."""
 MAX_VOCAB_SIZE = 1 << 16
 """The largest tokenizer a uint16 token shard can index (65 536 tokens)."""
+MAX_TOKENIZER_BYTES = 64 << 20
+"""The largest tokenizer artifact (``tokenizer.json``) a task may pin: the big Qwen2 and Llama 3
+tokenizers are 7-9 MB."""
 
 
 def llama_parameter_count(
@@ -65,6 +68,31 @@ def train_tokenizer(texts: Sequence[str], vocab_size: int) -> str:
     return text
 
 
+def causal_lm_families() -> tuple[str, ...]:
+    """Every ``model_type`` ``AutoModelForCausalLM`` builds from a config (no remote code)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return tuple(sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES))
+
+
+def causal_lm_config(config: Mapping[str, Any]) -> Any:
+    """The ``transformers`` config of a spec's model (``{family, **architecture}``); a family that
+    is not a causal language model, or a config ``transformers`` refuses, is a one-line ``SpecError``."""
+    from transformers import AutoConfig
+
+    cfg = dict(config)
+    family = str(cfg.pop("family", cfg.pop("model_type", "llama")))
+    if family not in causal_lm_families():
+        raise SpecError(
+            f"model family {family!r} is not a causal language model transformers builds "
+            "(e.g. llama, qwen2, gpt2, mistral)"
+        )
+    try:
+        return AutoConfig.for_model(family, **cfg)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise SpecError(f"model config of family {family!r} is invalid: {' '.join(str(exc).split())[:300]}") from None
+
+
 def encode(tokenizer_json: str, text: str) -> np.ndarray:
     from tokenizers import Tokenizer
 
@@ -89,8 +117,33 @@ def build_corpus(
     held_out: Sequence[bool] | None = None,
     validation_fraction: float = 0.05,
 ) -> PreparedCorpus:
-    """Train the tokenizer on ``documents`` and split their tokens into ``shard_count`` contiguous
-    training shards and one validation shard; every document ends with ``<|endoftext|>`` (id 0).
+    """Train the tokenizer on ``documents`` and split their tokens with :func:`tokenize_corpus`;
+    every document ends with ``<|endoftext|>`` (id 0)."""
+    if shard_count < 1:
+        raise SpecError("shard_count must be at least 1")
+    tokenizer_json = train_tokenizer(documents, vocab_size)
+    return tokenize_corpus(
+        documents,
+        tokenizer_json=tokenizer_json,
+        eos_id=0,
+        shard_count=shard_count,
+        held_out=held_out,
+        validation_fraction=validation_fraction,
+    )
+
+
+def tokenize_corpus(
+    documents: Sequence[str],
+    *,
+    tokenizer_json: str,
+    eos_id: int,
+    shard_count: int,
+    held_out: Sequence[bool] | None = None,
+    validation_fraction: float = 0.05,
+) -> PreparedCorpus:
+    """Tokenize ``documents`` (the tokenizer's own special tokens, e.g. a BOS, as it adds them)
+    and split their tokens into ``shard_count`` contiguous training shards and one validation
+    shard; every document ends with ``eos_id``.
 
     With ``held_out`` (one flag per document), the flagged documents go whole to the validation
     shard; without it, the last ``validation_fraction`` of every document does (so validation sees
@@ -102,11 +155,15 @@ def build_corpus(
         raise SpecError("shard_count must be at least 1")
     if held_out is not None and len(held_out) != len(documents):
         raise ValueError("held_out needs one flag per document")
-    tokenizer_json = train_tokenizer(documents, vocab_size)
     tokenizer = Tokenizer.from_str(tokenizer_json)
+    if tokenizer.get_vocab_size(with_added_tokens=True) > MAX_VOCAB_SIZE:
+        raise SpecError(
+            f"the tokenizer has {tokenizer.get_vocab_size(with_added_tokens=True):,} tokens; token shards hold "
+            f"uint16 ids (at most {MAX_VOCAB_SIZE:,} tokens)"
+        )
     train_parts: list[np.ndarray] = []
     valid_parts: list[np.ndarray] = []
-    eot = np.asarray([0], dtype=TOKEN_DTYPE)
+    eot = np.asarray([eos_id], dtype=TOKEN_DTYPE)
     for i, encoding in enumerate(tokenizer.encode_batch(list(documents))):
         ids = np.asarray(encoding.ids, dtype=TOKEN_DTYPE)
         if held_out is not None:
@@ -137,14 +194,10 @@ class LanguageAdapter:
         self.seq_len = seq_len
 
     def build_model(self, config: Mapping[str, Any], *, seed: int) -> torch.nn.Module:
-        from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM
 
-        cfg = dict(config)
-        family = str(cfg.pop("family", cfg.pop("model_type", "llama")))
-        if family not in SUPPORTED_FAMILIES:
-            raise SpecError(f"model family {family!r} is not supported; use one of {', '.join(SUPPORTED_FAMILIES)}")
+        hf_config = causal_lm_config(config)
         torch.manual_seed(seed)
-        hf_config = AutoConfig.for_model(family, **cfg)
         model: torch.nn.Module = AutoModelForCausalLM.from_config(hf_config)  # type: ignore[no-untyped-call]
         return model
 
