@@ -5,6 +5,7 @@ The browser's account then sends ``{to, data, value}`` itself: the API never hol
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from syncline.api.errors import ApiError
@@ -79,11 +80,17 @@ def pretrained_model(req: PrepareRequest, settings: ApiSettings) -> PretrainedMo
     within bounds (config, tokenizer, weight headers; the weights are read when the task is built)."""
     if isinstance(req.model, ModelParams):
         return None
+    root = settings.source_dir
     try:
-        root = settings.source_dir
         return read_pretrained(resolve_model_dir(req.model.pretrained, root=root), root=root)
     except SpecError as exc:
-        raise ApiError(422, str(exc)) from None
+        raise ApiError(422, confined_message(exc, root)) from None
+
+
+def confined_message(exc: Exception, root: Path) -> str:
+    """``exc``'s message with the data directory's path left out: files are named relative to it,
+    never by the server's own paths."""
+    return str(exc).replace(f"{root}/", "").replace(str(root), ".")
 
 
 def corpus_source(req: PrepareRequest, settings: ApiSettings) -> DataSource:
@@ -135,7 +142,7 @@ def prepare_task(services: ApiServices, req: PrepareRequest, client: str) -> Pre
                 source=source,  # read (bounded) and checked before anything is uploaded
             )
         except PretrainedModelError as exc:  # weights that do not load, NaN, out of range
-            raise ApiError(422, str(exc)) from None
+            raise ApiError(422, confined_message(exc, services.settings.source_dir)) from None
     spec = published.spec
     try:
         spec.validate(now=services.chain_time())
