@@ -308,6 +308,7 @@ def _publish_from_source(
     template = dict(raw)
     # A relative dataset_source.path is read from the spec file's directory.
     base_dir = Path(args.spec).resolve().parent
+    method = str(template.pop("method", "pretrain"))  # sft: the loss on the responses of prompt/response pairs
     raw_model = template.pop("model", None)
     pretrained = isinstance(raw_model, dict) and "pretrained" in raw_model
     plan = DatasetPlan.from_mapping(template.pop("dataset_source"), base_dir=base_dir, vocab_from_model=pretrained)
@@ -336,6 +337,7 @@ def _publish_from_source(
         seq_len=plan.seq_len,
         model=model,
         source=plan.source,
+        method=method,
     )
     log.info("sponsor.published", spec_hash=published.spec.spec_hash, params=published.initial_state.layout.numel)
     return published.spec, published.spec_uri

@@ -23,6 +23,10 @@ TOKEN_DTYPE = "<u2"
 """Token shards hold little-endian uint16 token ids."""
 MAX_VOCAB_SIZE = 1 << 16
 """The largest tokenizer a uint16 token shard can index (65 536 tokens)."""
+METHODS = ("pretrain", "sft")
+"""Training methods (``metadata.method`` of a language task; absent means ``pretrain``)."""
+IGNORE_INDEX = -100
+"""The label of a token whose prediction is not trained on (prompt tokens under SFT)."""
 MAX_TOKENIZER_BYTES = 64 << 20
 """The largest tokenizer artifact (``tokenizer.json``) a task may pin: the big Qwen2 and Llama 3
 tokenizers are 7-9 MB."""
@@ -179,6 +183,72 @@ def tokenize_corpus(
     return PreparedCorpus(tokenizer_json, shards, validation.tobytes())
 
 
+def tokenize_sft_corpus(
+    pairs: Sequence[tuple[str, str]],
+    *,
+    tokenizer_json: str,
+    eos_id: int | None,
+    shard_count: int,
+    held_out: Sequence[bool] | None = None,
+) -> PreparedCorpus:
+    """SFT shards of ``(prompt text, response text)`` pairs (already rendered, e.g. by a chat
+    template): each pair is its prompt's tokens (with the tokenizer's special tokens, e.g. a BOS)
+    flagged 0, then its response's tokens (no special tokens), and ``eos_id`` when given, flagged 1.
+    Shards are :func:`sft_shard` streams; with ``held_out`` the flagged pairs form the validation
+    shard, without it the last pair does."""
+    from tokenizers import Tokenizer
+
+    if shard_count < 1:
+        raise SpecError("shard_count must be at least 1")
+    if not pairs:
+        raise SpecError("an SFT task needs at least one prompt/response pair")
+    flags_out = list(held_out) if held_out is not None else [i == len(pairs) - 1 for i in range(len(pairs))]
+    if len(flags_out) != len(pairs):
+        raise ValueError("held_out needs one flag per pair")
+    tokenizer = Tokenizer.from_str(tokenizer_json)
+    if tokenizer.get_vocab_size(with_added_tokens=True) > MAX_VOCAB_SIZE:
+        raise SpecError(
+            f"the tokenizer has {tokenizer.get_vocab_size(with_added_tokens=True):,} tokens; token shards hold "
+            f"uint16 ids (at most {MAX_VOCAB_SIZE:,} tokens)"
+        )
+    prompts = tokenizer.encode_batch([p for p, _ in pairs], add_special_tokens=True)
+    responses = tokenizer.encode_batch([r for _, r in pairs], add_special_tokens=False)
+    streams: dict[bool, tuple[list[int], list[int]]] = {False: ([], []), True: ([], [])}
+    for prompt, response, out in zip(prompts, responses, flags_out, strict=True):
+        ids, flags = streams[out]
+        target = list(response.ids) + ([eos_id] if eos_id is not None else [])
+        ids += list(prompt.ids) + target
+        flags += [0] * len(prompt.ids) + [1] * len(target)
+    train_ids, train_flags = streams[False]
+    bounds = np.linspace(0, len(train_ids), shard_count + 1).astype(np.int64)
+    shards = tuple(
+        sft_shard(train_ids[bounds[i] : bounds[i + 1]], train_flags[bounds[i] : bounds[i + 1]])
+        for i in range(shard_count)
+    )
+    return PreparedCorpus(tokenizer_json, shards, sft_shard(*streams[True]))
+
+
+def sft_shard(ids: Sequence[int], flags: Sequence[int]) -> bytes:
+    """An SFT shard: little-endian uint16 pairs ``(token id, flag)``, flag 1 when the token is a
+    training target (its prediction counts in the loss), 0 when it is context only."""
+    return np.stack([np.asarray(ids, dtype=TOKEN_DTYPE), np.asarray(flags, dtype=TOKEN_DTYPE)], axis=1).tobytes()
+
+
+def sft_tokens_of(shard: bytes) -> tuple[torch.Tensor, torch.Tensor]:
+    """The token ids and target flags (bool) of an SFT shard."""
+    if len(shard) % 4:
+        raise ValueError("an SFT shard must hold (token, flag) uint16 pairs (a multiple of 4 bytes)")
+    pairs = np.frombuffer(shard, dtype=TOKEN_DTYPE).reshape(-1, 2).astype(np.int64)
+    if pairs.size and int(pairs[:, 1].max()) > 1:
+        raise ValueError("an SFT shard's flags must be 0 or 1")
+    return torch.from_numpy(pairs[:, 0].copy()), torch.from_numpy(pairs[:, 1] == 1)
+
+
+def token_count(shard: bytes, method: str = "pretrain") -> int:
+    """Tokens in a shard of ``method``'s encoding."""
+    return len(shard) // (4 if method == "sft" else 2)
+
+
 def tokens_of(shard: bytes) -> torch.Tensor:
     if len(shard) % 2:
         raise ValueError("a token shard must hold an even number of bytes (uint16 tokens)")
@@ -186,12 +256,31 @@ def tokens_of(shard: bytes) -> torch.Tensor:
 
 
 class LanguageAdapter:
-    """Causal language modelling with a ``transformers`` model built from a config."""
+    """Causal language modelling with a ``transformers`` model built from a config.
+
+    ``method`` ``pretrain`` trains on every token of the shards; ``sft`` on the target tokens of
+    :func:`sft_shard` streams only (the prompt's are labelled :data:`IGNORE_INDEX`), with the loss
+    the mean over target tokens (0 for a batch with none). Batches are drawn alike: the same random
+    windows of ``seq_len`` tokens from the same seed.
+    """
 
     name = "language"
 
-    def __init__(self, seq_len: int = 64):
+    def __init__(self, seq_len: int = 64, method: str = "pretrain"):
+        if method not in METHODS:
+            raise SpecError(f"method {method!r} is not one of {', '.join(METHODS)}")
         self.seq_len = seq_len
+        self.method = method
+
+    def _stream(self, shards: Sequence[bytes]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The shards' tokens, and their target flags under SFT."""
+        if self.method == "sft":
+            parts = [sft_tokens_of(s) for s in shards]
+            return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+        return torch.cat([tokens_of(s) for s in shards]), None
+
+    def _labels(self, ids: torch.Tensor, targets: torch.Tensor | None) -> torch.Tensor:
+        return ids if targets is None else torch.where(targets, ids, torch.full_like(ids, IGNORE_INDEX))
 
     def build_model(self, config: Mapping[str, Any], *, seed: int) -> torch.nn.Module:
         from transformers import AutoModelForCausalLM
@@ -204,7 +293,7 @@ class LanguageAdapter:
     def batches(
         self, shards: Sequence[bytes], *, batch_size: int, seed: int, steps: int
     ) -> Iterator[dict[str, torch.Tensor]]:
-        tokens = torch.cat([tokens_of(s) for s in shards])
+        tokens, targets = self._stream(shards)
         span = self.seq_len
         if len(tokens) <= span:
             raise ValueError(f"assigned shards hold {len(tokens)} tokens; need more than seq_len={span}")
@@ -212,16 +301,22 @@ class LanguageAdapter:
         offsets = torch.arange(span)
         for _ in range(steps):
             starts = torch.randint(0, len(tokens) - span, (batch_size,), generator=gen)
-            ids = tokens[starts[:, None] + offsets[None, :]]
-            yield {"input_ids": ids, "labels": ids}
+            window = starts[:, None] + offsets[None, :]
+            ids = tokens[window]
+            yield {"input_ids": ids, "labels": self._labels(ids, None if targets is None else targets[window])}
 
     def loss(self, model: torch.nn.Module, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        if self.method == "sft":
+            total, count = masked_loss_sum(model, batch["input_ids"], batch["labels"])
+            return total / max(count, 1)
         out = model(input_ids=batch["input_ids"], labels=batch["labels"])
         loss: torch.Tensor = out.loss
         return loss
 
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module, shard: bytes, *, batch_size: int, max_batches: int) -> float:
+        if self.method == "sft":
+            return self._evaluate_sft(model, shard, batch_size=batch_size, max_batches=max_batches)
         tokens = tokens_of(shard)
         span = self.seq_len
         all_windows = tokens[: (len(tokens) // span) * span].view(-1, span)
@@ -239,3 +334,40 @@ class LanguageAdapter:
             count += len(ids)
         model.train(was_training)
         return total / count
+
+    def _evaluate_sft(self, model: torch.nn.Module, shard: bytes, *, batch_size: int, max_batches: int) -> float:
+        """Mean loss over the target tokens of evenly spaced windows of an SFT validation shard."""
+        tokens, targets = sft_tokens_of(shard)
+        span = self.seq_len
+        whole = (len(tokens) // span) * span
+        if whole == 0:
+            raise ValueError("validation shard is shorter than one sequence")
+        ids_all, labels_all = (
+            tokens[:whole].view(-1, span),
+            self._labels(tokens[:whole], targets[:whole]).view(-1, span),
+        )
+        wanted = min(len(ids_all), batch_size * max_batches)
+        pick = torch.linspace(0, len(ids_all) - 1, wanted).round().long()
+        was_training = model.training
+        model.eval()
+        total, count = 0.0, 0
+        for i in range(0, wanted, batch_size):
+            chosen = pick[i : i + batch_size]
+            loss_sum, n = masked_loss_sum(model, ids_all[chosen], labels_all[chosen])
+            total += float(loss_sum)
+            count += n
+        model.train(was_training)
+        if count == 0:
+            raise ValueError("the validation windows hold no response tokens")
+        return total / count
+
+
+def masked_loss_sum(model: torch.nn.Module, ids: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Summed next-token cross-entropy over the labelled positions (not :data:`IGNORE_INDEX`)
+    and their count."""
+    logits = model(input_ids=ids).logits[:, :-1, :]
+    targets = labels[:, 1:]
+    total = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum"
+    )
+    return total, int((targets != IGNORE_INDEX).sum())

@@ -89,7 +89,7 @@ class TaskContext:
         except (KeyError, TypeError, ValueError):
             raise SpecError(f"task {task_id}: spec metadata needs tokenizer and seq_len") from None
         tokenizer_json = fetch_by_digest(blobs, tokenizer["digest"], (tokenizer["uri"],), max_bytes=MAX_TOKENIZER_BYTES)
-        adapter = LanguageAdapter(seq_len=seq_len)
+        adapter = LanguageAdapter(seq_len=seq_len, method=str(meta.get("method", "pretrain")))
         model = adapter.build_model(model_config(spec), seed=0)
         layout = ParameterLayout.from_state_dict(dict(model.named_parameters()))
         return cls(

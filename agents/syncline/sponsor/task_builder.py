@@ -18,23 +18,25 @@ import hashlib
 import json
 import os
 import pickle
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from syncline.blobstore import BlobStore
 from syncline.blobstore.store import digest_of_file
 from syncline.errors import SpecError
 from syncline.modality.language import (
-    TOKEN_DTYPE,
+    METHODS,
     LanguageAdapter,
     PreparedCorpus,
     build_corpus,
+    token_count,
     tokenize_corpus,
+    tokenize_sft_corpus,
+    train_tokenizer,
 )
 from syncline.paths import state_dir
 from syncline.protocol.hashing import keccak
@@ -44,9 +46,11 @@ from syncline.protocol.state import TrainingState
 from syncline.run.context import TaskContext, fetch_by_digest, load_weights, model_config
 from syncline.run.state_file import use_disk_state
 from syncline.sponsor.data_sources import (
+    PAIR_SEPARATOR,
     DataSource,
     DataSourceError,
     LoadedSource,
+    PromptResponse,
     parse_source,
     read_source_files,
 )
@@ -72,6 +76,7 @@ def cached_corpus(
     vocab_size: int,
     source: DataSource | None = None,
     pretrained: PretrainedModel | None = None,
+    method: str = "pretrain",
 ) -> PreparedCorpus:
     """The corpus of ``source`` (default: the demo's Shakespeare) in ``shard_count`` shards,
     tokenized with the ``pretrained`` model's tokenizer when given (``vocab_size`` is then unused),
@@ -85,13 +90,17 @@ def cached_corpus(
     if pretrained is not None:
         tokenizer_hash = hashlib.sha256(pretrained.tokenizer_json.encode()).hexdigest()
         tag = f"{files.content_hash}:{shard_count}:pretrained:{tokenizer_hash}:{pretrained.eos_id}:{CORPUS_FORMAT}"
+    if method != "pretrain":
+        tag += f":{method}"
     key = hashlib.sha256(tag.encode()).hexdigest()
     path = state_dir() / "datasets" / f"{key[:24]}.pkl"
     if path.exists():
         corpus: PreparedCorpus = pickle.loads(path.read_bytes())
         return corpus
     loaded = parse_source(files)
-    if pretrained is not None:
+    if method == "sft":
+        corpus = prepare_sft_corpus(loaded, shard_count=shard_count, vocab_size=vocab_size, pretrained=pretrained)
+    elif pretrained is not None:
         corpus = tokenize_corpus(
             loaded.documents(),
             tokenizer_json=pretrained.tokenizer_json,
@@ -115,13 +124,75 @@ def prepare_corpus(loaded: LoadedSource, *, shard_count: int, vocab_size: int) -
     )
 
 
-def check_corpus_fits(corpus: PreparedCorpus, *, seq_len: int) -> None:
+def prepare_sft_corpus(
+    loaded: LoadedSource, *, shard_count: int, vocab_size: int, pretrained: PretrainedModel | None
+) -> PreparedCorpus:
+    """SFT shards of a source's prompt/response pairs: rendered with the pretrained tokenizer's
+    chat template when it has one (the prompt as a user turn with the generation prompt, the
+    response as what the assistant turn adds), else ``prompt + "\n"`` and ``response`` followed
+    by the end-of-text token; tokenized with the pretrained model's tokenizer, or one trained on
+    the pairs."""
+    pairs = [r for r in loaded.records if isinstance(r, PromptResponse)]
+    if len(pairs) != len(loaded.records):
+        raise DataSourceError(
+            "method sft trains on prompt/response pairs: give the source a prompt_field and a response_field"
+        )
+    render = chat_renderer(pretrained) if pretrained is not None else None
+    if pretrained is not None:
+        tokenizer_json, eos_id = pretrained.tokenizer_json, pretrained.eos_id
+    else:
+        tokenizer_json, eos_id = train_tokenizer(loaded.documents(), vocab_size), 0
+    if render is not None:
+        rendered = [render(p.prompt, p.response) for p in pairs]
+        return tokenize_sft_corpus(
+            rendered,
+            tokenizer_json=tokenizer_json,
+            eos_id=None,
+            shard_count=shard_count,
+            held_out=loaded.validation_flags(),
+        )
+    rendered = [(p.prompt + PAIR_SEPARATOR, p.response) for p in pairs]
+    return tokenize_sft_corpus(
+        rendered,
+        tokenizer_json=tokenizer_json,
+        eos_id=eos_id,
+        shard_count=shard_count,
+        held_out=loaded.validation_flags(),
+    )
+
+
+def chat_renderer(pretrained: PretrainedModel) -> Callable[[str, str], tuple[str, str]] | None:
+    """``(prompt, response) -> (prompt text, response text)`` through the tokenizer's chat
+    template, or None when it has none."""
+    import tempfile
+
+    from transformers import AutoTokenizer
+
+    if not {"tokenizer_config.json", "chat_template.jinja"} & set(pretrained.tokenizer_files):
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        write_tokenizer(Path(tmp), pretrained.tokenizer_json, pretrained.tokenizer_files)
+        tokenizer = AutoTokenizer.from_pretrained(tmp)
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+
+    def render(prompt: str, response: str) -> tuple[str, str]:
+        user = [{"role": "user", "content": prompt}]
+        head = str(tokenizer.apply_chat_template(user, tokenize=False, add_generation_prompt=True))
+        whole = str(tokenizer.apply_chat_template([*user, {"role": "assistant", "content": response}], tokenize=False))
+        if not whole.startswith(head):
+            raise DataSourceError("the tokenizer's chat template does not render the reply after the prompt's turn")
+        return head, whole[len(head) :]
+
+    return render
+
+
+def check_corpus_fits(corpus: PreparedCorpus, *, seq_len: int, method: str = "pretrain") -> None:
     """Every training shard holds more than ``seq_len`` tokens and validation at least one sequence."""
-    width = np.dtype(TOKEN_DTYPE).itemsize
-    smallest = min(len(s) for s in corpus.shards) // width
-    validation = len(corpus.validation) // width
+    smallest = min(token_count(s, method) for s in corpus.shards)
+    validation = token_count(corpus.validation, method)
     if smallest <= seq_len or validation < seq_len:
-        total = sum(len(s) for s in corpus.shards) // width
+        total = sum(token_count(s, method) for s in corpus.shards)
         raise DataSourceError(
             f"the source is too small: {total:,} training tokens over {len(corpus.shards)} shards "
             f"(smallest {smallest:,}) and {validation:,} validation tokens; every shard needs more than "
@@ -146,12 +217,16 @@ def publish_language_task(
     model: Mapping[str, Any] | PretrainedModel,
     seed: int = 0,
     source: DataSource | None = None,
+    method: str = "pretrain",
 ) -> PublishedTask:
     """Publish every artifact of a language task and return its spec (not yet posted on chain).
 
     ``model`` is an architecture (``{family, **config}``, randomly initialised from ``seed``) or a
     :class:`PretrainedModel` (its weights are the initial state, its tokenizer tokenizes the
     source and is published with its side files, listed in ``metadata.tokenizer_files``).
+    ``method`` ``sft`` trains on the source's prompt/response pairs with the loss on the responses
+    only (:func:`prepare_sft_corpus`; ``metadata.method``); ``pretrain`` (the default, not written
+    in the spec) on every token.
 
     ``template`` holds the remaining spec fields (rounds, witnesses, stake, bonds, ...) as in a
     YAML spec. ``param_count`` is always the model's canonical parameter count (the layout's
@@ -162,9 +237,11 @@ def publish_language_task(
     pretrained = model if isinstance(model, PretrainedModel) else None
     if pretrained is not None:
         check_seq_len(pretrained, seq_len)
-    corpus = cached_corpus(shard_count, vocab_size, source, pretrained)
-    check_corpus_fits(corpus, seq_len=seq_len)
-    adapter = LanguageAdapter(seq_len=seq_len)
+    if method not in METHODS:
+        raise SpecError(f"method {method!r} is not one of {', '.join(METHODS)}")
+    corpus = cached_corpus(shard_count, vocab_size, source, pretrained, method)
+    check_corpus_fits(corpus, seq_len=seq_len, method=method)
+    adapter = LanguageAdapter(seq_len=seq_len, method=method)
     if pretrained is not None:
         spec_model_: dict[str, Any] = spec_model(pretrained)
         with torch.device("meta"):  # the layout trainers build, allocating nothing
@@ -213,6 +290,7 @@ def publish_language_task(
             "seq_len": seq_len,
             "initial_state": {"uri": initial.state_root_hex},
             **({"tokenizer_files": side_files} if pretrained is not None else {}),
+            **({"method": method} if method != "pretrain" else {}),
         },
     )
     spec = TrainingTaskSpec.from_mapping(data)
