@@ -83,3 +83,23 @@ def test_prepare_refuses_a_pretrained_directory_outside_the_data_directory_or_br
         "weights in pickle files (.bin/.pt) are refused",
     )
     assert str(data_dir) not in message and message.startswith("broken-model: ")
+
+
+def test_prepare_sft_on_prompt_response_pairs(api: ApiServer, http: Http, blobs: HttpBlobStore) -> None:
+    """``spec.method: sft``: the task trains the responses of the corpus's pairs (``metadata.method``)."""
+    data_dir = api.settings.source_dir
+    _model_dir(data_dir, "pretrained-sft")
+    pairs = [{"q": f"Where is mill {i}?", "a": f"Mill {i} stands by the river."} for i in range(60)]
+    (data_dir / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs))
+    body = _body(http, "pretrained-sft")
+    body["spec"]["method"] = "sft"
+    body["corpus"].update(path="pairs.jsonl", prompt_field="q", response_field="a")
+    reply = http.post("/api/tasks/prepare", body)
+    assert reply.status == 200, reply.body
+    prepared = reply.json()
+    spec = TrainingTaskSpec.from_artifact(
+        blobs.fetch(prepared["spec_uri"], expected_digest=prepared["spec_hash"], max_bytes=1 << 20)
+    )
+    assert spec.metadata["method"] == "sft"
+    body["spec"]["method"] = "dpo"
+    assert_error(http.post("/api/tasks/prepare", body), 422, "spec.method: 'dpo' is not one of pretrain, sft")

@@ -13,7 +13,7 @@ from syncline.api.schemas import ModelParams, PreparedTask, PrepareRequest
 from syncline.api.services import ApiServices
 from syncline.api.settings import ApiSettings
 from syncline.errors import SpecError
-from syncline.modality.language import llama_parameter_count
+from syncline.modality.language import METHODS, llama_parameter_count
 from syncline.protocol.spec import MAX_PARAM_COUNT, TrainingTaskSpec
 from syncline.sponsor.data_sources import DataSource, DataSourceError
 from syncline.sponsor.pretrained import (
@@ -34,6 +34,9 @@ def check_request(req: PrepareRequest, now: int, pretrained: PretrainedModel | N
     """The spec template, checked against every ``postTask`` rule before anything is built
     (``pretrained``: the request's model directory, already read by :func:`pretrained_model`)."""
     template = dict(req.spec)
+    method = template.pop("method", "pretrain")
+    if method not in METHODS:
+        raise ApiError(422, f"spec.method: {method!r} is not one of {', '.join(METHODS)}")
     for name in DERIVED_FIELDS:
         if name in template:
             raise ApiError(422, f"spec.{name}: derived from corpus and model by the API; leave it out")
@@ -130,6 +133,7 @@ def prepare_task(services: ApiServices, req: PrepareRequest, client: str) -> Pre
     template = check_request(req, now, pretrained)
     source = corpus_source(req, services.settings)
     model = pretrained if pretrained is not None else req.model.model_dump()
+    method = str(req.spec.get("method", "pretrain"))  # checked by check_request
     with services.prepare_gate.build(client):  # one CPU-bound corpus/model build at a time, rate-limited
         try:
             published = publish_language_task(
@@ -140,6 +144,7 @@ def prepare_task(services: ApiServices, req: PrepareRequest, client: str) -> Pre
                 seq_len=req.corpus.seq_len,
                 model=model,
                 source=source,  # read (bounded) and checked before anything is uploaded
+                method=method,
             )
         except PretrainedModelError as exc:  # weights that do not load, NaN, out of range
             raise ApiError(422, confined_message(exc, services.settings.source_dir)) from None
