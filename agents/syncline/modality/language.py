@@ -4,8 +4,9 @@ documents (``syncline.sponsor.data_sources`` reads them), or a pretrained model'
 ``transformers`` config: any family ``AutoModelForCausalLM`` builds (Llama by default; Qwen2,
 GPT-2, Mistral, ...). Nothing is downloaded.
 
-Token shards are little-endian uint16 arrays; a shard's content hash (keccak256 of its bytes) is a
-leaf of the task's dataset manifest.
+Token shards are little-endian uint16 arrays (SFT shards: ``(token, flag)`` pairs, see
+:func:`sft_shard`); a shard's content hash (keccak256 of its bytes) is a leaf of the task's
+dataset manifest.
 """
 
 from __future__ import annotations

@@ -88,7 +88,10 @@ def cached_corpus(
     files = read_source_files(source or DataSource.shakespeare())
     tag = f"{files.content_hash}:{shard_count}:{vocab_size}:{CORPUS_FORMAT}"
     if pretrained is not None:
-        tokenizer_hash = hashlib.sha256(pretrained.tokenizer_json.encode()).hexdigest()
+        tokenizer = hashlib.sha256(pretrained.tokenizer_json.encode())
+        for name, content in sorted(pretrained.tokenizer_files.items()):  # the chat template renders SFT pairs
+            tokenizer.update(f"{name}:{len(content)}:".encode() + content)
+        tokenizer_hash = tokenizer.hexdigest()
         tag = f"{files.content_hash}:{shard_count}:pretrained:{tokenizer_hash}:{pretrained.eos_id}:{CORPUS_FORMAT}"
     if method != "pretrain":
         tag += f":{method}"
