@@ -226,3 +226,42 @@ def test_a_bad_directory_is_refused_with_one_line_before_any_upload(case: str, t
     text = str(exc.value)
     assert message in text and "\n" not in text, text
     assert not any(p.is_file() for p in (tmp_path / "blobs").rglob("*")), "nothing may be uploaded"
+
+
+def test_a_tokenizer_of_more_than_65536_tokens_gets_uint32_token_shards(tmp_path: Path, texts_dir: Path) -> None:
+    """Qwen2's and Llama 3's tokenizers have more tokens than uint16 ids index: their shards hold
+    uint32 ids (``metadata.token_bytes: 4``), and the adapter the spec describes trains on them."""
+    from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    vocab = 66_000
+    tokenizer = Tokenizer.from_str(train_tokenizer(TEXTS, VOCAB))
+    tokenizer.add_tokens([f"<x{i}>" for i in range(vocab - VOCAB)])
+    high = tokenizer.token_to_id("<x65500>")
+    assert high is not None and high > 65_535
+    model_dir = tmp_path / "model"
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>").save_pretrained(model_dir)  # type: ignore[no-untyped-call]
+    config = AutoConfig.for_model("qwen2", vocab_size=vocab, **{**TINY_CONFIGS["qwen2"], "hidden_size": 8})
+    AutoModelForCausalLM.from_config(config).save_pretrained(model_dir)
+    (texts_dir / "wide.txt").write_text("A rare word <x65500> appears here. " * 40)
+
+    published = publish_language_task(
+        LocalBlobStore(tmp_path / "blobs"),
+        template=_template(),
+        shard_count=2,
+        vocab_size=0,
+        seq_len=SEQ_LEN,
+        model=read_pretrained(model_dir),
+        source=DataSource.from_mapping({"type": "text_dir", "path": str(texts_dir)}),
+    )
+    spec = published.spec
+    assert spec.metadata["token_bytes"] == 4
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    shards = [blobs.get(h) for h in spec.dataset.shard_hashes]
+    ids = np.concatenate([np.frombuffer(s, dtype="<u4") for s in shards])
+    assert high in ids.tolist() and int(ids.max()) < vocab
+    adapter = LanguageAdapter(seq_len=SEQ_LEN, token_bytes=4)
+    model = adapter.build_model(model_config(spec), seed=0)
+    batch = next(adapter.batches(shards, batch_size=4, seed=1, steps=1))
+    assert int(batch["input_ids"].max()) < vocab
+    assert torch.isfinite(adapter.loss(model, batch))
+    assert np.isfinite(adapter.evaluate(model, blobs.get(spec.dataset.validation_hash), batch_size=2, max_batches=1))

@@ -21,9 +21,26 @@ import torch
 from syncline.errors import SpecError
 
 TOKEN_DTYPE = "<u2"
-"""Token shards hold little-endian uint16 token ids."""
+"""Token shards hold little-endian uint16 token ids (``token_bytes`` 2, the default)."""
+WIDE_TOKEN_DTYPE = "<u4"
+"""... or little-endian uint32 ids (``metadata.token_bytes`` 4) for a tokenizer of more than
+65 536 tokens (Qwen2's 151k, Llama 3's 128k)."""
 MAX_VOCAB_SIZE = 1 << 16
 """The largest tokenizer a uint16 token shard can index (65 536 tokens)."""
+
+
+def token_dtype(token_bytes: int) -> str:
+    """The numpy dtype of token ids ``token_bytes`` wide (2 or 4)."""
+    if token_bytes not in (2, 4):
+        raise SpecError(f"token_bytes {token_bytes!r}: token ids are 2 or 4 bytes wide")
+    return TOKEN_DTYPE if token_bytes == 2 else WIDE_TOKEN_DTYPE
+
+
+def token_bytes_for(vocab_size: int) -> int:
+    """The narrowest token id width that indexes ``vocab_size`` tokens."""
+    return 2 if vocab_size <= MAX_VOCAB_SIZE else 4
+
+
 METHODS = ("pretrain", "sft")
 """Training methods (``metadata.method`` of a language task; absent means ``pretrain``)."""
 IGNORE_INDEX = -100
@@ -112,6 +129,8 @@ class PreparedCorpus:
     tokenizer_json: str
     shards: tuple[bytes, ...]
     validation: bytes
+    token_bytes: int = 2
+    """Width of a token id in the shards (:func:`token_bytes_for` the tokenizer)."""
 
 
 def build_corpus(
@@ -161,27 +180,24 @@ def tokenize_corpus(
     if held_out is not None and len(held_out) != len(documents):
         raise ValueError("held_out needs one flag per document")
     tokenizer = Tokenizer.from_str(tokenizer_json)
-    if tokenizer.get_vocab_size(with_added_tokens=True) > MAX_VOCAB_SIZE:
-        raise SpecError(
-            f"the tokenizer has {tokenizer.get_vocab_size(with_added_tokens=True):,} tokens; token shards hold "
-            f"uint16 ids (at most {MAX_VOCAB_SIZE:,} tokens)"
-        )
+    width = token_bytes_for(tokenizer.get_vocab_size(with_added_tokens=True))
+    dtype = token_dtype(width)
     train_parts: list[np.ndarray] = []
     valid_parts: list[np.ndarray] = []
-    eot = np.asarray([eos_id], dtype=TOKEN_DTYPE)
+    eot = np.asarray([eos_id], dtype=dtype)
     for i, encoding in enumerate(tokenizer.encode_batch(list(documents))):
-        ids = np.asarray(encoding.ids, dtype=TOKEN_DTYPE)
+        ids = np.asarray(encoding.ids, dtype=dtype)
         if held_out is not None:
             (valid_parts if held_out[i] else train_parts).extend((ids, eot))
             continue
         cut = int(len(ids) * (1 - validation_fraction))
         train_parts += [ids[:cut], eot]
         valid_parts += [ids[cut:], eot]
-    train = np.concatenate(train_parts) if train_parts else np.zeros(0, dtype=TOKEN_DTYPE)
+    train = np.concatenate(train_parts) if train_parts else np.zeros(0, dtype=dtype)
     bounds = np.linspace(0, len(train), shard_count + 1).astype(np.int64)
     shards = tuple(train[bounds[i] : bounds[i + 1]].tobytes() for i in range(shard_count))
-    validation = np.concatenate(valid_parts) if valid_parts else np.zeros(0, dtype=TOKEN_DTYPE)
-    return PreparedCorpus(tokenizer_json, shards, validation.tobytes())
+    validation = np.concatenate(valid_parts) if valid_parts else np.zeros(0, dtype=dtype)
+    return PreparedCorpus(tokenizer_json, shards, validation.tobytes(), width)
 
 
 def tokenize_sft_corpus(
@@ -207,11 +223,7 @@ def tokenize_sft_corpus(
     if len(flags_out) != len(pairs):
         raise ValueError("held_out needs one flag per pair")
     tokenizer = Tokenizer.from_str(tokenizer_json)
-    if tokenizer.get_vocab_size(with_added_tokens=True) > MAX_VOCAB_SIZE:
-        raise SpecError(
-            f"the tokenizer has {tokenizer.get_vocab_size(with_added_tokens=True):,} tokens; token shards hold "
-            f"uint16 ids (at most {MAX_VOCAB_SIZE:,} tokens)"
-        )
+    width = token_bytes_for(tokenizer.get_vocab_size(with_added_tokens=True))
     prompts = tokenizer.encode_batch([p for p, _ in pairs], add_special_tokens=True)
     responses = tokenizer.encode_batch([r for _, r in pairs], add_special_tokens=False)
     streams: dict[bool, tuple[list[int], list[int]]] = {False: ([], []), True: ([], [])}
@@ -223,37 +235,38 @@ def tokenize_sft_corpus(
     train_ids, train_flags = streams[False]
     bounds = np.linspace(0, len(train_ids), shard_count + 1).astype(np.int64)
     shards = tuple(
-        sft_shard(train_ids[bounds[i] : bounds[i + 1]], train_flags[bounds[i] : bounds[i + 1]])
+        sft_shard(train_ids[bounds[i] : bounds[i + 1]], train_flags[bounds[i] : bounds[i + 1]], width)
         for i in range(shard_count)
     )
-    return PreparedCorpus(tokenizer_json, shards, sft_shard(*streams[True]))
+    return PreparedCorpus(tokenizer_json, shards, sft_shard(*streams[True], width), width)
 
 
-def sft_shard(ids: Sequence[int], flags: Sequence[int]) -> bytes:
-    """An SFT shard: little-endian uint16 pairs ``(token id, flag)``, flag 1 when the token is a
-    training target (its prediction counts in the loss), 0 when it is context only."""
-    return np.stack([np.asarray(ids, dtype=TOKEN_DTYPE), np.asarray(flags, dtype=TOKEN_DTYPE)], axis=1).tobytes()
+def sft_shard(ids: Sequence[int], flags: Sequence[int], token_bytes: int = 2) -> bytes:
+    """An SFT shard: little-endian pairs ``(token id, flag)`` of ``token_bytes`` each, flag 1 when
+    the token is a training target (its prediction counts in the loss), 0 when it is context only."""
+    dtype = token_dtype(token_bytes)
+    return np.stack([np.asarray(ids, dtype=dtype), np.asarray(flags, dtype=dtype)], axis=1).tobytes()
 
 
-def sft_tokens_of(shard: bytes) -> tuple[torch.Tensor, torch.Tensor]:
+def sft_tokens_of(shard: bytes, token_bytes: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
     """The token ids and target flags (bool) of an SFT shard."""
-    if len(shard) % 4:
-        raise ValueError("an SFT shard must hold (token, flag) uint16 pairs (a multiple of 4 bytes)")
-    pairs = np.frombuffer(shard, dtype=TOKEN_DTYPE).reshape(-1, 2).astype(np.int64)
+    if len(shard) % (2 * token_bytes):
+        raise ValueError(f"an SFT shard must hold (token, flag) pairs of {token_bytes}-byte integers")
+    pairs = np.frombuffer(shard, dtype=token_dtype(token_bytes)).reshape(-1, 2).astype(np.int64)
     if pairs.size and int(pairs[:, 1].max()) > 1:
         raise ValueError("an SFT shard's flags must be 0 or 1")
     return torch.from_numpy(pairs[:, 0].copy()), torch.from_numpy(pairs[:, 1] == 1)
 
 
-def token_count(shard: bytes, method: str = "pretrain") -> int:
-    """Tokens in a shard of ``method``'s encoding."""
-    return len(shard) // (4 if method == "sft" else 2)
+def token_count(shard: bytes, method: str = "pretrain", token_bytes: int = 2) -> int:
+    """Tokens in a shard of ``method``'s encoding with ``token_bytes``-wide ids."""
+    return len(shard) // (token_bytes * (2 if method == "sft" else 1))
 
 
-def tokens_of(shard: bytes) -> torch.Tensor:
-    if len(shard) % 2:
-        raise ValueError("a token shard must hold an even number of bytes (uint16 tokens)")
-    return torch.from_numpy(np.frombuffer(shard, dtype=TOKEN_DTYPE).astype(np.int64))
+def tokens_of(shard: bytes, token_bytes: int = 2) -> torch.Tensor:
+    if len(shard) % token_bytes:
+        raise ValueError(f"a token shard must hold a whole number of {token_bytes}-byte token ids")
+    return torch.from_numpy(np.frombuffer(shard, dtype=token_dtype(token_bytes)).astype(np.int64))
 
 
 class LanguageAdapter:
@@ -267,18 +280,20 @@ class LanguageAdapter:
 
     name = "language"
 
-    def __init__(self, seq_len: int = 64, method: str = "pretrain"):
+    def __init__(self, seq_len: int = 64, method: str = "pretrain", token_bytes: int = 2):
         if method not in METHODS:
             raise SpecError(f"method {method!r} is not one of {', '.join(METHODS)}")
+        token_dtype(token_bytes)  # 2 or 4
         self.seq_len = seq_len
         self.method = method
+        self.token_bytes = token_bytes
 
     def _stream(self, shards: Sequence[bytes]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The shards' tokens, and their target flags under SFT."""
         if self.method == "sft":
-            parts = [sft_tokens_of(s) for s in shards]
+            parts = [sft_tokens_of(s, self.token_bytes) for s in shards]
             return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
-        return torch.cat([tokens_of(s) for s in shards]), None
+        return torch.cat([tokens_of(s, self.token_bytes) for s in shards]), None
 
     def _labels(self, ids: torch.Tensor, targets: torch.Tensor | None) -> torch.Tensor:
         return ids if targets is None else torch.where(targets, ids, torch.full_like(ids, IGNORE_INDEX))
@@ -318,7 +333,7 @@ class LanguageAdapter:
     def evaluate(self, model: torch.nn.Module, shard: bytes, *, batch_size: int, max_batches: int) -> float:
         if self.method == "sft":
             return self._evaluate_sft(model, shard, batch_size=batch_size, max_batches=max_batches)
-        tokens = tokens_of(shard)
+        tokens = tokens_of(shard, self.token_bytes)
         span = self.seq_len
         all_windows = tokens[: (len(tokens) // span) * span].view(-1, span)
         if len(all_windows) == 0:
@@ -338,7 +353,7 @@ class LanguageAdapter:
 
     def _evaluate_sft(self, model: torch.nn.Module, shard: bytes, *, batch_size: int, max_batches: int) -> float:
         """Mean loss over the target tokens of evenly spaced windows of an SFT validation shard."""
-        tokens, targets = sft_tokens_of(shard)
+        tokens, targets = sft_tokens_of(shard, self.token_bytes)
         span = self.seq_len
         whole = (len(tokens) // span) * span
         if whole == 0:

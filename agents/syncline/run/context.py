@@ -89,7 +89,12 @@ class TaskContext:
         except (KeyError, TypeError, ValueError):
             raise SpecError(f"task {task_id}: spec metadata needs tokenizer and seq_len") from None
         tokenizer_json = fetch_by_digest(blobs, tokenizer["digest"], (tokenizer["uri"],), max_bytes=MAX_TOKENIZER_BYTES)
-        adapter = LanguageAdapter(seq_len=seq_len, method=str(meta.get("method", "pretrain")))
+        try:
+            adapter = LanguageAdapter(
+                seq_len=seq_len, method=str(meta.get("method", "pretrain")), token_bytes=int(meta.get("token_bytes", 2))
+            )
+        except (SpecError, TypeError, ValueError) as exc:
+            raise SpecError(f"task {task_id}: spec metadata: {exc}") from None
         model = adapter.build_model(model_config(spec), seed=0)
         layout = ParameterLayout.from_state_dict(dict(model.named_parameters()))
         return cls(

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from syncline.errors import SpecError
-from syncline.modality.language import MAX_TOKENIZER_BYTES, MAX_VOCAB_SIZE, causal_lm_config
+from syncline.modality.language import MAX_TOKENIZER_BYTES, causal_lm_config
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.spec import MAX_PARAM_COUNT
 from syncline.protocol.state import TrainingState
@@ -227,10 +227,6 @@ def _tokenizer_text(data: bytes, path: Path, hf_config: Any) -> str:
     vocab = int(getattr(hf_config, "vocab_size", 0) or 0)
     if size > vocab:
         raise PretrainedModelError(f"{path}: the tokenizer has {size:,} tokens but the model's vocab_size is {vocab:,}")
-    if size > MAX_VOCAB_SIZE:
-        raise PretrainedModelError(
-            f"{path}: the tokenizer has {size:,} tokens; token shards hold uint16 ids (at most {MAX_VOCAB_SIZE:,})"
-        )
     return text
 
 

@@ -192,10 +192,11 @@ def chat_renderer(pretrained: PretrainedModel) -> Callable[[str, str], tuple[str
 
 def check_corpus_fits(corpus: PreparedCorpus, *, seq_len: int, method: str = "pretrain") -> None:
     """Every training shard holds more than ``seq_len`` tokens and validation at least one sequence."""
-    smallest = min(token_count(s, method) for s in corpus.shards)
-    validation = token_count(corpus.validation, method)
+    width = corpus.token_bytes
+    smallest = min(token_count(s, method, width) for s in corpus.shards)
+    validation = token_count(corpus.validation, method, width)
     if smallest <= seq_len or validation < seq_len:
-        total = sum(token_count(s, method) for s in corpus.shards)
+        total = sum(token_count(s, method, width) for s in corpus.shards)
         raise DataSourceError(
             f"the source is too small: {total:,} training tokens over {len(corpus.shards)} shards "
             f"(smallest {smallest:,}) and {validation:,} validation tokens; every shard needs more than "
@@ -244,7 +245,7 @@ def publish_language_task(
         raise SpecError(f"method {method!r} is not one of {', '.join(METHODS)}")
     corpus = cached_corpus(shard_count, vocab_size, source, pretrained, method)
     check_corpus_fits(corpus, seq_len=seq_len, method=method)
-    adapter = LanguageAdapter(seq_len=seq_len, method=method)
+    adapter = LanguageAdapter(seq_len=seq_len, method=method, token_bytes=corpus.token_bytes)
     if pretrained is not None:
         spec_model_: dict[str, Any] = spec_model(pretrained)
         with torch.device("meta"):  # the layout trainers build, allocating nothing
@@ -294,6 +295,7 @@ def publish_language_task(
             "initial_state": {"uri": initial.state_root_hex},
             **({"tokenizer_files": side_files} if pretrained is not None else {}),
             **({"method": method} if method != "pretrain" else {}),
+            **({"token_bytes": corpus.token_bytes} if corpus.token_bytes != 2 else {}),
         },
     )
     spec = TrainingTaskSpec.from_mapping(data)
