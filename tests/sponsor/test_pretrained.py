@@ -265,3 +265,24 @@ def test_a_tokenizer_of_more_than_65536_tokens_gets_uint32_token_shards(tmp_path
     assert int(batch["input_ids"].max()) < vocab
     assert torch.isfinite(adapter.loss(model, batch))
     assert np.isfinite(adapter.evaluate(model, blobs.get(spec.dataset.validation_hash), batch_size=2, max_batches=1))
+
+
+def test_sharded_weights_load_as_one_state(tmp_path: Path, texts_dir: Path) -> None:
+    """A directory whose weights are split over several safetensors files and an index."""
+    model_dir = tmp_path / "model"
+    original = build_pretrained("mistral", model_dir, TEXTS)
+    (model_dir / "model.safetensors").unlink()
+    original.save_pretrained(model_dir, max_shard_size="8KB")
+    pretrained = read_pretrained(model_dir)
+    assert len(pretrained.weight_files) > 1 and (model_dir / "model.safetensors.index.json").is_file()
+    published = publish_language_task(
+        LocalBlobStore(tmp_path / "blobs"),
+        template=_template(),
+        shard_count=2,
+        vocab_size=0,
+        seq_len=SEQ_LEN,
+        model=pretrained,
+        source=DataSource.from_mapping({"type": "text_dir", "path": str(texts_dir)}),
+    )
+    params = {k: v.detach() for k, v in original.named_parameters()}
+    assert published.initial_state == TrainingState.from_model_state_dict(params, published.initial_state.layout)
