@@ -251,6 +251,9 @@ def cmd_post_task(args: argparse.Namespace) -> int:
     ):
         raw["enrollment_deadline"] = now + int(raw["enrollment_deadline"][1:])
     # Everything is checked before anything is built or published: a bad spec costs no upload.
+    pretrained = isinstance(raw, dict) and isinstance(raw.get("model"), dict) and "pretrained" in raw["model"]
+    if pretrained and "dataset_source" not in raw:
+        raise SpecError("model.pretrained: name the training data in dataset_source (the model's tokenizer reads it)")
     if isinstance(raw, dict) and "dataset_source" in raw:
         spec, spec_uri = _publish_from_source(args, raw, now=now, sponsor=signer.address)
     else:

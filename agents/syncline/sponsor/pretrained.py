@@ -101,14 +101,14 @@ def _json_object(data: bytes, path: Path) -> dict[str, Any]:
     return value
 
 
-def weight_files(path: Path) -> tuple[Path, ...]:
+def weight_files(path: Path, root: Path | None = None) -> tuple[Path, ...]:
     """The safetensors files of a model directory (one file, or the shards its index lists)."""
     single = path / "model.safetensors"
     if single.is_file():
         return (single,)
     index = path / "model.safetensors.index.json"
     if index.is_file():
-        mapping = _json_object(_read(index, MAX_CONFIG_BYTES * 16, None), index).get("weight_map")
+        mapping = _json_object(_read(index, MAX_CONFIG_BYTES * 16, root), index).get("weight_map")
         if not isinstance(mapping, dict) or not mapping:
             raise PretrainedModelError(f"{index}: no weight_map")
         names = sorted({str(v) for v in mapping.values()})
@@ -142,7 +142,7 @@ def read_pretrained(path: Path, *, root: Path | None = None) -> PretrainedModel:
         raise PretrainedModelError(
             f"{path}: the model has {param_count:,} parameters, over the limit of {MAX_PARAM_COUNT:,}"
         )
-    files = weight_files(path)
+    files = weight_files(path, root)
     if root is not None:
         for f in files:
             if not f.resolve().is_relative_to(root.resolve()):
