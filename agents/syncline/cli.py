@@ -251,6 +251,9 @@ def cmd_post_task(args: argparse.Namespace) -> int:
     ):
         raw["enrollment_deadline"] = now + int(raw["enrollment_deadline"][1:])
     # Everything is checked before anything is built or published: a bad spec costs no upload.
+    pretrained = isinstance(raw, dict) and isinstance(raw.get("model"), dict) and "pretrained" in raw["model"]
+    if pretrained and "dataset_source" not in raw:
+        raise SpecError("model.pretrained: name the training data in dataset_source (the model's tokenizer reads it)")
     if isinstance(raw, dict) and "dataset_source" in raw:
         spec, spec_uri = _publish_from_source(args, raw, now=now, sponsor=signer.address)
     else:
@@ -301,15 +304,33 @@ def _publish_from_source(
     """A sponsor spec that names its data source: check it, build and publish the artifacts, return the spec."""
     from syncline.blobstore import HttpBlobStore
     from syncline.sponsor.data_sources import DatasetPlan
+    from syncline.sponsor.pretrained import PretrainedModel, read_pretrained, resolve_model_dir
     from syncline.sponsor.task_builder import check_language_template, publish_language_task
 
     blob_url = blob_store_from_args(args, "a spec with dataset_source publishes its artifacts")
     template = dict(raw)
     # A relative dataset_source.path is read from the spec file's directory.
-    plan = DatasetPlan.from_mapping(template.pop("dataset_source"), base_dir=Path(args.spec).resolve().parent)
-    model = template.pop("model", None)
-    if not isinstance(model, dict) or "family" not in model:
-        raise SpecError("model: expected a mapping with family and the architecture config")
+    base_dir = Path(args.spec).resolve().parent
+    method = str(template.pop("method", "pretrain"))  # sft: the loss on the responses of prompt/response pairs
+    raw_model = template.pop("model", None)
+    pretrained = isinstance(raw_model, dict) and "pretrained" in raw_model
+    plan = DatasetPlan.from_mapping(template.pop("dataset_source"), base_dir=base_dir, vocab_from_model=pretrained)
+    model: dict[str, Any] | PretrainedModel
+    if isinstance(raw_model, dict) and "pretrained" in raw_model:
+        extra = sorted(set(raw_model) - {"pretrained"})
+        if extra or not isinstance(raw_model["pretrained"], str):
+            raise SpecError(
+                "model.pretrained: a Hugging Face model directory (a path), with no other model keys "
+                "(its config.json sets the architecture)"
+            )
+        # A relative path is read from the spec file's directory, as dataset_source.path is.
+        model = read_pretrained(resolve_model_dir(raw_model["pretrained"], base_dir=base_dir))
+    elif isinstance(raw_model, dict) and "family" in raw_model:
+        model = raw_model
+    else:
+        raise SpecError(
+            "model: expected a mapping with family and the architecture config, or pretrained: a model directory"
+        )
     check_language_template(template, shard_count=plan.shard_count, model=model, now=now, sponsor=sponsor)
     published = publish_language_task(  # reads and checks the source before uploading anything
         HttpBlobStore(blob_url),
@@ -319,6 +340,7 @@ def _publish_from_source(
         seq_len=plan.seq_len,
         model=model,
         source=plan.source,
+        method=method,
     )
     log.info("sponsor.published", spec_hash=published.spec.spec_hash, params=published.initial_state.layout.numel)
     return published.spec, published.spec_uri

@@ -129,6 +129,15 @@ class ModelParams(BaseModel):
         return self
 
 
+class PretrainedParams(BaseModel):
+    """A pretrained Hugging Face model directory (``config.json``, safetensors weights,
+    ``tokenizer.json``) under the API's data directory: its weights are the initial state and its
+    tokenizer tokenizes the corpus (``corpus.vocab_size`` is then unused)."""
+
+    model_config = ConfigDict(extra="forbid")
+    pretrained: str = Field(min_length=1, max_length=1024)
+
+
 class Template(BaseModel):
     spec: dict[str, Any]
     corpus: CorpusSizes
@@ -141,7 +150,7 @@ class PrepareRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     spec: dict[str, Any]
     corpus: CorpusParams
-    model: ModelParams
+    model: ModelParams | PretrainedParams
 
 
 class PreparedTask(BaseModel):

@@ -34,7 +34,7 @@ from syncline.blobstore.store import (
 )
 from syncline.chain.market import MarketClient, RoundView, SubmissionView
 from syncline.errors import SpecError, SynclineError
-from syncline.modality.language import LanguageAdapter
+from syncline.modality.language import MAX_TOKENIZER_BYTES, LanguageAdapter
 from syncline.protocol.disk_round import DiskRoundResult, PayloadFile, compute_round_on_disk
 from syncline.protocol.enums import RoundStatus
 from syncline.protocol.layout import ParameterLayout
@@ -88,8 +88,13 @@ class TaskContext:
             seq_len = int(meta["seq_len"])
         except (KeyError, TypeError, ValueError):
             raise SpecError(f"task {task_id}: spec metadata needs tokenizer and seq_len") from None
-        tokenizer_json = fetch_by_digest(blobs, tokenizer["digest"], (tokenizer["uri"],), max_bytes=MAX_SPEC_BYTES)
-        adapter = LanguageAdapter(seq_len=seq_len)
+        tokenizer_json = fetch_by_digest(blobs, tokenizer["digest"], (tokenizer["uri"],), max_bytes=MAX_TOKENIZER_BYTES)
+        try:
+            adapter = LanguageAdapter(
+                seq_len=seq_len, method=str(meta.get("method", "pretrain")), token_bytes=int(meta.get("token_bytes", 2))
+            )
+        except (SpecError, TypeError, ValueError) as exc:
+            raise SpecError(f"task {task_id}: spec metadata: {exc}") from None
         model = adapter.build_model(model_config(spec), seed=0)
         layout = ParameterLayout.from_state_dict(dict(model.named_parameters()))
         return cls(

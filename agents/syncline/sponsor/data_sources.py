@@ -706,14 +706,16 @@ class DatasetPlan:
     seq_len: int
 
     @classmethod
-    def from_mapping(cls, raw: Any, *, base_dir: Path | None = None) -> DatasetPlan:
+    def from_mapping(cls, raw: Any, *, base_dir: Path | None = None, vocab_from_model: bool = False) -> DatasetPlan:
+        """``vocab_from_model``: a pretrained model brings its tokenizer, so ``vocab_size`` may be
+        left out (it is unused; 0 here)."""
         if not isinstance(raw, Mapping):
             raise DataSourceError(
                 "dataset_source: expected a mapping {type, path, ..., shard_count, vocab_size, seq_len}"
             )
         sizes: list[int] = []
         for name in SIZE_FIELDS:
-            value = raw.get(name)
+            value = raw.get(name, 0 if vocab_from_model and name == "vocab_size" else None)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise DataSourceError(f"dataset_source.{name}: expected an integer (shard_count, vocab_size, seq_len)")
             sizes.append(value)

@@ -1,6 +1,10 @@
 """The sponsor side: prepare a language task's artifacts (tokenizer, shards, validation shard,
 initial state, spec), publish them to the blob store, post the task; export the final model.
 
+The model is built from an architecture config (random initialisation), or read from a pretrained
+Hugging Face directory (:mod:`syncline.sponsor.pretrained`): its weights are the initial state and
+its own tokenizer tokenizes the data.
+
 The training texts come from a :class:`~syncline.sponsor.data_sources.DataSource` (the default
 demo's Shakespeare corpus unless the sponsor names one). Prepared corpora are cached under
 ``.syncline/datasets``, keyed by the source's content hash (its description and every byte read)
@@ -14,30 +18,49 @@ import hashlib
 import json
 import os
 import pickle
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import torch
 
 from syncline.blobstore import BlobStore
 from syncline.blobstore.store import digest_of_file
 from syncline.errors import SpecError
-from syncline.modality.language import TOKEN_DTYPE, LanguageAdapter, PreparedCorpus, build_corpus
+from syncline.modality.language import (
+    METHODS,
+    LanguageAdapter,
+    PreparedCorpus,
+    build_corpus,
+    token_count,
+    tokenize_corpus,
+    tokenize_sft_corpus,
+    train_tokenizer,
+)
 from syncline.paths import state_dir
 from syncline.protocol.hashing import keccak
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.spec import TrainingTaskSpec
 from syncline.protocol.state import TrainingState
-from syncline.run.context import TaskContext, load_weights, model_config
+from syncline.run.context import TaskContext, fetch_by_digest, load_weights, model_config
 from syncline.run.state_file import use_disk_state
 from syncline.sponsor.data_sources import (
+    PAIR_SEPARATOR,
     DataSource,
     DataSourceError,
     LoadedSource,
+    PromptResponse,
     parse_source,
     read_source_files,
+)
+from syncline.sponsor.pretrained import (
+    MAX_SIDE_FILE_BYTES,
+    TOKENIZER_SIDE_FILES,
+    PretrainedModel,
+    check_seq_len,
+    pretrained_initial_state,
+    spec_model,
 )
 
 
@@ -48,19 +71,48 @@ def _hex(b: bytes) -> str:
 CORPUS_FORMAT = "v2"
 
 
-def cached_corpus(shard_count: int, vocab_size: int, source: DataSource | None = None) -> PreparedCorpus:
-    """The corpus of ``source`` (default: the demo's Shakespeare) in ``shard_count`` shards.
+def cached_corpus(
+    shard_count: int,
+    vocab_size: int,
+    source: DataSource | None = None,
+    pretrained: PretrainedModel | None = None,
+    method: str = "pretrain",
+) -> PreparedCorpus:
+    """The corpus of ``source`` (default: the demo's Shakespeare) in ``shard_count`` shards,
+    tokenized with the ``pretrained`` model's tokenizer when given (``vocab_size`` is then unused),
+    else with a tokenizer of ``vocab_size`` tokens trained on it.
 
     The source's files are read and hashed on every call (bounded); they are parsed and the
     tokenizer trained only when no cached corpus matches that hash.
     """
     files = read_source_files(source or DataSource.shakespeare())
-    key = hashlib.sha256(f"{files.content_hash}:{shard_count}:{vocab_size}:{CORPUS_FORMAT}".encode()).hexdigest()
+    tag = f"{files.content_hash}:{shard_count}:{vocab_size}:{CORPUS_FORMAT}"
+    if pretrained is not None:
+        tokenizer = hashlib.sha256(pretrained.tokenizer_json.encode())
+        for name, content in sorted(pretrained.tokenizer_files.items()):  # the chat template renders SFT pairs
+            tokenizer.update(f"{name}:{len(content)}:".encode() + content)
+        tokenizer_hash = tokenizer.hexdigest()
+        tag = f"{files.content_hash}:{shard_count}:pretrained:{tokenizer_hash}:{pretrained.eos_id}:{CORPUS_FORMAT}"
+    if method != "pretrain":
+        tag += f":{method}"
+    key = hashlib.sha256(tag.encode()).hexdigest()
     path = state_dir() / "datasets" / f"{key[:24]}.pkl"
     if path.exists():
         corpus: PreparedCorpus = pickle.loads(path.read_bytes())
         return corpus
-    corpus = prepare_corpus(parse_source(files), shard_count=shard_count, vocab_size=vocab_size)
+    loaded = parse_source(files)
+    if method == "sft":
+        corpus = prepare_sft_corpus(loaded, shard_count=shard_count, vocab_size=vocab_size, pretrained=pretrained)
+    elif pretrained is not None:
+        corpus = tokenize_corpus(
+            loaded.documents(),
+            tokenizer_json=pretrained.tokenizer_json,
+            eos_id=pretrained.eos_id,
+            shard_count=shard_count,
+            held_out=loaded.validation_flags(),
+        )
+    else:
+        corpus = prepare_corpus(loaded, shard_count=shard_count, vocab_size=vocab_size)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     partial.write_bytes(pickle.dumps(corpus))
@@ -75,13 +127,76 @@ def prepare_corpus(loaded: LoadedSource, *, shard_count: int, vocab_size: int) -
     )
 
 
-def check_corpus_fits(corpus: PreparedCorpus, *, seq_len: int) -> None:
+def prepare_sft_corpus(
+    loaded: LoadedSource, *, shard_count: int, vocab_size: int, pretrained: PretrainedModel | None
+) -> PreparedCorpus:
+    """SFT shards of a source's prompt/response pairs: rendered with the pretrained tokenizer's
+    chat template when it has one (the prompt as a user turn with the generation prompt, the
+    response as what the assistant turn adds), else ``prompt + "\n"`` and ``response`` followed
+    by the end-of-text token; tokenized with the pretrained model's tokenizer, or one trained on
+    the pairs."""
+    pairs = [r for r in loaded.records if isinstance(r, PromptResponse)]
+    if len(pairs) != len(loaded.records):
+        raise DataSourceError(
+            "method sft trains on prompt/response pairs: give the source a prompt_field and a response_field"
+        )
+    render = chat_renderer(pretrained) if pretrained is not None else None
+    if pretrained is not None:
+        tokenizer_json, eos_id = pretrained.tokenizer_json, pretrained.eos_id
+    else:
+        tokenizer_json, eos_id = train_tokenizer(loaded.documents(), vocab_size), 0
+    if render is not None:
+        rendered = [render(p.prompt, p.response) for p in pairs]
+        return tokenize_sft_corpus(
+            rendered,
+            tokenizer_json=tokenizer_json,
+            eos_id=None,
+            shard_count=shard_count,
+            held_out=loaded.validation_flags(),
+        )
+    rendered = [(p.prompt + PAIR_SEPARATOR, p.response) for p in pairs]
+    return tokenize_sft_corpus(
+        rendered,
+        tokenizer_json=tokenizer_json,
+        eos_id=eos_id,
+        shard_count=shard_count,
+        held_out=loaded.validation_flags(),
+    )
+
+
+def chat_renderer(pretrained: PretrainedModel) -> Callable[[str, str], tuple[str, str]] | None:
+    """``(prompt, response) -> (prompt text, response text)`` through the tokenizer's chat
+    template, or None when it has none."""
+    import tempfile
+
+    from transformers import AutoTokenizer
+
+    if not {"tokenizer_config.json", "chat_template.jinja"} & set(pretrained.tokenizer_files):
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        write_tokenizer(Path(tmp), pretrained.tokenizer_json, pretrained.tokenizer_files)
+        tokenizer = AutoTokenizer.from_pretrained(tmp)
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+
+    def render(prompt: str, response: str) -> tuple[str, str]:
+        user = [{"role": "user", "content": prompt}]
+        head = str(tokenizer.apply_chat_template(user, tokenize=False, add_generation_prompt=True))
+        whole = str(tokenizer.apply_chat_template([*user, {"role": "assistant", "content": response}], tokenize=False))
+        if not whole.startswith(head):
+            raise DataSourceError("the tokenizer's chat template does not render the reply after the prompt's turn")
+        return head, whole[len(head) :]
+
+    return render
+
+
+def check_corpus_fits(corpus: PreparedCorpus, *, seq_len: int, method: str = "pretrain") -> None:
     """Every training shard holds more than ``seq_len`` tokens and validation at least one sequence."""
-    width = np.dtype(TOKEN_DTYPE).itemsize
-    smallest = min(len(s) for s in corpus.shards) // width
-    validation = len(corpus.validation) // width
+    width = corpus.token_bytes
+    smallest = min(token_count(s, method, width) for s in corpus.shards)
+    validation = token_count(corpus.validation, method, width)
     if smallest <= seq_len or validation < seq_len:
-        total = sum(len(s) for s in corpus.shards) // width
+        total = sum(token_count(s, method, width) for s in corpus.shards)
         raise DataSourceError(
             f"the source is too small: {total:,} training tokens over {len(corpus.shards)} shards "
             f"(smallest {smallest:,}) and {validation:,} validation tokens; every shard needs more than "
@@ -103,11 +218,19 @@ def publish_language_task(
     shard_count: int,
     vocab_size: int,
     seq_len: int,
-    model: Mapping[str, Any],
+    model: Mapping[str, Any] | PretrainedModel,
     seed: int = 0,
     source: DataSource | None = None,
+    method: str = "pretrain",
 ) -> PublishedTask:
     """Publish every artifact of a language task and return its spec (not yet posted on chain).
+
+    ``model`` is an architecture (``{family, **config}``, randomly initialised from ``seed``) or a
+    :class:`PretrainedModel` (its weights are the initial state, its tokenizer tokenizes the
+    source and is published with its side files, listed in ``metadata.tokenizer_files``).
+    ``method`` ``sft`` trains on the source's prompt/response pairs with the loss on the responses
+    only (:func:`prepare_sft_corpus`; ``metadata.method``); ``pretrain`` (the default, not written
+    in the spec) on every token.
 
     ``template`` holds the remaining spec fields (rounds, witnesses, stake, bonds, ...) as in a
     YAML spec. ``param_count`` is always the model's canonical parameter count (the layout's
@@ -115,20 +238,37 @@ def publish_language_task(
     sponsors never type it; a template value that disagrees with the model is a ``SpecError``.
     The source (default: the demo's corpus) is read and checked before anything is uploaded.
     """
-    corpus = cached_corpus(shard_count, vocab_size, source)
-    check_corpus_fits(corpus, seq_len=seq_len)
+    pretrained = model if isinstance(model, PretrainedModel) else None
+    if pretrained is not None:
+        check_seq_len(pretrained, seq_len)
+    if method not in METHODS:
+        raise SpecError(f"method {method!r} is not one of {', '.join(METHODS)}")
+    corpus = cached_corpus(shard_count, vocab_size, source, pretrained, method)
+    check_corpus_fits(corpus, seq_len=seq_len, method=method)
+    adapter = LanguageAdapter(seq_len=seq_len, method=method, token_bytes=corpus.token_bytes)
+    if pretrained is not None:
+        spec_model_: dict[str, Any] = spec_model(pretrained)
+        with torch.device("meta"):  # the layout trainers build, allocating nothing
+            shapes = adapter.build_model(pretrained.model_config, seed=seed)
+        initial = pretrained_initial_state(pretrained, ParameterLayout.from_state_dict(dict(shapes.named_parameters())))
+    else:
+        assert not isinstance(model, PretrainedModel)
+        family = str(model.get("family", "llama"))
+        config = {k: v for k, v in model.items() if k != "family"}
+        config.setdefault("vocab_size", vocab_size)
+        spec_model_ = {"family": family, "config": config}
+        net = adapter.build_model({"family": family, **config}, seed=seed)
+        params = {k: v.detach() for k, v in net.named_parameters()}
+        initial = TrainingState.from_model_state_dict(params, ParameterLayout.from_state_dict(params))
     tokenizer = blobs.put(corpus.tokenizer_json.encode())
     shard_refs = [blobs.put(s) for s in corpus.shards]
     validation = blobs.put(corpus.validation)
-
-    family = str(model.get("family", "llama"))
-    config = {k: v for k, v in model.items() if k != "family"}
-    config.setdefault("vocab_size", vocab_size)
-    adapter = LanguageAdapter(seq_len=seq_len)
-    net = adapter.build_model({"family": family, **config}, seed=seed)
-    params = {k: v.detach() for k, v in net.named_parameters()}
-    initial = TrainingState.from_model_state_dict(params, ParameterLayout.from_state_dict(params))
     blobs.put(initial.to_bytes(), alias=initial.state_root_hex)
+    side_files: dict[str, dict[str, str]] = {}
+    if pretrained is not None:
+        for name, content in sorted(pretrained.tokenizer_files.items()):
+            ref = blobs.put(content)
+            side_files[name] = {"digest": ref.digest, "uri": ref.uri}
 
     data = dict(template)
     typed = data.get("param_count")
@@ -139,7 +279,7 @@ def publish_language_task(
         )
     data.update(
         modality="language",
-        model={"family": family, "config": config},
+        model=spec_model_,
         dataset={
             "shard_hashes": [r.digest for r in shard_refs],
             "shard_uris": [r.uri for r in shard_refs],
@@ -153,6 +293,9 @@ def publish_language_task(
             "tokenizer": {"digest": tokenizer.digest, "uri": tokenizer.uri},
             "seq_len": seq_len,
             "initial_state": {"uri": initial.state_root_hex},
+            **({"tokenizer_files": side_files} if pretrained is not None else {}),
+            **({"method": method} if method != "pretrain" else {}),
+            **({"token_bytes": corpus.token_bytes} if corpus.token_bytes != 2 else {}),
         },
     )
     spec = TrainingTaskSpec.from_mapping(data)
@@ -163,9 +306,9 @@ def publish_language_task(
 
 
 def export_model(ctx: TaskContext, state_root: str, out_dir: Path) -> Path:
-    """Write the state as a Hugging Face ``save_pretrained`` directory (model + tokenizer)."""
-    from transformers import PreTrainedTokenizerFast
-
+    """Write the state as a Hugging Face ``save_pretrained`` directory (model + tokenizer): the
+    spec's model family, loadable with ``AutoModelForCausalLM.from_pretrained`` and its tokenizer
+    with ``AutoTokenizer.from_pretrained`` (a pretrained model's tokenizer files as published)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     before = {p.name: p.stat().st_mtime_ns for p in out_dir.iterdir()}
     if use_disk_state(ctx.layout.numel, None):  # streamed from a file, one parameter at a time
@@ -179,12 +322,7 @@ def export_model(ctx: TaskContext, state_root: str, out_dir: Path) -> Path:
         model = ctx.build_model(state)
         weights_keccak = _hex(keccak(state.to_bytes()))
     model.save_pretrained(out_dir)  # type: ignore[operator]
-    from tokenizers import Tokenizer
-
-    tok = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
-        tokenizer_object=Tokenizer.from_str(ctx.tokenizer_json), eos_token="<|endoftext|>"
-    )
-    tok.save_pretrained(out_dir)
+    write_tokenizer(out_dir, ctx.tokenizer_json, tokenizer_side_files(ctx))
     (out_dir / "syncline.json").write_text(
         json.dumps(
             {
@@ -201,6 +339,42 @@ def export_model(ctx: TaskContext, state_root: str, out_dir: Path) -> Path:
     return out_dir
 
 
+def tokenizer_side_files(ctx: TaskContext) -> dict[str, bytes] | None:
+    """The tokenizer files a pretrained model's task pins (``metadata.tokenizer_files``), fetched
+    and hash-checked; None for a task with a trained tokenizer (no such key)."""
+    if "tokenizer_files" not in ctx.spec.metadata:
+        return None
+    listed = ctx.spec.metadata["tokenizer_files"]
+    if not isinstance(listed, Mapping):
+        raise SpecError("metadata.tokenizer_files: expected {name: {digest, uri}}")
+    files: dict[str, bytes] = {}
+    for name, ref in listed.items():
+        if name not in TOKENIZER_SIDE_FILES or not isinstance(ref, Mapping):
+            raise SpecError(f"metadata.tokenizer_files: {name!r} is not one of {', '.join(TOKENIZER_SIDE_FILES)}")
+        files[name] = fetch_by_digest(
+            ctx.blobs, str(ref["digest"]), (str(ref.get("uri", "")),), max_bytes=MAX_SIDE_FILE_BYTES
+        )
+    return files
+
+
+def write_tokenizer(out_dir: Path, tokenizer_json: str, side_files: Mapping[str, bytes] | None) -> None:
+    """The task's tokenizer as ``AutoTokenizer.from_pretrained`` reads it: a pretrained model's
+    ``tokenizer.json`` and side files as published; a trained one (``side_files`` None) wrapped
+    with its ``<|endoftext|>`` end-of-text token."""
+    if side_files is not None:
+        (out_dir / "tokenizer.json").write_text(tokenizer_json, encoding="utf-8")
+        for name, data in side_files.items():
+            (out_dir / name).write_bytes(data)
+        return
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_object=Tokenizer.from_str(tokenizer_json), eos_token="<|endoftext|>"
+    )
+    tok.save_pretrained(out_dir)
+
+
 def _share_written(directory: Path, before: Mapping[str, int]) -> None:
     """Give the files just written to ``directory`` the mode of any new file (0644 under the usual
     umask): ``safetensors`` writes its file 0600, which another user serving or loading the
@@ -214,7 +388,12 @@ def _share_written(directory: Path, before: Mapping[str, int]) -> None:
 
 
 def check_language_template(
-    template: Mapping[str, Any], *, shard_count: int, model: Mapping[str, Any], now: int, sponsor: str
+    template: Mapping[str, Any],
+    *,
+    shard_count: int,
+    model: Mapping[str, Any] | PretrainedModel,
+    now: int,
+    sponsor: str,
 ) -> TrainingTaskSpec:
     """Validate a sponsor's language-task template before any artifact is built or uploaded.
 
@@ -225,10 +404,16 @@ def check_language_template(
     provisional spec."""
     placeholder = "0x" + "5c" * 32
     data = dict(template)
-    family = str(model.get("family", "llama"))
+    if isinstance(model, PretrainedModel):
+        described = spec_model(model)
+    else:
+        described = {
+            "family": str(model.get("family", "llama")),
+            "config": {k: v for k, v in model.items() if k != "family"},
+        }
     data.update(
         modality="language",
-        model={"family": family, "config": {k: v for k, v in model.items() if k != "family"}},
+        model=described,
         dataset={"shard_hashes": [placeholder] * shard_count},
         initial_state_root=placeholder,
         param_count=data.get("param_count") or 1,
