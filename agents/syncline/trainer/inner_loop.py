@@ -16,6 +16,7 @@ import functools
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import islice
@@ -39,6 +40,9 @@ from syncline.run.context import flat_parameters, load_weights
 from syncline.run.state_file import StateFile
 
 CheckpointWriter = Callable[[Callable[[bytes], object]], None]
+SNAPSHOT_MAX_NUMEL = 1 << 24
+"""Up to this many parameters (a 192 MiB copy) a checkpoint is copied and written in the
+background (:meth:`InnerLoop.run`); above, it is streamed from the model while training waits."""
 """Writes one checkpoint's canonical bytes into the function it is given."""
 
 
@@ -196,7 +200,9 @@ class InnerLoop:
             Called with ``(index, write)`` for each captured checkpoint instead of keeping its
             bytes: ``write(out)`` streams the checkpoint's canonical bytes into ``out`` one
             parameter at a time (:meth:`write_checkpoint`: no flat copy of the weights or moments);
-            its return values (digests) go to ``RoundWork.checkpoint_digests``.
+            its return values (digests) go to ``RoundWork.checkpoint_digests``. Up to
+            :data:`SNAPSHOT_MAX_NUMEL` parameters the checkpoint is copied instead and the sink
+            is called from a background thread while the next steps train (in capture order).
         """
         load_weights(self.model, state)
         start = flat_parameters(self.model, self.layout)
@@ -205,14 +211,24 @@ class InnerLoop:
         steps = self.cfg.inner_steps
         marks = checkpoint_steps(steps, checkpoint_interval) if checkpoint_interval is not None else ()
         todo = steps if train_steps is None else max(0, min(train_steps, steps))
-        captured: list[bytes | str] = []
+        captured: list[bytes | str | Future[str]] = []
         excluded_seconds = capture_seconds = 0.0
+        # A small model's checkpoint is copied (12 B/param) and written and hashed in the
+        # background while training goes on; a large one is streamed from the model at once.
+        writer = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
+            if checkpoint_sink is not None and self.layout.numel <= SNAPSHOT_MAX_NUMEL
+            else None
+        )
 
         def capture(step: int) -> None:
             nonlocal excluded_seconds, capture_seconds
             t0 = time.perf_counter()
             if checkpoint_sink is None:
                 captured.append(self.checkpoint(step).to_bytes())
+            elif writer is not None:
+                snapshot = self.checkpoint(step)  # copies: the training may go on
+                captured.append(writer.submit(checkpoint_sink, len(captured), snapshot.write))
             else:
                 captured.append(checkpoint_sink(len(captured), functools.partial(self.write_checkpoint, step)))
             elapsed = time.perf_counter() - t0
@@ -220,27 +236,37 @@ class InnerLoop:
             excluded_seconds += elapsed
 
         began = time.perf_counter()
-        with self._mode():
-            if marks:
-                capture(0)
-            batches = self.adapter.batches(shards, batch_size=self.batch_size, seed=seed, steps=steps)
-            for i, batch in enumerate(
-                tqdm(islice(batches, todo), total=todo, disable=not progress, desc="inner steps", leave=False)
-            ):
-                loss, n = self._step(batch)
-                losses.append(loss)
-                tokens += n
-                if marks and marks[len(captured)] == i + 1:
-                    capture(i + 1)
-                if between_steps is not None:
-                    t0 = time.perf_counter()
-                    between_steps()
-                    excluded_seconds += time.perf_counter() - t0
-            for step in marks[len(captured) :]:  # only a shortened (lazy) run gets here
-                capture(step)
-            if self.device.type == "cuda":
-                torch.cuda.synchronize()
+        try:
+            with self._mode():
+                if marks:
+                    capture(0)
+                batches = self.adapter.batches(shards, batch_size=self.batch_size, seed=seed, steps=steps)
+                for i, batch in enumerate(
+                    tqdm(islice(batches, todo), total=todo, disable=not progress, desc="inner steps", leave=False)
+                ):
+                    loss, n = self._step(batch)
+                    losses.append(loss)
+                    tokens += n
+                    if marks and marks[len(captured)] == i + 1:
+                        capture(i + 1)
+                    if between_steps is not None:
+                        t0 = time.perf_counter()
+                        between_steps()
+                        excluded_seconds += time.perf_counter() - t0
+                for step in marks[len(captured) :]:  # only a shortened (lazy) run gets here
+                    capture(step)
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize()
+        except BaseException:
+            if writer is not None:
+                writer.shutdown(wait=True, cancel_futures=True)
+            raise
         train_seconds = time.perf_counter() - began - excluded_seconds
+        if writer is not None:  # the checkpoints still being written: not training time
+            t0 = time.perf_counter()
+            writer.shutdown(wait=True)
+            captured = [c.result() if isinstance(c, Future) else c for c in captured]
+            capture_seconds += time.perf_counter() - t0
         gradient = start.sub_(flat_parameters(self.model, self.layout))  # start - end, in place
         if not torch.isfinite(gradient).all():
             raise FloatingPointError("inner training diverged: the outer gradient holds NaN/Inf")
