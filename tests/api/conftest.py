@@ -148,6 +148,9 @@ def api_settings(
         poll_interval_s=0.1,
         frontend_dir=work / "no-frontend",
         state_dir=api_state_dir,
+        # The package's tests share this server and one client address; the rate limit itself is
+        # tested on its own (test_limits.test_prepare_gate_rate_limits_each_client).
+        prepare_per_minute=1_000,
     )
 
 

@@ -13,7 +13,7 @@ from syncline.protocol.parallel import WorkerFailed, fork_map
 
 
 def _children() -> list[int]:
-    """Live or zombie child processes of this process."""
+    """Live or zombie child processes of this process (other tests' servers included: compare)."""
     me = str(os.getpid())
     out = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -27,6 +27,7 @@ def _children() -> list[int]:
 
 
 def test_results_in_order_with_progress_in_order() -> None:
+    before = _children()
     seen: list[tuple[int, int]] = []
     items = list(range(200))
 
@@ -37,7 +38,7 @@ def test_results_in_order_with_progress_in_order() -> None:
 
     assert fork_map(square, items, 2, on_result=lambda i, r: seen.append((i, r))) == [x * x for x in items]
     assert seen == [(x, x * x) for x in items]
-    assert _children() == []
+    assert set(_children()) <= set(before)
 
 
 def test_workers_inherit_inputs_and_return_large_results() -> None:
@@ -47,6 +48,8 @@ def test_workers_inherit_inputs_and_return_large_results() -> None:
 
 
 def test_exception_in_a_worker_is_raised_with_its_type_and_workers_are_reaped() -> None:
+    before = _children()
+
     def fails_at_five(x: int) -> int:
         if x == 5:
             raise ValueError(f"state out of bounds in coordinates {x}")
@@ -54,10 +57,12 @@ def test_exception_in_a_worker_is_raised_with_its_type_and_workers_are_reaped() 
 
     with pytest.raises(ValueError, match="state out of bounds in coordinates 5"):
         fork_map(fails_at_five, list(range(40)), 2)
-    assert _children() == []
+    assert set(_children()) <= set(before)
 
 
 def test_a_worker_that_dies_is_an_error_not_a_hang() -> None:
+    before = _children()
+
     def dies_at_three(x: int) -> int:
         if x == 3:
             os._exit(3)
@@ -65,7 +70,7 @@ def test_a_worker_that_dies_is_an_error_not_a_hang() -> None:
 
     with pytest.raises(WorkerFailed, match="not done"):
         fork_map(dies_at_three, list(range(10)), 2)
-    assert _children() == []
+    assert set(_children()) <= set(before)
 
 
 def test_one_worker_or_one_item_runs_in_process() -> None:

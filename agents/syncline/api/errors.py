@@ -37,12 +37,18 @@ def error_response(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": one_line(message) or f"HTTP {status}", "status": status}, status_code=status)
 
 
+def _union_member(part: object) -> bool:
+    """A location part pydantic adds for the member of a union that failed (``ModelParams``,
+    ``function-after[_heads(), ModelParams]``): not a field the client wrote."""
+    return isinstance(part, str) and ("[" in part or part[:1].isupper())
+
+
 def validation_message(errors: Sequence[Any]) -> str:
     """The first validation error as ``field.path: message`` (the ``body``/``path`` prefix dropped)."""
     if not errors:
         return "invalid request"
     first = errors[0]
-    loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "path", "query")]
+    loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "path", "query") and not _union_member(p)]
     msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
     if first.get("type") == "json_invalid":
         return f"request body is not valid JSON: {msg}"
