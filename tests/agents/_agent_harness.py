@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 from eth_utils import keccak
 
 from syncline.blobstore import BlobService, BlobStore, HttpBlobStore, LocalBlobStore
@@ -256,6 +257,17 @@ class RecordingDemo(TrainingDemo):
         accounts = [from_private_key(k).address for k in devnet.private_keys()]
         self.record = capture_run(market, HttpBlobStore(blob_url), receipt.task_id, accounts)
         return receipt
+
+
+def run_recorded(workdir: Path, agents_state_dir: Path, plan: DemoPlan) -> tuple[Any, RunRecord, Path]:
+    """Run ``plan`` to the end (:class:`RecordingDemo`): ``(receipt, record, workdir)``."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SYNCLINE_STATE_DIR", str(agents_state_dir))
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        demo = RecordingDemo(workdir, plan)
+        receipt = demo.run()
+    assert demo.record is not None
+    return receipt, demo.record, workdir
 
 
 # ---------------------------------------------------------------------- a run driven step by step

@@ -26,11 +26,11 @@ from syncline.run.state_file import StateFile
 
 from ._agent_harness import (
     ManualRun,
-    RecordingDemo,
     RunRecord,
     capture_run,
     read_jsonl,
     replay_from_payloads,
+    run_recorded,
     tiny_plan,
 )
 
@@ -44,14 +44,7 @@ PLAN = tiny_plan(round_duration_s=30, state_on_disk=True)
 def finished_run(
     tmp_path_factory: pytest.TempPathFactory, agents_state_dir: Path
 ) -> tuple[TrainingReceipt, RunRecord, Path]:
-    workdir = tmp_path_factory.mktemp("disk-e2e")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SYNCLINE_STATE_DIR", str(agents_state_dir))
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        demo = RecordingDemo(workdir, PLAN)
-        receipt = demo.run()
-    assert demo.record is not None
-    return receipt, demo.record, workdir
+    return run_recorded(tmp_path_factory.mktemp("disk-e2e"), agents_state_dir, PLAN)
 
 
 def _field(line: str, key: str) -> str:

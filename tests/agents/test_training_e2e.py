@@ -24,10 +24,10 @@ from syncline.run.agent_config import load_agent_config
 from syncline.trainer.inner_loop import replay_environment
 
 from ._agent_harness import (
-    RecordingDemo,
     RunRecord,
     read_jsonl,
     replay_from_payloads,
+    run_recorded,
     simulate_trainers,
     tiny_plan,
 )
@@ -48,14 +48,7 @@ LOSS_MARGIN = 0.3
 def finished_run(
     tmp_path_factory: pytest.TempPathFactory, agents_state_dir: Path
 ) -> tuple[TrainingReceipt, RunRecord, Path]:
-    workdir = tmp_path_factory.mktemp("e2e")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SYNCLINE_STATE_DIR", str(agents_state_dir))
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        demo = RecordingDemo(workdir, PLAN)
-        receipt = demo.run()
-    assert demo.record is not None
-    return receipt, demo.record, workdir
+    return run_recorded(tmp_path_factory.mktemp("e2e"), agents_state_dir, PLAN)
 
 
 def test_every_round_finalized_and_sealed(finished_run: tuple[TrainingReceipt, RunRecord, Path]) -> None:
