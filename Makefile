@@ -15,7 +15,7 @@ FRONTEND_DIST := frontend/dist/index.html
 FRONTEND_SRC := $(shell find frontend/src frontend/index.html frontend/package.json frontend/package-lock.json frontend/vite.config.ts frontend/tsconfig.json -type f 2>/dev/null)
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install browser demo demo-lifecycle demo-fraud bench test test-contracts test-python lint gas lock clean devnet-up devnet-down
+.PHONY: install browser demo demo-lifecycle demo-fraud demo-sft-lora bench test test-contracts test-python lint gas lock clean devnet-up devnet-down
 
 install: $(VENV_STAMP) $(NPM_STAMP) $(FRONTEND_DIST)
 
@@ -56,6 +56,10 @@ demo-lifecycle: install
 demo-fraud: install
 	@echo "==> demo: one cheater per scenario (7 runs of ~3 min), each caught by the challenger and slashed"
 	@$(VENV)/bin/syncline demo --scenario fraud
+
+demo-sft-lora: install
+	@echo "==> demo: a base Llama pretrained here, fine-tuned with LoRA (SFT) on a JSONL instruction set through the market"
+	@$(VENV)/bin/syncline demo --scenario sft-lora
 
 test: install $(CHROMIUM)
 	@echo "==> forge test (contracts: unit, fuzz, invariants)"

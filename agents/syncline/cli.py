@@ -160,6 +160,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     if args.scenario == "lifecycle":
         return cmd_demo_lifecycle(args)
+    if args.scenario == "sft-lora":
+        return cmd_demo_sft_lora(args)
     if args.scenario != "training":
         return cmd_demo_fraud(args)
     from syncline.demo.lifecycle import write_receipt
@@ -178,6 +180,30 @@ def cmd_demo(args: argparse.Namespace) -> int:
         validation_loss_first=round(extras["validation_loss_first"], 4),
         validation_loss_last=round(extras["validation_loss_last"], 4),
         seconds=round(time.monotonic() - started, 1),
+    )
+    return 0
+
+
+def cmd_demo_sft_lora(args: argparse.Namespace) -> int:
+    """A pretrained base built here, fine-tuned with LoRA on a JSONL instruction set through the market."""
+    from syncline.demo.lifecycle import write_receipt
+    from syncline.demo.sft_lora import SftLoraDemo
+
+    out = state_dir() / "demo" / "sft-lora"
+    log.info(
+        "demo.start", what="local pretraining of a base Llama, then LoRA SFT on a JSONL instruction set via the market"
+    )
+    receipt = SftLoraDemo(out).run()
+    path = write_receipt(receipt, out / "receipt.json")
+    print(json.dumps(receipt.to_mapping(), indent=2))
+    extras = receipt.extras
+    log.info(
+        "demo.done",
+        receipt=str(path),
+        validation_loss_per_round=[round(v, 4) for v in extras["validation_loss_per_round"]],
+        lora_payload_bytes=extras["lora_payload_bytes"],
+        full_model_payload_bytes=extras["full_model_payload_bytes"],
+        adapter_sample=extras["adapter_sample_text"],
     )
     return 0
 
@@ -254,6 +280,16 @@ def cmd_post_task(args: argparse.Namespace) -> int:
     pretrained = isinstance(raw, dict) and isinstance(raw.get("model"), dict) and "pretrained" in raw["model"]
     if pretrained and "dataset_source" not in raw:
         raise SpecError("model.pretrained: name the training data in dataset_source (the model's tokenizer reads it)")
+    lora_new = (
+        isinstance(raw, dict)
+        and isinstance(raw.get("model"), dict)
+        and isinstance(raw["model"].get("lora"), dict)
+        and "base" not in raw["model"]["lora"]
+    )
+    if lora_new and "dataset_source" not in raw:
+        raise SpecError(
+            "model.lora: name the training data in dataset_source (the tooling then publishes the base model)"
+        )
     if isinstance(raw, dict) and "dataset_source" in raw:
         spec, spec_uri = _publish_from_source(args, raw, now=now, sponsor=signer.address)
     else:
@@ -313,6 +349,12 @@ def _publish_from_source(
     base_dir = Path(args.spec).resolve().parent
     method = str(template.pop("method", "pretrain"))  # sft: the loss on the responses of prompt/response pairs
     raw_model = template.pop("model", None)
+    lora = None
+    if isinstance(raw_model, dict) and "lora" in raw_model:  # LoRA adapters on the model (its weights frozen)
+        raw_model = dict(raw_model)
+        lora = raw_model.pop("lora")
+        if not isinstance(lora, dict):
+            raise SpecError("model.lora: expected a mapping (r, alpha, target_modules)")
     pretrained = isinstance(raw_model, dict) and "pretrained" in raw_model
     plan = DatasetPlan.from_mapping(template.pop("dataset_source"), base_dir=base_dir, vocab_from_model=pretrained)
     model: dict[str, Any] | PretrainedModel
@@ -320,7 +362,7 @@ def _publish_from_source(
         extra = sorted(set(raw_model) - {"pretrained"})
         if extra or not isinstance(raw_model["pretrained"], str):
             raise SpecError(
-                "model.pretrained: a Hugging Face model directory (a path), with no other model keys "
+                "model.pretrained: a Hugging Face model directory (a path), with no other model keys but lora "
                 "(its config.json sets the architecture)"
             )
         # A relative path is read from the spec file's directory, as dataset_source.path is.
@@ -331,7 +373,7 @@ def _publish_from_source(
         raise SpecError(
             "model: expected a mapping with family and the architecture config, or pretrained: a model directory"
         )
-    check_language_template(template, shard_count=plan.shard_count, model=model, now=now, sponsor=sponsor)
+    check_language_template(template, shard_count=plan.shard_count, model=model, now=now, sponsor=sponsor, lora=lora)
     published = publish_language_task(  # reads and checks the source before uploading anything
         HttpBlobStore(blob_url),
         template=template,
@@ -341,6 +383,7 @@ def _publish_from_source(
         model=model,
         source=plan.source,
         method=method,
+        lora=lora,
     )
     log.info("sponsor.published", spec_hash=published.spec.spec_hash, params=published.initial_state.layout.numel)
     return published.spec, published.spec_uri
@@ -682,9 +725,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="the main job: devnet, contracts, a whole training run, the receipt")
     demo.add_argument(
         "--scenario",
-        choices=["training", "lifecycle", "fraud", *FRAUD_SCENARIOS],
+        choices=["training", "lifecycle", "sft-lora", "fraud", *FRAUD_SCENARIOS],
         default="training",
         help="training: real DiLoCo run (default); lifecycle: scripted market walk-through, no training; "
+        "sft-lora: LoRA fine-tuning of a locally pretrained model on a JSONL instruction set; "
         "fraud: every fraud scenario in turn; or one fraud scenario by name",
     )
     demo.add_argument(

@@ -69,7 +69,7 @@ def test_a_trainer_on_the_local_devnet_waits_for_its_task_then_enrolls(
         "metrics_port": metrics_port,
         "poll_interval_s": 0.2,
         "threads": 1,
-        "inner": {"inner_steps": plan.inner_steps, "batch_size": plan.batch_size, "lr": plan.inner_lr},
+        "inner": {"batch_size": plan.batch_size, "lr": plan.inner_lr},
     }
     path = tmp_path / "trainer.yaml"
     path.write_text(yaml.safe_dump(config))

@@ -87,3 +87,20 @@ def pretrain(model: torch.nn.Module, token_ids: torch.Tensor, *, steps: int, seq
         loss.backward()
         opt.step()
     model.eval()
+
+
+def task_template(name: str) -> dict[str, Any]:
+    """The spec fields a sponsor writes (one trainer, one witness, two rounds), named ``name``."""
+    return {
+        "name": name,
+        "inner_steps": 4,
+        "rounds": 2,
+        "round_duration_s": 60,
+        "trainer_stake_wei": 1000,
+        "min_trainers": 1,
+        "max_trainers": 1,
+        "enrollment_deadline": 1_700_000_000,
+        "witnesses": ["0x2222222222222222222222222222222222222222"],
+        "threshold": 1,
+        "reward_pool_wei": 5000,
+    }

@@ -28,26 +28,10 @@ from syncline.sponsor.data_sources import DataSource
 from syncline.sponsor.pretrained import read_pretrained
 from syncline.sponsor.task_builder import export_model, publish_language_task
 
-from ._pretrained_models import TINY_CONFIGS, VOCAB, build_pretrained
+from ._pretrained_models import TINY_CONFIGS, VOCAB, build_pretrained, task_template
 
 TEXTS = [f"Letter {i}: the harbour at dawn, ships number {i * 7 % 13}, wind from the west.\n" * 6 for i in range(24)]
 SEQ_LEN = 16
-
-
-def _template() -> dict[str, Any]:
-    return {
-        "name": "fine-tune",
-        "inner_steps": 4,
-        "rounds": 2,
-        "round_duration_s": 60,
-        "trainer_stake_wei": 1000,
-        "min_trainers": 1,
-        "max_trainers": 1,
-        "enrollment_deadline": 1_700_000_000,
-        "witnesses": ["0x2222222222222222222222222222222222222222"],
-        "threshold": 1,
-        "reward_pool_wei": 5000,
-    }
 
 
 @pytest.fixture
@@ -79,7 +63,7 @@ def test_each_family_round_trips_through_the_initial_state_and_the_export(
     blobs = LocalBlobStore(tmp_path / "blobs")
     published = publish_language_task(
         blobs,
-        template=_template(),
+        template=task_template("fine-tune"),
         shard_count=2,
         vocab_size=999,  # unused: the model brings its tokenizer
         seq_len=SEQ_LEN,
@@ -146,7 +130,7 @@ def test_a_bfloat16_checkpoint_is_trained_in_float32(tmp_path: Path, texts_dir: 
     assert {p.dtype for p in built.parameters()} == {torch.float32}
     published = publish_language_task(
         LocalBlobStore(tmp_path / "blobs"),
-        template=_template(),
+        template=task_template("fine-tune"),
         shard_count=2,
         vocab_size=VOCAB,
         seq_len=SEQ_LEN,
@@ -216,7 +200,7 @@ def test_a_bad_directory_is_refused_with_one_line_before_any_upload(case: str, t
         pretrained = read_pretrained(model_dir)
         publish_language_task(
             blobs,
-            template=_template(),
+            template=task_template("fine-tune"),
             shard_count=2,
             vocab_size=VOCAB,
             seq_len=SEQ_LEN,
@@ -246,7 +230,7 @@ def test_a_tokenizer_of_more_than_65536_tokens_gets_uint32_token_shards(tmp_path
 
     published = publish_language_task(
         LocalBlobStore(tmp_path / "blobs"),
-        template=_template(),
+        template=task_template("fine-tune"),
         shard_count=2,
         vocab_size=0,
         seq_len=SEQ_LEN,
@@ -277,7 +261,7 @@ def test_sharded_weights_load_as_one_state(tmp_path: Path, texts_dir: Path) -> N
     assert len(pretrained.weight_files) > 1 and (model_dir / "model.safetensors.index.json").is_file()
     published = publish_language_task(
         LocalBlobStore(tmp_path / "blobs"),
-        template=_template(),
+        template=task_template("fine-tune"),
         shard_count=2,
         vocab_size=0,
         seq_len=SEQ_LEN,

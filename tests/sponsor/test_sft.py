@@ -19,7 +19,7 @@ from syncline.sponsor.data_sources import DataSource, DataSourceError
 from syncline.sponsor.pretrained import read_pretrained
 from syncline.sponsor.task_builder import PublishedTask, publish_language_task
 
-from ._pretrained_models import build_pretrained, save_tokenizer
+from ._pretrained_models import build_pretrained, save_tokenizer, task_template
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}{% if m['role'] == 'user' %}<|user|>{{ m['content'] }}\n"
@@ -28,22 +28,6 @@ CHAT_TEMPLATE = (
 )
 PAIRS = [{"q": f"What is {i} plus {i % 5}? Answer briefly please.", "a": f"It is {i + i % 5}."} for i in range(60)]
 SEQ_LEN = 24
-
-
-def _template() -> dict[str, Any]:
-    return {
-        "name": "sft",
-        "inner_steps": 4,
-        "rounds": 2,
-        "round_duration_s": 60,
-        "trainer_stake_wei": 1000,
-        "min_trainers": 1,
-        "max_trainers": 1,
-        "enrollment_deadline": 1_700_000_000,
-        "witnesses": ["0x2222222222222222222222222222222222222222"],
-        "threshold": 1,
-        "reward_pool_wei": 5000,
-    }
 
 
 def _publish(tmp_path: Path, *, chat: bool, fields: dict[str, str] | None = None) -> tuple[PublishedTask, Path]:
@@ -59,7 +43,7 @@ def _publish(tmp_path: Path, *, chat: bool, fields: dict[str, str] | None = None
     )
     published = publish_language_task(
         LocalBlobStore(tmp_path / "blobs"),
-        template=_template(),
+        template=task_template("sft"),
         shard_count=2,
         vocab_size=0,
         seq_len=SEQ_LEN,

@@ -45,7 +45,7 @@ from syncline.blobstore import BlobStore, find_verified
 from syncline.chain.calls import ZERO_ADDRESS
 from syncline.chain.market import SubmissionView
 from syncline.errors import SynclineError
-from syncline.modality.language import LanguageAdapter
+from syncline.modality.base import ModalityAdapter
 from syncline.observability import get_logger
 from syncline.protocol.checkpoints import (
     MAX_HEADER_BYTES,
@@ -175,7 +175,7 @@ class ReplayInputs:
     eviction, between the round's opening and its commit): it may honestly have trained on any.
     """
 
-    adapter: LanguageAdapter
+    adapter: ModalityAdapter
     build_model: Callable[[], torch.nn.Module]
     layout: ParameterLayout
     shards: Sequence[bytes]

@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 from tqdm import tqdm
 
-from syncline.blobstore import BlobService, HttpBlobStore, LocalBlobStore
+from syncline.blobstore import BlobService, BlobStore, HttpBlobStore, LocalBlobStore
 from syncline.chain.deployment import Deployment, deploy_market
 from syncline.chain.devnet import Devnet, chain_time, start_anvil
 from syncline.chain.keys import Signer, from_private_key
@@ -34,7 +34,7 @@ from syncline.observability import get_logger
 from syncline.protocol.enums import RoundStatus, TaskStatus
 from syncline.protocol.receipt import TrainingReceipt
 from syncline.run.context import TaskContext
-from syncline.sponsor.task_builder import export_model, publish_language_task
+from syncline.sponsor.task_builder import PublishedTask, export_model, publish_language_task
 
 ETH = 10**18
 log = get_logger("syncline.demo")
@@ -161,6 +161,11 @@ class TrainingDemo:
         self._ui: Any = None
         # Called with (market, task id, {address: role name}) once the run has sealed.
         self.after_seal: Callable[[MarketClient, int, dict[str, str]], None] | None = None
+        # Builds and publishes the task from the blob store and the demo's spec template (default:
+        # the main job's Shakespeare pretraining task); the sft-lora scenario brings its own.
+        self.publish_task: Callable[[BlobStore, dict[str, Any]], PublishedTask] | None = None
+        # What the exported model is asked to continue.
+        self.sample_prompt = "ROMEO:"
 
     def run(self) -> TrainingReceipt:
         started = time.monotonic()
@@ -197,14 +202,18 @@ class TrainingDemo:
         log.info(
             "sponsor.preparing", what="tokenizer + Shakespeare shards + initial Llama state (cached after first run)"
         )
-        published = publish_language_task(
-            blobs,
-            template=_template(self.plan, [from_private_key(k) for k in witness_keys], chain_time(w3)),
-            shard_count=self.plan.shard_count,
-            vocab_size=self.plan.vocab_size,
-            seq_len=self.plan.seq_len,
-            model=self.plan.model,
-        )
+        template = _template(self.plan, [from_private_key(k) for k in witness_keys], chain_time(w3))
+        if self.publish_task is not None:
+            published = self.publish_task(blobs, template)
+        else:
+            published = publish_language_task(
+                blobs,
+                template=template,
+                shard_count=self.plan.shard_count,
+                vocab_size=self.plan.vocab_size,
+                seq_len=self.plan.seq_len,
+                model=self.plan.model,
+            )
         task_id, _ = market.post_task(sponsor, published.spec, published.spec_uri)
         log.info(
             "sponsor.posted",
@@ -234,7 +243,8 @@ class TrainingDemo:
 
         ctx = TaskContext.load(market, blobs, task_id)
         model_dir = export_model(ctx, market.task(task_id).state_root, self.workdir / "model")
-        sample = generate_sample(model_dir)
+        sample = generate_sample(model_dir, self.sample_prompt)
+        payload_sizes = payload_bytes(market, ctx, task_id)
         log.info("model.generated", text=sample)
 
         receipt = market.receipt(task_id)
@@ -244,6 +254,8 @@ class TrainingDemo:
             "validation_loss_last": losses[-1] if losses else None,
             "model_dir": str(model_dir),
             "model_parameters": ctx.layout.numel,
+            "payload_bytes_per_round": [sum(sizes) for sizes in payload_sizes],
+            "payload_bytes_per_submission": [max(sizes, default=0) for sizes in payload_sizes],
             "sample_text": sample,
             "trainer_throughput": self._trainer_throughput(),
             "wall_seconds": round(time.monotonic() - started, 1),
@@ -321,7 +333,6 @@ class TrainingDemo:
                 "weight_decay": 0.01,
                 "beta1": 0.9,
                 "beta2": 0.95,
-                "inner_steps": self.plan.inner_steps,
                 "batch_size": self.plan.batch_size,
             }
             config.update(device="cpu", dtype=self.plan.trainer_dtypes.get(name, "fp32"), gradient_checkpointing=False)
@@ -434,6 +445,21 @@ class TrainingDemo:
             if path.exists():
                 out[agent.name] = json.loads(path.read_text())
         return out
+
+
+def payload_bytes(market: MarketClient, ctx: TaskContext, task_id: int) -> list[list[int]]:
+    """Bytes of every committed payload, per round (read back from the blob store by the digests
+    the chain binds)."""
+    sizes: list[list[int]] = []
+    for round_ in range(ctx.spec.rounds):
+        mask = market.round(task_id, round_).committed_mask
+        row = []
+        for fragment in range(mask.bit_length()):
+            if mask >> fragment & 1:
+                s = market.submission(task_id, round_, fragment)
+                row.append(len(ctx.blobs.get(s.payload_hash, max_bytes=ctx.max_payload_bytes)))
+        sizes.append(row)
+    return sizes
 
 
 def generate_sample(model_dir: Path, prompt: str = "ROMEO:", max_new_tokens: int = 30) -> str:

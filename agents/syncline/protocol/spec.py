@@ -76,16 +76,89 @@ def canonical_json(data: Any) -> bytes:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+LORA_MAX_RANK = 256
+LORA_MAX_ALPHA = 1 << 16
+LORA_MAX_TARGETS = 64
+_MODULE_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """Low-rank adapters (LoRA, through ``peft``) on a frozen base model pinned by hash.
+
+    The task's state, layout, payloads and checkpoints cover only the adapter weights (the
+    parameters ``peft`` adds and trains); the base model's weights are the blob whose keccak256 is
+    ``base_digest`` (a state encoding of the base model's own layout, docs/protocol.md §12.5), read
+    by every party that runs the model and never changed by a round.
+    """
+
+    r: int
+    alpha: int
+    target_modules: tuple[str, ...]
+    """Names of the modules adapted (``peft``'s ``target_modules``: a module whose name ends with
+    one of them), sorted and unique."""
+    base_digest: str
+    base_uri: str = ""
+
+    def to_mapping(self) -> dict[str, Any]:
+        return {
+            "r": self.r,
+            "alpha": self.alpha,
+            "target_modules": list(self.target_modules),
+            "base": {"digest": self.base_digest, "uri": self.base_uri},
+        }
+
+    @classmethod
+    def from_mapping(cls, data: object) -> LoraSpec:
+        """Parse ``model.lora`` (one-line ``SpecError`` on anything malformed)."""
+        lora = _mapping(data, "model.lora")
+        unknown = sorted(set(lora) - {"r", "alpha", "target_modules", "base"})
+        if unknown:
+            raise SpecError(f"model.lora: unknown field(s) {', '.join(unknown)}")
+        r = _int(lora.get("r", 8), "model.lora.r")
+        alpha = _int(lora.get("alpha", 2 * r), "model.lora.alpha")
+        if not 1 <= r <= LORA_MAX_RANK:
+            raise SpecError(f"model.lora.r: {r} is outside 1..{LORA_MAX_RANK}")
+        if not 1 <= alpha <= LORA_MAX_ALPHA:
+            raise SpecError(f"model.lora.alpha: {alpha} is outside 1..{LORA_MAX_ALPHA}")
+        targets = _seq(lora.get("target_modules", ()), "model.lora.target_modules")
+        if not 1 <= len(targets) <= LORA_MAX_TARGETS:
+            raise SpecError(f"model.lora.target_modules: name 1 to {LORA_MAX_TARGETS} modules (e.g. [q_proj, v_proj])")
+        for name in targets:
+            if not isinstance(name, str) or not 0 < len(name) <= 128 or not set(name) <= _MODULE_NAME_CHARS:
+                raise SpecError(f"model.lora.target_modules: {name!r} is not a module name")
+        base = _mapping(lora.get("base", {}), "model.lora.base")
+        if "digest" not in base:
+            raise SpecError("model.lora.base: needs the digest of the base model's weights")
+        return cls(
+            r=r,
+            alpha=alpha,
+            target_modules=tuple(sorted(set(targets))),
+            base_digest=_hex32(base["digest"], "model.lora.base.digest"),
+            base_uri=str(base.get("uri", "")),
+        )
+
+
 @dataclass(frozen=True)
 class ModelArchitecture:
-    """Model family and its config (e.g. a ``transformers`` config dict); the hash pins both."""
+    """Model family and its config (e.g. a ``transformers`` config dict), and the LoRA adapters
+    trained on it when the task fine-tunes with LoRA; the hash pins all of them (the base model's
+    weights through ``lora.base_digest``)."""
 
     family: str
     config: Mapping[str, Any]
+    lora: LoraSpec | None = None
+
+    def to_mapping(self) -> dict[str, Any]:
+        """``{family, config}``, with ``lora`` only when the task trains adapters."""
+        data: dict[str, Any] = {"family": self.family, "config": dict(self.config)}
+        if self.lora is not None:
+            data["lora"] = self.lora.to_mapping()
+        return data
 
     @property
     def config_hash(self) -> str:
-        return "0x" + keccak(canonical_json({"family": self.family, "config": dict(self.config)})).hex()
+        return "0x" + keccak(canonical_json(self.to_mapping())).hex()
 
 
 @dataclass(frozen=True)
@@ -353,7 +426,7 @@ class TrainingTaskSpec:
         data["modality"] = self.modality.name.lower()
         data["tier"] = self.tier.name.lower()
         data["aggregation"]["rule"] = self.aggregation.rule.name.lower()
-        data["model"]["config"] = dict(self.model.config)
+        data["model"] = self.model.to_mapping()
         data["metadata"] = dict(self.metadata)
         data["witnesses"] = list(self.witnesses)
         data["dataset"]["shard_hashes"] = list(self.dataset.shard_hashes)
@@ -537,7 +610,9 @@ class TrainingTaskSpec:
                 name=str(data["name"]),
                 modality=parse_enum(Modality, data.get("modality", "language"), "modality"),
                 model=ModelArchitecture(
-                    family=str(model["family"]), config=dict(_mapping(model.get("config", {}), "model.config"))
+                    family=str(model["family"]),
+                    config=dict(_mapping(model.get("config", {}), "model.config")),
+                    lora=LoraSpec.from_mapping(model["lora"]) if model.get("lora") is not None else None,
                 ),
                 dataset=DatasetManifest(
                     shard_hashes=tuple(

@@ -11,8 +11,13 @@ from typing import Any, TypeVar, get_args, get_type_hints
 import yaml
 
 from syncline.errors import SynclineError
+from syncline.observability import get_logger
 
 T = TypeVar("T")
+log = get_logger("syncline.config")
+EVAL_BATCHES = 8
+EVAL_BATCH_SIZE = 16
+"""How much of the validation shard a witness scores per round by default (8 batches of 16 windows)."""
 DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 """The ``device`` values a trainer accepts (a torch device: the CPU or one CUDA GPU)."""
 
@@ -39,6 +44,8 @@ class InnerOptimizerConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     inner_steps: int = 24
+    """H of an inner loop run outside the agents (tests, benchmarks); a trainer agent always runs
+    the task's ``spec.inner_steps`` and its config file does not set it."""
     batch_size: int = 8
 
     def __post_init__(self) -> None:
@@ -80,8 +87,8 @@ class AgentConfig:
     # Early close: vote as soon as every active trainer committed (false: wait for the deadline,
     # as before issue 12; the contract accepts both)
     vote_early: bool = True
-    eval_batches: int = 8
-    eval_batch_size: int = 16
+    eval_batches: int = EVAL_BATCHES
+    eval_batch_size: int = EVAL_BATCH_SIZE
     # witness and challenger: audit closed rounds and prove faults (witnesses do by default)
     challenge: bool = True
     # inner-loop re-execution per accepted submission: all | spot | off (see court/sampling.py)
@@ -186,7 +193,10 @@ def config_from_mapping(raw: Mapping[str, Any]) -> AgentConfig:
         inner = data.pop("inner", {}) or {}
         if not isinstance(inner, Mapping):
             raise ConfigError("inner must be a mapping")
-        inner_known = {f.name for f in fields(InnerOptimizerConfig)}
+        if "inner_steps" in inner:  # H is the task's: the trainer reads it from the spec
+            inner = {k: v for k, v in inner.items() if k != "inner_steps"}
+            log.warning("config.ignored", field="inner.inner_steps", reason="H comes from the task spec")
+        inner_known = {f.name for f in fields(InnerOptimizerConfig)} - {"inner_steps"}
         bad = sorted(set(inner) - inner_known)
         if bad:
             raise ConfigError(f"unknown inner field(s): {', '.join(bad)}")

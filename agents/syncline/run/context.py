@@ -34,7 +34,9 @@ from syncline.blobstore.store import (
 )
 from syncline.chain.market import MarketClient, RoundView, SubmissionView
 from syncline.errors import SpecError, SynclineError
-from syncline.modality.language import MAX_TOKENIZER_BYTES, LanguageAdapter
+from syncline.modality import ModalityAdapter, adapter_for
+from syncline.modality.language import MAX_TOKENIZER_BYTES
+from syncline.modality.lora import apply_lora, load_base_weights, trained_parameters
 from syncline.protocol.disk_round import DiskRoundResult, PayloadFile, compute_round_on_disk
 from syncline.protocol.enums import RoundStatus
 from syncline.protocol.layout import ParameterLayout
@@ -62,9 +64,11 @@ class TaskContext:
     blobs: BlobStore
     spec: TrainingTaskSpec
     spec_uri: str
-    adapter: LanguageAdapter
+    adapter: ModalityAdapter
     layout: ParameterLayout
     tokenizer_json: str
+    _base_weights: dict[str, torch.Tensor] | None = None
+    """A LoRA task's base model weights (fetched once, by the digest the spec pins)."""
     _shards: dict[int, bytes] = field(default_factory=dict)
     _validation: bytes | None = None
     _publishers: tuple[str, ...] | None = None
@@ -84,19 +88,15 @@ class TaskContext:
             raise SpecError(f"task {task_id}: spec artifact hash {spec.spec_hash} != on-chain {spec_hash}")
         meta = dict(spec.metadata)
         try:
+            adapter = adapter_for(spec)
             tokenizer = meta["tokenizer"]
-            seq_len = int(meta["seq_len"])
-        except (KeyError, TypeError, ValueError):
-            raise SpecError(f"task {task_id}: spec metadata needs tokenizer and seq_len") from None
-        tokenizer_json = fetch_by_digest(blobs, tokenizer["digest"], (tokenizer["uri"],), max_bytes=MAX_TOKENIZER_BYTES)
-        try:
-            adapter = LanguageAdapter(
-                seq_len=seq_len, method=str(meta.get("method", "pretrain")), token_bytes=int(meta.get("token_bytes", 2))
-            )
-        except (SpecError, TypeError, ValueError) as exc:
-            raise SpecError(f"task {task_id}: spec metadata: {exc}") from None
-        model = adapter.build_model(model_config(spec), seed=0)
-        layout = ParameterLayout.from_state_dict(dict(model.named_parameters()))
+            digest, uri = str(tokenizer["digest"]), str(tokenizer["uri"])
+        except SpecError as exc:
+            raise SpecError(f"task {task_id}: {exc}") from None
+        except (KeyError, TypeError):
+            raise SpecError(f"task {task_id}: spec metadata needs the tokenizer's digest and uri") from None
+        tokenizer_json = fetch_by_digest(blobs, digest, (uri,), max_bytes=MAX_TOKENIZER_BYTES)
+        layout = state_layout(adapter, spec)
         return cls(
             task_id=task_id,
             market=market,
@@ -357,11 +357,35 @@ class TaskContext:
             put_signed(self.blobs, state.path.read_bytes(), root, signer)
         return root
 
-    def build_model(self, state: TrainingState | None = None) -> torch.nn.Module:
+    def build_model(self, state: TrainingState | StateFile | None = None) -> torch.nn.Module:
+        """The task's model with ``state``'s weights (a LoRA task's: the base model's weights and
+        adapters holding ``state``; without a state, the adapters ``peft`` initialises)."""
         model = self.adapter.build_model(model_config(self.spec), seed=0)
+        lora = self.spec.model.lora
+        if lora is not None:
+            load_base_weights(model, self.base_weights(model))
+            model = apply_lora(model, lora, seed=0)
         if state is not None:
             load_weights(model, state)
         return model
+
+    def base_weights(self, base: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """A LoRA task's base model weights: the blob ``model.lora.base`` pins, fetched by digest
+        (bounded by the size of ``base``'s state), decoded in ``base``'s layout, cached."""
+        lora = self.spec.model.lora
+        if lora is None:
+            raise SpecError(f"task {self.task_id} trains no LoRA adapters: it has no base model")
+        if self._base_weights is None:
+            layout = ParameterLayout.from_state_dict(dict(base.named_parameters()))
+            data = fetch_by_digest(
+                self.blobs, lora.base_digest, (lora.base_uri,), max_bytes=max_state_bytes(layout.numel)
+            )
+            try:
+                state = TrainingState.from_bytes(data, expected_layout=layout)
+            except ValueError as exc:
+                raise SpecError(f"task {self.task_id}: the base model blob does not decode: {_one_line(exc)}") from None
+            self._base_weights = state.to_state_dict()
+        return self._base_weights
 
 
 class StateUnavailable(SynclineError):
@@ -455,16 +479,27 @@ def model_config(spec: TrainingTaskSpec) -> dict[str, Any]:
     return {"family": spec.model.family, **dict(spec.model.config)}
 
 
+def state_layout(adapter: ModalityAdapter, spec: TrainingTaskSpec) -> ParameterLayout:
+    """The layout of the task's state: the trained parameters (:func:`trained_parameters`) of the
+    model the spec describes, built on the ``meta`` device (no weight is allocated)."""
+    with torch.device("meta"):
+        model = adapter.build_model(model_config(spec), seed=0)
+        if spec.model.lora is not None:
+            model = apply_lora(model, spec.model.lora, seed=0)
+    return ParameterLayout.from_state_dict(trained_parameters(model))
+
+
 def load_weights(model: torch.nn.Module, state: TrainingState | StateFile) -> None:
-    """Copy the state's weights into the model's parameters (tied parameters appear once)."""
+    """Copy the state's weights into the model's trained parameters (tied parameters appear once)."""
     if isinstance(state, StateFile):
         state.load_into(model)
         return
-    params = dict(model.named_parameters())
+    params = trained_parameters(model)
     with torch.no_grad():
         for name, tensor in state.to_state_dict().items():
             params[name].copy_(tensor)
 
 
 def flat_parameters(model: torch.nn.Module, layout: ParameterLayout) -> torch.Tensor:
-    return layout.flatten({k: v.detach().float().cpu() for k, v in model.named_parameters()})
+    """The model's trained parameters as one float32 vector in ``layout``'s order."""
+    return layout.flatten({k: v.detach().float().cpu() for k, v in trained_parameters(model).items()})

@@ -141,8 +141,6 @@ class LocalNetwork:
                 shutil.rmtree(old, ignore_errors=True)
         trainer_base = _read_config(trainer_config)
         witness_base = _read_config(witness_config)
-        # The trainer's H must be the task's: taken from the spec, not from the base config.
-        trainer_base["inner"] = {**(trainer_base.get("inner") or {}), "inner_steps": spec.inner_steps}
         (self.directory / "logs").mkdir(parents=True, exist_ok=True)
         agents: list[LocalAgent] = []
         try:

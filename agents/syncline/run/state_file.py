@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from syncline.modality.lora import trained_parameters
 from syncline.protocol.disk_round import state_root_on_disk
 from syncline.protocol.fixed_point import (
     CHUNK_SIZE,
@@ -134,7 +135,7 @@ class StateFile:
         """Copy the Q32 weights into ``model``'s parameters as float32 (exactly what
         :func:`syncline.run.context.load_weights` does with a :class:`TrainingState`), one
         parameter block at a time."""
-        params = dict(model.named_parameters())
+        params = trained_parameters(model)
         weights, _ = self.regions()
         try:
             with torch.no_grad():

@@ -28,6 +28,7 @@ import torch
 from syncline.blobstore import BlobStore
 from syncline.blobstore.store import digest_of_file
 from syncline.errors import SpecError
+from syncline.modality.base import ModalityAdapter
 from syncline.modality.language import (
     METHODS,
     LanguageAdapter,
@@ -38,10 +39,11 @@ from syncline.modality.language import (
     tokenize_sft_corpus,
     train_tokenizer,
 )
+from syncline.modality.lora import apply_lora, load_base_weights, merged_model, trained_parameters
 from syncline.paths import state_dir
 from syncline.protocol.hashing import keccak
 from syncline.protocol.layout import ParameterLayout
-from syncline.protocol.spec import TrainingTaskSpec
+from syncline.protocol.spec import LoraSpec, TrainingTaskSpec
 from syncline.protocol.state import TrainingState
 from syncline.run.context import TaskContext, fetch_by_digest, load_weights, model_config
 from syncline.run.state_file import use_disk_state
@@ -222,6 +224,7 @@ def publish_language_task(
     seed: int = 0,
     source: DataSource | None = None,
     method: str = "pretrain",
+    lora: Mapping[str, Any] | None = None,
 ) -> PublishedTask:
     """Publish every artifact of a language task and return its spec (not yet posted on chain).
 
@@ -231,6 +234,11 @@ def publish_language_task(
     ``method`` ``sft`` trains on the source's prompt/response pairs with the loss on the responses
     only (:func:`prepare_sft_corpus`; ``metadata.method``); ``pretrain`` (the default, not written
     in the spec) on every token.
+
+    ``lora`` (``{r, alpha, target_modules}``) trains LoRA adapters on the model instead of its
+    weights: the model's initial weights become the base model, published as a blob and pinned by
+    its digest in ``model.lora.base``; the task's state, layout and ``param_count`` are the
+    adapters' (initialised by ``peft`` from ``seed``).
 
     ``template`` holds the remaining spec fields (rounds, witnesses, stake, bonds, ...) as in a
     YAML spec. ``param_count`` is always the model's canonical parameter count (the layout's
@@ -260,6 +268,8 @@ def publish_language_task(
         net = adapter.build_model({"family": family, **config}, seed=seed)
         params = {k: v.detach() for k, v in net.named_parameters()}
         initial = TrainingState.from_model_state_dict(params, ParameterLayout.from_state_dict(params))
+    if lora is not None:  # the initial weights are the frozen base; the state is the adapters'
+        initial, spec_model_ = _lora_initial_state(blobs, adapter, initial, spec_model_, lora, seed=seed)
     tokenizer = blobs.put(corpus.tokenizer_json.encode())
     shard_refs = [blobs.put(s) for s in corpus.shards]
     validation = blobs.put(corpus.validation)
@@ -305,10 +315,48 @@ def publish_language_task(
     return PublishedTask(spec=spec, spec_uri=ref.uri, initial_state=initial)
 
 
+def sponsor_lora(lora: Mapping[str, Any], *, base_digest: str, base_uri: str = "") -> LoraSpec:
+    """A sponsor's ``model.lora`` (``{r, alpha, target_modules}``) with the base model pinned by
+    ``base_digest``; the sponsor never writes ``base`` (the tooling publishes the base model)."""
+    if "base" in lora:
+        raise SpecError("model.lora.base: the sponsor tooling publishes the base model and fills it in; leave it out")
+    return LoraSpec.from_mapping({**lora, "base": {"digest": base_digest, "uri": base_uri}})
+
+
+def _lora_initial_state(
+    blobs: BlobStore,
+    adapter: ModalityAdapter,
+    base: TrainingState,
+    spec_model_: dict[str, Any],
+    lora: Mapping[str, Any],
+    *,
+    seed: int,
+) -> tuple[TrainingState, dict[str, Any]]:
+    """Publish ``base`` (the whole model's initial weights) as the LoRA task's base model blob and
+    return the adapters' initial state and the spec's ``model`` with ``lora`` (the base pinned by
+    the blob's digest)."""
+    base_ref = blobs.put(base.to_bytes())
+    lora_spec = sponsor_lora(lora, base_digest=base_ref.digest, base_uri=base_ref.uri)
+    net = adapter.build_model({"family": spec_model_["family"], **spec_model_["config"]}, seed=seed)
+    load_base_weights(net, base.to_state_dict())
+    net = apply_lora(net, lora_spec, seed=seed)
+    params = {k: v.detach() for k, v in trained_parameters(net).items()}
+    initial = TrainingState.from_model_state_dict(params, ParameterLayout.from_state_dict(params))
+    return initial, {**spec_model_, "lora": lora_spec.to_mapping()}
+
+
+LORA_ADAPTER_DIR = "adapter"
+"""Where :func:`export_model` writes a LoRA task's adapter (``peft``'s ``save_pretrained``)."""
+
+
 def export_model(ctx: TaskContext, state_root: str, out_dir: Path) -> Path:
     """Write the state as a Hugging Face ``save_pretrained`` directory (model + tokenizer): the
     spec's model family, loadable with ``AutoModelForCausalLM.from_pretrained`` and its tokenizer
-    with ``AutoTokenizer.from_pretrained`` (a pretrained model's tokenizer files as published)."""
+    with ``AutoTokenizer.from_pretrained`` (a pretrained model's tokenizer files as published).
+
+    A LoRA task's export is the merged model (the base with the adapters folded in) in
+    ``out_dir`` and the adapter alone in ``out_dir/adapter``, which ``peft`` loads on top of the
+    base (``PeftModel.from_pretrained(base, out_dir / "adapter")``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     before = {p.name: p.stat().st_mtime_ns for p in out_dir.iterdir()}
     if use_disk_state(ctx.layout.numel, None):  # streamed from a file, one parameter at a time
@@ -321,6 +369,14 @@ def export_model(ctx: TaskContext, state_root: str, out_dir: Path) -> Path:
         state = ctx.fetch_state(state_root)
         model = ctx.build_model(state)
         weights_keccak = _hex(keccak(state.to_bytes()))
+    lora = ctx.spec.model.lora
+    if lora is not None:  # the adapter alone (peft's format), then the merged model beside it
+        adapter_dir = out_dir / LORA_ADAPTER_DIR
+        adapter_dir.mkdir(exist_ok=True)
+        adapter_before = {p.name: p.stat().st_mtime_ns for p in adapter_dir.iterdir()}
+        model.save_pretrained(adapter_dir)  # type: ignore[operator]
+        _share_written(adapter_dir, adapter_before)
+        model = merged_model(model)
     model.save_pretrained(out_dir)  # type: ignore[operator]
     write_tokenizer(out_dir, ctx.tokenizer_json, tokenizer_side_files(ctx))
     (out_dir / "syncline.json").write_text(
@@ -331,6 +387,7 @@ def export_model(ctx: TaskContext, state_root: str, out_dir: Path) -> Path:
                 "spec_hash": ctx.spec.spec_hash,
                 "model": model_config(ctx.spec),
                 "weights_keccak": weights_keccak,
+                **({"lora": lora.to_mapping(), "adapter_dir": LORA_ADAPTER_DIR} if lora is not None else {}),
             },
             indent=2,
         )
@@ -394,6 +451,7 @@ def check_language_template(
     model: Mapping[str, Any] | PretrainedModel,
     now: int,
     sponsor: str,
+    lora: Mapping[str, Any] | None = None,
 ) -> TrainingTaskSpec:
     """Validate a sponsor's language-task template before any artifact is built or uploaded.
 
@@ -411,6 +469,12 @@ def check_language_template(
             "family": str(model.get("family", "llama")),
             "config": {k: v for k, v in model.items() if k != "family"},
         }
+    if lora is not None:
+        lora_spec = sponsor_lora(lora, base_digest=placeholder)
+        with torch.device("meta"):  # the adapters must find their target modules in this model
+            net = LanguageAdapter().build_model({"family": described["family"], **described["config"]}, seed=0)
+            apply_lora(net, lora_spec, seed=0)
+        described["lora"] = lora_spec.to_mapping()
     data.update(
         modality="language",
         model=described,

@@ -47,7 +47,7 @@ from syncline.protocol.signed_messages import Commitment
 from syncline.protocol.spot_checks import claims_over, kept_rounds
 from syncline.protocol.state import TrainingState
 from syncline.protocol.streaming import ArrayRegion
-from syncline.run.agent_config import AgentConfig, ConfigError
+from syncline.run.agent_config import AgentConfig
 from syncline.run.context import StateUnavailable, TaskContext, payload_file_path
 from syncline.run.gossip import TrainerReport, announce_commitment, announce_report
 from syncline.run.local_store import append_record, claim_state_dir
@@ -195,13 +195,7 @@ class TrainerAgent:
             return False
         t = self.market.task(task_id)
         if self.ctx is None:
-            ctx = TaskContext.load(self.market, self.blobs, task_id)
-            if ctx.spec.inner_steps != self.cfg.inner.inner_steps:
-                raise ConfigError(
-                    f"inner.inner_steps={self.cfg.inner.inner_steps} but task {task_id} requires H="
-                    f"{ctx.spec.inner_steps}; gradients with another H are rejected"
-                )
-            self.ctx = ctx
+            self.ctx = TaskContext.load(self.market, self.blobs, task_id)
         self._flush_outbox()
         me = self.market.trainer(task_id, self.signer.address)
         if t.status == TaskStatus.ENROLLING:
@@ -618,7 +612,8 @@ class TrainerAgent:
                 self.ctx.adapter,
                 self.ctx.build_model(),
                 self.ctx.layout,
-                self.cfg.inner,
+                # H is the task's (spec.inner_steps), never the trainer's config
+                replace(self.cfg.inner, inner_steps=self.ctx.spec.inner_steps),
                 device=self.cfg.device,
                 dtype=self.cfg.dtype,
                 gradient_checkpointing=self.cfg.gradient_checkpointing,

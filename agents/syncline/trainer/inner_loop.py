@@ -25,7 +25,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from syncline.modality.language import LanguageAdapter
+from syncline.modality.base import ModalityAdapter
+from syncline.modality.lora import trained_parameters
 from syncline.protocol.checkpoints import (
     Checkpoint,
     CheckpointError,
@@ -118,7 +119,7 @@ class InnerLoop:
 
     def __init__(
         self,
-        adapter: LanguageAdapter,
+        adapter: ModalityAdapter,
         model: torch.nn.Module,
         layout: ParameterLayout,
         cfg: InnerOptimizerConfig,
@@ -145,7 +146,7 @@ class InnerLoop:
             enable_checkpointing()
         self.model.train()
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
+            list(trained_parameters(self.model).values()),  # a LoRA model's adapters only
             lr=cfg.lr,
             betas=(cfg.beta1, cfg.beta2),
             weight_decay=cfg.weight_decay,
@@ -294,7 +295,7 @@ class InnerLoop:
 
     def checkpoint(self, step: int) -> Checkpoint:
         """The loop's full state now, labelled as after ``step`` inner steps of the round."""
-        named = dict(self.model.named_parameters())
+        named = trained_parameters(self.model)
         exp_avg: dict[str, torch.Tensor] = {}
         exp_avg_sq: dict[str, torch.Tensor] = {}
         counts: list[int] = []
@@ -326,7 +327,7 @@ class InnerLoop:
         """Stream ``self.checkpoint(step).to_bytes()`` into ``out``, one parameter at a time: the
         same bytes without the three flat float32 copies (12 bytes per parameter) a
         :class:`Checkpoint` holds."""
-        named = dict(self.model.named_parameters())
+        named = trained_parameters(self.model)
         entries = self.layout.entries
         states = [self.optimizer.state.get(named[e.name]) for e in entries]
         rng_state = bytes(torch.get_rng_state().numpy().tobytes())
@@ -357,7 +358,7 @@ class InnerLoop:
         """Put the model, the optimizer (moments, step counts, coefficients), the batch size, the
         autocast dtype and the CPU generator exactly in the state ``ckpt`` records."""
         ckpt.check_layout(self.layout)
-        named = dict(self.model.named_parameters())
+        named = trained_parameters(self.model)
         params = self.layout.unflatten(ckpt.params)
         avgs = self.layout.unflatten(ckpt.exp_avg)
         sqs = self.layout.unflatten(ckpt.exp_avg_sq)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-from syncline.modality.language import LanguageAdapter
+from syncline.modality.base import ModalityAdapter
 from syncline.protocol.checkpoints import Checkpoint, CheckpointError, segment_bounds
 from syncline.protocol.chunking import gradient_chunk_root
 from syncline.protocol.layout import ParameterLayout
@@ -71,7 +71,7 @@ def replay_config(ckpt: Checkpoint, inner_steps: int) -> InnerOptimizerConfig:
 
 
 def replay_segment(
-    adapter: LanguageAdapter,
+    adapter: ModalityAdapter,
     model: torch.nn.Module,
     layout: ParameterLayout,
     checkpoint: Checkpoint,
