@@ -1,5 +1,6 @@
-"""Defaults of the post-task form (the demo's task) and every bound the contract checks at
-``postTask`` (``TaskEscrow._validateSpec``, ``TierPolicy``), so the browser can validate as it types."""
+"""Defaults of the post-task form (the sponsor's default task, ``syncline.sponsor.task_defaults``)
+and every bound the contract checks at ``postTask`` (``TaskEscrow._validateSpec``, ``TierPolicy``),
+so the browser can validate as it types."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from syncline.api.schemas import CORPUS_BOUNDS, MODEL_BOUNDS
-from syncline.demo.training_run import DemoPlan, _template
 from syncline.protocol import tier_policy
 from syncline.protocol.enums import AggregationRule, Tier
 from syncline.protocol.spec import (
@@ -19,15 +19,16 @@ from syncline.protocol.spec import (
     ONCHAIN_BITS,
     PPM,
 )
+from syncline.sponsor.task_defaults import TaskDefaults, default_task
 
 DEVNET_WITNESS_ACCOUNTS = (4, 5, 6)  # the demo's witness accounts
 
 
-def default_spec(plan: DemoPlan, witnesses: Sequence[str], now: int) -> dict[str, Any]:
-    """The demo's task (``syncline.demo.training_run._template``) with every rule parameter spelled
-    out, the given witnesses and wei as decimal strings."""
-    spec = _template(plan, [], now)
-    spec["aggregation"] = {"rule": plan.rule, "trim_fraction": 0.0, "krum_f": 0, "clip_radius": 0.0}
+def default_spec(defaults: TaskDefaults, witnesses: Sequence[str], now: int) -> dict[str, Any]:
+    """The default task (``syncline.sponsor.task_defaults.default_task``) with every rule parameter
+    spelled out, the given witnesses and wei as decimal strings."""
+    spec = default_task(defaults, [], now)
+    spec["aggregation"] = {"rule": defaults.rule, "trim_fraction": 0.0, "krum_f": 0, "clip_radius": 0.0}
     spec["witnesses"] = [w.lower() for w in witnesses]
     return {k: str(v) if k.endswith("_wei") else v for k, v in spec.items()}
 
@@ -117,15 +118,15 @@ def limits(now: int) -> dict[str, Any]:
 
 
 def template(dev_accounts: Sequence[str], now: int) -> dict[str, Any]:
-    """``GET /api/template``: the demo's spec, corpus and model, the limits and the chain time."""
-    plan = DemoPlan()
+    """``GET /api/template``: the default task's spec, corpus and model, the limits and the chain time."""
+    defaults = TaskDefaults()
     witnesses = (
         [dev_accounts[i] for i in DEVNET_WITNESS_ACCOUNTS] if len(dev_accounts) > max(DEVNET_WITNESS_ACCOUNTS) else []
     )
     return {
-        "spec": default_spec(plan, witnesses, now),
-        "corpus": {"shard_count": plan.shard_count, "vocab_size": plan.vocab_size, "seq_len": plan.seq_len},
-        "model": dict(plan.model),
+        "spec": default_spec(defaults, witnesses, now),
+        "corpus": defaults.corpus,
+        "model": dict(defaults.model),
         "limits": limits(now),
         "chain_time": now,
     }
