@@ -90,7 +90,8 @@ def test_importing_the_api_and_the_sponsor_package_loads_no_demo_module() -> Non
     """The same, transitively: nothing the API's app or the sponsor's modules import pulls the demo in."""
     code = (
         "import sys, pkgutil, importlib, syncline.api.app, syncline.sponsor\n"
-        "for m in pkgutil.iter_modules(syncline.sponsor.__path__): importlib.import_module('syncline.sponsor.' + m.name)\n"
+        "for m in pkgutil.iter_modules(syncline.sponsor.__path__):\n"
+        "    importlib.import_module('syncline.sponsor.' + m.name)\n"
         "print(sorted(n for n in sys.modules if n == 'syncline.demo' or n.startswith('syncline.demo.')))\n"
     )
     out = subprocess.run(
