@@ -23,6 +23,7 @@ def test_the_template_lists_what_each_source_type_takes(tmp_path: Path) -> None:
     assert sources["types"] == list(CorpusParams.model_fields["type"].annotation.__args__)  # type: ignore[union-attr]
     assert sources["default"] == "shakespeare" and sources["methods"] == list(METHODS)
     assert sources["method_fields"] == {"pretrain": ["text_field"], "sft": ["prompt_field", "response_field"]}
+    assert sources["method_requires"] == {"pretrain": [], "sft": ["prompt_field", "response_field"]}
     (tmp_path / "data").mkdir()
     for kind, fields in sources["fields"].items():
         # Every listed field is accepted by the source reader the API uses ...

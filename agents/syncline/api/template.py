@@ -36,7 +36,10 @@ METHOD_FIELDS: dict[str, tuple[str, ...]] = {
     "sft": ("prompt_field", "response_field"),
 }
 """The record fields the form asks for under each training method: pretraining reads a text field
-(``text`` when not given); SFT needs a prompt field and a response field (the loss is on the response)."""
+(``text`` when not given) or whole documents; SFT reads a prompt field and a response field."""
+METHOD_REQUIRES: dict[str, tuple[str, ...]] = {"pretrain": (), "sft": ("prompt_field", "response_field")}
+"""The fields a method cannot train without: SFT needs prompt/response pairs (the loss is on the
+response), so only a source type that takes both fields can feed it."""
 
 
 def default_spec(defaults: TaskDefaults, witnesses: Sequence[str], now: int) -> dict[str, Any]:
@@ -144,6 +147,7 @@ def sources(*, data_dir_configured: bool) -> dict[str, Any]:
         "methods": list(METHODS),
         "default_method": METHODS[0],
         "method_fields": {name: list(fields) for name, fields in METHOD_FIELDS.items()},
+        "method_requires": {name: list(fields) for name, fields in METHOD_REQUIRES.items()},
         "default_text_field": DEFAULT_TEXT_FIELD,
         "default_split": DEFAULT_SPLIT,
         "default_globs": list(DEFAULT_TEXT_GLOBS),
