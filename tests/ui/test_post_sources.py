@@ -161,6 +161,11 @@ def test_the_form_posts_an_sft_task_from_a_jsonl_file(stack: Stack, new_page: An
     fill(page, {"corpus.path": "chat/mills.jsonl", "corpus.prompt_field": "q", "corpus.response_field": "q"})
     assert "must differ" in tid(page, "field-error-corpus.response_field").inner_text()
     fill(page, {"name": "form-sft", **SHORT_RUN, **TINY_LLAMA, "corpus.response_field": "a"})
+    # A rule parameter left invalid and then hidden (another rule picked) is sent as 0, not parsed.
+    page.select_option('[name="aggregation.rule"]', "krum")
+    fill(page, {"aggregation.krum_f": "x"})
+    assert tid(page, "field-error-aggregation.krum_f").count() == 1
+    page.select_option('[name="aggregation.rule"]', "coordinate_median")
     assert page.locator('[data-testid^="field-error-"]').count() == 0
 
     body = submit_and_capture(page)
@@ -174,6 +179,12 @@ def test_the_form_posts_an_sft_task_from_a_jsonl_file(stack: Stack, new_page: An
         "seq_len": 32,
     }
     assert body["spec"]["method"] == "sft" and body["model"]["hidden_size"] == 16
+    assert body["spec"]["aggregation"] == {
+        "rule": "coordinate_median",
+        "trim_fraction": 0,
+        "krum_f": 0,
+        "clip_radius": 0,
+    }
     _, spec = posted_spec(stack, page)
     assert spec.name == "form-sft" and spec.metadata["method"] == "sft" and spec.dataset.shard_count == 3
 
