@@ -657,7 +657,13 @@ def cmd_api(args: argparse.Namespace) -> int:
     blob_store = settings.blob_store
     server = ApiServer(settings)
     url = server.start()
-    log.info("api.serving", url=url, market=server.services.deployment.market, blob_store=blob_store)
+    log.info(
+        "api.serving",
+        url=url,
+        market=server.services.deployment.market,
+        blob_store=blob_store,
+        data_dir=str(settings.source_dir),
+    )
     print(url, flush=True)
     try:
         while True:

@@ -5,8 +5,8 @@ A real anvil, blob service and API server (its data directory a temp dir holding
 prompt/response pairs and a tiny pretrained Llama saved with ``save_pretrained``); Chromium fills
 the form, the API prepares the task, the browser posts it from anvil's development account. The
 posted spec's shards are decoded with its tokenizer: the JSONL's responses, not Shakespeare. A
-pretrained directory outside the data directory, or missing, shows the API's one-line refusal
-next to the form, and nothing reaches the chain.
+pretrained directory outside the data directory, or missing, or a column the file lacks, shows the
+API's one-line refusal next to the form, and nothing reaches the chain.
 """
 
 from __future__ import annotations
@@ -248,7 +248,7 @@ def test_the_form_posts_a_task_from_a_pretrained_model_directory(
     assert page_errors == []
 
 
-def test_a_refused_model_directory_shows_the_api_error_next_to_the_form(
+def test_a_refused_model_directory_or_column_shows_the_api_error_next_to_the_form(
     stack: Stack, new_page: Any, page_errors: PageErrors
 ) -> None:
     page = new_page
@@ -268,9 +268,23 @@ def test_a_refused_model_directory_shows_the_api_error_next_to_the_form(
         message = tid(page, "post-error-message").inner_text()
         assert message.startswith(expected) and "\n" not in message
         assert str(stack.data_dir) not in message  # the server's own paths are never echoed
+        # The refusal names the field: it shows there too, without blocking a corrected retry.
+        assert tid(page, "field-server-error-model.pretrained").inner_text() == message
         assert tid(page, "post-submit").is_enabled()  # the sponsor fixes the path and tries again
     assert tid(page, "error").count() == 0  # shown next to the form, not in the page's error bar
+    fill(page, {"model.pretrained": "models/tiny-llama"})
+    assert tid(page, "field-server-error-model.pretrained").count() == 0  # edited: the refusal is gone
+
+    # A column the file does not have is found when the API reads it: the same one line.
+    page.select_option('[name="model.source"]', "config")
+    page.select_option('[name="corpus.type"]', "jsonl")
+    page.select_option('[name="method"]', "sft")
+    fill(page, {"corpus.path": "chat/mills.jsonl", "corpus.prompt_field": "question", "corpus.response_field": "a"})
+    submit_and_capture(page)
+    tid(page, "post-error").wait_for()
+    message = tid(page, "post-error-message").inner_text()
+    assert message == "chat/mills.jsonl line 1: no field 'question' (fields present: 'a', 'q')", message
     assert stack.market.task_count() == before
     # Chromium logs each refused request as a console error; nothing else went wrong.
     refused = [e for e in page_errors if "status of 422 (Unprocessable Entity)" in e]
-    assert len(refused) == 2 and [e for e in page_errors if e not in refused] == []
+    assert len(refused) == 3 and [e for e in page_errors if e not in refused] == []

@@ -198,6 +198,7 @@ export function postPage(): Page {
   const hints = new Map<string, HTMLElement>();
   const errorSlots = new Map<string, HTMLElement>();
   let errors = new Map<string, string>();
+  const serverErrors = new Map<string, string>();
   let busy = false;
   let timer: number | null = null;
 
@@ -521,11 +522,13 @@ export function postPage(): Page {
       const slot = errorSlots.get(def.name);
       const input = inputs.get(def.name);
       if (!slot || !input) continue;
-      const message = errors.get(def.name);
+      // The form's own check first; else the API's refusal that named this field (until it is edited).
+      const message = errors.get(def.name) ?? serverErrors.get(def.name);
+      const testid = errors.has(def.name) ? `field-error-${def.name}` : `field-server-error-${def.name}`;
       const existing = slot.firstElementChild as HTMLElement | null;
       if (message) {
-        if (existing) existing.textContent = message;
-        else slot.appendChild(h("div", { class: "field-error", id: `err-${fieldId(def.name)}`, testid: `field-error-${def.name}` }, message));
+        if (existing && existing.dataset.testid === testid) existing.textContent = message;
+        else replace(slot, h("div", { class: "field-error", id: `err-${fieldId(def.name)}`, testid }, message));
         input.setAttribute("aria-invalid", "true");
       } else {
         existing?.remove();
@@ -613,6 +616,7 @@ export function postPage(): Page {
     inputs.set(def.name, input);
     const onChange = () => {
       values[def.name] = input instanceof HTMLInputElement && input.type === "checkbox" ? input.checked : input.value;
+      serverErrors.delete(def.name);
       update();
     };
     input.addEventListener("input", onChange);
@@ -732,6 +736,12 @@ export function postPage(): Page {
   }
 
   function showFormError(message: string | null): void {
+    serverErrors.clear();
+    // A refusal that names a field ("corpus.path 'x' does not exist…", "model.pretrained …") shows there too.
+    const named = message === null ? null : /^(corpus\.[a-z_]+|model\.pretrained|spec\.method)\b/.exec(message);
+    const field = named ? (named[1] === "spec.method" ? "method" : named[1]!) : null;
+    if (message !== null && field !== null && inputs.has(field)) serverErrors.set(field, oneLine(message));
+    update();
     formError.hidden = message === null;
     replace(formError, ...(message === null ? [] : [h("strong", null, "The API refused the task: "), h("span", { testid: "post-error-message" }, oneLine(message))]));
     if (message !== null) formError.scrollIntoView({ block: "nearest" });
