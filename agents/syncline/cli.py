@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -37,6 +37,9 @@ from syncline.protocol.enums import TaskStatus
 from syncline.protocol.spec import TrainingTaskSpec
 from syncline.run.agent_config import TRAINER_MISBEHAVIOURS, WITNESS_MISBEHAVIOURS
 from syncline.run.loop import pending_time
+
+if TYPE_CHECKING:
+    from syncline.api.settings import ApiSettings
 
 log = get_logger("syncline.cli")
 
@@ -666,14 +669,18 @@ def cmd_network_down(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------- api
 
 
-def cmd_api(args: argparse.Namespace) -> int:
-    """Serve the sponsor API and web UI until Ctrl-C."""
-    from syncline.api import ApiServer, ApiSettings
+def api_settings_from_args(args: argparse.Namespace) -> ApiSettings:
+    """The API's settings from ``syncline api``'s options (``--data-dir`` wins over
+    ``$SYNCLINE_API_DATA_DIR``)."""
+    from syncline.api import ApiSettings
 
     blob_store = blob_store_from_args(args, "the API serves artifacts from a blob store")
     if not 0 <= args.port < 65536:
         raise SynclineError(f"--port {args.port} must be within 0..65535")
-    settings = ApiSettings(
+    data_dir: Path | None = args.data_dir.expanduser().resolve() if args.data_dir is not None else None
+    if data_dir is not None and data_dir.exists() and not data_dir.is_dir():
+        raise SynclineError(f"--data-dir {args.data_dir} is a file; give a directory (created if missing)")
+    return ApiSettings(
         deployment=args.deployment,
         blob_store=blob_store,
         rpc_url=args.rpc_url,
@@ -681,10 +688,25 @@ def cmd_api(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         frontend_dir=args.frontend,
+        data_dir=data_dir,
     )
+
+
+def cmd_api(args: argparse.Namespace) -> int:
+    """Serve the sponsor API and web UI until Ctrl-C."""
+    from syncline.api import ApiServer
+
+    settings = api_settings_from_args(args)
+    blob_store = settings.blob_store
     server = ApiServer(settings)
     url = server.start()
-    log.info("api.serving", url=url, market=server.services.deployment.market, blob_store=blob_store)
+    log.info(
+        "api.serving",
+        url=url,
+        market=server.services.deployment.market,
+        blob_store=blob_store,
+        data_dir=str(settings.source_dir),
+    )
     print(url, flush=True)
     try:
         while True:
@@ -747,6 +769,13 @@ def build_parser() -> argparse.ArgumentParser:
     api.add_argument("--host", default="127.0.0.1")
     api.add_argument("--port", type=int, default=8600, help="0 picks a free port")
     api.add_argument("--frontend", type=Path, default=None, help="built web UI (default: frontend/dist)")
+    api.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="the only directory a web client's data source or pretrained model may name "
+        "(default: $SYNCLINE_API_DATA_DIR, else .syncline/data)",
+    )
     api.set_defaults(func=cmd_api)
 
     for role, func, modes in (

@@ -41,11 +41,37 @@ export interface Limits {
   [key: string]: JsonValue | undefined;
 }
 
+/** What the form offers for the corpus and the model (GET /api/template `sources`). */
+export interface Sources {
+  /** Data source types; `default` is the built-in corpus. */
+  types: string[];
+  default: string;
+  /** The fields each source type takes besides `type` (path, glob, split, text/prompt/response fields). */
+  fields: Record<string, string[]>;
+  /** Source types whose records have named fields (the ones SFT can read). */
+  record_types: string[];
+  methods: string[];
+  default_method: string;
+  /** The record fields each training method reads (pretrain: text_field; sft: prompt_field, response_field). */
+  method_fields: Record<string, string[]>;
+  /** The fields a method cannot train without (sft: prompt_field, response_field): only a source type taking them can feed it. */
+  method_requires: Record<string, string[]>;
+  default_text_field: string;
+  default_split: string;
+  default_globs: string[];
+  /** How the model is given: "config" (a new Llama) or "pretrained" (a directory on the API server). */
+  models: string[];
+  /** Whether the server's data directory was chosen (--data-dir, $SYNCLINE_API_DATA_DIR) or is its default. */
+  data_dir_configured: boolean;
+  paths: string;
+}
+
 export interface Template {
   spec: JsonObject;
   corpus: JsonObject;
   model: JsonObject;
   limits: Limits;
+  sources?: Sources;
   chain_time: number;
 }
 

@@ -34,7 +34,7 @@ from syncline.chain.keys import Signer, from_private_key
 from syncline.chain.market import MarketClient, RoundView, TaskView, WitnessView
 from syncline.court.referee import Claim, find_manifest
 from syncline.demo.trainer_setup import TINY_MODEL
-from syncline.demo.training_run import AgentProcess, DemoPlan, TrainingDemo, _template
+from syncline.demo.training_run import AgentProcess, DemoPlan, TrainingDemo
 from syncline.protocol.checkpoints import CheckpointManifest, manifest_alias
 from syncline.protocol.seeds import round_seed
 from syncline.protocol.state import TrainingState
@@ -43,6 +43,7 @@ from syncline.run.agent_config import InnerOptimizerConfig
 from syncline.run.context import TaskContext
 from syncline.run.loop import pending_time
 from syncline.sponsor.task_builder import publish_language_task
+from syncline.sponsor.task_defaults import default_task
 from syncline.trainer.inner_loop import InnerLoop, replay_environment
 from syncline.trainer.segments import encode_payload
 
@@ -311,7 +312,7 @@ class ManualRun:
         witness_keys = keys[4 : 4 + self.plan.witnesses]
         published = publish_language_task(
             self.blobs,
-            template=_template(self.plan, [from_private_key(k) for k in witness_keys], chain_time(self.w3)),
+            template=default_task(self.plan, [from_private_key(k).address for k in witness_keys], chain_time(self.w3)),
             shard_count=self.plan.shard_count,
             vocab_size=self.plan.vocab_size,
             seq_len=self.plan.seq_len,

@@ -26,7 +26,6 @@ from syncline.chain.deployment import Deployment
 from syncline.chain.devnet import Devnet, chain_time
 from syncline.chain.keys import Signer, from_private_key
 from syncline.chain.market import MarketClient
-from syncline.demo.training_run import _template
 from syncline.protocol.chunking import gradient_chunk_root
 from syncline.protocol.enums import AggregationRule
 from syncline.protocol.fixed_point import CHUNK_SIZE, num_chunks
@@ -36,6 +35,7 @@ from syncline.protocol.sync_round import CommittedSubmission, RoundResult, compu
 from syncline.run.agent_config import config_from_mapping
 from syncline.run.context import max_payload_bytes
 from syncline.sponsor.task_builder import publish_language_task
+from syncline.sponsor.task_defaults import default_task
 from syncline.trainer.agent import TrainerAgent
 from syncline.trainer.inner_loop import RoundWork
 
@@ -459,7 +459,7 @@ def test_inner_steps_come_from_the_spec_not_the_trainer_config(
     plan = tiny_plan()
     published = publish_language_task(
         HttpBlobStore(blob_service.url),
-        template=_template(plan, witnesses, chain_time(market.w3)),
+        template=default_task(plan, [w.address for w in witnesses], chain_time(market.w3)),
         shard_count=plan.shard_count,
         vocab_size=plan.vocab_size,
         seq_len=plan.seq_len,

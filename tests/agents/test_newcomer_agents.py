@@ -23,9 +23,9 @@ from syncline.chain.deployment import Deployment
 from syncline.chain.devnet import chain_time, local_devnet
 from syncline.chain.keys import from_private_key
 from syncline.chain.market import MarketClient
-from syncline.demo.training_run import _template
 from syncline.run.agent_config import config_from_mapping
 from syncline.sponsor.task_builder import publish_language_task
+from syncline.sponsor.task_defaults import default_task
 
 from ._agent_harness import tiny_plan
 
@@ -121,7 +121,7 @@ def test_a_trainer_on_the_local_devnet_waits_for_its_task_then_enrolls(
         witnesses = [from_private_key(k) for k in dev_keys[4:7]]
         published = publish_language_task(
             HttpBlobStore(str(home.blob_url())),
-            template=_template(plan, witnesses, chain_time(market.w3)),
+            template=default_task(plan, [w.address for w in witnesses], chain_time(market.w3)),
             shard_count=plan.shard_count,
             vocab_size=plan.vocab_size,
             seq_len=plan.seq_len,
@@ -198,7 +198,7 @@ def test_network_agents_keep_their_state_for_the_same_task_only(
     def post() -> int:
         published = publish_language_task(
             HttpBlobStore(str(home.blob_url())),
-            template=_template(plan, witnesses, chain_time(market.w3)),
+            template=default_task(plan, [w.address for w in witnesses], chain_time(market.w3)),
             shard_count=plan.shard_count,
             vocab_size=plan.vocab_size,
             seq_len=plan.seq_len,

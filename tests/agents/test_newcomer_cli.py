@@ -22,8 +22,8 @@ from syncline.chain.deployment import Deployment
 from syncline.chain.devnet import Devnet, chain_time
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
-from syncline.demo.training_run import _template
 from syncline.sponsor.task_builder import publish_language_task
+from syncline.sponsor.task_defaults import default_task
 
 from ._agent_harness import SEQ_LEN, SHARD_COUNT, VOCAB_SIZE, tiny_plan
 
@@ -194,7 +194,7 @@ def test_the_downloaded_model_is_readable_by_others(
     plan = tiny_plan()
     published = publish_language_task(
         HttpBlobStore(blob_service.url),
-        template=_template(plan, witnesses, chain_time(market.w3)),
+        template=default_task(plan, [w.address for w in witnesses], chain_time(market.w3)),
         shard_count=SHARD_COUNT,
         vocab_size=VOCAB_SIZE,
         seq_len=SEQ_LEN,

@@ -34,11 +34,12 @@ from syncline.chain.devnet import chain_time, start_anvil
 from syncline.chain.keys import from_private_key
 from syncline.chain.market import MarketClient
 from syncline.court.referee import Verdict, referee_segment
-from syncline.demo.training_run import DemoPlan, TrainingDemo, _template
+from syncline.demo.training_run import DemoPlan, TrainingDemo
 from syncline.modality.language import LanguageAdapter
 from syncline.protocol.enums import RoundStatus, TaskStatus
 from syncline.run.context import TaskContext
 from syncline.sponsor.task_builder import export_model
+from syncline.sponsor.task_defaults import default_task
 
 from ._agent_harness import tiny_plan
 
@@ -100,7 +101,7 @@ def _run_market(
             deployment = deploy_market(w3, from_private_key(keys[0]), devnet.rpc_url, workdir)
             market = MarketClient.from_deployment(deployment, w3)
             witness_keys = keys[4:7]
-            spec = {**_template(plan, [from_private_key(k) for k in witness_keys], chain_time(w3)), **task}
+            spec = {**default_task(plan, [from_private_key(k).address for k in witness_keys], chain_time(w3)), **task}
             spec["enrollment_deadline"] = "+600"
             (sponsor / "task.yaml").write_text(yaml.safe_dump(spec))
             command = [

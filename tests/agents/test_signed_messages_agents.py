@@ -29,11 +29,11 @@ from syncline.chain.deployment import Deployment
 from syncline.chain.devnet import chain_time
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
-from syncline.demo.training_run import _template
 from syncline.errors import ChainError
 from syncline.run.agent_config import config_from_mapping
 from syncline.run.gossip import decode_commitment, read_vote
 from syncline.sponsor.task_builder import publish_language_task
+from syncline.sponsor.task_defaults import default_task
 from syncline.trainer.agent import TrainerAgent
 from syncline.witness.agent import WitnessAgent
 
@@ -98,7 +98,7 @@ def _start_task(
     blobs = ObservedBlobStore(tmp_path / "blobs")
     published = publish_language_task(
         blobs,
-        template=_template(plan, witnesses, chain_time(market.w3)),
+        template=default_task(plan, [w.address for w in witnesses], chain_time(market.w3)),
         shard_count=plan.shard_count,
         vocab_size=plan.vocab_size,
         seq_len=plan.seq_len,

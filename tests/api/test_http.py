@@ -22,9 +22,9 @@ from syncline.chain.devnet import chain_time
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
 from syncline.cli import main
-from syncline.demo.training_run import DemoPlan, _template
 from syncline.errors import SynclineError
 from syncline.protocol.spec import MAX_PARAM_COUNT, TrainingTaskSpec
+from syncline.sponsor.task_defaults import TaskDefaults, default_task
 
 from .conftest import Http, assert_error
 
@@ -72,7 +72,7 @@ def test_every_error_is_one_json_line(http: Http, market: MarketClient, sponsor:
     assert_error(http.post("/api/tasks/prepare", raw=b"{not json"), 422, "not valid JSON")
     assert_error(http.post("/api/tasks/prepare", {"spec": {}, "corpus": {}}), 422, "required field missing")
     good_corpus = {"shard_count": 3, "vocab_size": 300, "seq_len": 16}
-    model = dict(DemoPlan().model)
+    model = dict(TaskDefaults().model)
     bad = {"spec": {}, "corpus": {**good_corpus, "shard_count": "many"}, "model": model}
     assert_error(http.post("/api/tasks/prepare", bad), 422, "corpus.shard_count:")
     huge = {"spec": {}, "corpus": good_corpus, "model": {**model, "hidden_size": 16384}}
@@ -160,7 +160,7 @@ def test_config_and_template(
     template = http.ok("/api/template")
     now = template["chain_time"]
     assert abs(now - chain_time(w3)) <= 2
-    expected = _template(DemoPlan(), accounts[4:7], now)
+    expected = default_task(TaskDefaults(), [a.address for a in accounts[4:7]], now)
     spec = template["spec"]
     for name, value in expected.items():
         got = spec[name]
@@ -176,7 +176,7 @@ def test_config_and_template(
     assert limits["gradient_bits"] == [8, 16] and limits["max_window_s"] == 365 * 24 * 3600
     assert limits["model"]["hidden_size"]["max"] == 8192 and limits["corpus"]["shard_count"]["max"] == 256
     assert limits["model"]["max_parameters"] == MAX_PARAM_COUNT and limits["corpus"]["vocab_size"]["max"] == 65536
-    assert template["model"] == DemoPlan().model
+    assert template["model"] == TaskDefaults().model
 
 
 def test_the_event_stream_announces_new_blocks(

@@ -11,11 +11,11 @@ from syncline.api.errors import ApiError
 from syncline.api.prepare import check_request, model_parameter_count
 from syncline.api.schemas import CORPUS_BOUNDS, MODEL_BOUNDS, PrepareRequest
 from syncline.api.template import default_spec
-from syncline.demo.training_run import DemoPlan
 from syncline.errors import SpecError
 from syncline.modality.language import LanguageAdapter, llama_parameter_count
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.spec import MAX_PARAM_COUNT, MAX_SHARDS, TrainingTaskSpec
+from syncline.sponsor.task_defaults import TaskDefaults
 
 NOW = 1_700_000_000
 WITNESSES = [f"0x{i:040x}" for i in range(1, 4)]
@@ -32,7 +32,7 @@ TINY_LLAMA = {
 
 
 def request(model: dict[str, Any], *, vocab_size: int = 32000, shard_count: int = 3) -> PrepareRequest:
-    spec = default_spec(DemoPlan(), WITNESSES, NOW)
+    spec = default_spec(TaskDefaults(), WITNESSES, NOW)
     for name in ("modality", "model", "dataset", "initial_state_root"):
         spec.pop(name, None)
     return PrepareRequest.model_validate(

@@ -104,7 +104,9 @@ def _routes(services: ApiServices) -> APIRouter:
 
     @api.get("/template", response_model=Template)
     def get_template() -> dict[str, Any]:
-        return template(services.dev_accounts(), services.chain_time())
+        return template(
+            services.dev_accounts(), services.chain_time(), data_dir_configured=services.settings.data_dir_configured
+        )
 
     @api.post("/tasks/prepare", response_model=PreparedTask)
     def prepare(body: PrepareRequest, request: Request) -> PreparedTask:

@@ -143,6 +143,9 @@ class Template(BaseModel):
     corpus: CorpusSizes
     model: ModelParams
     limits: dict[str, Any]
+    sources: dict[str, Any]
+    """The data source types, the fields each takes, the training methods and the fields each reads
+    (``syncline.api.template.sources``): the form shows only the inputs a choice takes."""
     chain_time: int
 
 

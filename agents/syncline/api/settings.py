@@ -57,8 +57,9 @@ class ApiSettings:
     max_lag_blocks: int = 20
     """``/healthz`` reports ``degraded`` when the index is further than this behind the chain head."""
     data_dir: Path | None = None
-    """The only directory a prepare request's ``corpus.path`` may name (default: ``$SYNCLINE_API_DATA_DIR``,
-    else ``<state_dir>/data``): a web client cannot make the server read any other file."""
+    """The only directory a prepare request's ``corpus.path`` and ``model.pretrained`` may name
+    (``syncline api --data-dir``; default: ``$SYNCLINE_API_DATA_DIR``, else ``<state_dir>/data``): a web
+    client cannot make the server read any other file."""
     max_source_bytes: int = MAX_SOURCE_BYTES
     max_source_records: int = MAX_SOURCE_RECORDS
 
@@ -68,6 +69,12 @@ class ApiSettings:
         path = (self.state_dir or state_dir()) / "api"
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    @property
+    def data_dir_configured(self) -> bool:
+        """Whether the data directory was chosen (``--data-dir``, ``$SYNCLINE_API_DATA_DIR``)
+        rather than the default ``<state_dir>/data``."""
+        return self.data_dir is not None or bool(os.environ.get(DATA_DIR_ENV))
 
     @property
     def source_dir(self) -> Path:

@@ -1,13 +1,14 @@
-"""Defaults of the post-task form (the demo's task) and every bound the contract checks at
-``postTask`` (``TaskEscrow._validateSpec``, ``TierPolicy``), so the browser can validate as it types."""
+"""Defaults of the post-task form (the sponsor's default task, ``syncline.sponsor.task_defaults``)
+and every bound the contract checks at ``postTask`` (``TaskEscrow._validateSpec``, ``TierPolicy``),
+so the browser can validate as it types."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from syncline.api.schemas import CORPUS_BOUNDS, MODEL_BOUNDS
-from syncline.demo.training_run import DemoPlan, _template
+from syncline.api.schemas import CORPUS_BOUNDS, MODEL_BOUNDS, CorpusParams
+from syncline.modality.language import METHODS
 from syncline.protocol import tier_policy
 from syncline.protocol.enums import AggregationRule, Tier
 from syncline.protocol.spec import (
@@ -19,15 +20,33 @@ from syncline.protocol.spec import (
     ONCHAIN_BITS,
     PPM,
 )
+from syncline.sponsor.data_sources import (
+    DEFAULT_SPLIT,
+    DEFAULT_TEXT_FIELD,
+    DEFAULT_TEXT_GLOBS,
+    RECORD_SOURCES,
+    SOURCE_OPTIONS,
+    SOURCE_TYPES,
+)
+from syncline.sponsor.task_defaults import TaskDefaults, default_task
 
 DEVNET_WITNESS_ACCOUNTS = (4, 5, 6)  # the demo's witness accounts
+METHOD_FIELDS: dict[str, tuple[str, ...]] = {
+    "pretrain": ("text_field",),
+    "sft": ("prompt_field", "response_field"),
+}
+"""The record fields the form asks for under each training method: pretraining reads a text field
+(``text`` when not given) or whole documents; SFT reads a prompt field and a response field."""
+METHOD_REQUIRES: dict[str, tuple[str, ...]] = {"pretrain": (), "sft": ("prompt_field", "response_field")}
+"""The fields a method cannot train without: SFT needs prompt/response pairs (the loss is on the
+response), so only a source type that takes both fields can feed it."""
 
 
-def default_spec(plan: DemoPlan, witnesses: Sequence[str], now: int) -> dict[str, Any]:
-    """The demo's task (``syncline.demo.training_run._template``) with every rule parameter spelled
-    out, the given witnesses and wei as decimal strings."""
-    spec = _template(plan, [], now)
-    spec["aggregation"] = {"rule": plan.rule, "trim_fraction": 0.0, "krum_f": 0, "clip_radius": 0.0}
+def default_spec(defaults: TaskDefaults, witnesses: Sequence[str], now: int) -> dict[str, Any]:
+    """The default task (``syncline.sponsor.task_defaults.default_task``) with every rule parameter
+    spelled out, the given witnesses and wei as decimal strings."""
+    spec = default_task(defaults, [], now)
+    spec["aggregation"] = {"rule": defaults.rule, "trim_fraction": 0.0, "krum_f": 0, "clip_radius": 0.0}
     spec["witnesses"] = [w.lower() for w in witnesses]
     return {k: str(v) if k.endswith("_wei") else v for k, v in spec.items()}
 
@@ -116,16 +135,40 @@ def limits(now: int) -> dict[str, Any]:
     }
 
 
-def template(dev_accounts: Sequence[str], now: int) -> dict[str, Any]:
-    """``GET /api/template``: the demo's spec, corpus and model, the limits and the chain time."""
-    plan = DemoPlan()
+def sources(*, data_dir_configured: bool) -> dict[str, Any]:
+    """What the form offers for the corpus and the model, as data: the source types and the fields
+    each takes (``SOURCE_OPTIONS``), the training methods and the record fields each reads, and
+    whether the server's data directory was chosen (else it is ``<state_dir>/data``)."""
+    return {
+        "types": list(SOURCE_TYPES),
+        "default": CorpusParams.model_fields["type"].default,
+        "fields": {kind: list(SOURCE_OPTIONS[kind]) for kind in SOURCE_TYPES},
+        "record_types": list(RECORD_SOURCES),
+        "methods": list(METHODS),
+        "default_method": METHODS[0],
+        "method_fields": {name: list(fields) for name, fields in METHOD_FIELDS.items()},
+        "method_requires": {name: list(fields) for name, fields in METHOD_REQUIRES.items()},
+        "default_text_field": DEFAULT_TEXT_FIELD,
+        "default_split": DEFAULT_SPLIT,
+        "default_globs": list(DEFAULT_TEXT_GLOBS),
+        "models": ["config", "pretrained"],
+        "data_dir_configured": data_dir_configured,
+        "paths": "relative to the API's data directory (syncline api --data-dir DIR); nothing outside it is read",
+    }
+
+
+def template(dev_accounts: Sequence[str], now: int, *, data_dir_configured: bool = False) -> dict[str, Any]:
+    """``GET /api/template``: the default task's spec, corpus and model, the limits, the data
+    sources and methods the form offers, and the chain time."""
+    defaults = TaskDefaults()
     witnesses = (
         [dev_accounts[i] for i in DEVNET_WITNESS_ACCOUNTS] if len(dev_accounts) > max(DEVNET_WITNESS_ACCOUNTS) else []
     )
     return {
-        "spec": default_spec(plan, witnesses, now),
-        "corpus": {"shard_count": plan.shard_count, "vocab_size": plan.vocab_size, "seq_len": plan.seq_len},
-        "model": dict(plan.model),
+        "spec": default_spec(defaults, witnesses, now),
+        "corpus": defaults.corpus,
+        "model": dict(defaults.model),
         "limits": limits(now),
+        "sources": sources(data_dir_configured=data_dir_configured),
         "chain_time": now,
     }

@@ -18,10 +18,11 @@ from web3 import Web3
 
 from syncline.chain.market import MarketClient
 from syncline.demo.scenarios import SCENARIOS, Scenario
-from syncline.demo.training_run import ETH, DemoPlan, TrainingDemo
+from syncline.demo.training_run import DemoPlan, TrainingDemo
 from syncline.errors import SynclineError
 from syncline.observability import get_logger
 from syncline.protocol.enums import ChallengeKind, ChallengeStatus
+from syncline.sponsor.task_defaults import ETH
 
 log = get_logger("syncline.demo")
 

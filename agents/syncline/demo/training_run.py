@@ -27,7 +27,7 @@ from tqdm import tqdm
 from syncline.blobstore import BlobService, BlobStore, HttpBlobStore, LocalBlobStore
 from syncline.chain.deployment import Deployment, deploy_market
 from syncline.chain.devnet import Devnet, chain_time, start_anvil
-from syncline.chain.keys import Signer, from_private_key
+from syncline.chain.keys import from_private_key
 from syncline.chain.market import MarketClient
 from syncline.errors import SynclineError
 from syncline.observability import get_logger
@@ -35,57 +35,24 @@ from syncline.protocol.enums import RoundStatus, TaskStatus
 from syncline.protocol.receipt import TrainingReceipt
 from syncline.run.context import TaskContext
 from syncline.sponsor.task_builder import PublishedTask, export_model, publish_language_task
+from syncline.sponsor.task_defaults import ETH, TaskDefaults, default_task
 
-ETH = 10**18
 log = get_logger("syncline.demo")
 
 
 @dataclass(frozen=True)
-class DemoPlan:
-    """Sizes of the demo run; the defaults finish in a few minutes on 2 CPU cores."""
+class DemoPlan(TaskDefaults):
+    """The default task (``syncline.sponsor.task_defaults``) and how the demo's agents run it;
+    the defaults finish in a few minutes on 2 CPU cores."""
 
-    rounds: int = 8
-    inner_steps: int = 30
-    checkpoint_interval: int = 10  # inner steps between committed checkpoints (0: one segment)
-    round_duration_s: int = 20
-    grace_window_s: int = 20
-    challenge_window_s: int = 5
-    trainers: int = 3
-    witnesses: int = 3
-    threshold: int = 2
-    shard_count: int = 6
-    vocab_size: int = 1024
-    seq_len: int = 64
     batch_size: int = 8
     inner_lr: float = 1e-3
-    rule: str = "coordinate_median"
-    tier: str = "verified"
-    trainer_stake_wei: int = 1 * ETH
-    witness_bond_wei: int = 1 * ETH  # as much at stake as a trainer
-    challenge_bond_wei: int = ETH // 10
-    model: dict[str, Any] = field(
-        default_factory=lambda: {
-            "family": "llama",
-            "hidden_size": 128,
-            "intermediate_size": 384,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 4,
-            "max_position_embeddings": 64,
-            "tie_word_embeddings": True,
-        }
-    )
     timeout_s: float = 540.0
     misbehave: dict[str, str] = field(default_factory=dict)
     # Trainers that train in another precision than fp32, e.g. {"trainer-1": "bf16"} (CPU autocast).
     trainer_dtypes: dict[str, str] = field(default_factory=dict)
     # How much inner-loop re-execution the witnesses' challengers spend (all | spot | off).
     training_checks: str = "spot"
-    # eager: trainers upload every checkpoint with each commitment; on-demand: only the manifest,
-    # and a segment's checkpoints when the committee's spot-check draw or a claim names it.
-    checkpoints: str = "on-demand"
-    # The committee's draw rate in an on-demand task (None: the spec's default, ~8 % of the payload bytes).
-    spot_check_rate: float | None = None
     # Whether honest witnesses run the challenger (the browser tests leave a fault to the UI).
     witness_challenges: bool = True
     # Whether witnesses vote as soon as a round's work is complete (early close) or wait for its deadline.
@@ -107,45 +74,6 @@ class AgentProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
-
-
-def _template(plan: DemoPlan, witnesses: list[Signer], now: int) -> dict[str, Any]:
-    return {
-        "name": "shakespeare-llama-diloco",
-        "tier": plan.tier,
-        "aggregation": {"rule": plan.rule},
-        "inner_steps": plan.inner_steps,
-        "checkpoint_interval": plan.checkpoint_interval,
-        "rounds": plan.rounds,
-        "round_duration_s": plan.round_duration_s,
-        "grace_window_s": plan.grace_window_s,
-        "challenge_window_s": plan.challenge_window_s,
-        "trainer_stake_wei": plan.trainer_stake_wei,
-        "min_trainers": plan.trainers,
-        "max_trainers": plan.trainers,
-        "enrollment_deadline": now + 600,
-        "witnesses": [w.address for w in witnesses],
-        "threshold": plan.threshold,
-        "witness_fee_wei": ETH // 100,
-        "reward_pool_wei": 3 * ETH,
-        "outer_optimizer": {"lr": 0.7, "momentum": 0.9},
-        "gradient_bits": 8,
-        "max_missed_rounds": 2,
-        "eviction_slash_bps": 1000,
-        "witness_bond_wei": plan.witness_bond_wei,
-        "challenge_bond_wei": plan.challenge_bond_wei,
-        **_verification(plan),
-    }
-
-
-def _verification(plan: DemoPlan) -> dict[str, Any]:
-    """The spec's ``verification`` key: absent for eager checkpoints (the default policy)."""
-    if plan.checkpoints == "eager":
-        return {}
-    policy: dict[str, Any] = {"checkpoints": plan.checkpoints}
-    if plan.spot_check_rate is not None:
-        policy["spot_check_rate"] = plan.spot_check_rate
-    return {"verification": policy}
 
 
 class TrainingDemo:
@@ -202,7 +130,7 @@ class TrainingDemo:
         log.info(
             "sponsor.preparing", what="tokenizer + Shakespeare shards + initial Llama state (cached after first run)"
         )
-        template = _template(self.plan, [from_private_key(k) for k in witness_keys], chain_time(w3))
+        template = default_task(self.plan, [from_private_key(k).address for k in witness_keys], chain_time(w3))
         if self.publish_task is not None:
             published = self.publish_task(blobs, template)
         else:

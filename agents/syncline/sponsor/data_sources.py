@@ -63,6 +63,17 @@ DEFAULT_MAX_RECORDS = 1_000_000
 PAIR_SEPARATOR = "\n"
 """A prompt/response pair, read for pretraining, is ``prompt + "\\n" + response`` (one document)."""
 VALIDATION_FRACTION = 0.05
+_RECORD_OPTIONS = ("path", "text_field", "prompt_field", "response_field")
+SOURCE_OPTIONS: dict[SourceType, tuple[str, ...]] = {
+    "shakespeare": (),
+    "text_dir": ("path", "glob"),
+    "jsonl": _RECORD_OPTIONS,
+    "csv": _RECORD_OPTIONS,
+    "parquet": _RECORD_OPTIONS,
+    "hf_disk": (*_RECORD_OPTIONS, "split"),
+}
+"""The fields each source type takes besides ``type`` (``GET /api/template`` serves this table to
+the web form, which shows only these inputs)."""
 SIZE_FIELDS = ("shard_count", "vocab_size", "seq_len")
 LIMIT_FIELDS = ("max_bytes", "max_records")
 SOURCE_FIELDS = ("type", "corpus", "path", "text_field", "prompt_field", "response_field", "glob", "split")
@@ -185,7 +196,7 @@ class DataSource:
             return cls(type="shakespeare", max_bytes=max_bytes, max_records=max_records)
         if "path" not in strings:
             raise DataSourceError(f"{label}.path: a {kind} source needs a path")
-        allowed = {"type", "path"} | ({"glob"} if kind == "text_dir" else _field_names(kind))
+        allowed = {"type", *SOURCE_OPTIONS[kind]}
         extra = sorted(set(strings) - allowed)
         if extra:
             raise DataSourceError(f"{label}.{extra[0]}: a {kind} source takes only {', '.join(sorted(allowed))}")
@@ -228,11 +239,6 @@ class DataSource:
             "glob": self.glob,
             "split": self.split,
         }
-
-
-def _field_names(kind: str) -> set[str]:
-    names = {"text_field", "prompt_field", "response_field"}
-    return names | {"split"} if kind == "hf_disk" else names
 
 
 def _positive(raw: Mapping[str, Any], name: str, default: int, label: str) -> int:

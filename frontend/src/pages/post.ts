@@ -1,8 +1,10 @@
 // #/post : the post-a-task form. Every field of GET /api/template, grouped; defaults from the
 // template; client-side validation mirroring the contract (TaskEscrow._validateSpec) with the
-// template's `limits`; live escrow; submit = prepare (publish artifacts) + postTask from the wallet.
+// template's `limits`; the data source, training method and model from the template's `sources`
+// (only the inputs a choice takes are shown and sent); live escrow; submit = prepare (publish
+// artifacts) + postTask from the wallet. The API's refusal of a prepare shows under the form.
 import { isAddress } from "viem";
-import { api, type JsonObject, type JsonValue, type Prepared, type Template } from "../api";
+import { api, ApiError, oneLine, type JsonObject, type JsonValue, type Prepared, type Sources, type Template } from "../api";
 import { h, replace, spinner } from "../dom";
 import { eth, fromLocalInput, humanize, parseEth, relative, shortHex, time, toLocalInput, toWei, weiToEthText } from "../format";
 import { reportError, clearError, requestRefresh, type Page } from "../ui";
@@ -16,9 +18,12 @@ interface FieldDef {
   label: string;
   kind: Kind;
   group: GroupId;
-  help?: string;
-  options?: (v: Values) => string[];
-  visible?: (v: Values) => boolean;
+  help?: string | ((s: Sources) => string);
+  visible?: (v: Values, s: Sources | undefined) => boolean;
+  /** Not a template leaf: offered whenever the template has `sources`; sent only while shown and filled in. */
+  formOnly?: boolean;
+  placeholder?: (s: Sources) => string;
+  optionLabel?: (option: string) => string;
 }
 
 type GroupId = "basics" | "rounds" | "trainers" | "witnesses" | "aggregation" | "money" | "model" | "other";
@@ -30,7 +35,7 @@ const GROUPS: { id: GroupId; title: string; blurb: string }[] = [
   { id: "witnesses", title: "Witnesses", blurb: "The k-of-N committee that aggregates each round and finalizes its state root." },
   { id: "aggregation", title: "Aggregation", blurb: "The robust aggregation rule and the outer optimizer the witnesses apply." },
   { id: "money", title: "Money", blurb: "What you escrow now: the reward pool plus the witness fee budget." },
-  { id: "model", title: "Model & corpus", blurb: "The Llama configuration and the Shakespeare token shards trainers learn from." },
+  { id: "model", title: "Data & model", blurb: "Where the training texts come from (the built-in Shakespeare plays by default, or your own files on the API server), the training method, and the model: a new Llama from a config or your pretrained model." },
   { id: "other", title: "Other fields", blurb: "Further template fields, sent as given." },
 ];
 
@@ -70,18 +75,55 @@ const KNOWN: FieldDef[] = [
   { name: "gradient_bits", label: "Gradient bits", kind: "select", group: "aggregation", help: "Quantization of the committed outer gradients." },
   { name: "reward_pool_wei", label: "Reward pool (ETH)", kind: "wei", group: "money", help: "Paid to trainers pro rata to accepted work at seal." },
   { name: "challenge_bond_wei", label: "Challenge bond (ETH)", kind: "wei", group: "money", help: "Posted with every challenge; returned plus a bounty when the fault is proven." },
+  { name: "corpus.type", label: "Data source", kind: "select", group: "model", formOnly: true, optionLabel: (o) => SOURCE_LABELS[o] ?? humanize(o), help: "The built-in corpus, or your files in the API server's data directory." },
+  { name: "corpus.path", label: "Path (in the data directory)", kind: "text", group: "model", formOnly: true, visible: (v, s) => takes(v, s, "path"), placeholder: () => "e.g. my-data/train.jsonl", help: pathHelp },
+  { name: "corpus.glob", label: "File pattern", kind: "text", group: "model", formOnly: true, visible: (v, s) => takes(v, s, "glob"), placeholder: (s) => s.default_globs.join(", "), help: "Optional: which files of the directory to read, e.g. *.rst (no directories)." },
+  { name: "corpus.split", label: "Split", kind: "text", group: "model", formOnly: true, visible: (v, s) => takes(v, s, "split"), placeholder: (s) => s.default_split, help: (s) => `Optional: the dataset's split (default ${s.default_split}).` },
+  { name: "method", label: "Training method", kind: "select", group: "model", formOnly: true, optionLabel: (o) => METHOD_LABELS[o] ?? humanize(o), help: "SFT trains prompt/response pairs with the loss on the response only." },
+  { name: "corpus.text_field", label: "Text field", kind: "text", group: "model", formOnly: true, visible: (v, s) => takes(v, s, "text_field") && reads(v, s, "text_field"), placeholder: (s) => s.default_text_field, help: (s) => `Optional: the column or JSON key holding the text (default ${s.default_text_field}).` },
+  { name: "corpus.prompt_field", label: "Prompt field", kind: "text", group: "model", formOnly: true, visible: (v, s) => takes(v, s, "prompt_field") && reads(v, s, "prompt_field"), placeholder: () => "e.g. prompt", help: "The column or JSON key holding the prompt." },
+  { name: "corpus.response_field", label: "Response field", kind: "text", group: "model", formOnly: true, visible: (v, s) => takes(v, s, "response_field") && reads(v, s, "response_field"), placeholder: () => "e.g. response", help: "The column or JSON key holding the response (trained on)." },
   { name: "corpus.shard_count", label: "Shards", kind: "int", group: "model", help: "Token shards (at least max trainers)." },
-  { name: "corpus.vocab_size", label: "Vocabulary size", kind: "int", group: "model", help: "BPE tokenizer vocabulary." },
+  { name: "corpus.vocab_size", label: "Vocabulary size", kind: "int", group: "model", help: "BPE tokenizer vocabulary.", visible: (v) => !pretrained(v) },
   { name: "corpus.seq_len", label: "Sequence length", kind: "int", group: "model" },
-  { name: "model.family", label: "Model family", kind: "select", group: "model" },
-  { name: "model.hidden_size", label: "Hidden size", kind: "int", group: "model" },
-  { name: "model.intermediate_size", label: "Intermediate size", kind: "int", group: "model" },
-  { name: "model.num_hidden_layers", label: "Layers", kind: "int", group: "model" },
-  { name: "model.num_attention_heads", label: "Attention heads", kind: "int", group: "model" },
-  { name: "model.num_key_value_heads", label: "Key/value heads", kind: "int", group: "model" },
-  { name: "model.max_position_embeddings", label: "Max positions", kind: "int", group: "model" },
-  { name: "model.tie_word_embeddings", label: "Tie word embeddings", kind: "bool", group: "model" },
+  { name: "model.source", label: "Model", kind: "select", group: "model", formOnly: true, optionLabel: (o) => MODEL_LABELS[o] ?? humanize(o), help: "A pretrained model brings its weights (the initial state) and its tokenizer." },
+  { name: "model.pretrained", label: "Model directory (in the data directory)", kind: "text", group: "model", formOnly: true, visible: (v) => pretrained(v), placeholder: () => "e.g. models/my-llama", help: (s) => `What save_pretrained writes: config.json, safetensors weights, tokenizer.json. ${pathHelp(s)}` },
+  { name: "model.family", label: "Model family", kind: "select", group: "model", visible: (v) => !pretrained(v) },
+  { name: "model.hidden_size", label: "Hidden size", kind: "int", group: "model", visible: (v) => !pretrained(v) },
+  { name: "model.intermediate_size", label: "Intermediate size", kind: "int", group: "model", visible: (v) => !pretrained(v) },
+  { name: "model.num_hidden_layers", label: "Layers", kind: "int", group: "model", visible: (v) => !pretrained(v) },
+  { name: "model.num_attention_heads", label: "Attention heads", kind: "int", group: "model", visible: (v) => !pretrained(v) },
+  { name: "model.num_key_value_heads", label: "Key/value heads", kind: "int", group: "model", visible: (v) => !pretrained(v) },
+  { name: "model.max_position_embeddings", label: "Max positions", kind: "int", group: "model", visible: (v) => !pretrained(v) },
+  { name: "model.tie_word_embeddings", label: "Tie word embeddings", kind: "bool", group: "model", visible: (v) => !pretrained(v) },
 ];
+
+// Names of the choices the template's `sources` lists (an unknown one is shown humanized).
+const SOURCE_LABELS: Record<string, string> = {
+  shakespeare: "Shakespeare (built in)",
+  text_dir: "Text files (a directory)",
+  jsonl: "JSONL",
+  csv: "CSV",
+  parquet: "Parquet",
+  hf_disk: "Hugging Face dataset (save_to_disk)",
+};
+const METHOD_LABELS: Record<string, string> = { pretrain: "Pretrain (every token)", sft: "SFT (prompt → response)" };
+const MODEL_LABELS: Record<string, string> = { config: "New Llama from a config", pretrained: "Pretrained model directory" };
+
+/** Whether the chosen source type takes `field` (sources.fields). */
+function takes(v: Values, s: Sources | undefined, field: string): boolean {
+  return (s?.fields[String(v["corpus.type"])] ?? []).includes(field);
+}
+/** Whether the chosen training method reads the record field `field` (sources.method_fields). */
+function reads(v: Values, s: Sources | undefined, field: string): boolean {
+  return (s?.method_fields[String(v.method)] ?? []).includes(field);
+}
+function pretrained(v: Values): boolean {
+  return v["model.source"] === "pretrained";
+}
+function pathHelp(s: Sources): string {
+  return `A path ${s.paths}${s.data_dir_configured ? "" : " (this server uses its default, .syncline/data)"}.`;
+}
 
 const SPEC_ROOTS = ["corpus", "model"] as const;
 const U = (bits: number) => (1n << BigInt(bits)) - 1n;
@@ -110,7 +152,7 @@ function fieldsFor(template: Template): FieldDef[] {
   leaves("", template.spec, all);
   for (const root of SPEC_ROOTS) leaves(root, template[root] ?? {}, all);
   const present = new Set(all.map(([name]) => name));
-  const defs = KNOWN.filter((d) => present.has(d.name));
+  const defs = KNOWN.filter((d) => present.has(d.name) || (d.formOnly === true && template.sources !== undefined));
   const known = new Set(defs.map((d) => d.name));
   for (const [name, value] of all) {
     if (known.has(name)) continue;
@@ -156,6 +198,7 @@ export function postPage(): Page {
   const hints = new Map<string, HTMLElement>();
   const errorSlots = new Map<string, HTMLElement>();
   let errors = new Map<string, string>();
+  const serverErrors = new Map<string, string>();
   let busy = false;
   let timer: number | null = null;
 
@@ -166,8 +209,11 @@ export function postPage(): Page {
   const progress = h("ol", { class: "steps", testid: "post-progress", "aria-live": "polite" });
   const resultHost = h("div");
   const preparedHost = h("div");
+  // The API's one-line refusal of the last prepare (422: a path outside the data directory, a missing column…).
+  const formError = h("div", { class: "form-error", testid: "post-error", role: "alert", hidden: true });
 
   const limits = () => template?.limits ?? {};
+  const sources = (): Sources | undefined => template?.sources;
   const tierRules = (): Record<string, string[]> =>
     limits().tier_rules ?? {
       open: ["mean"],
@@ -207,6 +253,12 @@ export function postPage(): Page {
         return tierRules()[String(values.tier)] ?? ["mean"];
       case "gradient_bits":
         return (limits().gradient_bits ?? [8, 16]).map(String);
+      case "corpus.type":
+        return sources()?.types ?? [];
+      case "method":
+        return sources()?.methods ?? [];
+      case "model.source":
+        return sources()?.models ?? [];
       case "model.family": {
         const model = limits().model;
         const families = model && typeof model === "object" && !Array.isArray(model) ? (model as JsonObject).families : undefined;
@@ -359,12 +411,40 @@ export function postPage(): Page {
     const pool = has("reward_pool_wei") ? weiOf("reward_pool_wei") : null;
     if (pool === 0n) e.set("reward_pool_wei", "must be positive");
 
+    // Data source, method and model directory: the fields the chosen source type and method take
+    // (sources.fields / sources.method_fields); the files themselves are checked by the API.
+    const src = sources();
+    if (src) {
+      const type = raw("corpus.type");
+      const typeName = SOURCE_LABELS[type] ?? type;
+      if (!src.types.includes(type)) e.set("corpus.type", `must be one of ${src.types.join(", ")}`);
+      if (has("corpus.path") && !raw("corpus.path")) e.set("corpus.path", `a ${typeName} source needs a path in the API's data directory`);
+      const glob = raw("corpus.glob");
+      if (has("corpus.glob") && glob && (/[\/\\]/.test(glob) || glob === "." || glob === "..")) e.set("corpus.glob", "a file-name pattern such as *.rst (no directories)");
+      const method = raw("method");
+      const required = src.method_requires[method] ?? [];
+      if (!src.methods.includes(method)) e.set("method", `must be one of ${src.methods.join(", ")}`);
+      else if (required.some((f) => !takes(values, src, f))) {
+        const kinds = src.types.filter((t) => required.every((f) => takes({ "corpus.type": t }, src, f)));
+        e.set("method", `${METHOD_LABELS[method] ?? method} needs ${required.join(" and ")}: pick a ${kinds.map((t) => SOURCE_LABELS[t] ?? t).join(", ")} source`);
+      }
+      for (const field of required) {
+        const name = `corpus.${field}`;
+        if (has(name) && !raw(name)) e.set(name, `${METHOD_LABELS[method] ?? method} needs the ${humanize(field).toLowerCase()} (a column or JSON key)`);
+      }
+      if (has("corpus.prompt_field") && has("corpus.response_field") && raw("corpus.prompt_field") && raw("corpus.prompt_field") === raw("corpus.response_field")) {
+        e.set("corpus.response_field", "must differ from the prompt field");
+      }
+      if (has("model.pretrained") && !raw("model.pretrained")) e.set("model.pretrained", "the model's directory in the API's data directory");
+    }
+
     // Corpus and model sizes: the API's bounds (limits.corpus / limits.model) and the Llama rules.
     for (const name of ["corpus.shard_count", "corpus.vocab_size", "corpus.seq_len", "model.hidden_size", "model.intermediate_size", "model.num_hidden_layers", "model.num_attention_heads", "model.num_key_value_heads", "model.max_position_embeddings"]) {
       if (e.has(name)) continue;
       const [lo, hi] = sizeBounds(name);
       needInt(name, lo, hi, hi >= U(32) ? `must be at least ${lo}` : `must be within ${lo}..${hi}`);
     }
+    if (pretrained(values)) return e; // a pretrained model's sizes are its config's (checked by the API)
     const hidden = e.has("model.hidden_size") ? null : int("model.hidden_size");
     const heads = e.has("model.num_attention_heads") ? null : int("model.num_attention_heads");
     const kv = e.has("model.num_key_value_heads") ? null : int("model.num_key_value_heads");
@@ -403,7 +483,7 @@ export function postPage(): Page {
 
   function isVisible(name: string): boolean {
     const def = defs.find((d) => d.name === name);
-    return def?.visible ? def.visible(values) : true;
+    return def?.visible ? def.visible(values, sources()) : true;
   }
 
   // ---------------------------------------------------------------- escrow
@@ -442,11 +522,13 @@ export function postPage(): Page {
       const slot = errorSlots.get(def.name);
       const input = inputs.get(def.name);
       if (!slot || !input) continue;
-      const message = errors.get(def.name);
+      // The form's own check first; else the API's refusal that named this field (until it is edited).
+      const message = errors.get(def.name) ?? serverErrors.get(def.name);
+      const testid = errors.has(def.name) ? `field-error-${def.name}` : `field-server-error-${def.name}`;
       const existing = slot.firstElementChild as HTMLElement | null;
       if (message) {
-        if (existing) existing.textContent = message;
-        else slot.appendChild(h("div", { class: "field-error", id: `err-${fieldId(def.name)}`, testid: `field-error-${def.name}` }, message));
+        if (existing && existing.dataset.testid === testid) existing.textContent = message;
+        else replace(slot, h("div", { class: "field-error", id: `err-${fieldId(def.name)}`, testid }, message));
         input.setAttribute("aria-invalid", "true");
       } else {
         existing?.remove();
@@ -496,7 +578,8 @@ export function postPage(): Page {
       const options = optionsFor(def);
       const current = String(value ?? "");
       if (current && !options.includes(current)) options.unshift(current);
-      const select = h("select", common, ...options.map((o) => h("option", { value: o }, def.name === "gradient_bits" ? `${o} bits` : humanize(o))));
+      const label = def.optionLabel ?? ((o: string) => (def.name === "gradient_bits" ? `${o} bits` : humanize(o)));
+      const select = h("select", common, ...options.map((o) => h("option", { value: o }, label(o))));
       select.value = current || options[0] || "";
       values[def.name] = select.value;
       return select;
@@ -517,9 +600,15 @@ export function postPage(): Page {
       autocomplete: "off",
       spellcheck: "false",
       class: def.kind === "wei" ? "mono" : undefined,
-      placeholder: def.kind === "wei" ? "ETH, e.g. 1.5" : undefined,
+      placeholder: def.kind === "wei" ? "ETH, e.g. 1.5" : def.placeholder && sources() ? def.placeholder(sources()!) : undefined,
       value: String(value ?? ""),
     });
+  }
+
+  function helpText(def: FieldDef): string | undefined {
+    if (typeof def.help !== "function") return def.help;
+    const s = sources();
+    return s ? def.help(s) : undefined;
   }
 
   function fieldView(def: FieldDef): HTMLElement {
@@ -527,6 +616,7 @@ export function postPage(): Page {
     inputs.set(def.name, input);
     const onChange = () => {
       values[def.name] = input instanceof HTMLInputElement && input.type === "checkbox" ? input.checked : input.value;
+      serverErrors.delete(def.name);
       update();
     };
     input.addEventListener("input", onChange);
@@ -557,7 +647,7 @@ export function postPage(): Page {
       def.kind === "bool"
         ? h("label", { for: id, class: "check" }, input, " ", def.label)
         : [h("label", { for: id }, def.label), h("div", { class: "control" }, input, ...extra)],
-      h("div", { class: "field-foot" }, hint, def.help ? h("span", { class: "help" }, def.help) : null),
+      h("div", { class: "field-foot" }, hint, helpText(def) ? h("span", { class: "help" }, helpText(def)) : null),
       slot,
     );
     wrappers.set(def.name, wrap);
@@ -574,6 +664,11 @@ export function postPage(): Page {
     const rule = String(values["aggregation.rule"] ?? "mean");
     const usedParam = ROBUST_PARAM[rule];
     for (const def of defs) {
+      if (def.name === "model.source") continue; // decides the model's shape below, not a field itself
+      const shown = isVisible(def.name);
+      // A source, method or model input the current choice does not take (or an optional one
+      // left empty) is not sent: the API refuses fields a source type does not take.
+      if (def.formOnly && (!shown || String(values[def.name] ?? "").trim() === "")) continue;
       const parts = def.name.split(".");
       let target: JsonObject = body.spec;
       if (parts[0] === "corpus" || parts[0] === "model") {
@@ -586,6 +681,12 @@ export function postPage(): Page {
         target = target[key] as JsonObject;
       }
       const leaf = parts[parts.length - 1]!;
+      if (!shown) {
+        // Hidden: a rule parameter the chosen rule does not use is sent as 0; any other field
+        // keeps the template's value (a pretrained model hides the Llama sizes and the vocabulary).
+        if (def.name in PARAM_NAMES) target[leaf] = 0;
+        continue;
+      }
       const raw = values[def.name];
       const text = String(raw ?? "").trim();
       let value: JsonValue;
@@ -630,7 +731,20 @@ export function postPage(): Page {
       if (def.name in PARAM_NAMES && def.name !== usedParam) value = 0;
       target[leaf] = value;
     }
+    if (pretrained(values)) body.model = { pretrained: String(values["model.pretrained"] ?? "").trim() };
     return body;
+  }
+
+  function showFormError(message: string | null): void {
+    serverErrors.clear();
+    // A refusal that names a field ("corpus.path 'x' does not exist…", "model.pretrained …") shows there too.
+    const named = message === null ? null : /^(corpus\.[a-z_]+|model\.pretrained|spec\.method)\b/.exec(message);
+    const field = named ? (named[1] === "spec.method" ? "method" : named[1]!) : null;
+    if (message !== null && field !== null && inputs.has(field)) serverErrors.set(field, oneLine(message));
+    update();
+    formError.hidden = message === null;
+    replace(formError, ...(message === null ? [] : [h("strong", null, "The API refused the task: "), h("span", { testid: "post-error-message" }, oneLine(message))]));
+    if (message !== null) formError.scrollIntoView({ block: "nearest" });
   }
 
   function step(text: string, state: "pending" | "done" | "failed" = "pending"): HTMLLIElement {
@@ -653,9 +767,12 @@ export function postPage(): Page {
     replace(progress);
     replace(resultHost);
     replace(preparedHost);
+    showFormError(null);
     let current = step("publishing artifacts… (tokenizer, shards, validation shard, initial state, spec)");
+    let preparing = true;
     try {
       const prepared: Prepared = await api.prepare(buildBody());
+      preparing = false;
       settle(current, `published artifacts: spec ${shortHex(prepared.spec_hash, 10, 6)}, ${prepared.param_count.toLocaleString()} parameters`, "done");
       const computed = escrow()?.total;
       replace(
@@ -692,7 +809,10 @@ export function postPage(): Page {
       requestRefresh();
     } catch (err) {
       settle(current, current.textContent?.replace(/…$/, "") + " — failed", "failed");
-      reportError(err, "action");
+      // The API's refusal (a path outside the data directory, a missing column, a bad model
+      // directory…) is one line next to the form; a wallet or chain failure goes to the error bar.
+      if (preparing && err instanceof ApiError && err.status >= 400 && err.status < 500) showFormError(err.message);
+      else reportError(err, "action");
     } finally {
       busy = false;
       updateSubmit();
@@ -704,6 +824,13 @@ export function postPage(): Page {
     fetchedAt = performance.now();
     defs = fieldsFor(t);
     for (const def of defs) values[def.name] = initialValue(def, getPath(t, def.name));
+    const src = t.sources;
+    if (src) {
+      // The choices' defaults: the built-in corpus, the default method, a new Llama from the template's config.
+      values["corpus.type"] ||= src.default;
+      values.method ||= src.default_method;
+      values["model.source"] ||= src.models[0] ?? "config";
+    }
     const form = h("form", { testid: "post-form", class: "post-form", novalidate: true, onsubmit: (ev: Event) => void onSubmit(ev) });
     for (const group of GROUPS) {
       const members = defs.filter((d) => d.group === group.id);
@@ -715,6 +842,7 @@ export function postPage(): Page {
       form.appendChild(fieldset);
     }
     form.appendChild(h("div", { class: "submit-row" }, submit, submitNote));
+    form.appendChild(formError);
     form.appendChild(progress);
     form.appendChild(preparedHost);
     form.appendChild(resultHost);
