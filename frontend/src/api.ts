@@ -61,6 +61,8 @@ export interface Sources {
   default_globs: string[];
   /** How the model is given: "config" (a new Llama) or "pretrained" (a directory on the API server). */
   models: string[];
+  /** LoRA on a pretrained model (peft): the form's defaults and the API's bounds. */
+  lora?: { r: number; alpha: number; target_modules: string[]; max_r: number; max_alpha: number; max_targets: number };
   /** Whether the server's data directory was chosen (--data-dir, $SYNCLINE_API_DATA_DIR) or is its default. */
   data_dir_configured: boolean;
   paths: string;

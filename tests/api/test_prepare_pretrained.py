@@ -103,3 +103,42 @@ def test_prepare_sft_on_prompt_response_pairs(api: ApiServer, http: Http, blobs:
     assert spec.metadata["method"] == "sft"
     body["spec"]["method"] = "dpo"
     assert_error(http.post("/api/tasks/prepare", body), 422, "spec.method: 'dpo' is not one of pretrain, sft")
+
+
+def test_prepare_a_lora_task_from_a_pretrained_directory(
+    api: ApiServer, http: Http, market: MarketClient, w3: Web3, blobs: HttpBlobStore
+) -> None:
+    """``model: {pretrained, lora}``: the spec pins the base by digest, the state is the adapters'."""
+    _, model = _model_dir(api.settings.source_dir, "lora-base")
+    body = _body(http, "lora-base")
+    body["model"]["lora"] = {"r": 4, "alpha": 8, "target_modules": ["v_proj", "q_proj"]}
+    reply = http.post("/api/tasks/prepare", body)
+    assert reply.status == 200, reply.body
+    prepared = reply.json()
+    spec = TrainingTaskSpec.from_artifact(
+        blobs.fetch(prepared["spec_uri"], expected_digest=prepared["spec_hash"], max_bytes=1 << 20)
+    )
+    assert spec.model.lora is not None and spec.model.lora.target_modules == ("q_proj", "v_proj")
+    base = TrainingState.from_bytes(blobs.get(spec.model.lora.base_digest, max_bytes=1 << 24))
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    assert base == TrainingState.from_model_state_dict(params, base.layout)
+    assert 0 < prepared["param_count"] == spec.param_count < sum(p.numel() for p in params.values()) // 4
+
+
+@pytest.mark.parametrize(
+    ("lora", "words"),
+    [
+        ({"r": 4, "target_modules": ["no_such_proj"]}, "model.lora.target_modules"),
+        ({"r": 0, "target_modules": ["q_proj"]}, "model.lora.r"),
+        ({"r": 4, "target_modules": []}, "model.lora.target_modules"),
+        ({"r": 4, "target_modules": ["q_proj"], "base": {"digest": "0x" + "11" * 32}}, "model.lora.base"),
+    ],
+)
+def test_prepare_refuses_a_bad_lora_in_one_line_before_any_build(
+    api: ApiServer, http: Http, lora: dict[str, Any], words: str
+) -> None:
+    _model_dir(api.settings.source_dir, "lora-bad-base")
+    body = _body(http, "lora-bad-base")
+    body["model"]["lora"] = lora
+    message = assert_error(http.post("/api/tasks/prepare", body), 422, words)
+    assert "\n" not in message

@@ -248,6 +248,36 @@ def test_the_form_posts_a_task_from_a_pretrained_model_directory(
     assert page_errors == []
 
 
+def test_the_form_posts_a_lora_task_on_a_pretrained_model(stack: Stack, new_page: Any, page_errors: PageErrors) -> None:
+    """LoRA (issue 13, item 3) from the form: the adapter fields appear with a pretrained model,
+    are checked as typed, and the posted spec pins the base by digest and trains the adapters only."""
+    page = new_page
+    open_form(stack, page)
+    fill(page, {"name": "form-lora", **SHORT_RUN, **TINY_LLAMA})
+    assert not shown(page, "model.lora")  # a new Llama: no LoRA choice
+    page.select_option('[name="model.source"]', "pretrained")
+    assert shown(page, "model.lora") and not shown(page, "model.lora.r")
+    page.check('[name="model.lora"]')
+    assert shown(page, "model.lora.r") and shown(page, "model.lora.target_modules")
+    assert page.input_value('[name="model.lora.target_modules"]') == "q_proj, k_proj, v_proj, o_proj"
+    page.select_option('[name="corpus.type"]', "jsonl")
+    fill(page, {"model.pretrained": "models/tiny-llama", "corpus.path": "notes.jsonl", "corpus.text_field": "body"})
+    fill(page, {"model.lora.r": "0", "model.lora.target_modules": "q_proj, v-proj"})
+    assert "1.." in tid(page, "field-error-model.lora.r").inner_text()
+    assert "letters, digits" in tid(page, "field-error-model.lora.target_modules").inner_text()
+    fill(page, {"model.lora.r": "4", "model.lora.alpha": "8", "model.lora.target_modules": "v_proj, q_proj"})
+    assert page.locator('[data-testid^="field-error-"]').count() == 0
+
+    body = submit_and_capture(page)
+    lora = {"r": 4, "alpha": 8, "target_modules": ["v_proj", "q_proj"]}
+    assert body["model"] == {"pretrained": "models/tiny-llama", "lora": lora}
+    _, spec = posted_spec(stack, page)
+    assert spec.model.lora is not None and spec.model.lora.target_modules == ("q_proj", "v_proj")
+    assert (spec.model.lora.r, spec.model.lora.alpha) == (4, 8)
+    assert 0 < spec.param_count < stack.pretrained_params // 4  # the adapters', not the model's
+    assert page_errors == []
+
+
 def test_a_refused_model_directory_or_column_shows_the_api_error_next_to_the_form(
     stack: Stack, new_page: Any, page_errors: PageErrors
 ) -> None:

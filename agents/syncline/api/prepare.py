@@ -23,7 +23,7 @@ from syncline.sponsor.pretrained import (
     read_pretrained,
     resolve_model_dir,
 )
-from syncline.sponsor.task_builder import publish_language_task
+from syncline.sponsor.task_builder import check_lora, publish_language_task
 
 # Filled in by the API from ``corpus`` and ``model``: a sponsor does not type them.
 DERIVED_FIELDS = ("modality", "model", "dataset", "initial_state_root")
@@ -43,8 +43,11 @@ def check_request(req: PrepareRequest, now: int, pretrained: PretrainedModel | N
     if pretrained is not None:
         try:
             check_seq_len(pretrained, req.corpus.seq_len)
+            lora = request_lora(req)
+            if lora is not None:
+                check_lora(pretrained.model_config, lora)
         except SpecError as exc:
-            raise ApiError(422, f"model: {exc}") from None
+            raise ApiError(422, str(exc) if str(exc).startswith("model.") else f"model: {exc}") from None
         return _check_draft(template, family=pretrained.family, shard_count=req.corpus.shard_count, now=now)
     if not isinstance(req.model, ModelParams):
         raise ApiError(422, "model: the pretrained directory was not read")
@@ -76,6 +79,13 @@ def _check_draft(template: dict[str, Any], *, family: str, shard_count: int, now
     }
     TrainingTaskSpec.from_mapping(draft).validate(now=now)  # SpecError -> 422, one line
     return template
+
+
+def request_lora(req: PrepareRequest) -> dict[str, Any] | None:
+    """The request's ``model.lora`` as the sponsor tooling takes it (None: full fine-tuning)."""
+    if isinstance(req.model, ModelParams) or req.model.lora is None:
+        return None
+    return req.model.lora.model_dump(exclude_none=True)
 
 
 def pretrained_model(req: PrepareRequest, settings: ApiSettings) -> PretrainedModel | None:
@@ -145,6 +155,7 @@ def prepare_task(services: ApiServices, req: PrepareRequest, client: str) -> Pre
                 model=model,
                 source=source,  # read (bounded) and checked before anything is uploaded
                 method=method,
+                lora=request_lora(req),
             )
         except PretrainedModelError as exc:  # weights that do not load, NaN, out of range
             raise ApiError(422, confined_message(exc, services.settings.source_dir)) from None

@@ -6,12 +6,12 @@ masks are decimal strings (they overflow JavaScript numbers); timestamps are cha
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from syncline.modality.language import MAX_VOCAB_SIZE
-from syncline.protocol.spec import MAX_SHARDS
+from syncline.protocol.spec import LORA_MAX_ALPHA, LORA_MAX_RANK, LORA_MAX_TARGETS, MAX_SHARDS
 
 ChallengeKindName = Literal[
     "trainer_equivocation", "witness_equivocation", "aggregation_fraud", "censorship", "training_fraud"
@@ -129,13 +129,25 @@ class ModelParams(BaseModel):
         return self
 
 
+class LoraParams(BaseModel):
+    """LoRA adapters (``peft``) trained on the frozen pretrained model: the task's state and
+    payloads are the adapters' alone (docs/protocol.md §12.5)."""
+
+    model_config = ConfigDict(extra="forbid")
+    r: int = Field(default=8, ge=1, le=LORA_MAX_RANK)
+    alpha: int | None = Field(default=None, ge=1, le=LORA_MAX_ALPHA)
+    target_modules: list[str] = Field(min_length=1, max_length=LORA_MAX_TARGETS)
+
+
 class PretrainedParams(BaseModel):
     """A pretrained Hugging Face model directory (``config.json``, safetensors weights,
     ``tokenizer.json``) under the API's data directory: its weights are the initial state and its
-    tokenizer tokenizes the corpus (``corpus.vocab_size`` is then unused)."""
+    tokenizer tokenizes the corpus (``corpus.vocab_size`` is then unused). With ``lora`` only
+    adapters train and the weights are the frozen base."""
 
     model_config = ConfigDict(extra="forbid")
     pretrained: str = Field(min_length=1, max_length=1024)
+    lora: LoraParams | None = None
 
 
 class Template(BaseModel):
@@ -149,11 +161,24 @@ class Template(BaseModel):
     chain_time: int
 
 
+def _model_kind(value: Any) -> str:
+    """Which model a request describes: a pretrained directory when it names one, else a new Llama
+    (so a refusal names the fields of the kind the client meant; the tags are dropped from it)."""
+    pretrained = isinstance(value, PretrainedParams) or (isinstance(value, dict) and "pretrained" in value)
+    return "Pretrained" if pretrained else "Config"
+
+
+ModelChoice = Annotated[
+    Annotated[ModelParams, Tag("Config")] | Annotated[PretrainedParams, Tag("Pretrained")],
+    Discriminator(_model_kind),
+]
+
+
 class PrepareRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     spec: dict[str, Any]
     corpus: CorpusParams
-    model: ModelParams | PretrainedParams
+    model: ModelChoice
 
 
 class PreparedTask(BaseModel):

@@ -12,6 +12,9 @@ from syncline.modality.language import METHODS
 from syncline.protocol import tier_policy
 from syncline.protocol.enums import AggregationRule, Tier
 from syncline.protocol.spec import (
+    LORA_MAX_ALPHA,
+    LORA_MAX_RANK,
+    LORA_MAX_TARGETS,
     MAX_PARAM_COUNT,
     MAX_SHARDS,
     MAX_TRAINERS,
@@ -28,7 +31,7 @@ from syncline.sponsor.data_sources import (
     SOURCE_OPTIONS,
     SOURCE_TYPES,
 )
-from syncline.sponsor.task_defaults import TaskDefaults, default_task
+from syncline.sponsor.task_defaults import DEFAULT_LORA, TaskDefaults, default_task
 
 DEVNET_WITNESS_ACCOUNTS = (4, 5, 6)  # the demo's witness accounts
 METHOD_FIELDS: dict[str, tuple[str, ...]] = {
@@ -152,6 +155,13 @@ def sources(*, data_dir_configured: bool) -> dict[str, Any]:
         "default_split": DEFAULT_SPLIT,
         "default_globs": list(DEFAULT_TEXT_GLOBS),
         "models": ["config", "pretrained"],
+        # LoRA on a pretrained model (peft): the form's defaults and bounds (docs/protocol.md §12.5)
+        "lora": {
+            **DEFAULT_LORA,
+            "max_r": LORA_MAX_RANK,
+            "max_alpha": LORA_MAX_ALPHA,
+            "max_targets": LORA_MAX_TARGETS,
+        },
         "data_dir_configured": data_dir_configured,
         "paths": "relative to the API's data directory (syncline api --data-dir DIR); nothing outside it is read",
     }

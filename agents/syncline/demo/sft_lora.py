@@ -49,6 +49,7 @@ from syncline.sponsor.task_builder import (
     publish_language_task,
     write_tokenizer,
 )
+from syncline.sponsor.task_defaults import DEFAULT_LORA
 from syncline.trainer.segments import encode_payload
 
 log = get_logger("syncline.demo.sft_lora")
@@ -56,8 +57,8 @@ log = get_logger("syncline.demo.sft_lora")
 BASE_STEPS = 300
 """AdamW steps of the local pretraining that makes the base model."""
 BASE_LR = 3e-3
-LORA: dict[str, Any] = {"r": 8, "alpha": 16, "target_modules": ["k_proj", "o_proj", "q_proj", "v_proj"]}
-"""The adapters: rank 8 on every attention projection."""
+LORA: dict[str, Any] = DEFAULT_LORA
+"""The adapters: the sponsor's default, rank 8 on every attention projection."""
 MAX_PAIRS = 4000
 PROMPT_CHARS = 120
 SPEECH = re.compile(r"\n\n([A-Z][A-Z' ]{1,30})\.\n([^\n]{8,})")

@@ -323,6 +323,16 @@ def sponsor_lora(lora: Mapping[str, Any], *, base_digest: str, base_uri: str = "
     return LoraSpec.from_mapping({**lora, "base": {"digest": base_digest, "uri": base_uri}})
 
 
+def check_lora(model_config: Mapping[str, Any], lora: Mapping[str, Any]) -> LoraSpec:
+    """A sponsor's ``model.lora`` checked against the model ``model_config`` describes (``{family,
+    **config}``) before anything is built or uploaded: valid fields, and target modules ``peft``
+    finds in that model (built on the ``meta`` device). The base digest is a placeholder."""
+    lora_spec = sponsor_lora(lora, base_digest="0x" + "5c" * 32)
+    with torch.device("meta"):
+        apply_lora(LanguageAdapter().build_model(model_config, seed=0), lora_spec, seed=0)
+    return lora_spec
+
+
 def _lora_initial_state(
     blobs: BlobStore,
     adapter: ModalityAdapter,
@@ -470,11 +480,7 @@ def check_language_template(
             "config": {k: v for k, v in model.items() if k != "family"},
         }
     if lora is not None:
-        lora_spec = sponsor_lora(lora, base_digest=placeholder)
-        with torch.device("meta"):  # the adapters must find their target modules in this model
-            net = LanguageAdapter().build_model({"family": described["family"], **described["config"]}, seed=0)
-            apply_lora(net, lora_spec, seed=0)
-        described["lora"] = lora_spec.to_mapping()
+        described["lora"] = check_lora({"family": described["family"], **described["config"]}, lora).to_mapping()
     data.update(
         modality="language",
         model=described,

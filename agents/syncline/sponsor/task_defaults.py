@@ -20,6 +20,9 @@ DEFAULT_TASK_NAME = "shakespeare-llama-diloco"
 DEFAULT_ENROLLMENT_S = 600
 """The default enrollment deadline is this many seconds after the chain's current time."""
 
+DEFAULT_LORA: dict[str, Any] = {"r": 8, "alpha": 16, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+"""LoRA's defaults (``model.lora``): rank 8 on every attention projection of a Llama-like model."""
+
 
 def _default_model() -> dict[str, Any]:
     return {

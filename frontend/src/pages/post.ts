@@ -88,6 +88,10 @@ const KNOWN: FieldDef[] = [
   { name: "corpus.seq_len", label: "Sequence length", kind: "int", group: "model" },
   { name: "model.source", label: "Model", kind: "select", group: "model", formOnly: true, optionLabel: (o) => MODEL_LABELS[o] ?? humanize(o), help: "A pretrained model brings its weights (the initial state) and its tokenizer." },
   { name: "model.pretrained", label: "Model directory (in the data directory)", kind: "text", group: "model", formOnly: true, visible: (v) => pretrained(v), placeholder: () => "e.g. models/my-llama", help: (s) => `What save_pretrained writes: config.json, safetensors weights, tokenizer.json. ${pathHelp(s)}` },
+  { name: "model.lora", label: "LoRA adapters only", kind: "bool", group: "model", formOnly: true, visible: (v, s) => pretrained(v) && s?.lora !== undefined, help: "Train low-rank adapters (peft) on the frozen pretrained weights: the state and every payload hold the adapters only." },
+  { name: "model.lora.r", label: "LoRA rank r", kind: "int", group: "model", formOnly: true, visible: (v) => lora(v), help: (s) => `1..${s.lora?.max_r ?? 256}.` },
+  { name: "model.lora.alpha", label: "LoRA alpha", kind: "int", group: "model", formOnly: true, visible: (v) => lora(v), help: "Scale of the adapters' update (alpha / r); commonly 2r." },
+  { name: "model.lora.target_modules", label: "Adapted modules", kind: "text", group: "model", formOnly: true, visible: (v) => lora(v), placeholder: () => "e.g. q_proj, v_proj", help: "Comma-separated: a module is adapted when its name ends with one of these." },
   { name: "model.family", label: "Model family", kind: "select", group: "model", visible: (v) => !pretrained(v) },
   { name: "model.hidden_size", label: "Hidden size", kind: "int", group: "model", visible: (v) => !pretrained(v) },
   { name: "model.intermediate_size", label: "Intermediate size", kind: "int", group: "model", visible: (v) => !pretrained(v) },
@@ -121,6 +125,10 @@ function reads(v: Values, s: Sources | undefined, field: string): boolean {
 function pretrained(v: Values): boolean {
   return v["model.source"] === "pretrained";
 }
+function lora(v: Values): boolean {
+  return pretrained(v) && v["model.lora"] === true;
+}
+const MODULE_NAME = /^[A-Za-z0-9_.]{1,128}$/;
 function pathHelp(s: Sources): string {
   return `A path ${s.paths}${s.data_dir_configured ? "" : " (this server uses its default, .syncline/data)"}.`;
 }
@@ -436,6 +444,14 @@ export function postPage(): Page {
         e.set("corpus.response_field", "must differ from the prompt field");
       }
       if (has("model.pretrained") && !raw("model.pretrained")) e.set("model.pretrained", "the model's directory in the API's data directory");
+      if (lora(values) && src.lora) {
+        needInt("model.lora.r", 1n, BigInt(src.lora.max_r), `must be within 1..${src.lora.max_r}`);
+        needInt("model.lora.alpha", 1n, BigInt(src.lora.max_alpha), `must be within 1..${src.lora.max_alpha}`);
+        const targets = lines(raw("model.lora.target_modules"));
+        if (targets.length === 0) e.set("model.lora.target_modules", "name at least one module, e.g. q_proj, v_proj");
+        else if (targets.length > src.lora.max_targets) e.set("model.lora.target_modules", `at most ${src.lora.max_targets} modules`);
+        else if (targets.some((t) => !MODULE_NAME.test(t))) e.set("model.lora.target_modules", "module names are letters, digits, _ and . (e.g. q_proj)");
+      }
     }
 
     // Corpus and model sizes: the API's bounds (limits.corpus / limits.model) and the Llama rules.
@@ -664,7 +680,7 @@ export function postPage(): Page {
     const rule = String(values["aggregation.rule"] ?? "mean");
     const usedParam = ROBUST_PARAM[rule];
     for (const def of defs) {
-      if (def.name === "model.source") continue; // decides the model's shape below, not a field itself
+      if (def.name === "model.source" || def.name.startsWith("model.lora")) continue; // the model's shape: below
       const shown = isVisible(def.name);
       // A source, method or model input the current choice does not take (or an optional one
       // left empty) is not sent: the API refuses fields a source type does not take.
@@ -731,14 +747,23 @@ export function postPage(): Page {
       if (def.name in PARAM_NAMES && def.name !== usedParam) value = 0;
       target[leaf] = value;
     }
-    if (pretrained(values)) body.model = { pretrained: String(values["model.pretrained"] ?? "").trim() };
+    if (pretrained(values)) {
+      body.model = { pretrained: String(values["model.pretrained"] ?? "").trim() };
+      if (lora(values)) {
+        body.model.lora = {
+          r: Number(String(values["model.lora.r"] ?? "").trim()),
+          alpha: Number(String(values["model.lora.alpha"] ?? "").trim()),
+          target_modules: lines(values["model.lora.target_modules"]),
+        };
+      }
+    }
     return body;
   }
 
   function showFormError(message: string | null): void {
     serverErrors.clear();
     // A refusal that names a field ("corpus.path 'x' does not exist…", "model.pretrained …") shows there too.
-    const named = message === null ? null : /^(corpus\.[a-z_]+|model\.pretrained|spec\.method)\b/.exec(message);
+    const named = message === null ? null : /^(corpus\.[a-z_]+|model\.pretrained|model\.lora\.(?:r|alpha|target_modules)|spec\.method)\b/.exec(message);
     const field = named ? (named[1] === "spec.method" ? "method" : named[1]!) : null;
     if (message !== null && field !== null && inputs.has(field)) serverErrors.set(field, oneLine(message));
     update();
@@ -830,6 +855,11 @@ export function postPage(): Page {
       values["corpus.type"] ||= src.default;
       values.method ||= src.default_method;
       values["model.source"] ||= src.models[0] ?? "config";
+      if (src.lora) {
+        values["model.lora.r"] ||= String(src.lora.r);
+        values["model.lora.alpha"] ||= String(src.lora.alpha);
+        values["model.lora.target_modules"] ||= src.lora.target_modules.join(", ");
+      }
     }
     const form = h("form", { testid: "post-form", class: "post-form", novalidate: true, onsubmit: (ev: Event) => void onSubmit(ev) });
     for (const group of GROUPS) {
