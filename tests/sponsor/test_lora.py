@@ -7,13 +7,15 @@ market path is tests/agents/test_sft_lora_scenario.py."""
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from syncline.blobstore import LocalBlobStore
+from syncline.blobstore import LocalBlobStore, digest_of
 from syncline.errors import SpecError
 from syncline.modality import adapter_for
 from syncline.modality.lora import merged_model, trained_parameters
@@ -72,8 +74,26 @@ def _context(published: PublishedTask, blobs: LocalBlobStore) -> TaskContext:
 
 
 @pytest.fixture(scope="module")
-def lora_task(tmp_path_factory: pytest.TempPathFactory) -> tuple[PublishedTask, LocalBlobStore, Path]:
-    return _publish(tmp_path_factory.mktemp("lora"))
+def lora_task(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PublishedTask, LocalBlobStore, Path]]:
+    workdir = tmp_path_factory.mktemp("lora")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SYNCLINE_STATE_DIR", str(workdir / "state"))  # the agents' cache of base blobs
+        yield _publish(workdir)
+
+
+def test_agents_fetch_the_base_once_by_digest_and_keep_it_on_disk(
+    lora_task: tuple[PublishedTask, LocalBlobStore, Path],
+) -> None:
+    published, blobs, _ = lora_task
+    lora = published.spec.model.lora
+    assert lora is not None
+    ctx = _context(published, blobs)
+    ctx.build_model()
+    cached = Path(os.environ["SYNCLINE_STATE_DIR"]) / "lora-bases" / f"{lora.base_digest[2:]}.state"
+    assert digest_of(cached.read_bytes()) == lora.base_digest
+    # A blob store that lost the base: a second context still builds from the verified copy on disk.
+    empty = _context(published, LocalBlobStore(cached.parent.parent / "empty"))
+    assert empty.build_model() is not None
 
 
 def test_the_state_is_the_adapters_and_the_base_is_pinned_by_digest(

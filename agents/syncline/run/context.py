@@ -36,7 +36,8 @@ from syncline.chain.market import MarketClient, RoundView, SubmissionView
 from syncline.errors import SpecError, SynclineError
 from syncline.modality import ModalityAdapter, adapter_for
 from syncline.modality.language import MAX_TOKENIZER_BYTES
-from syncline.modality.lora import apply_lora, load_base_weights, trained_parameters
+from syncline.modality.lora import apply_lora, trained_parameters
+from syncline.paths import state_dir
 from syncline.protocol.disk_round import DiskRoundResult, PayloadFile, compute_round_on_disk
 from syncline.protocol.enums import RoundStatus
 from syncline.protocol.layout import ParameterLayout
@@ -67,8 +68,8 @@ class TaskContext:
     adapter: ModalityAdapter
     layout: ParameterLayout
     tokenizer_json: str
-    _base_weights: dict[str, torch.Tensor] | None = None
-    """A LoRA task's base model weights (fetched once, by the digest the spec pins)."""
+    _base_file: Path | None = None
+    """A LoRA task's base model blob on disk (fetched once, by the digest the spec pins)."""
     _shards: dict[int, bytes] = field(default_factory=dict)
     _validation: bytes | None = None
     _publishers: tuple[str, ...] | None = None
@@ -363,29 +364,35 @@ class TaskContext:
         model = self.adapter.build_model(model_config(self.spec), seed=0)
         lora = self.spec.model.lora
         if lora is not None:
-            load_base_weights(model, self.base_weights(model))
+            layout = ParameterLayout.from_state_dict(dict(model.named_parameters()))
+            StateFile.open(self.base_file(layout), layout).load_into(model)  # parameter by parameter
             model = apply_lora(model, lora, seed=0)
         if state is not None:
             load_weights(model, state)
         return model
 
-    def base_weights(self, base: torch.nn.Module) -> dict[str, torch.Tensor]:
-        """A LoRA task's base model weights: the blob ``model.lora.base`` pins, fetched by digest
-        (bounded by the size of ``base``'s state), decoded in ``base``'s layout, cached."""
+    def base_file(self, layout: ParameterLayout) -> Path:
+        """A LoRA task's base model blob (a state of the base's ``layout``, §12.5 of
+        docs/protocol.md) as a file: fetched by the digest ``model.lora.base`` pins, streamed to
+        disk and checked against it as it arrives (bounded by that layout's state size), and kept
+        under ``<state_dir>/lora-bases`` by digest, so agents on one machine fetch it once."""
         lora = self.spec.model.lora
         if lora is None:
             raise SpecError(f"task {self.task_id} trains no LoRA adapters: it has no base model")
-        if self._base_weights is None:
-            layout = ParameterLayout.from_state_dict(dict(base.named_parameters()))
-            data = fetch_by_digest(
-                self.blobs, lora.base_digest, (lora.base_uri,), max_bytes=max_state_bytes(layout.numel)
-            )
+        if self._base_file is None:
+            directory = state_dir() / "lora-bases"
+            path = directory / f"{lora.base_digest[2:]}.state"
+            if not path.is_file():
+                directory.mkdir(parents=True, exist_ok=True)
+                fetch_file_by_digest(
+                    self.blobs, lora.base_digest, (lora.base_uri,), path, max_bytes=max_state_bytes(layout.numel)
+                )
             try:
-                state = TrainingState.from_bytes(data, expected_layout=layout)
+                StateFile.open(path, layout)
             except ValueError as exc:
                 raise SpecError(f"task {self.task_id}: the base model blob does not decode: {_one_line(exc)}") from None
-            self._base_weights = state.to_state_dict()
-        return self._base_weights
+            self._base_file = path
+        return self._base_file
 
 
 class StateUnavailable(SynclineError):
