@@ -12,6 +12,10 @@ class ModalityAdapter(Protocol):
     """Builds models and batches for one modality. Implementations are deterministic given seeds."""
 
     name: str
+    metric_name: str
+    """The modality's validation metric, as receipts and the UI name it: ``validation_loss``
+    (language), ``top1_accuracy`` (vision), ``mase`` (time series)."""
+    metric_higher_is_better: bool
 
     def build_model(self, config: Mapping[str, Any], *, seed: int) -> torch.nn.Module:
         """A freshly initialised model from an architecture config (no download)."""
@@ -29,4 +33,9 @@ class ModalityAdapter(Protocol):
 
     def evaluate(self, model: torch.nn.Module, shard: bytes, *, batch_size: int, max_batches: int) -> float:
         """Mean loss on a held-out shard (deterministic batches)."""
+        ...
+
+    def metric(self, model: torch.nn.Module, shard: bytes, *, batch_size: int, max_batches: int) -> float:
+        """The modality's metric (``metric_name``) on a held-out shard (deterministic batches):
+        what a witness's vote carries (x 1e6, docs/protocol.md §11.1)."""
         ...

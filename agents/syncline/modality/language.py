@@ -279,6 +279,8 @@ class LanguageAdapter:
     """
 
     name = "language"
+    metric_name = "validation_loss"
+    metric_higher_is_better = False
 
     def __init__(self, seq_len: int = 64, method: str = "pretrain", token_bytes: int = 2):
         if method not in METHODS:
@@ -350,6 +352,10 @@ class LanguageAdapter:
             count += len(ids)
         model.train(was_training)
         return total / count
+
+    def metric(self, model: torch.nn.Module, shard: bytes, *, batch_size: int, max_batches: int) -> float:
+        """A language task's metric is its validation loss (:meth:`evaluate`)."""
+        return self.evaluate(model, shard, batch_size=batch_size, max_batches=max_batches)
 
     def _evaluate_sft(self, model: torch.nn.Module, shard: bytes, *, batch_size: int, max_batches: int) -> float:
         """Mean loss over the target tokens of evenly spaced windows of an SFT validation shard."""
