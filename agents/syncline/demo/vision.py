@@ -33,7 +33,7 @@ from syncline.chain.market import MarketClient
 from syncline.demo.training_run import DemoPlan, TrainingDemo
 from syncline.modality.vision import VisionAdapter, decode_image_shard
 from syncline.protocol.receipt import TrainingReceipt
-from syncline.run.agent_config import EVAL_BATCH_SIZE
+from syncline.run.agent_config import EVAL_BATCH_SIZE, EVAL_BATCHES
 from syncline.run.context import TaskContext
 from syncline.sponsor.task_builder import PublishedTask
 from syncline.sponsor.vision_task import DEFAULT_VISION_MODEL, ImageSource, publish_vision_task
@@ -78,27 +78,27 @@ class VisionDemo:
         started = time.monotonic()
         demo = TrainingDemo(self.workdir, self.plan)
         demo.publish_task = self.publish
-        initial: dict[str, float] = {}
+        scored: dict[str, Any] = {}
 
         def score_initial(market: MarketClient, task_id: int, names: dict[str, str]) -> None:
             """The initial state's accuracy, scored as the witnesses score every round."""
             ctx = TaskContext.load(market, LocalBlobStore(self.workdir / "blobs"), task_id)
             model = ctx.build_model(ctx.fetch_state(ctx.spec.initial_state_root))
-            initial["accuracy"] = ctx.adapter.metric(
-                model, ctx.validation_shard(), batch_size=EVAL_BATCH_SIZE, max_batches=self.plan.eval_batches or 1
-            )
-            adapter = ctx.adapter
-            assert isinstance(adapter, VisionAdapter)
-            self._validation = (adapter, ctx.validation_shard())
+            batches = self.plan.eval_batches or EVAL_BATCHES
+            validation = ctx.validation_shard()
+            scored["initial"] = ctx.adapter.metric(model, validation, batch_size=EVAL_BATCH_SIZE, max_batches=batches)
+            scored["validation"] = validation
+            scored["adapter"] = ctx.adapter
 
         demo.after_seal = score_initial
         receipt = demo.run()
         extras = dict(receipt.extras)
-        adapter, validation = self._validation
+        adapter = scored["adapter"]
+        assert isinstance(adapter, VisionAdapter)
         extras.update(
             scenario="vision",
-            top1_accuracy_initial=initial.get("accuracy"),
-            export_top1_accuracy=export_accuracy(Path(extras["model_dir"]), adapter, validation),
+            top1_accuracy_initial=scored["initial"],
+            export_top1_accuracy=export_accuracy(Path(extras["model_dir"]), adapter, scored["validation"]),
             target_top1_accuracy=TARGET_ACCURACY,
             wall_seconds=round(time.monotonic() - started, 1),
         )
