@@ -64,3 +64,37 @@ def test_an_onchain_spec_that_differs_from_its_artifact_is_refused(
     with pytest.raises(SpecError, match=f"task {task_id}: the chain's {field} ") as err:
         TaskContext.load(market, blobs, task_id)
     assert "\n" not in str(err.value)
+
+
+def test_a_spec_whose_param_count_is_not_its_model_s_is_refused(
+    tmp_path: Path, market: MarketClient, sponsor: Signer, witnesses: list[Signer]
+) -> None:
+    """``paramCount`` sizes the chain's chunk trees; agents build the layout from the model: a spec
+    (artifact and chain alike) whose count is not its model's is refused, as is a LoRA task whose
+    base model is larger than the agents are built for (a tiny adapter count on a huge base)."""
+    from syncline.protocol.spec import MAX_PARAM_COUNT, LoraSpec, ModelArchitecture
+
+    plan = tiny_plan()
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    published = publish_language_task(
+        blobs,
+        template=default_task(plan, [w.address for w in witnesses], chain_time(market.w3)),
+        shard_count=plan.shard_count,
+        vocab_size=plan.vocab_size,
+        seq_len=plan.seq_len,
+        model=plan.model,
+    )
+    wrong = published.spec.with_updates(param_count=published.spec.param_count + 256)
+    uri = blobs.put(wrong.canonical_bytes()).uri
+    task_id, _ = market.post_task(sponsor, wrong, uri)
+    with pytest.raises(SpecError, match=f"task {task_id}: param_count {wrong.param_count} is not the model's"):
+        TaskContext.load(market, blobs, task_id)
+
+    huge = {**published.spec.model.config, "hidden_size": 16384, "intermediate_size": 65536, "num_hidden_layers": 64}
+    lora = LoraSpec(r=4, alpha=8, target_modules=("q_proj",), base_digest="0x" + "11" * 32)
+    giant = published.spec.with_updates(model=ModelArchitecture(published.spec.model.family, huge, lora))
+    uri = blobs.put(giant.canonical_bytes()).uri
+    task_id, _ = market.post_task(sponsor, giant, uri)
+    with pytest.raises(SpecError, match=f"over the limit of {MAX_PARAM_COUNT:,}") as err:
+        TaskContext.load(market, blobs, task_id)
+    assert "\n" not in str(err.value)

@@ -41,7 +41,7 @@ from syncline.paths import state_dir
 from syncline.protocol.disk_round import DiskRoundResult, PayloadFile, compute_round_on_disk
 from syncline.protocol.enums import Modality, RoundStatus
 from syncline.protocol.layout import ParameterLayout
-from syncline.protocol.spec import MAX_SPEC_BYTES, ONCHAIN_FIELDS, TrainingTaskSpec
+from syncline.protocol.spec import MAX_PARAM_COUNT, MAX_SPEC_BYTES, ONCHAIN_FIELDS, TrainingTaskSpec
 from syncline.protocol.spot_checks import spot_check_draw
 from syncline.protocol.state import TrainingState
 from syncline.protocol.sync_round import CommittedSubmission, RoundResult, compute_round
@@ -100,7 +100,14 @@ class TaskContext:
             except (KeyError, TypeError):
                 raise SpecError(f"task {task_id}: spec metadata needs the tokenizer's digest and uri") from None
             tokenizer_json = fetch_by_digest(blobs, digest, (uri,), max_bytes=MAX_TOKENIZER_BYTES).decode()
-        layout = state_layout(adapter, spec)
+        try:
+            layout = state_layout(adapter, spec)
+        except SpecError as exc:
+            raise SpecError(f"task {task_id}: {exc}") from None
+        if layout.numel != spec.param_count:  # the chain sizes every chunk tree by param_count
+            raise SpecError(
+                f"task {task_id}: param_count {spec.param_count} is not the model's ({layout.numel} trained parameters)"
+            )
         return cls(
             task_id=task_id,
             market=market,
@@ -521,6 +528,9 @@ def state_layout(adapter: ModalityAdapter, spec: TrainingTaskSpec) -> ParameterL
     with torch.device("meta"):
         model = adapter.build_model(model_config(spec), seed=0)
         if spec.model.lora is not None:
+            base = sum(p.numel() for p in model.parameters())
+            if base > MAX_PARAM_COUNT:  # every agent that runs the model holds the base
+                raise SpecError(f"the LoRA base model has {base:,} parameters, over the limit of {MAX_PARAM_COUNT:,}")
             model = apply_lora(model, spec.model.lora, seed=0)
     return ParameterLayout.from_state_dict(trained_parameters(model))
 
