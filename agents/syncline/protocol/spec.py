@@ -44,6 +44,40 @@ ONCHAIN_BITS: dict[str, int] = {
     "witness_bond_wei": 128,
     "challenge_bond_wei": 128,
 }
+# Field names of the on-chain TaskSpec tuple, in SynclineTypes.sol order (YAML spelling).
+ONCHAIN_FIELDS: tuple[str, ...] = (
+    "spec_hash",
+    "spec_uri",
+    "model_config_hash",
+    "dataset_root",
+    "initial_state_root",
+    "modality",
+    "tier",
+    "rule",
+    "rule_param",
+    "shard_count",
+    "inner_steps",
+    "rounds",
+    "round_duration_s",
+    "grace_window_s",
+    "challenge_window_s",
+    "enrollment_deadline",
+    "trainer_stake_wei",
+    "min_trainers",
+    "max_trainers",
+    "max_missed_rounds",
+    "eviction_slash_bps",
+    "threshold",
+    "witness_fee_wei",
+    "outer_lr_ppm",
+    "outer_momentum_ppm",
+    "gradient_bits",
+    "param_count",
+    "checkpoint_interval",
+    "witness_bond_wei",
+    "challenge_bond_wei",
+    "witnesses",
+)
 MAX_WINDOW_S = 365 * 24 * 3600  # TaskEscrow.MAX_WINDOW
 MAX_TRAINERS = 64
 MAX_WITNESSES = 32
@@ -75,6 +109,14 @@ def canonical_json(data: Any) -> bytes:
     """Deterministic JSON: sorted keys, no whitespace, UTF-8."""
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
+
+VALIDATION_METRICS: dict[Modality, tuple[str, bool]] = {
+    Modality.LANGUAGE: ("validation_loss", False),
+    Modality.VISION: ("top1_accuracy", True),
+    Modality.TIME_SERIES: ("mase", False),
+}
+"""The metric a task's witnesses vote (x 1e6, docs/protocol.md §11.1) per modality, and whether
+higher is better; each modality adapter's ``metric_name`` is its entry."""
 
 LORA_MAX_RANK = 256
 LORA_MAX_ALPHA = 1 << 16
