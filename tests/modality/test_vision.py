@@ -224,6 +224,9 @@ def test_the_model_is_a_vit_classifier_whose_parameters_are_all_float() -> None:
     params = trained_parameters(model)
     assert params and all(p.dtype == torch.float32 for p in params.values())
     assert not list(model.buffers())
+    frozen = [(n, p) for n, p in model.named_parameters() if not p.requires_grad]
+    assert [n for n, _ in frozen] == ["vit.layers.0.attention.k_proj.bias"]  # softmax cancels it: frozen at 0
+    assert all(not p.any() for _, p in frozen)
     same = adapter().build_model(TINY_VIT, seed=0)
     assert all(torch.equal(p, trained_parameters(same)[k]) for k, p in params.items())
     with torch.device("meta"):  # how agents compute the layout
@@ -353,3 +356,40 @@ def test_the_inner_loop_on_a_vit_replays_bit_for_bit() -> None:
     referee = InnerLoop(a, a.build_model(TINY_VIT, seed=9), layout, cfg)
     replayed = referee.run_segment(Checkpoint.from_bytes(first[1]), shards, seed=77, start=3, stop=6)
     assert replayed == first[2]
+
+
+def test_a_bf16_trainer_stays_within_the_fp32_referees_envelope() -> None:
+    """An honest bf16 segment replayed in fp32 lies within the default tolerance envelope (the
+    attention key biases, whose gradient is only rounding noise, are frozen and not in the state);
+    the same segment trained with another learning rate does not."""
+    from syncline.protocol.checkpoints import Checkpoint
+    from syncline.protocol.spec import ToleranceModel
+    from syncline.protocol.tolerance import compare
+
+    a = adapter()
+    config = {**TINY_VIT, "hidden_size": 32, "num_hidden_layers": 2, "intermediate_size": 64}
+    shards = [encode_image_shard(*random_images(64, seed=s)) for s in (5, 6)]
+    net = a.build_model(config, seed=0)
+    params = {k: v.detach() for k, v in trained_parameters(net).items()}
+    layout = ParameterLayout.from_state_dict(params)
+    state = TrainingState.from_model_state_dict(params, layout)
+
+    def checkpoints(dtype: str, lr: float) -> tuple[Checkpoint, ...]:
+        cfg = InnerOptimizerConfig(lr=lr, inner_steps=8, batch_size=16)
+        loop = InnerLoop(a, a.build_model(config, seed=0), layout, cfg, dtype=dtype)
+        work = loop.run(state, shards, seed=9, checkpoint_interval=4)
+        return tuple(Checkpoint.from_bytes(c, layout=layout) for c in work.checkpoints)
+
+    honest, other_lr = checkpoints("bf16", 2e-3), checkpoints("fp32", 4e-3)
+    cfg = InnerOptimizerConfig(lr=2e-3, inner_steps=8, batch_size=16)
+    referee = InnerLoop(a, a.build_model(config, seed=0), layout, cfg)
+    for s in (0, 1):
+        replayed = referee.run_segment(honest[s], shards, seed=9, start=4 * s, stop=4 * s + 4, dtype="fp32")
+        verdict = compare(
+            honest[s], honest[s + 1], Checkpoint.from_bytes(replayed, layout=layout), layout, ToleranceModel()
+        )
+        assert verdict.within, verdict
+    replayed = referee.run_segment(honest[0], shards, seed=9, start=0, stop=4, dtype="fp32")
+    assert not compare(
+        honest[0], other_lr[1], Checkpoint.from_bytes(replayed, layout=layout), layout, ToleranceModel()
+    ).within
