@@ -225,8 +225,12 @@ export interface Challenge {
 
 export interface Losses {
   rounds: number[];
+  /** The witnesses' validation metric per round (named by `metric`). */
   validation: (number | null)[];
   trainers: Record<string, (number | null)[]>;
+  /** validation_loss (language), top1_accuracy (vision), mase (time series). */
+  metric?: string;
+  metric_higher_is_better?: boolean;
 }
 
 export interface ReceiptTrainerLine {

@@ -37,6 +37,13 @@ export function lossTicks(min: number, max: number, count: number, final: number
   return ticks.sort((a, b) => a - b);
 }
 
+const METRIC_LABELS: Record<string, string> = { validation_loss: "validation loss", top1_accuracy: "top-1 accuracy", mase: "MASE" };
+
+/** How a validation metric is named on the page ("validation loss", "top-1 accuracy", "MASE"). */
+export function metricLabel(name: string | undefined): string {
+  return METRIC_LABELS[name ?? "validation_loss"] ?? (name ?? "validation loss").replace(/_/g, " ");
+}
+
 export class LossChart {
   private plot: uPlot | null = null;
   private key = "";
@@ -70,6 +77,11 @@ export class LossChart {
         return typeof v === "number" && Number.isFinite(v) ? v : null;
       });
     const validation = fit(losses?.validation);
+    const metric = losses?.metric ?? "validation_loss";
+    const label = metricLabel(metric);
+    // A metric that is not a loss (accuracy, MASE) gets its own axis, on the right.
+    const ownAxis = metric !== "validation_loss";
+    this.container.dataset.metric = metric;
     const perTrainer = trainers.map((t) => fit(losses?.trainers[t]));
     const points = [validation, ...perTrainer].reduce((n, s) => n + s.filter((v) => v !== null).length, 0);
     this.container.dataset.points = String(points);
@@ -83,9 +95,9 @@ export class LossChart {
     this.container.dataset.finalLoss = final === null ? "" : String(final);
     if (final !== null && lastRound !== undefined) {
       const at = rounds[validation.lastIndexOf(final)] ?? lastRound;
-      this.note.textContent = `Final validation loss ${final.toFixed(4)} (round ${at}).`;
+      this.note.textContent = `Final ${label} ${final.toFixed(4)} (round ${at}).`;
     }
-    const key = trainers.join(",");
+    const key = `${metric}:${trainers.join(",")}`;
     if (this.plot && key === this.key) {
       this.plot.setData(data);
       return;
@@ -95,7 +107,8 @@ export class LossChart {
     const series: uPlot.Series[] = [
       { label: "round" },
       {
-        label: "validation loss",
+        label,
+        scale: ownAxis ? "metric" : "y",
         stroke: "#111827",
         width: 3,
         points: { show: true, size: 6 },
@@ -117,7 +130,7 @@ export class LossChart {
         width: this.width(),
         height: 280,
         // Half a round of room on each side: the first and the final points are drawn whole.
-        scales: { x: { time: false, range: (_u, min, max) => [min - 0.5, max + 0.5] } },
+        scales: { x: { time: false, range: (_u, min, max) => [min - 0.5, max + 0.5] }, ...(ownAxis ? { metric: { auto: true } } : {}) },
         axes: [
           {
             label: "round",
@@ -130,7 +143,7 @@ export class LossChart {
             values: (_u, ticks) => ticks.map((t) => String(t)),
           },
           {
-            label: "loss",
+            label: ownAxis ? "training loss" : "loss",
             size: 64,
             splits: (u, _axis, min, max) => {
               const ticks = lossTicks(min, max, Math.max(2, Math.floor(u.bbox.height / devicePixelRatio / 32)), this.final);
@@ -138,8 +151,20 @@ export class LossChart {
               this.container.dataset.yRange = `${min},${max}`;
               return ticks;
             },
-            values: (_u, ticks) => ticks.map((t) => (t === this.final ? t.toFixed(3) : String(Number(t.toPrecision(6))))),
+            values: (_u, ticks) => ticks.map((t) => (t === this.final && !ownAxis ? t.toFixed(3) : String(Number(t.toPrecision(6))))),
           },
+          ...(ownAxis
+            ? [
+                {
+                  scale: "metric",
+                  side: 1,
+                  label,
+                  size: 64,
+                  grid: { show: false },
+                  values: (_u: uPlot, ticks: number[]) => ticks.map((t) => String(Number(t.toPrecision(4)))),
+                },
+              ]
+            : []),
         ],
         series,
         cursor: { drag: { x: false, y: false } },

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -217,6 +218,7 @@ def simulate_trainers(record: RunRecord, inner: InnerOptimizerConfig) -> Simulat
     the agents' batch seeds, quantization and compute_round. No chain, no blobs, no restarts.
     Agents run with ``threads: 1``; so does this, for bit-exact float results."""
     ctx = record.ctx
+    inner = dataclasses.replace(inner, inner_steps=ctx.spec.inner_steps)  # H is the task's, as in the trainer
     with replay_environment(1):
         loops = {
             f: InnerLoop(ctx.adapter, ctx.build_model(), ctx.layout, inner) for f in sorted(record.fragment_shards)

@@ -14,6 +14,7 @@ the restarted witness's own vote: its recomputation after the restart is on the 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 from pathlib import Path
 
@@ -126,7 +127,10 @@ def test_sigkilled_trainer_and_witness_resume_to_the_reference_roots(tmp_path: P
         assert record.escrow == 0
         assert all(record.credits[a] == 0 for a in [*record.trainers, *record.witnesses])  # everyone claimed
 
-        inner = load_agent_config(run.config_path(TRAINER)).inner
+        # The trainer's inner optimizer with the task's H (the trainer reads H from the spec).
+        inner = dataclasses.replace(
+            load_agent_config(run.config_path(TRAINER)).inner, inner_steps=record.ctx.spec.inner_steps
+        )
         reference = simulate_trainers(record, inner)
         assert [r.state_root for r in record.rounds] == ["0x" + x.state_root.hex() for x in reference.results]
         assert [r.aggregate_root for r in record.rounds] == ["0x" + x.aggregate_root.hex() for x in reference.results]

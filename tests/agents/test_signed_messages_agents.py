@@ -216,5 +216,5 @@ def test_a_restarted_witness_resends_its_published_vote(
     ctx = second_life.ctx
     assert ctx is not None
     result = ctx.compute_round(ctx.fetch_state(market.task(task_id).state_root), ctx.committed_submissions(0))
-    fresh = int(second_life._validation_loss(result.state) * 1_000_000)
+    fresh = int(second_life._validation_metric(result.state) * 1_000_000)
     assert fresh != published.message.metric

@@ -150,6 +150,7 @@ def test_a_market_lifecycle_is_indexed_to_the_wei(
     losses = http.ok(f"/api/runs/{task_id}/losses")
     assert losses["rounds"] == [0, 1, 2, 3]
     assert losses["validation"][0] == pytest.approx(4.1) and losses["validation"][3] is None
+    assert (losses["metric"], losses["metric_higher_is_better"]) == ("validation_loss", False)  # a language task
 
     # Seal after the challenge window; credits are read live.
     travel_past(w3, market.task(task_id).last_closed_at + spec.challenge_window_s)

@@ -33,6 +33,8 @@ from syncline.api.schemas import (
     WitnessOut,
 )
 from syncline.api.specs import run_spec
+from syncline.protocol.enums import Modality, parse_enum
+from syncline.protocol.spec import VALIDATION_METRICS
 
 ZERO32 = "0x" + "00" * 32
 SETTLED = ("awaiting_seal", "sealed")
@@ -312,7 +314,8 @@ def challenges(s: Session, task_id: int) -> list[ChallengeOut]:
 
 
 def losses(s: Session, task_id: int) -> Losses:
-    """Validation loss per opened round and each trainer's self-reported training loss."""
+    """The validation metric per opened round (named: a language task's is its validation loss)
+    and each trainer's self-reported training loss."""
     round_rows = list(s.scalars(select(RoundRow).where(RoundRow.task_id == task_id).order_by(RoundRow.round)))
     numbers = [r.round for r in round_rows]
     index = {n: i for i, n in enumerate(numbers)}
@@ -324,7 +327,16 @@ def losses(s: Session, task_id: int) -> Losses:
     ):
         if loss.round in index and loss.loss is not None:
             per_trainer.setdefault(loss.trainer, [None] * len(numbers))[index[loss.round]] = loss.loss
-    return Losses(rounds=numbers, validation=[r.validation_loss for r in round_rows], trainers=per_trainer)
+    task = s.get(TaskRow, task_id)
+    modality = str(task.onchain_spec.get("modality", "language")) if task is not None else "language"
+    name, higher = VALIDATION_METRICS.get(parse_enum(Modality, modality, "modality"), ("validation_loss", False))
+    return Losses(
+        rounds=numbers,
+        validation=[r.validation_loss for r in round_rows],
+        trainers=per_trainer,
+        metric=name,
+        metric_higher_is_better=higher,
+    )
 
 
 def known_state_roots(s: Session, row: TaskRow) -> set[str]:

@@ -325,7 +325,11 @@ class ChallengeOut(BaseModel):
 class Losses(BaseModel):
     rounds: list[int]
     validation: list[float | None]
+    """The witnesses' validation metric per round (the median of the finalized result's votes)."""
     trainers: dict[str, list[float | None]]
+    metric: str = "validation_loss"
+    """The metric's name: ``validation_loss`` (language), ``top1_accuracy`` (vision), ``mase`` (time series)."""
+    metric_higher_is_better: bool = False
 
 
 class Withdrawal(BaseModel):

@@ -30,8 +30,9 @@ from syncline.chain.devnet import Devnet, chain_time, start_anvil
 from syncline.chain.keys import from_private_key
 from syncline.chain.market import MarketClient
 from syncline.errors import SynclineError
+from syncline.modality import adapter_for
 from syncline.observability import get_logger
-from syncline.protocol.enums import RoundStatus, TaskStatus
+from syncline.protocol.enums import Modality, RoundStatus, TaskStatus
 from syncline.protocol.receipt import TrainingReceipt
 from syncline.run.context import TaskContext
 from syncline.sponsor.task_builder import PublishedTask, export_model, publish_language_task
@@ -94,6 +95,8 @@ class TrainingDemo:
         self.publish_task: Callable[[BlobStore, dict[str, Any]], PublishedTask] | None = None
         # What the exported model is asked to continue.
         self.sample_prompt = "ROMEO:"
+        # The validation metric the witnesses vote (the task's modality's; set once the task is posted).
+        self.metric_name = "validation_loss"
 
     def run(self) -> TrainingReceipt:
         started = time.monotonic()
@@ -143,6 +146,7 @@ class TrainingDemo:
                 model=self.plan.model,
             )
         task_id, _ = market.post_task(sponsor, published.spec, published.spec_uri)
+        self.metric_name = adapter_for(published.spec).metric_name  # what the witnesses' votes carry
         log.info(
             "sponsor.posted",
             task_id=task_id,
@@ -171,15 +175,25 @@ class TrainingDemo:
 
         ctx = TaskContext.load(market, blobs, task_id)
         model_dir = export_model(ctx, market.task(task_id).state_root, self.workdir / "model")
-        sample = generate_sample(model_dir, self.sample_prompt)
+        sample = generate_sample(model_dir, self.sample_prompt) if ctx.spec.modality == Modality.LANGUAGE else None
         payload_sizes = payload_bytes(market, ctx, task_id)
         log.info("model.generated", text=sample)
 
         receipt = market.receipt(task_id)
+        # The witnesses' metric per finalized round, named (a language task's is its validation loss).
+        by_name = (
+            {
+                "validation_loss_per_round": losses,
+                "validation_loss_first": losses[0] if losses else None,
+                "validation_loss_last": losses[-1] if losses else None,
+            }
+            if self.metric_name == "validation_loss"
+            else {}
+        )
         extras = {
-            "validation_loss_per_round": losses,
-            "validation_loss_first": losses[0] if losses else None,
-            "validation_loss_last": losses[-1] if losses else None,
+            "validation_metric": self.metric_name,
+            "validation_metric_per_round": losses,
+            **by_name,
             "model_dir": str(model_dir),
             "model_parameters": ctx.layout.numel,
             "payload_bytes_per_round": [sum(sizes) for sizes in payload_sizes],
@@ -333,7 +347,7 @@ class TrainingDemo:
         loss = statistics.median(metrics) if metrics else float("nan")
         tqdm.write(
             f"round {round_}: finalized by {r.vote_count} votes; accepted {bin(r.accepted_mask).count('1')}"
-            f"/{bin(r.committed_mask).count('1')} submissions; validation loss {loss:.4f}; "
+            f"/{bin(r.committed_mask).count('1')} submissions; {self.metric_name.replace('_', ' ')} {loss:.4f}; "
             f"state root {r.state_root[:18]}",
             file=sys.stderr,
         )

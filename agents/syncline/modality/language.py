@@ -19,6 +19,8 @@ import numpy as np
 import torch
 
 from syncline.errors import SpecError
+from syncline.protocol.enums import Modality
+from syncline.protocol.spec import VALIDATION_METRICS
 
 TOKEN_DTYPE = "<u2"
 """Token shards hold little-endian uint16 token ids (``token_bytes`` 2, the default)."""
@@ -279,8 +281,7 @@ class LanguageAdapter:
     """
 
     name = "language"
-    metric_name = "validation_loss"
-    metric_higher_is_better = False
+    metric_name, metric_higher_is_better = VALIDATION_METRICS[Modality.LANGUAGE]
 
     def __init__(self, seq_len: int = 64, method: str = "pretrain", token_bytes: int = 2):
         if method not in METHODS:

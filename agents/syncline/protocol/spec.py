@@ -76,6 +76,14 @@ def canonical_json(data: Any) -> bytes:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+VALIDATION_METRICS: dict[Modality, tuple[str, bool]] = {
+    Modality.LANGUAGE: ("validation_loss", False),
+    Modality.VISION: ("top1_accuracy", True),
+    Modality.TIME_SERIES: ("mase", False),
+}
+"""The metric a task's witnesses vote (x 1e6, docs/protocol.md §11.1) per modality, and whether
+higher is better; each modality adapter's ``metric_name`` is its entry."""
+
 LORA_MAX_RANK = 256
 LORA_MAX_ALPHA = 1 << 16
 LORA_MAX_TARGETS = 64

@@ -39,7 +39,7 @@ from syncline.modality.language import MAX_TOKENIZER_BYTES
 from syncline.modality.lora import apply_lora, trained_parameters
 from syncline.paths import state_dir
 from syncline.protocol.disk_round import DiskRoundResult, PayloadFile, compute_round_on_disk
-from syncline.protocol.enums import RoundStatus
+from syncline.protocol.enums import Modality, RoundStatus
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.spec import MAX_SPEC_BYTES, TrainingTaskSpec
 from syncline.protocol.spot_checks import spot_check_draw
@@ -87,16 +87,18 @@ class TaskContext:
             raise SpecError(f"task {task_id}: {exc}") from None
         if spec.spec_hash != spec_hash:
             raise SpecError(f"task {task_id}: spec artifact hash {spec.spec_hash} != on-chain {spec_hash}")
-        meta = dict(spec.metadata)
         try:
             adapter = adapter_for(spec)
-            tokenizer = meta["tokenizer"]
-            digest, uri = str(tokenizer["digest"]), str(tokenizer["uri"])
         except SpecError as exc:
             raise SpecError(f"task {task_id}: {exc}") from None
-        except (KeyError, TypeError):
-            raise SpecError(f"task {task_id}: spec metadata needs the tokenizer's digest and uri") from None
-        tokenizer_json = fetch_by_digest(blobs, digest, (uri,), max_bytes=MAX_TOKENIZER_BYTES)
+        tokenizer_json = ""
+        if spec.modality == Modality.LANGUAGE:  # a language task pins its tokenizer
+            try:
+                tokenizer = dict(spec.metadata)["tokenizer"]
+                digest, uri = str(tokenizer["digest"]), str(tokenizer["uri"])
+            except (KeyError, TypeError):
+                raise SpecError(f"task {task_id}: spec metadata needs the tokenizer's digest and uri") from None
+            tokenizer_json = fetch_by_digest(blobs, digest, (uri,), max_bytes=MAX_TOKENIZER_BYTES).decode()
         layout = state_layout(adapter, spec)
         return cls(
             task_id=task_id,
@@ -106,7 +108,7 @@ class TaskContext:
             spec_uri=spec_uri,
             adapter=adapter,
             layout=layout,
-            tokenizer_json=tokenizer_json.decode(),
+            tokenizer_json=tokenizer_json,
         )
 
     # ------------------------------------------------------------------ data

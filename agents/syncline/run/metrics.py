@@ -97,6 +97,9 @@ class AgentMetrics:
         self.utilization = Gauge("syncline_trainer_utilization", "time in inner steps / wall time", registry=r)
         self.submissions = Counter("syncline_submissions", "trainer submissions by outcome", ["outcome"], registry=r)
         self.validation_loss = Gauge("syncline_witness_validation_loss", "validation loss of the new state", registry=r)
+        self.validation_metric = Gauge(
+            "syncline_witness_validation_metric", "the task's validation metric of the new state", ["name"], registry=r
+        )
         self.rejected = Counter("syncline_witness_rejected", "submissions rejected, by reason", ["reason"], registry=r)
         self.finalized = Counter("syncline_witness_votes", "finalize calls sent", registry=r)
         self.aggregate_seconds = Gauge("syncline_witness_aggregate_seconds", "aggregation time", registry=r)

@@ -28,6 +28,7 @@ import torch
 from syncline.blobstore import BlobStore
 from syncline.blobstore.store import digest_of_file
 from syncline.errors import SpecError
+from syncline.modality import write_export_files
 from syncline.modality.base import ModalityAdapter
 from syncline.modality.language import (
     METHODS,
@@ -41,6 +42,7 @@ from syncline.modality.language import (
 )
 from syncline.modality.lora import apply_lora, load_base_weights, merged_model, trained_parameters
 from syncline.paths import state_dir
+from syncline.protocol.enums import Modality
 from syncline.protocol.hashing import keccak
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.spec import LoraSpec, TrainingTaskSpec
@@ -388,7 +390,10 @@ def export_model(ctx: TaskContext, state_root: str, out_dir: Path) -> Path:
         _share_written(adapter_dir, adapter_before)
         model = merged_model(model)
     model.save_pretrained(out_dir)  # type: ignore[operator]
-    write_tokenizer(out_dir, ctx.tokenizer_json, tokenizer_side_files(ctx))
+    if ctx.spec.modality == Modality.LANGUAGE:
+        write_tokenizer(out_dir, ctx.tokenizer_json, tokenizer_side_files(ctx))
+    else:
+        write_export_files(out_dir, ctx.spec)
     (out_dir / "syncline.json").write_text(
         json.dumps(
             {

@@ -191,7 +191,9 @@ class WitnessAgent:
         self._send("finalize", lambda: self.market.send_vote(self.signer, vote, signature))
         timings["finalize_s"] = time.perf_counter() - began
         self.metrics.round.set(round_)
-        self.metrics.validation_loss.set(loss)
+        self.metrics.validation_metric.labels(name=ctx.adapter.metric_name).set(loss)
+        if ctx.adapter.metric_name == "validation_loss":
+            self.metrics.validation_loss.set(loss)
         self.metrics.finalized.inc()
         log.info(
             "witness.voted",
@@ -199,7 +201,7 @@ class WitnessAgent:
             rule=result.rule_used,
             accepted=bin(result.accepted_mask).count("1"),
             rejected=len(result.rejected),
-            validation_loss=round(loss, 4),
+            **{ctx.adapter.metric_name: round(loss, 4)},
             state_root="0x" + result.state_root.hex()[:16],
         )
         append_record(
@@ -211,7 +213,7 @@ class WitnessAgent:
                 "aggregate_root": "0x" + result.aggregate_root.hex(),
                 "accepted_mask": result.accepted_mask,
                 "rejected": {str(k): v for k, v in result.rejected.items()},
-                "validation_loss": loss,
+                ctx.adapter.metric_name: loss,
                 "timings": {k: round(v, 3) for k, v in timings.items()},
                 "voted_at": time.time(),
             },
@@ -241,7 +243,7 @@ class WitnessAgent:
         ctx.publish_state(result.state, self.signer.account)  # its own slot of the alias: no one can displace it
         timings["publish_s"] = time.perf_counter() - started
         started = time.perf_counter()
-        loss = self._validation_loss(result.state)
+        loss = self._validation_metric(result.state)
         timings["eval_s"] = time.perf_counter() - started
         return result, loss
 
@@ -275,7 +277,7 @@ class WitnessAgent:
         ctx.publish_state_file(state, self.signer.account)  # its own slot of the alias
         timings["publish_s"] = time.perf_counter() - started
         started = time.perf_counter()
-        loss = self._validation_loss(state)
+        loss = self._validation_metric(state)
         timings["eval_s"] = time.perf_counter() - started
         self._hold(state)
         return result, loss
@@ -378,13 +380,15 @@ class WitnessAgent:
         except (ChainError, StateUnavailable) as exc:
             log.info("witness.court_duty_deferred", reason=str(exc).splitlines()[0][:160])
 
-    def _validation_loss(self, state: TrainingState | StateFile) -> float:
+    def _validation_metric(self, state: TrainingState | StateFile) -> float:
+        """The task's validation metric of ``state`` (its modality's: the validation loss of a
+        language task, top-1 accuracy, MASE): what the vote carries x 1e6."""
         ctx = self.ctx
         assert ctx is not None
         if self._eval_model is None:
             self._eval_model = ctx.build_model()
         load_weights(self._eval_model, state)
-        return ctx.adapter.evaluate(
+        return ctx.adapter.metric(
             self._eval_model,
             ctx.validation_shard(),
             batch_size=self.cfg.eval_batch_size,

@@ -11,7 +11,7 @@ import {
   type Trainer,
   type Witness,
 } from "../api";
-import { LossChart } from "../chart";
+import { LossChart, metricLabel } from "../chart";
 import { h, replace } from "../dom";
 import {
   addr,
@@ -53,6 +53,8 @@ export function runPage(id: number): Page {
   const chartEl = h("div", { class: "chart", testid: "loss-chart" });
   const chart = new LossChart(chartEl);
   const roundsBody = h("tbody");
+  const chartTitle = h("h2", { testid: "loss-chart-title" }, "Loss curve");
+  let metricName = "validation_loss";
   const trainersBody = h("tbody");
   const witnessesBody = h("tbody");
   const challengesBody = h("tbody");
@@ -87,7 +89,7 @@ export function runPage(id: number): Page {
     h(
       "div",
       { class: "two-col" },
-      h("section", { class: "card" }, h("h2", null, "Loss curve"), chartEl),
+      h("section", { class: "card" }, chartTitle, chartEl),
       h("section", { class: "card" }, h("h2", null, "Timeline"), timelineWrap),
     ),
     h(
@@ -266,7 +268,7 @@ export function runPage(id: number): Page {
       voted.add(who);
       const dissent = dissenters.has(who);
       const agrees = v.agrees !== false && !dissent;
-      const detail = `${v.witness}${v.state_root ? ` voted state root ${v.state_root}` : ""}${v.metric !== undefined && v.metric !== null ? `, validation loss ${v.metric}` : ""}${agrees ? " (agrees with the finalized result)" : " (disagrees with the finalized result)"}`;
+      const detail = `${v.witness}${v.state_root ? ` voted state root ${v.state_root}` : ""}${v.metric !== undefined && v.metric !== null ? `, ${metricLabel(metricName)} ${v.metric}` : ""}${agrees ? " (agrees with the finalized result)" : " (disagrees with the finalized result)"}`;
       marks.push(
         h("span", { class: `vote ${agrees ? "agree" : "disagree"}`, title: detail, "data-witness": who, "data-agrees": String(agrees) }, agrees ? "✓ " : "✗ ", wallet.label(who), dissent ? " dissent" : ""),
       );
@@ -439,6 +441,12 @@ export function runPage(id: number): Page {
       renderWitnesses(witnesses);
       renderChallenges(challenges);
       chart.update(losses);
+      if (losses?.metric && losses.metric !== metricName) {
+        metricName = losses.metric;
+        chartTitle.textContent = metricName === "validation_loss" ? "Loss curve" : `Training loss and ${metricLabel(metricName)}`;
+        const header = el.querySelector('[data-testid="rounds-table"] thead th:nth-child(7)');
+        if (header) header.textContent = metricName === "validation_loss" ? "Val. loss" : metricLabel(metricName);
+      }
       renderTimed();
       document.title = `Run #${id} ${d.summary.status} · Syncline`;
     },
