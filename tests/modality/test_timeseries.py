@@ -101,6 +101,24 @@ def test_window_shard_round_trips_canonically() -> None:
     assert torch.equal(back.past, w.past) and torch.equal(back.future, w.future) and torch.equal(back.scale, w.scale)
 
 
+def test_window_shard_bytes_follow_the_protocol_doc() -> None:
+    """docs/protocol.md §12.7 re-implemented with json and struct: the header, its padding, the order."""
+    import struct
+
+    w = _windows(3)
+    tensors = [("future", w.future), ("past", w.past), ("scale", w.scale)]
+    entries, offset, body = [], 0, b""
+    for name, t in tensors:
+        raw = struct.pack(f"<{t.numel()}f", *t.reshape(-1).tolist())
+        shape = ",".join(str(d) for d in t.shape)
+        entries.append(f'"{name}":{{"dtype":"F32","shape":[{shape}],"data_offsets":[{offset},{offset + len(raw)}]}}')
+        offset += len(raw)
+        body += raw
+    header = ("{" + ",".join(entries) + "}").encode()
+    header += b" " * (-len(header) % 8)
+    assert encode_windows(w) == struct.pack("<Q", len(header)) + header + body
+
+
 def _hostile_cases() -> dict[str, tuple[bytes, str]]:
     from safetensors.torch import save
 
