@@ -80,12 +80,24 @@ def _seasonal_csv(path: Path, ids: int = 2, steps: int = 120) -> Path:
     return path
 
 
-def _publish(tmp_path: Path, source: SeriesSource | None = None) -> tuple[Any, LocalBlobStore]:
+MIXER_MODEL: dict[str, Any] = {
+    "family": "patchtsmixer",
+    "patch_length": 6,
+    "patch_stride": 6,
+    "d_model": 16,
+    "num_layers": 1,
+}
+"""PatchTSMixer with its default dropout (0.2): replay must restore the generator the dropout draws from."""
+
+
+def _publish(
+    tmp_path: Path, source: SeriesSource | None = None, model: dict[str, Any] = TINY_MODEL
+) -> tuple[Any, LocalBlobStore]:
     blobs = LocalBlobStore(tmp_path / "blobs")
     source = source or SeriesSource(type="csv", path=str(_seasonal_csv(tmp_path / "series.csv")))
     template = default_task(TaskDefaults(shard_count=3), WITNESSES, now=1_000)
     published = publish_timeseries_task(
-        blobs, template=template, model=TINY_MODEL, source=source, plan=PLAN, shard_count=3, seed=3
+        blobs, template=template, model=model, source=source, plan=PLAN, shard_count=3, seed=3
     )
     return published, blobs
 
@@ -374,23 +386,25 @@ def test_export_loads_with_from_pretrained(tmp_path: Path) -> None:
     assert described["scaling"] == "seasonal" and described["series"][0]["id"] == "s0"
 
 
-def test_inner_loop_replays_bit_for_bit(tmp_path: Path) -> None:
+@pytest.mark.parametrize("model", [TINY_MODEL, MIXER_MODEL], ids=["patchtst", "patchtsmixer"])
+def test_inner_loop_replays_bit_for_bit(tmp_path: Path, model: dict[str, Any]) -> None:
     """Two runs of the real inner loop from one state and seed give identical checkpoints, and a
     segment replayed from a checkpoint lands on the next one (the referee's re-execution)."""
     from syncline.run.agent_config import InnerOptimizerConfig
     from syncline.trainer.inner_loop import InnerLoop
 
-    published, blobs = _publish(tmp_path)
+    published, blobs = _publish(tmp_path, model=model)
     spec = published.spec
+    assert spec.model.family == model["family"]
     adapter = adapter_from_spec(spec)
     shards = [blobs.get(h) for h in spec.dataset.shard_hashes]
     cfg = InnerOptimizerConfig(lr=3e-3, inner_steps=6, batch_size=8)
     config = {"family": spec.model.family, **spec.model.config}
 
     def run() -> tuple[bytes, ...]:
-        model = adapter.build_model(config, seed=0)
-        layout = ParameterLayout.from_state_dict(trained_parameters(model))
-        loop = InnerLoop(adapter, model, layout, cfg)
+        net = adapter.build_model(config, seed=0)
+        layout = ParameterLayout.from_state_dict(trained_parameters(net))
+        loop = InnerLoop(adapter, net, layout, cfg)
         return loop.run(published.initial_state, shards, seed=42, checkpoint_interval=3).checkpoints
 
     first, second = run(), run()
@@ -398,8 +412,8 @@ def test_inner_loop_replays_bit_for_bit(tmp_path: Path) -> None:
     assert first[0] != first[-1]
     from syncline.protocol.checkpoints import Checkpoint
 
-    model = adapter.build_model(config, seed=0)
-    layout = ParameterLayout.from_state_dict(trained_parameters(model))
-    referee = InnerLoop(adapter, model, layout, cfg)
+    net = adapter.build_model(config, seed=0)
+    layout = ParameterLayout.from_state_dict(trained_parameters(net))
+    referee = InnerLoop(adapter, net, layout, cfg)
     replayed = referee.run_segment(Checkpoint.from_bytes(first[1], layout=layout), shards, seed=42, start=3, stop=6)
     assert replayed == first[2]
