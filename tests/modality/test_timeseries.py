@@ -417,3 +417,51 @@ def test_inner_loop_replays_bit_for_bit(tmp_path: Path, model: dict[str, Any]) -
     referee = InnerLoop(adapter, net, layout, cfg)
     replayed = referee.run_segment(Checkpoint.from_bytes(first[1], layout=layout), shards, seed=42, start=3, stop=6)
     assert replayed == first[2]
+
+
+def test_a_bf16_trainer_stays_within_the_fp32_referees_envelope(tmp_path: Path) -> None:
+    """An honest bf16 segment replayed in fp32 lies within the default tolerance envelope (the
+    attention key biases, whose gradient is only rounding noise, are frozen and not in the
+    state); the same segment trained with another learning rate does not."""
+    from syncline.protocol.checkpoints import Checkpoint
+    from syncline.protocol.spec import ToleranceModel
+    from syncline.protocol.tolerance import compare
+    from syncline.run.agent_config import InnerOptimizerConfig
+    from syncline.trainer.inner_loop import InnerLoop
+
+    published, blobs = _publish(tmp_path, model={**TINY_MODEL, "d_model": 32, "num_hidden_layers": 2})
+    spec = published.spec
+    adapter = adapter_from_spec(spec)
+    shards = [blobs.get(h) for h in spec.dataset.shard_hashes]
+    config = {"family": spec.model.family, **spec.model.config}
+    layout = published.initial_state.layout
+    assert not [e.name for e in layout.entries if e.name.endswith("k_proj.bias")]
+
+    def checkpoints(dtype: str, lr: float) -> tuple[Checkpoint, ...]:
+        loop = InnerLoop(
+            adapter,
+            adapter.build_model(config, seed=0),
+            layout,
+            InnerOptimizerConfig(lr=lr, inner_steps=8, batch_size=16),
+            dtype=dtype,
+        )
+        work = loop.run(published.initial_state, shards, seed=9, checkpoint_interval=4)
+        return tuple(Checkpoint.from_bytes(c, layout=layout) for c in work.checkpoints)
+
+    honest, other_lr = checkpoints("bf16", 2e-3), checkpoints("fp32", 4e-3)
+    referee = InnerLoop(
+        adapter,
+        adapter.build_model(config, seed=0),
+        layout,
+        InnerOptimizerConfig(lr=2e-3, inner_steps=8, batch_size=16),
+    )
+    for s in (0, 1):
+        replayed = Checkpoint.from_bytes(
+            referee.run_segment(honest[s], shards, seed=9, start=4 * s, stop=4 * s + 4, dtype="fp32"), layout=layout
+        )
+        verdict = compare(honest[s], honest[s + 1], replayed, layout, ToleranceModel())
+        assert verdict.within, verdict
+    replayed = Checkpoint.from_bytes(
+        referee.run_segment(honest[0], shards, seed=9, start=0, stop=4, dtype="fp32"), layout=layout
+    )
+    assert not compare(honest[0], other_lr[1], replayed, layout, ToleranceModel()).within
