@@ -165,6 +165,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return cmd_demo_lifecycle(args)
     if args.scenario == "sft-lora":
         return cmd_demo_sft_lora(args)
+    if args.scenario in MODALITY_SCENARIOS:
+        return cmd_demo_modality(args)
     if args.scenario != "training":
         return cmd_demo_fraud(args)
     from syncline.demo.lifecycle import write_receipt
@@ -207,6 +209,36 @@ def cmd_demo_sft_lora(args: argparse.Namespace) -> int:
         lora_payload_bytes=extras["lora_payload_bytes"],
         full_model_payload_bytes=extras["full_model_payload_bytes"],
         adapter_sample=extras["adapter_sample_text"],
+    )
+    return 0
+
+
+MODALITY_SCENARIOS: dict[str, tuple[str, str]] = {
+    "vision": ("syncline.demo.vision", "VisionDemo"),
+    "timeseries": ("syncline.demo.timeseries", "TimeSeriesDemo"),
+}
+"""The other modalities' scenarios: ``syncline demo --scenario NAME`` runs the class (``run()``
+returns the receipt) in ``.syncline/demo/NAME``."""
+
+
+def cmd_demo_modality(args: argparse.Namespace) -> int:
+    """A time-series or vision task through the whole market; the receipt names its metric."""
+    import importlib
+
+    from syncline.demo.lifecycle import write_receipt
+
+    module, name = MODALITY_SCENARIOS[args.scenario]
+    out = state_dir() / "demo" / args.scenario
+    log.info("demo.start", scenario=args.scenario, what="devnet + contracts + 3 trainers + 3 witnesses (k=2)")
+    receipt = getattr(importlib.import_module(module), name)(out).run()
+    path = write_receipt(receipt, out / "receipt.json")
+    print(json.dumps(receipt.to_mapping(), indent=2))
+    extras = receipt.extras
+    log.info(
+        "demo.done",
+        receipt=str(path),
+        metric=extras.get("validation_metric"),
+        per_round=[round(v, 4) for v in extras.get("validation_metric_per_round", [])],
     )
     return 0
 
@@ -747,10 +779,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="the main job: devnet, contracts, a whole training run, the receipt")
     demo.add_argument(
         "--scenario",
-        choices=["training", "lifecycle", "sft-lora", "fraud", *FRAUD_SCENARIOS],
+        choices=["training", "lifecycle", "sft-lora", *MODALITY_SCENARIOS, "fraud", *FRAUD_SCENARIOS],
         default="training",
         help="training: real DiLoCo run (default); lifecycle: scripted market walk-through, no training; "
         "sft-lora: LoRA fine-tuning of a locally pretrained model on a JSONL instruction set; "
+        "vision: a ViT on the digits; timeseries: a PatchTST forecaster on packaged series; "
         "fraud: every fraud scenario in turn; or one fraud scenario by name",
     )
     demo.add_argument(

@@ -10,10 +10,10 @@ from collections.abc import Iterable
 from syncline.api.errors import ApiError
 from syncline.api.schemas import ChallengeProof, ChallengeRequest
 from syncline.api.services import ApiServices
-from syncline.api.specs import ONCHAIN_FIELDS
 from syncline.court.audit import RoundAuditor, TrainingCheck, TrainingChecker
 from syncline.court.findings import Finding, TrainingFraud
 from syncline.court.sampling import make_training_checker
+from syncline.protocol.spec import ONCHAIN_FIELDS
 from syncline.run.context import TaskContext
 
 

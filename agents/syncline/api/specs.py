@@ -11,42 +11,7 @@ from syncline.blobstore import BlobStore
 from syncline.chain.market import _hex
 from syncline.errors import SpecError
 from syncline.protocol.enums import AggregationRule, Modality, Tier
-from syncline.protocol.spec import MAX_SPEC_BYTES, PPM, TrainingTaskSpec
-
-# Field names of the on-chain TaskSpec tuple, in SynclineTypes.sol order (YAML spelling).
-ONCHAIN_FIELDS: tuple[str, ...] = (
-    "spec_hash",
-    "spec_uri",
-    "model_config_hash",
-    "dataset_root",
-    "initial_state_root",
-    "modality",
-    "tier",
-    "rule",
-    "rule_param",
-    "shard_count",
-    "inner_steps",
-    "rounds",
-    "round_duration_s",
-    "grace_window_s",
-    "challenge_window_s",
-    "enrollment_deadline",
-    "trainer_stake_wei",
-    "min_trainers",
-    "max_trainers",
-    "max_missed_rounds",
-    "eviction_slash_bps",
-    "threshold",
-    "witness_fee_wei",
-    "outer_lr_ppm",
-    "outer_momentum_ppm",
-    "gradient_bits",
-    "param_count",
-    "checkpoint_interval",
-    "witness_bond_wei",
-    "challenge_bond_wei",
-    "witnesses",
-)
+from syncline.protocol.spec import MAX_SPEC_BYTES, ONCHAIN_FIELDS, PPM, TrainingTaskSpec
 
 
 def onchain_spec(raw: Sequence[Any]) -> dict[str, Any]:

@@ -44,6 +44,40 @@ ONCHAIN_BITS: dict[str, int] = {
     "witness_bond_wei": 128,
     "challenge_bond_wei": 128,
 }
+# Field names of the on-chain TaskSpec tuple, in SynclineTypes.sol order (YAML spelling).
+ONCHAIN_FIELDS: tuple[str, ...] = (
+    "spec_hash",
+    "spec_uri",
+    "model_config_hash",
+    "dataset_root",
+    "initial_state_root",
+    "modality",
+    "tier",
+    "rule",
+    "rule_param",
+    "shard_count",
+    "inner_steps",
+    "rounds",
+    "round_duration_s",
+    "grace_window_s",
+    "challenge_window_s",
+    "enrollment_deadline",
+    "trainer_stake_wei",
+    "min_trainers",
+    "max_trainers",
+    "max_missed_rounds",
+    "eviction_slash_bps",
+    "threshold",
+    "witness_fee_wei",
+    "outer_lr_ppm",
+    "outer_momentum_ppm",
+    "gradient_bits",
+    "param_count",
+    "checkpoint_interval",
+    "witness_bond_wei",
+    "challenge_bond_wei",
+    "witnesses",
+)
 MAX_WINDOW_S = 365 * 24 * 3600  # TaskEscrow.MAX_WINDOW
 MAX_TRAINERS = 64
 MAX_WITNESSES = 32

@@ -41,7 +41,7 @@ from syncline.paths import state_dir
 from syncline.protocol.disk_round import DiskRoundResult, PayloadFile, compute_round_on_disk
 from syncline.protocol.enums import Modality, RoundStatus
 from syncline.protocol.layout import ParameterLayout
-from syncline.protocol.spec import MAX_SPEC_BYTES, TrainingTaskSpec
+from syncline.protocol.spec import MAX_PARAM_COUNT, MAX_SPEC_BYTES, ONCHAIN_FIELDS, TrainingTaskSpec
 from syncline.protocol.spot_checks import spot_check_draw
 from syncline.protocol.state import TrainingState
 from syncline.protocol.sync_round import CommittedSubmission, RoundResult, compute_round
@@ -87,6 +87,7 @@ class TaskContext:
             raise SpecError(f"task {task_id}: {exc}") from None
         if spec.spec_hash != spec_hash:
             raise SpecError(f"task {task_id}: spec artifact hash {spec.spec_hash} != on-chain {spec_hash}")
+        check_onchain_terms(task_id, onchain, spec.onchain(spec_uri))
         try:
             adapter = adapter_for(spec)
         except SpecError as exc:
@@ -99,7 +100,14 @@ class TaskContext:
             except (KeyError, TypeError):
                 raise SpecError(f"task {task_id}: spec metadata needs the tokenizer's digest and uri") from None
             tokenizer_json = fetch_by_digest(blobs, digest, (uri,), max_bytes=MAX_TOKENIZER_BYTES).decode()
-        layout = state_layout(adapter, spec)
+        try:
+            layout = state_layout(adapter, spec)
+        except SpecError as exc:
+            raise SpecError(f"task {task_id}: {exc}") from None
+        if layout.numel != spec.param_count:  # the chain sizes every chunk tree by param_count
+            raise SpecError(
+                f"task {task_id}: param_count {spec.param_count} is not the model's ({layout.numel} trained parameters)"
+            )
         return cls(
             task_id=task_id,
             market=market,
@@ -410,6 +418,32 @@ class StateUnavailable(SynclineError):
         self.outage = outage
 
 
+def check_onchain_terms(task_id: int, onchain: tuple[Any, ...], expected: tuple[Any, ...]) -> None:
+    """The task's ``TaskSpec`` on chain must be exactly what its spec artifact says
+    (``TrainingTaskSpec.onchain``): the chain enforces its copy (stakes, windows, the rule a fraud
+    proof is checked against, ``paramCount``) while agents follow the artifact, so a task whose two
+    copies differ is refused before anyone enrolls or bonds. One-line ``SpecError`` naming the
+    first differing field."""
+
+    def canonical(value: Any) -> Any:
+        if isinstance(value, bytes | bytearray):
+            return "0x" + bytes(value).hex()
+        if isinstance(value, list | tuple):
+            return tuple(str(v).lower() for v in value)
+        if isinstance(value, str):
+            return value
+        return int(value)
+
+    if len(onchain) != len(expected):
+        raise SpecError(f"task {task_id}: the chain's TaskSpec has {len(onchain)} fields, expected {len(expected)}")
+    for name, got, want in zip(ONCHAIN_FIELDS, onchain, expected, strict=True):
+        if canonical(got) != canonical(want):
+            raise SpecError(
+                f"task {task_id}: the chain's {name} ({canonical(got)!r}) differs from its spec artifact's "
+                f"({canonical(want)!r}); refusing a task whose on-chain terms are not its spec's"
+            )
+
+
 def fetch_by_digest(blobs: BlobStore, digest: str, hints: tuple[str, ...], *, max_bytes: int) -> bytes:
     """The blob ``digest`` (bound on chain or by a pinned artifact), verified: from the agent's blob
     store by digest first, then from each hint URI (untrusted locators, e.g. a submission's ``uri``).
@@ -494,6 +528,9 @@ def state_layout(adapter: ModalityAdapter, spec: TrainingTaskSpec) -> ParameterL
     with torch.device("meta"):
         model = adapter.build_model(model_config(spec), seed=0)
         if spec.model.lora is not None:
+            base = sum(p.numel() for p in model.parameters())
+            if base > MAX_PARAM_COUNT:  # every agent that runs the model holds the base
+                raise SpecError(f"the LoRA base model has {base:,} parameters, over the limit of {MAX_PARAM_COUNT:,}")
             model = apply_lora(model, spec.model.lora, seed=0)
     return ParameterLayout.from_state_dict(trained_parameters(model))
 
