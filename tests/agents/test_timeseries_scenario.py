@@ -21,16 +21,6 @@ from syncline.chain.deployment import compile_contracts
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 
-RUN = """
-from syncline.demo.lifecycle import write_receipt
-from syncline.demo.timeseries import TimeSeriesDemo
-from syncline.paths import state_dir
-
-out = state_dir() / "demo" / "timeseries"
-write_receipt(TimeSeriesDemo(out).run(), out / "receipt.json")
-"""
-"""What ``syncline demo --scenario timeseries`` runs (the CLI choice is wired by the lead)."""
-
 
 def test_timeseries_scenario_beats_seasonal_naive_through_the_market(tmp_path: Path) -> None:
     from transformers import PatchTSTForPrediction
@@ -40,7 +30,7 @@ def test_timeseries_scenario_beats_seasonal_naive_through_the_market(tmp_path: P
     shutil.copytree(cache, state / "artifacts" / cache.name)
     env = {**os.environ, "SYNCLINE_STATE_DIR": str(state), "HF_HUB_OFFLINE": "1", "SYNCLINE_LOG_FORMAT": "console"}
     run = subprocess.run(
-        [sys.executable, "-c", RUN],
+        [sys.executable, "-m", "syncline.cli", "demo", "--scenario", "timeseries"],
         capture_output=True,
         text=True,
         env=env,
