@@ -26,6 +26,7 @@ from syncline.modality.timeseries import (
     decode_windows,
     encode_windows,
     mase,
+    scaled_quantile_loss,
     seasonal_naive,
     write_export_files,
 )
@@ -336,7 +337,7 @@ def test_spec_errors_are_one_line(tmp_path: Path) -> None:
         ({"metadata": {**data["metadata"], "scaling": "log"}}, "scaling 'log'"),
         ({"model": {"family": "patchtst", "config": {**data["model"]["config"], "prediction_length": 7}}}, "differs"),
         ({"model": {"family": "llama", "config": {}}}, "not a time-series family"),
-        ({"model": {"family": "patchtst", "config": {**data["model"]["config"], "loss": "nll"}}}, "point forecasts"),
+        ({"model": {"family": "patchtst", "config": {**data["model"]["config"], "loss": "nll"}}}, "point head"),
     ):
         with pytest.raises(SpecError, match=message):
             adapter_from_spec(TrainingTaskSpec.from_mapping({**data, **change}))
@@ -465,3 +466,50 @@ def test_a_bf16_trainer_stays_within_the_fp32_referees_envelope(tmp_path: Path) 
         referee.run_segment(honest[0], shards, seed=9, start=0, stop=4, dtype="fp32"), layout=layout
     )
     assert not compare(honest[0], other_lr[1], replayed, layout, ToleranceModel()).within
+
+
+def test_scaled_quantile_loss_through_gluonts_equals_the_formula() -> None:
+    gen = torch.Generator().manual_seed(8)
+    future = torch.randn(30, H, 2, generator=gen)
+    scale = torch.rand(30, 2, generator=gen) + 0.2
+    quantiles = {q: torch.randn(30, H, 2, generator=gen) for q in (0.1, 0.5, 0.9)}
+    terms = [
+        (2 * ((future - f) * ((f >= future).double() - q)).abs() / scale[:, None, :]).mean().item()
+        for q, f in quantiles.items()
+    ]
+    assert scaled_quantile_loss(quantiles, future, scale) == pytest.approx(sum(terms) / 3, rel=1e-6)
+    # at the median alone it is MASE
+    assert scaled_quantile_loss({0.5: quantiles[0.5]}, future, scale) == pytest.approx(
+        mase(quantiles[0.5], future, scale), rel=1e-6
+    )
+
+
+def test_a_normal_head_trains_forecasts_its_mean_and_scores_quantiles(tmp_path: Path) -> None:
+    published, blobs = _publish(tmp_path, model={**TINY_MODEL, "loss": "nll", "distribution_output": "normal"})
+    spec = published.spec
+    adapter = adapter_from_spec(spec)
+    model = adapter.build_model({"family": spec.model.family, **spec.model.config}, seed=0)
+    shards = [blobs.get(h) for h in spec.dataset.shard_hashes]
+    batch = next(adapter.batches(shards, batch_size=4, seed=0, steps=1))
+    nll = adapter.loss(model, batch)
+    assert nll.dim() == 0 and math.isfinite(float(nll.detach()))
+    validation = blobs.get(spec.dataset.validation_hash)
+    model.eval()
+    past = adapter.windows(validation).past
+    with torch.no_grad():
+        mean = adapter.forecast(model, past)
+        qs = adapter.forecast_quantiles(model, past)
+    assert mean.shape == (len(past), H, C)
+    assert torch.allclose(qs[0.5], mean, atol=1e-5)
+    assert all(bool((qs[a] < qs[b]).all()) for a, b in zip(list(qs)[:-1], list(qs)[1:], strict=True))
+    score = adapter.quantile_loss(model, validation, batch_size=4, max_batches=8)
+    assert math.isfinite(score) and score == adapter.quantile_loss(model, validation, batch_size=4, max_batches=8)
+    assert adapter.quantile_loss(model, validation, batch_size=4, max_batches=8, levels=(0.5,)) == pytest.approx(
+        adapter.metric(model, validation, batch_size=4, max_batches=8), rel=1e-5
+    )
+    assert (
+        json.loads(json.dumps(__import__("syncline.modality.timeseries", fromlist=["x"]).export_description(spec)))[
+            "head"
+        ]
+        == "normal"
+    )

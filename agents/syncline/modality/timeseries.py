@@ -1,5 +1,6 @@
-"""Time-series modality: point forecasting with a ``transformers`` PatchTST or PatchTSMixer built
-from a config (nothing is downloaded), on shards of fixed-size windows.
+"""Time-series modality: forecasting with a ``transformers`` PatchTST or PatchTSMixer built from a
+config (nothing is downloaded), on shards of fixed-size windows; a point head (``loss`` ``mse``,
+the default) or a probabilistic one (``loss`` ``nll`` with ``distribution_output`` ``normal``).
 
 A **window shard** (docs/protocol.md §12.7) is a canonical ``safetensors`` file of three float32
 tensors: ``past`` ``[N, context_length, C]`` (the model's input), ``future``
@@ -9,10 +10,12 @@ difference of everything before the window's forecast start, gluonts' ``seasonal
 sponsor builds the windows (``syncline.sponsor.timeseries_task``) from series it has already
 scaled, so every party reads the same floats and computes nothing but the model.
 
-The loss is the model's own training loss (mean squared error of the forecast, in the shard's
-units); the metric is MASE, the mean absolute error of the forecasts divided by ``scale``, through
-gluonts' ``MASE`` (``gluonts.ev.metrics``): below 1, the model beats the seasonal-naive forecast's
-in-sample error.
+The loss is the model's own training loss (the forecast's mean squared error in the shard's units,
+or a probabilistic head's negative log-likelihood); the metric is MASE of the point forecast (a
+probabilistic head's: its mean), the mean absolute error divided by ``scale``, through gluonts'
+``MASE`` (``gluonts.ev.metrics``): below 1, the model beats the seasonal-naive forecast's in-sample
+error. :meth:`TimeSeriesAdapter.quantile_loss` scores a probabilistic head's quantiles
+(gluonts' ``AverageMeanScaledQuantileLoss``, the same scale).
 """
 
 from __future__ import annotations
@@ -51,6 +54,12 @@ softmax cancels, so their gradient is exactly 0 and only rounding noise reaches 
 normalizes that noise into steps of about ``lr``, which differ between a bf16 trainer and an
 fp32 referee by far more than the tolerance envelope (measured: a relative L2 of 4400 on this
 tensor alone in one 4-step segment). Frozen, they keep their initial value and change nothing."""
+HEADS: dict[str, tuple[str, str | None]] = {"point": ("mse", None), "normal": ("nll", "normal")}
+"""Forecast heads: ``model.config`` ``loss`` and ``distribution_output`` of each (the point head
+ignores ``distribution_output``). A normal head's quantiles are exact (``icdf``), so every party
+computes them without sampling."""
+QUANTILE_LEVELS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+"""The quantiles :meth:`TimeSeriesAdapter.quantile_loss` scores."""
 EXPORT_FILE = "syncline_timeseries.json"
 """What :func:`write_export_files` writes beside the model: how to feed it and read its forecasts."""
 
@@ -178,23 +187,51 @@ def mase(forecast: torch.Tensor, future: torch.Tensor, scale: torch.Tensor) -> f
 def model_config(config: Mapping[str, Any]) -> tuple[str, Any]:
     """The family (``patchtst`` or ``patchtsmixer``) and ``transformers`` config of a spec's model
     (``{family, **architecture}``); one-line ``SpecError`` for another family, a config
-    ``transformers`` refuses, or a head these agents do not train (point forecasts only: ``loss``
-    ``mse``)."""
+    ``transformers`` refuses, or a head these agents do not train (:data:`HEADS`)."""
     from transformers import AutoConfig
 
     cfg = dict(config)
     family = str(cfg.pop("family", cfg.pop("model_type", "patchtst")))
     if family not in FAMILIES:
-        raise SpecError(
-            f"model family {family!r} is not a time-series family these agents train ({', '.join(FAMILIES)})"
-        )
+        raise SpecError(f"model family {family!r} is not a time-series family these agents train ({FAMILY_NAMES})")
     try:
         hf_config = AutoConfig.for_model(family, **cfg)
     except (ValueError, TypeError, KeyError) as exc:
         raise SpecError(f"model config of family {family!r} is invalid: {' '.join(str(exc).split())[:300]}") from None
-    if getattr(hf_config, "loss", "mse") != "mse":
-        raise SpecError(f"model.config.loss {hf_config.loss!r}: these agents train point forecasts (loss 'mse')")
+    head_of(hf_config)
     return family, hf_config
+
+
+def head_of(hf_config: Any) -> str:
+    """The :data:`HEADS` entry a model config describes; a one-line ``SpecError`` for another."""
+    loss = getattr(hf_config, "loss", "mse")
+    distribution = getattr(hf_config, "distribution_output", None)
+    for head, (head_loss, head_distribution) in HEADS.items():
+        if loss == head_loss and head_distribution in (None, distribution):
+            return head
+    raise SpecError(
+        f"model.config loss {loss!r} with distribution_output {distribution!r}: these agents train a point "
+        "head (loss 'mse') or a normal one (loss 'nll', distribution_output 'normal')"
+    )
+
+
+def scaled_quantile_loss(quantiles: Mapping[float, torch.Tensor], future: torch.Tensor, scale: torch.Tensor) -> float:
+    """gluonts' ``AverageMeanScaledQuantileLoss``: for every level ``q`` of ``quantiles`` (forecast
+    quantiles [N, H, C]) the mean over windows, channels and steps of ``2 |(y - f_q)(1[f_q >= y] - q)|``
+    divided by ``scale`` [N, C], averaged over the levels (at ``q`` 0.5 alone: MASE)."""
+    from gluonts.ev.metrics import AverageMeanScaledQuantileLoss  # type: ignore[import-untyped]
+
+    n, h, c = future.shape
+
+    def items(t: torch.Tensor) -> np.ndarray:
+        flat: np.ndarray = t.detach().to(torch.float32).permute(0, 2, 1).reshape(n * c, h).numpy()
+        return flat
+
+    data = {"label": items(future), "seasonal_error": scale.reshape(n * c, 1).numpy()}
+    data.update({str(q): items(f) for q, f in quantiles.items()})
+    metric = AverageMeanScaledQuantileLoss(quantile_levels=tuple(quantiles))(axis=None)
+    metric.update(data)
+    return float(metric.get())
 
 
 class TimeSeriesAdapter:
@@ -283,9 +320,31 @@ class TimeSeriesAdapter:
         return loss
 
     def forecast(self, model: torch.nn.Module, past: torch.Tensor) -> torch.Tensor:
-        """Point forecasts [N, prediction_length, C] of windows ``past`` [N, context_length, C]."""
-        out: torch.Tensor = model(past_values=past).prediction_outputs
-        return out
+        """Point forecasts [N, prediction_length, C] of windows ``past`` [N, context_length, C]: a
+        point head's output, a probabilistic head's mean."""
+        out = model(past_values=past)
+        if head_of(model.config) == "point":
+            point: torch.Tensor = out.prediction_outputs
+            return point
+        mean: torch.Tensor = self._distribution(model, out).mean
+        return mean
+
+    @staticmethod
+    def _distribution(model: torch.nn.Module, out: Any) -> Any:
+        return model.distribution_output.distribution(out.prediction_outputs, loc=out.loc, scale=out.scale)  # type: ignore[operator,union-attr]
+
+    def forecast_quantiles(
+        self, model: torch.nn.Module, past: torch.Tensor, levels: Sequence[float] = QUANTILE_LEVELS
+    ) -> dict[float, torch.Tensor]:
+        """Forecast quantiles [N, prediction_length, C] per level: a normal head's exact quantiles
+        (``loc + scale * icdf``), a point head's point forecast at every level."""
+        if head_of(model.config) == "point":
+            point = self.forecast(model, past)
+            return {q: point for q in levels}
+        d = self._distribution(model, model(past_values=past))
+        base = d.base_dist  # Normal, or Independent(Normal) over the channels
+        base = base.base_dist if isinstance(base, torch.distributions.Independent) else base
+        return {q: base.icdf(torch.full_like(base.mean, q)) * d.scale + d.loc for q in levels}
 
     def _validation(self, shard: bytes, *, batch_size: int, max_batches: int) -> Windows:
         """Up to ``batch_size * max_batches`` evenly spaced windows of the validation shard, in order."""
@@ -319,6 +378,29 @@ class TimeSeriesAdapter:
         )
         model.train(was_training)
         return mase(forecasts, windows.future, windows.scale)
+
+    @torch.no_grad()
+    def quantile_loss(
+        self,
+        model: torch.nn.Module,
+        shard: bytes,
+        *,
+        batch_size: int,
+        max_batches: int,
+        levels: Sequence[float] = QUANTILE_LEVELS,
+    ) -> float:
+        """:func:`scaled_quantile_loss` of the model's forecast quantiles of the validation windows
+        :meth:`metric` reads (not voted: a vote carries the metric alone)."""
+        windows = self._validation(shard, batch_size=batch_size, max_batches=max_batches)
+        was_training = model.training
+        model.eval()
+        parts = [
+            self.forecast_quantiles(model, windows.past[i : i + batch_size], levels)
+            for i in range(0, len(windows), batch_size)
+        ]
+        model.train(was_training)
+        quantiles = {q: torch.cat([p[q] for p in parts]) for q in levels}
+        return scaled_quantile_loss(quantiles, windows.future, windows.scale)
 
 
 def _int_key(meta: Mapping[str, Any], key: str) -> int:
@@ -355,6 +437,7 @@ def export_description(spec: TrainingTaskSpec) -> dict[str, Any]:
     return {
         "modality": Modality.TIME_SERIES.name.lower(),
         "model_class": FAMILIES.get(spec.model.family, spec.model.family),
+        "head": "normal" if spec.model.config.get("loss") == "nll" else "point",
         "context_length": meta.get("context_length"),
         "prediction_length": meta.get("prediction_length"),
         "num_channels": meta.get("num_channels", 1),
@@ -363,9 +446,11 @@ def export_description(spec: TrainingTaskSpec) -> dict[str, Any]:
         "scaling": meta.get("scaling", "none"),
         "series": meta.get("series", []),
         "usage": (
-            "model(past_values=x).prediction_outputs forecasts prediction_length steps from x of shape "
-            "[batch, context_length, num_channels]; with scaling 'standard' feed (y - loc) / scale of a "
-            "series and map forecasts back with f * scale + loc (its loc and scale in 'series')"
+            "model(past_values=x) forecasts prediction_length steps from x of shape [batch, context_length, "
+            "num_channels]: a point head's prediction_outputs are the forecast, a normal head's are the "
+            "distribution's parameters (model.distribution_output.distribution(out.prediction_outputs, "
+            "loc=out.loc, scale=out.scale)); unless scaling is 'none', feed (y - loc) / scale of a series "
+            "and map forecasts back with f * scale + loc (its loc and scale in 'series')"
         ),
     }
 
