@@ -293,6 +293,17 @@ def test_short_series_and_missing_files_are_refused(tmp_path: Path) -> None:
         build_windows(short, PLAN, shard_count=1)
 
 
+def test_series_sources_refuse_unknown_fields_and_data_sets() -> None:
+    with pytest.raises(DataSourceError, match="unknown field 'colums'"):
+        SeriesSource.from_mapping({"type": "csv", "colums": ["v"]})
+    with pytest.raises(DataSourceError, match="type 'xlsx'"):
+        SeriesSource.from_mapping({"type": "xlsx"})
+    with pytest.raises(DataSourceError, match="'airline' is not one of"):
+        read_series(SeriesSource(datasets=("airline",)))
+    with pytest.raises(DataSourceError, match="different frequencies"):
+        read_series(SeriesSource(datasets=("co2", "sunspots")))
+
+
 def test_the_default_statsmodels_series_are_monthly_and_seasonal() -> None:
     series = read_series()
     assert [s.id for s in series] == ["co2", "elnino"]

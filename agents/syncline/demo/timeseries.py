@@ -94,7 +94,8 @@ class TimeSeriesDemo:
         baseline: dict[str, float] = {}
 
         def score_baselines(market: MarketClient, task_id: int, names: dict[str, str]) -> None:
-            """The initial model's MASE and the seasonal-naive forecast's, on the witnesses' windows."""
+            """The initial model's MASE and the seasonal-naive forecast's, on the witnesses' windows,
+            and the final model's scaled quantile loss."""
             ctx = TaskContext.load(market, LocalBlobStore(self.workdir / "blobs"), task_id)
             adapter = ctx.adapter
             assert isinstance(adapter, TimeSeriesAdapter)
@@ -105,6 +106,10 @@ class TimeSeriesDemo:
             naive = seasonal_naive(w.past, adapter.prediction_length, adapter.season_length)
             baseline["seasonal_naive"] = mase(naive, w.future, w.scale)
             baseline["windows"] = len(w)
+            final = ctx.build_model(ctx.fetch_state(market.task(task_id).state_root))
+            baseline["quantile_loss"] = adapter.quantile_loss(
+                final, shard, batch_size=EVAL_BATCH_SIZE, max_batches=EVAL_BATCHES
+            )
 
         demo.after_seal = score_baselines
         receipt = demo.run()
@@ -119,6 +124,7 @@ class TimeSeriesDemo:
             mase_initial=baseline.get("initial"),
             mase_seasonal_naive=baseline.get("seasonal_naive"),
             mase_final=per_round[-1] if per_round else None,
+            scaled_quantile_loss_final=baseline.get("quantile_loss"),
             beats_seasonal_naive=bool(per_round and per_round[-1] < 1.0),
             export_forecast_shape=forecast,
             wall_seconds=round(time.monotonic() - started, 1),
