@@ -304,6 +304,20 @@ def test_series_sources_refuse_unknown_fields_and_data_sets() -> None:
         read_series(SeriesSource(datasets=("co2", "sunspots")))
 
 
+def test_window_plans_from_a_mapping_are_checked() -> None:
+    assert WindowPlan.from_mapping({"context_length": 36, "scaling": "none"}) == WindowPlan(
+        context_length=36, scaling="none"
+    )
+    for data, message in (
+        ({"context": 36}, "unknown field 'context'"),
+        ({"prediction_length": 0}, r"prediction_length 0 must be an integer in \[1, 2048\]"),
+        ({"validation_windows": True}, "validation_windows True"),
+        ({"scaling": "log"}, "scaling 'log'"),
+    ):
+        with pytest.raises(SpecError, match=message):
+            WindowPlan.from_mapping(data)
+
+
 def test_the_default_statsmodels_series_are_monthly_and_seasonal() -> None:
     series = read_series()
     assert [s.id for s in series] == ["co2", "elnino"]

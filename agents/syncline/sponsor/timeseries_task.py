@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -254,6 +254,17 @@ class WindowPlan:
     validation_stride: int = 3
     train_stride: int = 1
     scaling: str = "seasonal"
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> WindowPlan:
+        """A plan from a sponsor's YAML or API fields (absent ones take the defaults), checked."""
+        known = {f.name for f in fields(cls)}
+        extra = sorted(set(data) - known)
+        if extra:
+            raise SpecError(f"windows: unknown field {extra[0]!r} (fields: {', '.join(sorted(known))})")
+        plan = cls(**{k: v for k, v in data.items() if k in known})
+        plan.check()
+        return plan
 
     @property
     def held_out(self) -> int:
