@@ -162,14 +162,16 @@ class InnerLoop:
         return contextlib.nullcontext()
 
     def _step(self, batch: dict[str, torch.Tensor]) -> tuple[float, int]:
-        """One AdamW step on ``batch``; returns (loss, tokens)."""
+        """One AdamW step on ``batch``; returns (loss, tokens): a language batch's tokens, another
+        modality's examples (images, forecast windows)."""
         batch = {k: v.to(self.device) for k, v in batch.items()}
         with self._autocast():
             loss = self.adapter.loss(self.model, batch)
         loss.backward()  # type: ignore[no-untyped-call]
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(loss.detach()), int(batch["input_ids"].numel())
+        size = int(batch["input_ids"].numel()) if "input_ids" in batch else len(next(iter(batch.values())))
+        return float(loss.detach()), size
 
     def run(
         self,
