@@ -12,10 +12,15 @@
    vote each round's top-1 accuracy on the whole validation shard; the run seals and everyone is
    paid.
 4. **The result.** The final state is exported with ``save_pretrained`` plus the class names and
-   the pixel scaling (``preprocessor_config.json``); the export is loaded back with
-   ``AutoModelForImageClassification.from_pretrained`` and scored on the validation images.
+   the pixel scaling (``preprocessor_config.json``, ``vision.json``); the export is loaded back
+   with ``AutoModelForImageClassification.from_pretrained`` and scored on the validation images.
 
-The receipt (``receipt.json``) carries the accuracy per round; the issue's target is >= 80 %.
+The receipt (``receipt.json``) carries the accuracy per round (``validation_metric_per_round``,
+named by ``validation_metric``), the initial state's and the export's; the issue's target is
+>= 80 %. Measured on the 2-core machine: 0.39, 0.74, 0.90, 0.91, 0.92 over the 5 rounds (from
+0.09 at the start), about a minute of wall time. The plan was tuned offline with the same
+adapter, inner loop and round computation (5 rounds of H=50 ended at 0.93-0.95 over several
+seeds; 4 rounds at 0.90-0.94).
 """
 
 from __future__ import annotations
