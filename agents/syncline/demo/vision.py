@@ -17,10 +17,10 @@
 
 The receipt (``receipt.json``) carries the accuracy per round (``validation_metric_per_round``,
 named by ``validation_metric``), the initial state's and the export's; the issue's target is
->= 80 %. Measured on the 2-core machine: 0.39, 0.74, 0.90, 0.91, 0.92 over the 5 rounds (from
+>= 80 %. Measured on the 2-core machine: 0.36, 0.62, 0.85, 0.92, 0.94 over the 5 rounds (from
 0.09 at the start), about a minute of wall time. The plan was tuned offline with the same
-adapter, inner loop and round computation (5 rounds of H=50 ended at 0.93-0.95 over several
-seeds; 4 rounds at 0.90-0.94).
+adapter, inner loop and round computation (5 rounds of H=50 ended at 0.93-0.96 over several
+seeds).
 """
 
 from __future__ import annotations
@@ -51,13 +51,16 @@ PLAN = dataclasses.replace(
     rounds=5,
     inner_steps=50,
     checkpoint_interval=10,
-    inner_lr=2e-3,
+    inner_lr=1e-3,
     batch_size=32,
     model=dict(DEFAULT_VISION_MODEL),
     eval_batches=math.ceil(VALIDATION_IMAGES / EVAL_BATCH_SIZE),
     timeout_s=600.0,
 )
-"""The run: the main demo's committee and windows, 5 rounds of 50 inner steps on batches of 32."""
+"""The run: the main demo's committee and windows, 5 rounds of 50 inner steps on batches of 32 at
+AdamW lr 1e-3. At 2e-3 the accuracy is the same but an honest bf16 trainer's later 10-step segments
+fall outside the fp32 referee's default tolerance envelope (weight relative L2 0.06-0.14 against
+0.06); at 1e-3 they stay below 0.03."""
 TARGET_ACCURACY = 0.8
 
 
