@@ -19,6 +19,7 @@ from syncline.sponsor.vision_task import (
     DEFAULT_VISION_MODEL,
     ImageSource,
     check_vision_template,
+    pixel_statistics,
     prepare_images,
     publish_vision_task,
     read_images,
@@ -210,3 +211,14 @@ def test_check_vision_template_validates_before_any_upload() -> None:
         check_vision_template(template(), shard_count=6, model={"family": "llama"}, now=1_000, sponsor=SPONSOR)
     with pytest.raises(SpecError):
         check_vision_template(template(), shard_count=2, now=1_000, sponsor=SPONSOR)  # fewer shards than trainers
+
+
+def test_pixel_statistics_are_the_rounded_mean_and_std_of_each_channel() -> None:
+    rng = np.random.default_rng(3)
+    images = rng.integers(0, 256, (50, 3, 4, 4), dtype=np.uint8)
+    images[:, 2] = 7  # a constant channel: the std floor
+    mean, std = pixel_statistics(images)
+    x = images.astype(np.float64) / 255
+    assert mean == tuple(round(float(v), 4) for v in x.mean(axis=(0, 2, 3)))
+    assert std[:2] == tuple(round(float(v), 4) for v in x.std(axis=(0, 2, 3)))[:2]
+    assert std[2] == 0.001

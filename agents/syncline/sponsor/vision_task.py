@@ -396,6 +396,22 @@ def validation_mask(labels: np.ndarray, every: int = DEFAULT_VALIDATION_EVERY) -
     return mask
 
 
+def pixel_statistics(images: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-channel mean and standard deviation of uint8 ``[N, C, H, W]`` images in ``[0, 1]`` units
+    (from each channel's 256-bin histogram: no float copy of the images), rounded to
+    :data:`STATS_DECIMALS` decimals; the std at least :data:`MIN_PIXEL_STD`."""
+    levels = np.arange(256, dtype=np.float64) / 255.0
+    mean: list[float] = []
+    std: list[float] = []
+    for c in range(images.shape[1]):
+        counts = np.bincount(images[:, c].reshape(-1), minlength=256).astype(np.float64)
+        weights = counts / counts.sum()
+        m = float((weights * levels).sum())
+        mean.append(round(m, STATS_DECIMALS))
+        std.append(max(round(float(np.sqrt((weights * (levels - m) ** 2).sum())), STATS_DECIMALS), MIN_PIXEL_STD))
+    return tuple(mean), tuple(std)
+
+
 @dataclass(frozen=True)
 class PreparedImages:
     """A vision task's data as published: training shards, the validation shard and the metadata
@@ -439,9 +455,7 @@ def prepare_images(
             f"{shard_count} shards and {int(held_out.sum())} validation images (every {validation_every}th of a class)"
         )
     c, size, _ = data.shape
-    pixels = data.images[train].astype(np.float64).reshape(len(train), c, -1) / 255.0
-    mean = tuple(round(float(m), STATS_DECIMALS) for m in pixels.mean(axis=(0, 2)))
-    std = tuple(max(round(float(s), STATS_DECIMALS), MIN_PIXEL_STD) for s in pixels.std(axis=(0, 2)))
+    mean, std = pixel_statistics(data.images[train])
     shards = tuple(
         encode_image_shard(data.images[train[i::shard_count]], data.labels[train[i::shard_count]])
         for i in range(shard_count)
