@@ -61,6 +61,8 @@ DEFAULT_MAX_BYTES = 256 << 20
 DEFAULT_MAX_IMAGES = 200_000
 MAX_DECODED_PIXELS = 1 << 26
 """Largest image (width x height) a folder source decodes (Pillow's decompression-bomb guard)."""
+RESIZE_CHUNK = 1024
+"""Images resized at a time."""
 DEFAULT_VALIDATION_EVERY = 5
 """Every 5th image of each class is held out (20 %)."""
 STATS_DECIMALS = 4
@@ -185,9 +187,12 @@ def read_images(
 
 def resize(images: np.ndarray, size: int) -> np.ndarray:
     """uint8 ``[N, C, H, W]`` images resized to ``size`` x ``size`` (bilinear, antialiased, rounded)."""
-    x = torch.from_numpy(np.ascontiguousarray(images)).float()
-    out = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
-    return np.ascontiguousarray(out.round().clamp(0, 255).to(torch.uint8).numpy())
+    out = np.empty((images.shape[0], images.shape[1], size, size), dtype=np.uint8)
+    for start in range(0, len(images), RESIZE_CHUNK):  # a float copy of one chunk at a time
+        x = torch.from_numpy(np.ascontiguousarray(images[start : start + RESIZE_CHUNK])).float()
+        y = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
+        out[start : start + RESIZE_CHUNK] = y.round().clamp(0, 255).to(torch.uint8).numpy()
+    return out
 
 
 def _digits() -> LabelledImages:
