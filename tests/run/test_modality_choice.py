@@ -45,6 +45,7 @@ def test_a_language_spec_gets_a_language_adapter_with_its_metadata() -> None:
     [
         # a language spec's metadata read as another modality's: that modality's own one-line error
         ({"modality": Modality.TIME_SERIES}, "needs context_length"),
+        ({"modality": Modality.VISION}, "needs image_size"),
         ({"metadata": {}}, "needs seq_len"),
         ({"metadata": {"seq_len": 48, "method": "dpo"}}, "method 'dpo'"),
         ({"metadata": {"seq_len": 48, "token_bytes": 3}}, "token_bytes 3"),
