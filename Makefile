@@ -15,7 +15,7 @@ FRONTEND_DIST := frontend/dist/index.html
 FRONTEND_SRC := $(shell find frontend/src frontend/index.html frontend/package.json frontend/package-lock.json frontend/vite.config.ts frontend/tsconfig.json -type f 2>/dev/null)
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install browser demo demo-lifecycle demo-fraud demo-sft-lora bench test test-contracts test-python lint gas lock clean devnet-up devnet-down
+.PHONY: install browser demo demo-lifecycle demo-fraud demo-sft-lora demo-vision demo-timeseries bench test test-contracts test-python lint gas lock clean devnet-up devnet-down
 
 install: $(VENV_STAMP) $(NPM_STAMP) $(FRONTEND_DIST)
 
@@ -60,6 +60,14 @@ demo-fraud: install
 demo-sft-lora: install
 	@echo "==> demo: a base Llama pretrained here, fine-tuned with LoRA (SFT) on a JSONL instruction set through the market"
 	@$(VENV)/bin/syncline demo --scenario sft-lora
+
+demo-vision: install
+	@echo "==> demo: a ViT trained on the digits through the market (top-1 accuracy per round)"
+	@$(VENV)/bin/syncline demo --scenario vision
+
+demo-timeseries: install
+	@echo "==> demo: a PatchTST forecaster trained on packaged series through the market (MASE per round)"
+	@$(VENV)/bin/syncline demo --scenario timeseries
 
 test: install $(CHROMIUM)
 	@echo "==> forge test (contracts: unit, fuzz, invariants)"
