@@ -325,7 +325,9 @@ def cmd_post_task(args: argparse.Namespace) -> int:
         raise SpecError(
             "model.lora: name the training data in dataset_source (the tooling then publishes the base model)"
         )
-    if isinstance(raw, dict) and "dataset_source" in raw:
+    if isinstance(raw, dict) and ("image_source" in raw or "series_source" in raw):
+        spec, spec_uri = _publish_other_modality(args, raw, now=now, sponsor=signer.address)
+    elif isinstance(raw, dict) and "dataset_source" in raw:
         spec, spec_uri = _publish_from_source(args, raw, now=now, sponsor=signer.address)
     else:
         spec = TrainingTaskSpec.from_mapping(raw).validate(now=now, sponsor=signer.address)
@@ -367,6 +369,73 @@ def _publish_spec(args: argparse.Namespace, spec: TrainingTaskSpec) -> str:
             "agents fetch the spec over http(s) only"
         )
     return HttpBlobStore(url).put(spec.canonical_bytes()).uri
+
+
+def _publish_other_modality(
+    args: argparse.Namespace, raw: dict[str, Any], *, now: int, sponsor: str
+) -> tuple[TrainingTaskSpec, str]:
+    """A vision spec (``image_source``) or a time-series spec (``series_source`` and ``windows``):
+    checked, its artifacts built from the source and published; returns the spec. A relative
+    ``path`` is read from the spec file's directory."""
+    from syncline.blobstore import HttpBlobStore
+
+    base_dir = Path(args.spec).resolve().parent
+    template = dict(raw)
+    model = template.pop("model", None)
+    if model is not None and not isinstance(model, dict):
+        raise SpecError("model: expected a mapping with family and the architecture config")
+    blobs = HttpBlobStore(blob_store_from_args(args, "a spec with a data source publishes its artifacts"))
+    if "image_source" in template:
+        from syncline.sponsor.vision_task import (
+            DEFAULT_VISION_MODEL,
+            ImageSource,
+            check_vision_template,
+            publish_vision_task,
+        )
+
+        described = dict(template.pop("image_source") or {})
+        sizes = {k: described.pop(k) for k in ("shard_count", "image_size", "num_channels") if k in described}
+        template.pop("modality", None)
+        images = ImageSource.from_mapping(described, base_dir=base_dir)
+        shard_count = int(sizes.get("shard_count", 6))
+        check_vision_template(
+            template,
+            shard_count=shard_count,
+            model=model or DEFAULT_VISION_MODEL,
+            now=now,
+            sponsor=sponsor,
+            **{k: int(v) for k, v in sizes.items() if k in ("image_size", "num_channels")},
+        )
+        published = publish_vision_task(
+            blobs,
+            template=template,
+            shard_count=shard_count,
+            model=model or DEFAULT_VISION_MODEL,
+            source=images,
+            image_size=int(sizes["image_size"]) if "image_size" in sizes else None,
+            num_channels=int(sizes["num_channels"]) if "num_channels" in sizes else None,
+        )
+    else:
+        from syncline.sponsor.timeseries_task import (
+            SeriesSource,
+            WindowPlan,
+            check_timeseries_template,
+            publish_timeseries_task,
+        )
+
+        described = dict(template.pop("series_source") or {})
+        shard_count = int(described.pop("shard_count", 6))
+        if described.get("path"):
+            described["path"] = str((base_dir / Path(str(described["path"])).expanduser()).resolve())
+        plan = WindowPlan.from_mapping(dict(template.pop("windows", None) or {}))
+        template.pop("modality", None)
+        series = SeriesSource.from_mapping(described)
+        check_timeseries_template(template, shard_count=shard_count, model=model, plan=plan, now=now, sponsor=sponsor)
+        published = publish_timeseries_task(
+            blobs, template=template, model=model, source=series, plan=plan, shard_count=shard_count
+        )
+    log.info("sponsor.published", spec_hash=published.spec.spec_hash, params=published.initial_state.layout.numel)
+    return published.spec, published.spec_uri
 
 
 def _publish_from_source(
