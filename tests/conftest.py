@@ -262,7 +262,12 @@ def session_market(deployment: Deployment, w3: Web3) -> MarketClient:
 
 @contextmanager
 def chain_snapshot_ctx(w3: Web3) -> Iterator[str]:
-    """Everything done inside is undone on exit (state, balances, nonces and the clock)."""
+    """Everything done inside is undone on exit (state, balances, nonces and the clock).
+
+    A block is mined first: a revert sets the chain back to the snapshot's last block, whose
+    timestamp falls further behind the wall clock (the next block's time) the longer the session
+    runs, so a test that counts a deadline from ``chain_time`` would find it already past."""
+    w3.provider.make_request("evm_mine", [])  # type: ignore[arg-type]
     snap = devnet_mod.snapshot(w3)
     try:
         yield snap
