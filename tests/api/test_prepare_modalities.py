@@ -221,5 +221,30 @@ def test_paths_outside_the_data_directory_and_bad_plans_are_refused(api: ApiServ
         "model": {**TINY_VIT, "patch_size": 3},
     }
     assert_error(http.post("/api/tasks/prepare", body), 422, "model.patch_size 3 must divide image_source.image_size 8")
+    # Found when the files are read (inside the build): still one line, naming the field.
+    write_npz(data_dir / "vision" / "eights.npz")
+    body = {
+        "modality": "vision",
+        "spec": _spec(http, "refused"),
+        "image_source": {"type": "npz", "path": "vision/eights.npz", "shard_count": SHARDS},
+        "model": {**TINY_VIT, "patch_size": 3},
+    }
+    expected = "model.config.patch_size 3 must be a positive divisor of image_size 8"
+    assert_error(http.post("/api/tasks/prepare", body), 422, expected)
+    write_csv(data_dir / "series" / "short.csv", steps=40)
+    files = {"type": "csv", "path": "series/short.csv", "timestamp_column": "ts", "id_column": "store"}
+    for source, expected in (
+        ({**files, "value_columns": ["revenue"]}, "series_source: series table lacks column 'revenue'"),
+        ({**files, "value_columns": ["sales"]}, "series_source: series 's0' has 40 steps; it needs 42"),
+    ):
+        body = {
+            "modality": "time_series",
+            "spec": _spec(http, "refused"),
+            "series_source": {**source, "shard_count": SHARDS},
+            "windows": PLAN,
+            "model": TINY_PATCHTST,
+        }
+        message = assert_error(http.post("/api/tasks/prepare", body), 422, expected)
+        assert str(data_dir) not in message
     body = {"modality": "audio", "spec": _spec(http, "refused"), "corpus": {}, "model": {}}
     assert_error(http.post("/api/tasks/prepare", body), 422, "modality")

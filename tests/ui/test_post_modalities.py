@@ -94,6 +94,16 @@ def test_the_form_posts_a_vision_task_from_an_npz(stack: Stack, new_page: Any, p
     fill(page, {"vision_model.hidden_size": "16", "vision_model.num_hidden_layers": "1"})
     fill(page, {"vision_model.intermediate_size": "32", "image_source.image_size": ""})
     assert page.locator('[data-testid^="field-error-"]').count() == 0
+    # Without an image size the .npz's own (8x8) is known once it is read: the API's refusal of a
+    # patch that does not divide it shows next to the form and at the patch size.
+    fill(page, {"vision_model.patch_size": "3"})
+    submit_and_capture(page)
+    tid(page, "post-error").wait_for()
+    message = tid(page, "post-error-message").inner_text()
+    assert message == "model.config.patch_size 3 must be a positive divisor of image_size 8", message
+    assert tid(page, "field-server-error-vision_model.patch_size").inner_text() == message
+    fill(page, {"vision_model.patch_size": "4"})
+    assert tid(page, "field-server-error-vision_model.patch_size").count() == 0
 
     body = submit_and_capture(page)
     assert body["modality"] == "vision" and set(body) == {"modality", "spec", "image_source", "model"}
@@ -111,7 +121,9 @@ def test_the_form_posts_a_vision_task_from_an_npz(stack: Stack, new_page: Any, p
     assert spec.modality == Modality.VISION and spec.name == "form-vision"
     assert spec.metadata["class_names"] == ["row", "column", "diagonal"] and spec.dataset.shard_count == 3
     assert tid(page, "post-prepared").inner_text().count(f"{spec.param_count:,}") == 1
-    assert page_errors == []
+    assert tid(page, "post-error").is_hidden()
+    refused = [e for e in page_errors if "status of 422 (Unprocessable Entity)" in e]
+    assert len(refused) == 1 and [e for e in page_errors if e not in refused] == []
 
 
 def test_the_form_posts_a_time_series_task_from_a_csv(stack: Stack, new_page: Any, page_errors: PageErrors) -> None:
