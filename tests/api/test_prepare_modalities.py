@@ -172,6 +172,26 @@ def test_prepare_a_time_series_task_from_a_csv(
     assert spec.metadata["freq"] == "MS"
 
 
+def test_prepare_a_patchtsmixer_task_from_packaged_series(
+    api: ApiServer, http: Http, market: MarketClient, w3: Web3, blobs: HttpBlobStore
+) -> None:
+    mixer = {"family": "patchtsmixer", "patch_length": 6, "patch_stride": 6, "d_model": 8, "num_layers": 1}
+    body = {
+        "modality": "time_series",
+        "spec": _spec(http, "api-mixer"),
+        "series_source": {"type": "statsmodels", "datasets": ["co2"], "shard_count": SHARDS},
+        "windows": {"context_length": 24, "prediction_length": 6, "season_length": 12},
+        "model": mixer,
+    }
+    reply = http.post("/api/tasks/prepare", body)
+    assert reply.status == 200, reply.body
+    prepared = reply.json()
+    _post(w3, prepared)
+    spec = _posted_spec(market, blobs, prepared)
+    assert spec.model.family == "patchtsmixer" and spec.model.config["num_layers"] == 1
+    assert [s["id"] for s in spec.metadata["series"]] == ["co2"] and spec.metadata["freq"] == "MS"
+
+
 def test_paths_outside_the_data_directory_and_bad_plans_are_refused(api: ApiServer, http: Http) -> None:
     data_dir = api.settings.source_dir
     outside_npz = write_npz(data_dir.parent / "outside-images.npz")

@@ -932,7 +932,8 @@ export function postPage(): Page {
   }
 
   function visionBody(): JsonObject {
-    return { image_source: section("image_source."), model: { family: "vit", ...section("vision_model.") } };
+    const family = sources()?.modalities?.vision.families[0] ?? "vit";
+    return { image_source: section("image_source."), model: { family, ...section("vision_model.") } };
   }
 
   function seriesBody(): JsonObject {
