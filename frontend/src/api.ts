@@ -63,9 +63,46 @@ export interface Sources {
   models: string[];
   /** LoRA on a pretrained model (peft): the form's defaults and the API's bounds. */
   lora?: { r: number; alpha: number; target_modules: string[]; max_r: number; max_alpha: number; max_targets: number };
+  /** The modalities the form offers (language, vision, time series): each one's sources, default model and bounds. */
+  modalities?: Modalities;
   /** Whether the server's data directory was chosen (--data-dir, $SYNCLINE_API_DATA_DIR) or is its default. */
   data_dir_configured: boolean;
   paths: string;
+}
+
+export type Bounds = Record<string, { min: number; max: number }>;
+
+export interface Modalities {
+  names: string[];
+  default: string;
+  vision: {
+    source_types: string[];
+    default_source: string;
+    /** The optional fields each image source type takes besides `type` and `shard_count`. */
+    source_fields: Record<string, string[]>;
+    channels: number[];
+    shard_count: number;
+    model: Record<string, string | number>;
+    families: string[];
+    bounds: Bounds;
+    rules: string[];
+  };
+  time_series: {
+    source_types: string[];
+    default_source: string;
+    source_fields: Record<string, string[]>;
+    datasets: string[];
+    default_datasets: string[];
+    columns: { timestamp_column: string; id_column: string; value_columns: string[] };
+    shard_count: number;
+    windows: Record<string, string | number>;
+    scalings: string[];
+    families: string[];
+    /** Each family's default sizes (patchtst: num_hidden_layers, heads, ffn_dim; patchtsmixer: num_layers). */
+    models: Record<string, Record<string, number>>;
+    bounds: Bounds;
+    rules: string[];
+  };
 }
 
 export interface Template {
@@ -374,7 +411,8 @@ export const api = {
   health: () => request<Health>("GET", "/healthz"),
   config: () => request<Config>("GET", "/api/config"),
   template: () => request<Template>("GET", "/api/template"),
-  prepare: (body: { spec: JsonObject; corpus: JsonObject; model: JsonObject }) =>
+  /** Language: `{spec, corpus, model}`; vision: `{modality, spec, image_source, model}`; time series: `{modality, spec, series_source, windows, model}`. */
+  prepare: (body: JsonObject) =>
     request<Prepared>("POST", "/api/tasks/prepare", body),
   runs: () => request<RunSummary[]>("GET", "/api/runs"),
   run: (id: number) => request<RunDetail>("GET", `/api/runs/${id}`),

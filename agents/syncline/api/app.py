@@ -26,6 +26,7 @@ from syncline.api.middleware import BodyLimit, RequestMetrics
 from syncline.api.prepare import prepare_task
 from syncline.api.schemas import (
     Account,
+    AnyPrepareRequest,
     ApiConfig,
     ChallengeOut,
     ChallengeProof,
@@ -35,7 +36,6 @@ from syncline.api.schemas import (
     Health,
     Losses,
     PreparedTask,
-    PrepareRequest,
     ReceiptOut,
     RoundOut,
     RunDetail,
@@ -109,7 +109,7 @@ def _routes(services: ApiServices) -> APIRouter:
         )
 
     @api.post("/tasks/prepare", response_model=PreparedTask)
-    def prepare(body: PrepareRequest, request: Request) -> PreparedTask:
+    def prepare(body: AnyPrepareRequest, request: Request) -> PreparedTask:
         return prepare_task(services, body, request.client.host if request.client else "unknown")
 
     @api.get("/runs", response_model=list[RunSummary])

@@ -1,4 +1,5 @@
-"""``POST /api/tasks/prepare``: publish a language task's artifacts and return ``postTask`` calldata.
+"""``POST /api/tasks/prepare``: publish a task's artifacts (language, vision or time series) and
+return ``postTask`` calldata.
 
 The browser's account then sends ``{to, data, value}`` itself: the API never holds a key.
 """
@@ -9,7 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from syncline.api.errors import ApiError
-from syncline.api.schemas import ModelParams, PreparedTask, PrepareRequest
+from syncline.api.schemas import (
+    SERIES_FILE_FIELDS,
+    ModelParams,
+    PreparedTask,
+    PrepareRequest,
+    TimeSeriesPrepareRequest,
+    VisionPrepareRequest,
+)
 from syncline.api.services import ApiServices
 from syncline.api.settings import ApiSettings
 from syncline.errors import SpecError
@@ -23,7 +31,21 @@ from syncline.sponsor.pretrained import (
     read_pretrained,
     resolve_model_dir,
 )
-from syncline.sponsor.task_builder import check_lora, publish_language_task
+from syncline.sponsor.task_builder import PublishedTask, check_lora, publish_language_task
+from syncline.sponsor.timeseries_task import (
+    DEFAULT_TIMESERIES_MODEL,
+    SeriesSource,
+    WindowPlan,
+    check_timeseries_template,
+    publish_timeseries_task,
+    spec_model,
+)
+from syncline.sponsor.vision_task import (
+    DEFAULT_VISION_MODEL,
+    ImageSource,
+    check_vision_template,
+    publish_vision_task,
+)
 
 # Filled in by the API from ``corpus`` and ``model``: a sponsor does not type them.
 DERIVED_FIELDS = ("modality", "model", "dataset", "initial_state_root")
@@ -103,7 +125,10 @@ def pretrained_model(req: PrepareRequest, settings: ApiSettings) -> PretrainedMo
 def confined_message(exc: Exception, root: Path) -> str:
     """``exc``'s message with the data directory's path left out: files are named relative to it,
     never by the server's own paths."""
-    return str(exc).replace(f"{root}/", "").replace(str(root), ".")
+    text = str(exc)
+    for r in dict.fromkeys((str(root.resolve()), str(root))):
+        text = text.replace(f"{r}/", "").replace(r, ".")
+    return text
 
 
 def corpus_source(req: PrepareRequest, settings: ApiSettings) -> DataSource:
@@ -137,7 +162,19 @@ def model_parameter_count(req: PrepareRequest) -> int:
     )
 
 
-def prepare_task(services: ApiServices, req: PrepareRequest, client: str) -> PreparedTask:
+def prepare_task(
+    services: ApiServices, req: PrepareRequest | VisionPrepareRequest | TimeSeriesPrepareRequest, client: str
+) -> PreparedTask:
+    """Check ``req`` (every ``postTask`` rule, the model, the source's path), build and publish its
+    artifacts (one build at a time) and return the ``postTask`` call."""
+    if isinstance(req, VisionPrepareRequest):
+        return _prepared(services, prepare_vision(services, req, client))
+    if isinstance(req, TimeSeriesPrepareRequest):
+        return _prepared(services, prepare_timeseries(services, req, client))
+    return _prepared(services, prepare_language(services, req, client))
+
+
+def prepare_language(services: ApiServices, req: PrepareRequest, client: str) -> PublishedTask:
     now = services.chain_time()
     pretrained = pretrained_model(req, services.settings)
     template = check_request(req, now, pretrained)
@@ -159,6 +196,195 @@ def prepare_task(services: ApiServices, req: PrepareRequest, client: str) -> Pre
             )
         except PretrainedModelError as exc:  # weights that do not load, NaN, out of range
             raise ApiError(422, confined_message(exc, services.settings.source_dir)) from None
+    return published
+
+
+# Filled in by the API from the source and the model (vision and time series).
+OTHER_DERIVED_FIELDS = (*DERIVED_FIELDS, "param_count")
+NO_SPONSOR = "0x" + "00" * 20
+"""The sponsor the draft is checked with: none yet (the browser's account posts it; the zero
+address is never a witness, so the rule that a sponsor is not its own witness is the chain's)."""
+
+
+def _template(spec: dict[str, Any]) -> dict[str, Any]:
+    template = dict(spec)
+    if "method" in template:
+        raise ApiError(422, "spec.method: a training method applies to language tasks only; leave it out")
+    for name in OTHER_DERIVED_FIELDS:
+        if name in template:
+            raise ApiError(422, f"spec.{name}: derived from the source and the model by the API; leave it out")
+    return template
+
+
+def _model_error(exc: Exception) -> ApiError:
+    text = str(exc)
+    return ApiError(422, text if text.startswith(("model.", "windows.", "spec.")) else f"model: {text}")
+
+
+def _meta_parameter_count(build: Any) -> int:
+    """The parameters of the model ``build()`` makes on the ``meta`` device (nothing allocated)."""
+    import torch
+
+    with torch.device("meta"):
+        net = build()
+    return sum(p.numel() for p in net.parameters() if p.requires_grad)
+
+
+def _check_size(count: int) -> None:
+    if count > MAX_PARAM_COUNT:
+        raise ApiError(422, f"model: {count:,} parameters exceed the limit of {MAX_PARAM_COUNT:,}; make it smaller")
+
+
+def prepare_vision(services: ApiServices, req: VisionPrepareRequest, client: str) -> PublishedTask:
+    """A vision task from ``req.image_source`` (confined to the data directory) and a ViT."""
+    from syncline.modality.vision import VisionAdapter
+
+    settings = services.settings
+    template = _template(req.spec)
+    src = req.image_source
+    model = req.model.model_dump() if req.model is not None else dict(DEFAULT_VISION_MODEL)
+    # The source's image size when it is not given is known once it is read: the draft is checked
+    # at a size the patches divide, and the build refuses a real size they do not.
+    size = src.image_size or (8 if src.type == "digits" else int(model["patch_size"]))
+    channels = src.num_channels or 1
+    try:
+        source = ImageSource.from_mapping(
+            {
+                "type": src.type,
+                **({"path": src.path} if src.path is not None else {}),
+                "max_bytes": settings.max_source_bytes,
+                "max_images": settings.max_source_records,
+            },
+            root=settings.source_dir,
+            label="image_source",
+        )
+    except DataSourceError as exc:
+        raise ApiError(422, confined_message(exc, settings.source_dir)) from None
+    if source.path is not None and not (source.path.is_file() if src.type == "npz" else source.path.is_dir()):
+        kind = "file" if src.type == "npz" else "directory"
+        raise ApiError(422, f"image_source.path {src.path!r} is not an existing {kind} in the data directory")
+    try:
+        check_vision_template(
+            template,
+            shard_count=src.shard_count,
+            model=model,
+            now=services.chain_time(),
+            sponsor=NO_SPONSOR,
+            image_size=size,
+            num_channels=channels,
+        )
+        family = str(model["family"])
+        config = {k: v for k, v in model.items() if k != "family"}
+        adapter = VisionAdapter(
+            image_size=size,
+            num_channels=channels,
+            num_labels=10,
+            pixel_mean=[0.5] * channels,
+            pixel_std=[1.0] * channels,
+        )
+        vit = {"family": family, **config}
+        _check_size(_meta_parameter_count(lambda: adapter.build_model(vit, seed=0)))
+    except SpecError as exc:
+        raise _model_error(exc) from None
+    with services.prepare_gate.build(client):  # one CPU-bound build at a time, rate-limited
+        try:
+            return publish_vision_task(
+                services.blobs,
+                template=template,
+                shard_count=src.shard_count,
+                model=model,
+                source=source,  # read (bounded) and checked before anything is uploaded
+                image_size=src.image_size,
+                num_channels=src.num_channels,
+            )
+        except DataSourceError as exc:
+            raise ApiError(422, f"image_source: {confined_message(exc, settings.source_dir)}") from None
+        except SpecError as exc:
+            raise _model_error(exc) from None
+
+
+def series_path(text: str, settings: ApiSettings) -> Path:
+    """``series_source.path``: a file under the API's data directory (symlinks followed), never elsewhere."""
+    root = settings.source_dir.resolve()
+    path = (root / Path(text)).resolve()
+    if not path.is_relative_to(root):
+        raise ApiError(
+            422,
+            f"series_source.path {text!r} is outside the data directory this server reads; put the files there "
+            "and give a path relative to it",
+        )
+    if not path.is_file():
+        raise ApiError(422, f"series_source.path {text!r} is not a file in the data directory")
+    size = path.stat().st_size
+    if size > settings.max_source_bytes:
+        raise ApiError(
+            422, f"series_source.path {text!r}: {size:,} bytes exceed the limit of {settings.max_source_bytes:,}"
+        )
+    return path
+
+
+def prepare_timeseries(services: ApiServices, req: TimeSeriesPrepareRequest, client: str) -> PublishedTask:
+    """A time-series task from ``req.series_source`` (confined to the data directory), its window
+    plan and a PatchTST or PatchTSMixer."""
+    from syncline.modality.timeseries import TimeSeriesAdapter
+
+    settings = services.settings
+    template = _template(req.spec)
+    src = req.series_source
+    described: dict[str, Any] = {"type": src.type}
+    if src.datasets is not None:
+        described["datasets"] = list(src.datasets)
+    for key in SERIES_FILE_FIELDS:
+        value = getattr(src, key)
+        if value is not None:
+            described[key] = value
+    if src.path is not None:
+        described["path"] = str(series_path(src.path, settings))
+    model = req.model.model_dump() if req.model is not None else dict(DEFAULT_TIMESERIES_MODEL)
+    channels = len(src.value_columns) if src.value_columns else 1
+    try:
+        series = SeriesSource.from_mapping(described)
+        plan = WindowPlan.from_mapping(req.windows.model_dump())
+    except (DataSourceError, SpecError) as exc:
+        raise ApiError(422, f"windows: {exc}" if isinstance(exc, SpecError) else str(exc)) from None
+    try:
+        check_timeseries_template(
+            template,
+            shard_count=src.shard_count,
+            model=model,
+            plan=plan,
+            num_channels=channels,
+            now=services.chain_time(),
+            sponsor=NO_SPONSOR,
+        )
+        spec = spec_model(model, plan, channels)
+        adapter = TimeSeriesAdapter(
+            context_length=plan.context_length,
+            prediction_length=plan.prediction_length,
+            num_channels=channels,
+            season_length=plan.season_length,
+        )
+        net = {"family": spec["family"], **spec["config"]}
+        _check_size(_meta_parameter_count(lambda: adapter.build_model(net, seed=0)))
+    except SpecError as exc:
+        raise _model_error(exc) from None
+    with services.prepare_gate.build(client):  # one CPU-bound build at a time, rate-limited
+        try:
+            return publish_timeseries_task(
+                services.blobs,
+                template=template,
+                model=model,
+                source=series,  # read (bounded) and windowed before anything is uploaded
+                plan=plan,
+                shard_count=src.shard_count,
+            )
+        except DataSourceError as exc:
+            raise ApiError(422, f"series_source: {confined_message(exc, settings.source_dir)}") from None
+        except SpecError as exc:
+            raise _model_error(exc) from None
+
+
+def _prepared(services: ApiServices, published: PublishedTask) -> PreparedTask:
     spec = published.spec
     try:
         spec.validate(now=services.chain_time())

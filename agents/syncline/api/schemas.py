@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from syncline.modality.language import MAX_VOCAB_SIZE
+from syncline.modality.timeseries import MAX_CONTEXT_LENGTH, MAX_PREDICTION_LENGTH, MAX_SEASON_LENGTH
+from syncline.modality.vision import MAX_IMAGE_SIZE
 from syncline.protocol.spec import LORA_MAX_ALPHA, LORA_MAX_RANK, LORA_MAX_TARGETS, MAX_SHARDS
 
 ChallengeKindName = Literal[
@@ -24,6 +26,34 @@ CORPUS_BOUNDS: dict[str, tuple[int, int]] = {
     "shard_count": (1, MAX_SHARDS),
     "vocab_size": (260, MAX_VOCAB_SIZE),
     "seq_len": (8, 8192),
+}
+VISION_BOUNDS: dict[str, tuple[int, int]] = {
+    "shard_count": (1, MAX_SHARDS),
+    "image_size": (1, MAX_IMAGE_SIZE),
+}
+VIT_BOUNDS: dict[str, tuple[int, int]] = {
+    "patch_size": (1, MAX_IMAGE_SIZE),
+    "hidden_size": (4, 4096),
+    "num_hidden_layers": (1, 48),
+    "num_attention_heads": (1, 64),
+    "intermediate_size": (4, 16384),
+}
+SERIES_BOUNDS: dict[str, tuple[int, int]] = {"shard_count": (1, MAX_SHARDS)}
+WINDOW_BOUNDS: dict[str, tuple[int, int]] = {
+    "context_length": (1, MAX_CONTEXT_LENGTH),
+    "prediction_length": (1, MAX_PREDICTION_LENGTH),
+    "season_length": (1, MAX_SEASON_LENGTH),
+    "validation_windows": (1, 10_000),
+    "validation_stride": (1, 10_000),
+    "train_stride": (1, 10_000),
+}
+SERIES_MODEL_BOUNDS: dict[str, tuple[int, int]] = {
+    "patch_length": (1, MAX_CONTEXT_LENGTH),
+    "patch_stride": (1, MAX_CONTEXT_LENGTH),
+    "d_model": (4, 4096),
+    "num_hidden_layers": (1, 48),
+    "num_attention_heads": (1, 64),
+    "ffn_dim": (4, 16384),
 }
 MODEL_BOUNDS: dict[str, tuple[int, int]] = {
     "hidden_size": (8, 8192),
@@ -175,10 +205,206 @@ ModelChoice = Annotated[
 
 
 class PrepareRequest(BaseModel):
+    """A language task (the default modality: a body without ``modality`` is one)."""
+
     model_config = ConfigDict(extra="forbid")
+    modality: Literal["language"] = "language"
     spec: dict[str, Any]
     corpus: CorpusParams
     model: ModelChoice
+
+
+ImageSourceTypeName = Literal["digits", "npz", "image_folder"]
+TimeSeriesSourceTypeName = Literal["statsmodels", "csv", "parquet"]
+StatsmodelsDataset = Literal["co2", "elnino", "sunspots", "macrodata"]
+_Name = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class ImageSourceParams(BaseModel):
+    """Where a vision task's labelled images come from (``syncline.sponsor.vision_task.ImageSource``):
+    the packaged digits, or an ``.npz`` / a folder of class folders under the API's data directory."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: ImageSourceTypeName = "digits"
+    path: str | None = Field(default=None, min_length=1, max_length=1024)
+    shard_count: int = Field(ge=VISION_BOUNDS["shard_count"][0], le=VISION_BOUNDS["shard_count"][1])
+    image_size: int | None = Field(default=None, ge=VISION_BOUNDS["image_size"][0], le=VISION_BOUNDS["image_size"][1])
+    num_channels: Literal[1, 3, 4] | None = None
+
+    @model_validator(mode="after")
+    def _path(self) -> ImageSourceParams:
+        if self.type == "digits" and self.path is not None:
+            raise ValueError("path: the digits data set is packaged; it takes no path")
+        if self.type != "digits" and self.path is None:
+            raise ValueError(f"path: a {self.type} source needs a path in the data directory")
+        return self
+
+
+class VitParams(BaseModel):
+    """A ViT built from a ``transformers`` config (``ViTForImageClassification``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    family: Literal["vit"] = "vit"
+    patch_size: int = Field(ge=VIT_BOUNDS["patch_size"][0], le=VIT_BOUNDS["patch_size"][1])
+    hidden_size: int = Field(ge=VIT_BOUNDS["hidden_size"][0], le=VIT_BOUNDS["hidden_size"][1])
+    num_hidden_layers: int = Field(ge=VIT_BOUNDS["num_hidden_layers"][0], le=VIT_BOUNDS["num_hidden_layers"][1])
+    num_attention_heads: int = Field(ge=VIT_BOUNDS["num_attention_heads"][0], le=VIT_BOUNDS["num_attention_heads"][1])
+    intermediate_size: int = Field(ge=VIT_BOUNDS["intermediate_size"][0], le=VIT_BOUNDS["intermediate_size"][1])
+
+    @model_validator(mode="after")
+    def _heads(self) -> VitParams:
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError("hidden_size must be a multiple of num_attention_heads")
+        return self
+
+
+class VisionPrepareRequest(BaseModel):
+    """A vision task: images from ``image_source``, a ViT (default: the digits' small ViT)."""
+
+    model_config = ConfigDict(extra="forbid")
+    modality: Literal["vision"]
+    spec: dict[str, Any]
+    image_source: ImageSourceParams
+    model: VitParams | None = None
+
+    @model_validator(mode="after")
+    def _patches(self) -> VisionPrepareRequest:
+        size = self.image_source.image_size
+        if self.model is not None and size is not None and size % self.model.patch_size:
+            raise ValueError(f"model.patch_size {self.model.patch_size} must divide image_source.image_size {size}")
+        return self
+
+
+class SeriesSourceParams(BaseModel):
+    """Where a time-series task's series come from (``syncline.sponsor.timeseries_task.SeriesSource``):
+    data sets packaged with statsmodels, or a CSV/Parquet file of ``(timestamp, id, value...)`` rows
+    under the API's data directory."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: TimeSeriesSourceTypeName = "statsmodels"
+    path: str | None = Field(default=None, min_length=1, max_length=1024)
+    datasets: list[StatsmodelsDataset] | None = Field(default=None, min_length=1, max_length=4)
+    timestamp_column: _Name | None = None
+    id_column: _Name | None = None
+    value_columns: list[_Name] | None = Field(default=None, min_length=1, max_length=64)
+    freq: str | None = Field(default=None, min_length=1, max_length=32)
+    shard_count: int = Field(ge=SERIES_BOUNDS["shard_count"][0], le=SERIES_BOUNDS["shard_count"][1])
+
+    @model_validator(mode="after")
+    def _fields(self) -> SeriesSourceParams:
+        if self.type == "statsmodels":
+            given = [k for k in SERIES_FILE_FIELDS if getattr(self, k) is not None]
+            if given:
+                raise ValueError(f"{given[0]}: a statsmodels source takes datasets only")
+        else:
+            if self.datasets is not None:
+                raise ValueError(f"datasets: a {self.type} source reads path, not packaged data sets")
+            if self.path is None:
+                raise ValueError(f"path: a {self.type} source needs a path in the data directory")
+        return self
+
+
+SERIES_FILE_FIELDS = ("path", "timestamp_column", "id_column", "value_columns", "freq")
+
+
+class WindowParams(BaseModel):
+    """How the series are cut into windows (``syncline.sponsor.timeseries_task.WindowPlan``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    context_length: int = Field(ge=WINDOW_BOUNDS["context_length"][0], le=WINDOW_BOUNDS["context_length"][1])
+    prediction_length: int = Field(ge=WINDOW_BOUNDS["prediction_length"][0], le=WINDOW_BOUNDS["prediction_length"][1])
+    season_length: int = Field(ge=WINDOW_BOUNDS["season_length"][0], le=WINDOW_BOUNDS["season_length"][1])
+    validation_windows: int = Field(
+        default=9, ge=WINDOW_BOUNDS["validation_windows"][0], le=WINDOW_BOUNDS["validation_windows"][1]
+    )
+    validation_stride: int = Field(
+        default=3, ge=WINDOW_BOUNDS["validation_stride"][0], le=WINDOW_BOUNDS["validation_stride"][1]
+    )
+    train_stride: int = Field(default=1, ge=WINDOW_BOUNDS["train_stride"][0], le=WINDOW_BOUNDS["train_stride"][1])
+    scaling: Literal["seasonal", "standard", "none"] = "seasonal"
+
+
+class PatchTSTParams(BaseModel):
+    """A PatchTST built from a ``transformers`` config (layer norm: the state carries no running statistics)."""
+
+    model_config = ConfigDict(extra="forbid")
+    family: Literal["patchtst"] = "patchtst"
+    patch_length: int = Field(ge=SERIES_MODEL_BOUNDS["patch_length"][0], le=SERIES_MODEL_BOUNDS["patch_length"][1])
+    patch_stride: int = Field(ge=SERIES_MODEL_BOUNDS["patch_stride"][0], le=SERIES_MODEL_BOUNDS["patch_stride"][1])
+    d_model: int = Field(ge=SERIES_MODEL_BOUNDS["d_model"][0], le=SERIES_MODEL_BOUNDS["d_model"][1])
+    num_hidden_layers: int = Field(
+        ge=SERIES_MODEL_BOUNDS["num_hidden_layers"][0], le=SERIES_MODEL_BOUNDS["num_hidden_layers"][1]
+    )
+    num_attention_heads: int = Field(
+        ge=SERIES_MODEL_BOUNDS["num_attention_heads"][0], le=SERIES_MODEL_BOUNDS["num_attention_heads"][1]
+    )
+    ffn_dim: int = Field(ge=SERIES_MODEL_BOUNDS["ffn_dim"][0], le=SERIES_MODEL_BOUNDS["ffn_dim"][1])
+
+    @model_validator(mode="after")
+    def _heads(self) -> PatchTSTParams:
+        if self.d_model % self.num_attention_heads:
+            raise ValueError("d_model must be a multiple of num_attention_heads")
+        return self
+
+
+class PatchTSMixerParams(BaseModel):
+    """A PatchTSMixer built from a ``transformers`` config."""
+
+    model_config = ConfigDict(extra="forbid")
+    family: Literal["patchtsmixer"]
+    patch_length: int = Field(ge=SERIES_MODEL_BOUNDS["patch_length"][0], le=SERIES_MODEL_BOUNDS["patch_length"][1])
+    patch_stride: int = Field(ge=SERIES_MODEL_BOUNDS["patch_stride"][0], le=SERIES_MODEL_BOUNDS["patch_stride"][1])
+    d_model: int = Field(ge=SERIES_MODEL_BOUNDS["d_model"][0], le=SERIES_MODEL_BOUNDS["d_model"][1])
+    num_layers: int = Field(
+        ge=SERIES_MODEL_BOUNDS["num_hidden_layers"][0], le=SERIES_MODEL_BOUNDS["num_hidden_layers"][1]
+    )
+
+
+def _series_family(value: Any) -> str:
+    family = value.get("family") if isinstance(value, dict) else getattr(value, "family", None)
+    return "Mixer" if family == "patchtsmixer" else "PatchTST"
+
+
+SeriesModelChoice = Annotated[
+    Annotated[PatchTSTParams, Tag("PatchTST")] | Annotated[PatchTSMixerParams, Tag("Mixer")],
+    Discriminator(_series_family),
+]
+
+
+class TimeSeriesPrepareRequest(BaseModel):
+    """A time-series task: series from ``series_source`` cut by ``windows``, a PatchTST or PatchTSMixer."""
+
+    model_config = ConfigDict(extra="forbid")
+    modality: Literal["time_series"]
+    spec: dict[str, Any]
+    series_source: SeriesSourceParams
+    windows: WindowParams
+    model: SeriesModelChoice | None = None
+
+    @model_validator(mode="after")
+    def _patches(self) -> TimeSeriesPrepareRequest:
+        w = self.windows
+        if self.model is not None and self.model.patch_length > w.context_length:
+            raise ValueError(
+                f"model.patch_length {self.model.patch_length} must not exceed "
+                f"windows.context_length {w.context_length}"
+            )
+        return self
+
+
+def _modality(value: Any) -> str:
+    """The request's modality (no ``modality``: a language task, as before modalities were offered);
+    the tags are capitalized so a refusal's field path leaves them out (errors.validation_message)."""
+    modality = value.get("modality", "language") if isinstance(value, dict) else getattr(value, "modality", None)
+    return {"vision": "Vision", "time_series": "TimeSeries"}.get(str(modality), "Language")
+
+
+AnyPrepareRequest = Annotated[
+    Annotated[PrepareRequest, Tag("Language")]
+    | Annotated[VisionPrepareRequest, Tag("Vision")]
+    | Annotated[TimeSeriesPrepareRequest, Tag("TimeSeries")],
+    Discriminator(_modality),
+]
 
 
 class PreparedTask(BaseModel):

@@ -7,8 +7,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from syncline.api.schemas import CORPUS_BOUNDS, MODEL_BOUNDS, CorpusParams
+from syncline.api.schemas import (
+    CORPUS_BOUNDS,
+    MODEL_BOUNDS,
+    SERIES_BOUNDS,
+    SERIES_MODEL_BOUNDS,
+    VISION_BOUNDS,
+    VIT_BOUNDS,
+    WINDOW_BOUNDS,
+    CorpusParams,
+    WindowParams,
+)
 from syncline.modality.language import METHODS
+from syncline.modality.timeseries import FAMILIES as SERIES_FAMILIES
+from syncline.modality.timeseries import SCALINGS
+from syncline.modality.vision import FAMILIES as VISION_FAMILIES
 from syncline.protocol import tier_policy
 from syncline.protocol.enums import AggregationRule, Tier
 from syncline.protocol.spec import (
@@ -32,7 +45,17 @@ from syncline.sponsor.data_sources import (
     SOURCE_TYPES,
 )
 from syncline.sponsor.task_defaults import DEFAULT_LORA, TaskDefaults, default_task
+from syncline.sponsor.timeseries_task import (
+    DEFAULT_DATASETS,
+    DEFAULT_TIMESERIES_MODEL,
+    STATSMODELS_DATASETS,
+    WindowPlan,
+)
+from syncline.sponsor.timeseries_task import FILE_TYPES as SERIES_FILE_TYPES
+from syncline.sponsor.vision_task import DEFAULT_VISION_MODEL, IMAGE_SOURCE_TYPES
 
+DEFAULT_SHARDS = 6
+"""The shards of a vision or time-series task the form starts from (the CLI's default)."""
 DEVNET_WITNESS_ACCOUNTS = (4, 5, 6)  # the demo's witness accounts
 METHOD_FIELDS: dict[str, tuple[str, ...]] = {
     "pretrain": ("text_field",),
@@ -162,8 +185,66 @@ def sources(*, data_dir_configured: bool) -> dict[str, Any]:
             "max_alpha": LORA_MAX_ALPHA,
             "max_targets": LORA_MAX_TARGETS,
         },
+        "modalities": modalities(),
         "data_dir_configured": data_dir_configured,
         "paths": "relative to the API's data directory (syncline api --data-dir DIR); nothing outside it is read",
+    }
+
+
+def _bounds(table: dict[str, tuple[int, int]]) -> dict[str, dict[str, int]]:
+    return {name: {"min": lo, "max": hi} for name, (lo, hi) in table.items()}
+
+
+def modalities() -> dict[str, Any]:
+    """What the form offers for a vision or a time-series task (``POST /api/tasks/prepare`` with
+    ``modality``): each one's source types and the fields each takes, the default model and window
+    plan, and the bounds the API checks."""
+    plan = WindowPlan()
+    return {
+        "names": ["language", "vision", "time_series"],
+        "default": "language",
+        "vision": {
+            "source_types": list(IMAGE_SOURCE_TYPES),
+            "default_source": "digits",
+            "source_fields": {
+                "digits": ["image_size"],
+                "npz": ["path", "image_size"],
+                "image_folder": ["path", "image_size", "num_channels"],
+            },
+            "channels": [1, 3, 4],
+            "shard_count": DEFAULT_SHARDS,
+            "model": dict(DEFAULT_VISION_MODEL),
+            "families": list(VISION_FAMILIES),
+            "bounds": {**_bounds(VISION_BOUNDS), **_bounds(VIT_BOUNDS)},
+            "rules": [
+                "hidden_size % num_attention_heads == 0",
+                "image_size % patch_size == 0 (the source's own size when image_size is not given)",
+            ],
+        },
+        "time_series": {
+            "source_types": ["statsmodels", *SERIES_FILE_TYPES],
+            "default_source": "statsmodels",
+            "source_fields": {
+                "statsmodels": ["datasets"],
+                **{t: ["path", "timestamp_column", "id_column", "value_columns", "freq"] for t in SERIES_FILE_TYPES},
+            },
+            "datasets": list(STATSMODELS_DATASETS),
+            "default_datasets": list(DEFAULT_DATASETS),
+            "columns": {"timestamp_column": "timestamp", "id_column": "id", "value_columns": ["value"]},
+            "shard_count": DEFAULT_SHARDS,
+            "windows": {name: getattr(plan, name) for name in WindowParams.model_fields},
+            "scalings": list(SCALINGS),
+            "families": list(SERIES_FAMILIES),
+            "models": {
+                "patchtst": {k: v for k, v in DEFAULT_TIMESERIES_MODEL.items() if k not in ("family", "norm_type")},
+                "patchtsmixer": {"patch_length": 12, "patch_stride": 12, "d_model": 32, "num_layers": 2},
+            },
+            "bounds": {**_bounds(SERIES_BOUNDS), **_bounds(WINDOW_BOUNDS), **_bounds(SERIES_MODEL_BOUNDS)},
+            "rules": [
+                "d_model % num_attention_heads == 0 (patchtst)",
+                "patch_length <= context_length",
+            ],
+        },
     }
 
 

@@ -4,7 +4,7 @@
 // (only the inputs a choice takes are shown and sent); live escrow; submit = prepare (publish
 // artifacts) + postTask from the wallet. The API's refusal of a prepare shows under the form.
 import { isAddress } from "viem";
-import { api, ApiError, oneLine, type JsonObject, type JsonValue, type Prepared, type Sources, type Template } from "../api";
+import { api, ApiError, oneLine, type JsonObject, type JsonValue, type Modalities, type Prepared, type Sources, type Template } from "../api";
 import { h, replace, spinner } from "../dom";
 import { eth, fromLocalInput, humanize, parseEth, relative, shortHex, time, toLocalInput, toWei, weiToEthText } from "../format";
 import { reportError, clearError, requestRefresh, type Page } from "../ui";
@@ -24,6 +24,8 @@ interface FieldDef {
   formOnly?: boolean;
   placeholder?: (s: Sources) => string;
   optionLabel?: (option: string) => string;
+  /** An optional size: left empty, it is not sent (the API then takes the source's own). */
+  optional?: boolean;
 }
 
 type GroupId = "basics" | "rounds" | "trainers" | "witnesses" | "aggregation" | "money" | "model" | "other";
@@ -35,7 +37,7 @@ const GROUPS: { id: GroupId; title: string; blurb: string }[] = [
   { id: "witnesses", title: "Witnesses", blurb: "The k-of-N committee that aggregates each round and finalizes its state root." },
   { id: "aggregation", title: "Aggregation", blurb: "The robust aggregation rule and the outer optimizer the witnesses apply." },
   { id: "money", title: "Money", blurb: "What you escrow now: the reward pool plus the witness fee budget." },
-  { id: "model", title: "Data & model", blurb: "Where the training texts come from (the built-in Shakespeare plays by default, or your own files on the API server), the training method, and the model: a new Llama from a config or your pretrained model." },
+  { id: "model", title: "Data & model", blurb: "The modality, then where the data comes from (built-in data sets, or your own files on the API server) and the model: for language a new Llama or your pretrained model, for vision a ViT, for time series a PatchTST or PatchTSMixer." },
   { id: "other", title: "Other fields", blurb: "Further template fields, sent as given." },
 ];
 
@@ -48,7 +50,6 @@ const ROBUST_PARAM: Record<string, string> = {
 
 const KNOWN: FieldDef[] = [
   { name: "name", label: "Name", kind: "text", group: "basics", help: "A label for the run (part of the spec hash)." },
-  { name: "modality", label: "Modality", kind: "text", group: "basics" },
   { name: "tier", label: "Tier", kind: "select", group: "basics", help: "Open admits the mean only; verified and confidential admit the robust rules." },
   { name: "rounds", label: "Rounds", kind: "int", group: "rounds", help: "Outer (DiLoCo) rounds." },
   { name: "inner_steps", label: "Inner steps (H)", kind: "int", group: "rounds", help: "AdamW steps each trainer runs per round." },
@@ -75,6 +76,7 @@ const KNOWN: FieldDef[] = [
   { name: "gradient_bits", label: "Gradient bits", kind: "select", group: "aggregation", help: "Quantization of the committed outer gradients." },
   { name: "reward_pool_wei", label: "Reward pool (ETH)", kind: "wei", group: "money", help: "Paid to trainers pro rata to accepted work at seal." },
   { name: "challenge_bond_wei", label: "Challenge bond (ETH)", kind: "wei", group: "money", help: "Posted with every challenge; returned plus a bounty when the fault is proven." },
+  { name: "modality", label: "Modality", kind: "select", group: "model", formOnly: true, optionLabel: (o) => MODALITY_LABELS[o] ?? humanize(o), help: "What the model learns: text (a Llama), images (a ViT classifier) or time series (a forecaster)." },
   { name: "corpus.type", label: "Data source", kind: "select", group: "model", formOnly: true, optionLabel: (o) => SOURCE_LABELS[o] ?? humanize(o), help: "The built-in corpus, or your files in the API server's data directory." },
   { name: "corpus.path", label: "Path (in the data directory)", kind: "text", group: "model", formOnly: true, visible: (v, s) => takes(v, s, "path"), placeholder: () => "e.g. my-data/train.jsonl", help: pathHelp },
   { name: "corpus.glob", label: "File pattern", kind: "text", group: "model", formOnly: true, visible: (v, s) => takes(v, s, "glob"), placeholder: (s) => s.default_globs.join(", "), help: "Optional: which files of the directory to read, e.g. *.rst (no directories)." },
@@ -100,7 +102,69 @@ const KNOWN: FieldDef[] = [
   { name: "model.num_key_value_heads", label: "Key/value heads", kind: "int", group: "model", visible: (v) => !pretrained(v) },
   { name: "model.max_position_embeddings", label: "Max positions", kind: "int", group: "model", visible: (v) => !pretrained(v) },
   { name: "model.tie_word_embeddings", label: "Tie word embeddings", kind: "bool", group: "model", visible: (v) => !pretrained(v) },
+  // Vision (sources.modalities.vision): labelled images and a ViT.
+  { name: "image_source.type", label: "Image source", kind: "select", group: "model", formOnly: true, optionLabel: (o) => IMAGE_SOURCE_LABELS[o] ?? humanize(o), help: "The packaged handwritten digits, or your images in the API server's data directory." },
+  { name: "image_source.path", label: "Path (in the data directory)", kind: "text", group: "model", formOnly: true, visible: (v, s) => imageTakes(v, s, "path"), placeholder: () => "e.g. images/train.npz or images/", help: (s) => `An .npz with images and labels, or a folder of class folders. ${pathHelp(s)}` },
+  { name: "image_source.shard_count", label: "Shards", kind: "int", group: "model", formOnly: true, help: "Image shards (at least max trainers); every 5th image of a class is held out for validation." },
+  { name: "image_source.image_size", label: "Image size (pixels)", kind: "int", group: "model", formOnly: true, optional: true, visible: (v, s) => imageTakes(v, s, "image_size"), placeholder: () => "the source's own", help: "Optional: images are resized to this square." },
+  { name: "image_source.num_channels", label: "Channels", kind: "int", group: "model", formOnly: true, optional: true, visible: (v, s) => imageTakes(v, s, "num_channels"), placeholder: () => "the images' own", help: "Optional: 1 (grayscale), 3 (RGB) or 4 (RGBA)." },
+  { name: "vision_model.patch_size", label: "Patch size", kind: "int", group: "model", formOnly: true, help: "Must divide the image size." },
+  { name: "vision_model.hidden_size", label: "Hidden size", kind: "int", group: "model", formOnly: true },
+  { name: "vision_model.num_hidden_layers", label: "Layers", kind: "int", group: "model", formOnly: true },
+  { name: "vision_model.num_attention_heads", label: "Attention heads", kind: "int", group: "model", formOnly: true },
+  { name: "vision_model.intermediate_size", label: "Intermediate size", kind: "int", group: "model", formOnly: true },
+  // Time series (sources.modalities.time_series): series, the window plan and a forecaster.
+  { name: "series_source.type", label: "Series source", kind: "select", group: "model", formOnly: true, optionLabel: (o) => SERIES_SOURCE_LABELS[o] ?? humanize(o), help: "Data sets packaged with statsmodels, or your CSV/Parquet of (timestamp, id, value) rows." },
+  { name: "series_source.datasets", label: "Data sets", kind: "text", group: "model", formOnly: true, visible: (v, s) => seriesTakes(v, s, "datasets"), help: (s) => `Comma-separated, of one frequency: ${s.modalities?.time_series.datasets.join(", ") ?? ""}.` },
+  { name: "series_source.path", label: "Path (in the data directory)", kind: "text", group: "model", formOnly: true, visible: (v, s) => seriesTakes(v, s, "path"), placeholder: () => "e.g. series/sales.csv", help: pathHelp },
+  { name: "series_source.timestamp_column", label: "Timestamp column", kind: "text", group: "model", formOnly: true, visible: (v, s) => seriesTakes(v, s, "timestamp_column"), placeholder: (s) => s.modalities?.time_series.columns.timestamp_column ?? "", help: "Optional." },
+  { name: "series_source.id_column", label: "Series id column", kind: "text", group: "model", formOnly: true, visible: (v, s) => seriesTakes(v, s, "id_column"), placeholder: (s) => s.modalities?.time_series.columns.id_column ?? "", help: "Optional: every id is a series." },
+  { name: "series_source.value_columns", label: "Value columns", kind: "text", group: "model", formOnly: true, visible: (v, s) => seriesTakes(v, s, "value_columns"), placeholder: (s) => s.modalities?.time_series.columns.value_columns.join(", ") ?? "", help: "Optional, comma-separated: the forecast channels." },
+  { name: "series_source.freq", label: "Frequency", kind: "text", group: "model", formOnly: true, visible: (v, s) => seriesTakes(v, s, "freq"), placeholder: () => "inferred, e.g. MS, D, h", help: "Optional: a pandas frequency." },
+  { name: "series_source.shard_count", label: "Shards", kind: "int", group: "model", formOnly: true, help: "Window shards (at least max trainers)." },
+  { name: "windows.context_length", label: "Context length", kind: "int", group: "model", formOnly: true, help: "Past steps the model reads." },
+  { name: "windows.prediction_length", label: "Prediction length", kind: "int", group: "model", formOnly: true, help: "Steps it forecasts." },
+  { name: "windows.season_length", label: "Season length", kind: "int", group: "model", formOnly: true, help: "The seasonal-naive baseline's period (MASE's scale), e.g. 12 for monthly data." },
+  { name: "windows.validation_windows", label: "Validation windows", kind: "int", group: "model", formOnly: true, help: "Held-out forecasts per series at its end." },
+  { name: "windows.validation_stride", label: "Validation stride", kind: "int", group: "model", formOnly: true },
+  { name: "windows.train_stride", label: "Training stride", kind: "int", group: "model", formOnly: true },
+  { name: "windows.scaling", label: "Scaling", kind: "select", group: "model", formOnly: true, help: "Per-series scaling of the values." },
+  { name: "series_model.family", label: "Model family", kind: "select", group: "model", formOnly: true, optionLabel: (o) => SERIES_MODEL_LABELS[o] ?? humanize(o) },
+  { name: "series_model.patch_length", label: "Patch length", kind: "int", group: "model", formOnly: true, help: "At most the context length." },
+  { name: "series_model.patch_stride", label: "Patch stride", kind: "int", group: "model", formOnly: true },
+  { name: "series_model.d_model", label: "Model width (d_model)", kind: "int", group: "model", formOnly: true },
+  { name: "series_model.num_hidden_layers", label: "Layers", kind: "int", group: "model", formOnly: true, visible: (v) => v["series_model.family"] === "patchtst" },
+  { name: "series_model.num_attention_heads", label: "Attention heads", kind: "int", group: "model", formOnly: true, visible: (v) => v["series_model.family"] === "patchtst" },
+  { name: "series_model.ffn_dim", label: "Feed-forward size", kind: "int", group: "model", formOnly: true, visible: (v) => v["series_model.family"] === "patchtst" },
+  { name: "series_model.num_layers", label: "Mixer layers", kind: "int", group: "model", formOnly: true, visible: (v) => v["series_model.family"] === "patchtsmixer" },
 ];
+
+const MODALITY_LABELS: Record<string, string> = { language: "Language (text)", vision: "Vision (image classification)", time_series: "Time series (forecasting)" };
+const IMAGE_SOURCE_LABELS: Record<string, string> = { digits: "Handwritten digits (built in)", npz: "NumPy .npz archive", image_folder: "Image folder (a folder per class)" };
+const SERIES_SOURCE_LABELS: Record<string, string> = { statsmodels: "statsmodels data sets (built in)", csv: "CSV", parquet: "Parquet" };
+const SERIES_MODEL_LABELS: Record<string, string> = { patchtst: "PatchTST", patchtsmixer: "PatchTSMixer" };
+/** Prefixes of the fields each modality shows (the rest of the form is shared). */
+const MODALITY_PREFIXES: Record<string, string[]> = {
+  language: ["corpus.", "model.", "method"],
+  vision: ["image_source.", "vision_model."],
+  time_series: ["series_source.", "windows.", "series_model."],
+};
+/** The modality a field belongs to, or null for a shared one. */
+function modalityOf(name: string): string | null {
+  for (const [modality, prefixes] of Object.entries(MODALITY_PREFIXES)) {
+    if (prefixes.some((p) => name === p || name.startsWith(p))) return modality;
+  }
+  return null;
+}
+function modality(v: Values): string {
+  return String(v.modality || "language");
+}
+function imageTakes(v: Values, s: Sources | undefined, field: string): boolean {
+  return (s?.modalities?.vision.source_fields[String(v["image_source.type"])] ?? []).includes(field);
+}
+function seriesTakes(v: Values, s: Sources | undefined, field: string): boolean {
+  return (s?.modalities?.time_series.source_fields[String(v["series_source.type"])] ?? []).includes(field);
+}
 
 // Names of the choices the template's `sources` lists (an unknown one is shown humanized).
 const SOURCE_LABELS: Record<string, string> = {
@@ -267,6 +331,16 @@ export function postPage(): Page {
         return sources()?.methods ?? [];
       case "model.source":
         return sources()?.models ?? [];
+      case "modality":
+        return sources()?.modalities?.names ?? ["language"];
+      case "image_source.type":
+        return sources()?.modalities?.vision.source_types ?? [];
+      case "series_source.type":
+        return sources()?.modalities?.time_series.source_types ?? [];
+      case "windows.scaling":
+        return sources()?.modalities?.time_series.scalings ?? [];
+      case "series_model.family":
+        return sources()?.modalities?.time_series.families ?? [];
       case "model.family": {
         const model = limits().model;
         const families = model && typeof model === "object" && !Array.isArray(model) ? (model as JsonObject).families : undefined;
@@ -313,7 +387,7 @@ export function postPage(): Page {
         if ("error" in parsed) e.set(def.name, parsed.error);
         else if (parsed.wei > U(def.name === "reward_pool_wei" ? 256 : 128)) e.set(def.name, "too large for the contract's field");
       } else if (def.kind === "number" && num(def.name) === null) e.set(def.name, "must be a number");
-      else if (def.kind === "int" && int(def.name) === null) e.set(def.name, "must be a non-negative whole number");
+      else if (def.kind === "int" && int(def.name) === null && !(def.optional && text === "")) e.set(def.name, "must be a non-negative whole number");
       else if (def.kind === "text" && def.name === "name" && !text) e.set(def.name, "give the run a name");
     }
 
@@ -419,9 +493,18 @@ export function postPage(): Page {
     const pool = has("reward_pool_wei") ? weiOf("reward_pool_wei") : null;
     if (pool === 0n) e.set("reward_pool_wei", "must be positive");
 
+    // Vision and time series: their own source, model and window fields (sources.modalities).
+    const src = sources();
+    const chosen = modality(values);
+    if (src?.modalities && chosen !== "language") {
+      if (!src.modalities.names.includes(chosen)) e.set("modality", `must be one of ${src.modalities.names.join(", ")}`);
+      else if (chosen === "vision") validateVision(e, src.modalities.vision, needInt, int, raw, maxT);
+      else validateSeries(e, src.modalities.time_series, needInt, int, raw, maxT);
+      return e;
+    }
+
     // Data source, method and model directory: the fields the chosen source type and method take
     // (sources.fields / sources.method_fields); the files themselves are checked by the API.
-    const src = sources();
     if (src) {
       const type = raw("corpus.type");
       const typeName = SOURCE_LABELS[type] ?? type;
@@ -479,6 +562,74 @@ export function postPage(): Page {
     return e;
   }
 
+  type NeedInt = (name: string, min: bigint, max: bigint, what?: string) => bigint | null;
+  type IntOf = (name: string) => bigint | null;
+  type RawOf = (name: string) => string;
+
+  /** A bounded size of `bounds` (sources.modalities.*.bounds): required, or optional when empty. */
+  function sized(e: Map<string, string>, bounds: Modalities["vision"]["bounds"], name: string, needInt: NeedInt, raw: RawOf, optional = false): bigint | null {
+    if (!isVisible(name) || e.has(name) || (optional && raw(name) === "")) return null;
+    const b = bounds[name.split(".").pop()!];
+    const [lo, hi] = b ? [BigInt(b.min), BigInt(b.max)] : [1n, U(32)];
+    return needInt(name, lo, hi, `must be within ${lo}..${hi}`);
+  }
+
+  function shardsFor(e: Map<string, string>, name: string, shards: bigint | null, maxT: bigint | null): void {
+    if (shards !== null && maxT !== null && maxT > shards) e.set(name, `need max trainers (${maxT}) ≤ shards`);
+  }
+
+  function validateVision(e: Map<string, string>, m: Modalities["vision"], needInt: NeedInt, _int: IntOf, raw: RawOf, maxT: bigint | null): void {
+    const type = raw("image_source.type");
+    if (!m.source_types.includes(type)) e.set("image_source.type", `must be one of ${m.source_types.join(", ")}`);
+    if (isVisible("image_source.path") && !raw("image_source.path")) e.set("image_source.path", `a ${IMAGE_SOURCE_LABELS[type] ?? type} source needs a path in the API's data directory`);
+    shardsFor(e, "image_source.shard_count", sized(e, m.bounds, "image_source.shard_count", needInt, raw), maxT);
+    const size = sized(e, m.bounds, "image_source.image_size", needInt, raw, true);
+    if (isVisible("image_source.num_channels") && raw("image_source.num_channels") !== "" && !e.has("image_source.num_channels") && !m.channels.map(String).includes(raw("image_source.num_channels"))) {
+      e.set("image_source.num_channels", `must be one of ${m.channels.join(", ")}`);
+    }
+    const patch = sized(e, m.bounds, "vision_model.patch_size", needInt, raw);
+    const hidden = sized(e, m.bounds, "vision_model.hidden_size", needInt, raw);
+    sized(e, m.bounds, "vision_model.num_hidden_layers", needInt, raw);
+    const heads = sized(e, m.bounds, "vision_model.num_attention_heads", needInt, raw);
+    sized(e, m.bounds, "vision_model.intermediate_size", needInt, raw);
+    if (size !== null && patch !== null && size % patch !== 0n) e.set("vision_model.patch_size", `must divide the image size (${size})`);
+    if (hidden !== null && heads !== null && hidden % heads !== 0n) e.set("vision_model.hidden_size", `must be a multiple of the attention heads (${heads})`);
+  }
+
+  function validateSeries(e: Map<string, string>, m: Modalities["time_series"], needInt: NeedInt, _int: IntOf, raw: RawOf, maxT: bigint | null): void {
+    const type = raw("series_source.type");
+    if (!m.source_types.includes(type)) e.set("series_source.type", `must be one of ${m.source_types.join(", ")}`);
+    if (isVisible("series_source.datasets")) {
+      const sets = lines(raw("series_source.datasets"));
+      const unknown = sets.find((d) => !m.datasets.includes(d));
+      if (sets.length === 0) e.set("series_source.datasets", `name at least one of ${m.datasets.join(", ")}`);
+      else if (unknown !== undefined) e.set("series_source.datasets", `${unknown} is not one of ${m.datasets.join(", ")}`);
+      else if (new Set(sets).size !== sets.length) e.set("series_source.datasets", "name each data set once");
+    }
+    if (isVisible("series_source.path") && !raw("series_source.path")) e.set("series_source.path", `a ${SERIES_SOURCE_LABELS[type] ?? type} source needs a path in the API's data directory`);
+    if (isVisible("series_source.value_columns") && lines(raw("series_source.value_columns")).length > 64) e.set("series_source.value_columns", "at most 64 columns");
+    shardsFor(e, "series_source.shard_count", sized(e, m.bounds, "series_source.shard_count", needInt, raw), maxT);
+    const context = sized(e, m.bounds, "windows.context_length", needInt, raw);
+    sized(e, m.bounds, "windows.prediction_length", needInt, raw);
+    sized(e, m.bounds, "windows.season_length", needInt, raw);
+    for (const name of ["windows.validation_windows", "windows.validation_stride", "windows.train_stride"]) sized(e, m.bounds, name, needInt, raw);
+    if (!m.scalings.includes(raw("windows.scaling"))) e.set("windows.scaling", `must be one of ${m.scalings.join(", ")}`);
+    const family = raw("series_model.family");
+    if (!m.families.includes(family)) e.set("series_model.family", `must be one of ${m.families.join(", ")}`);
+    const patch = sized(e, m.bounds, "series_model.patch_length", needInt, raw);
+    sized(e, m.bounds, "series_model.patch_stride", needInt, raw);
+    const width = sized(e, m.bounds, "series_model.d_model", needInt, raw);
+    const heads = sized(e, m.bounds, "series_model.num_attention_heads", needInt, raw);
+    sized(e, m.bounds, "series_model.ffn_dim", needInt, raw);
+    for (const name of ["series_model.num_hidden_layers", "series_model.num_layers"]) {
+      if (!isVisible(name) || e.has(name)) continue;
+      const b = m.bounds.num_hidden_layers;
+      needInt(name, BigInt(b?.min ?? 1), BigInt(b?.max ?? 48), `must be within ${b?.min ?? 1}..${b?.max ?? 48}`);
+    }
+    if (patch !== null && context !== null && patch > context) e.set("series_model.patch_length", `must be at most the context length (${context})`);
+    if (width !== null && heads !== null && width % heads !== 0n) e.set("series_model.d_model", `must be a multiple of the attention heads (${heads})`);
+  }
+
   function modelLimit(key: string): bigint | null {
     const model = limits().model;
     const v = model && typeof model === "object" && !Array.isArray(model) ? (model as JsonObject)[key] : undefined;
@@ -498,6 +649,8 @@ export function postPage(): Page {
   }
 
   function isVisible(name: string): boolean {
+    const owner = modalityOf(name);
+    if (owner !== null && sources()?.modalities !== undefined && owner !== modality(values)) return false;
     const def = defs.find((d) => d.name === name);
     return def?.visible ? def.visible(values, sources()) : true;
   }
@@ -670,7 +823,7 @@ export function postPage(): Page {
     return wrap;
   }
 
-  function buildBody(): { spec: JsonObject; corpus: JsonObject; model: JsonObject } {
+  function buildBody(): JsonObject {
     const t = template!;
     const body = {
       spec: structuredClone(t.spec) as JsonObject,
@@ -679,8 +832,11 @@ export function postPage(): Page {
     };
     const rule = String(values["aggregation.rule"] ?? "mean");
     const usedParam = ROBUST_PARAM[rule];
+    const chosen = modality(values);
     for (const def of defs) {
       if (def.name === "model.source" || def.name.startsWith("model.lora")) continue; // the model's shape: below
+      const owner = modalityOf(def.name);
+      if (def.name === "modality" || (owner !== null && owner !== "language")) continue; // the other modalities: below
       const shown = isVisible(def.name);
       // A source, method or model input the current choice does not take (or an optional one
       // left empty) is not sent: the API refuses fields a source type does not take.
@@ -747,6 +903,8 @@ export function postPage(): Page {
       if (def.name in PARAM_NAMES && def.name !== usedParam) value = 0;
       target[leaf] = value;
     }
+    if (chosen === "vision") return { modality: chosen, spec: body.spec, ...visionBody() };
+    if (chosen === "time_series") return { modality: chosen, spec: body.spec, ...seriesBody() };
     if (pretrained(values)) {
       body.model = { pretrained: String(values["model.pretrained"] ?? "").trim() };
       if (lora(values)) {
@@ -760,11 +918,42 @@ export function postPage(): Page {
     return body;
   }
 
+  /** The shown, filled-in fields under `prefix` as an object (ints as numbers, lists split). */
+  function section(prefix: string, lists: string[] = []): JsonObject {
+    const out: JsonObject = {};
+    for (const def of defs) {
+      if (!def.name.startsWith(prefix) || !isVisible(def.name)) continue;
+      const key = def.name.slice(prefix.length);
+      const text = String(values[def.name] ?? "").trim();
+      if (text === "") continue; // an optional field left empty: the API's default
+      out[key] = lists.includes(key) ? lines(text) : def.kind === "int" ? Number(text) : text;
+    }
+    return out;
+  }
+
+  function visionBody(): JsonObject {
+    const family = sources()?.modalities?.vision.families[0] ?? "vit";
+    return { image_source: section("image_source."), model: { family, ...section("vision_model.") } };
+  }
+
+  function seriesBody(): JsonObject {
+    return { series_source: section("series_source.", ["datasets", "value_columns"]), windows: section("windows."), model: section("series_model.") };
+  }
+
+  /** The form field an API refusal names: `model.x` is the chosen modality's model field. */
+  function refusedField(path: string): string {
+    const chosen = modality(values);
+    if (path === "spec.method") return "method";
+    if (chosen === "vision" && path.startsWith("model.")) return `vision_model.${path.slice(6).replace(/^config\./, "")}`;
+    if (chosen === "time_series" && path.startsWith("model.")) return `series_model.${path.slice(6).replace(/^config\./, "")}`;
+    return path;
+  }
+
   function showFormError(message: string | null): void {
     serverErrors.clear();
     // A refusal that names a field ("corpus.path 'x' does not exist…", "model.pretrained …") shows there too.
-    const named = message === null ? null : /^(corpus\.[a-z_]+|model\.pretrained|model\.lora\.(?:r|alpha|target_modules)|spec\.method)\b/.exec(message);
-    const field = named ? (named[1] === "spec.method" ? "method" : named[1]!) : null;
+    const named = message === null ? null : /^(corpus\.[a-z_]+|model\.pretrained|model\.lora\.(?:r|alpha|target_modules)|spec\.method|image_source\.[a-z_]+|series_source\.[a-z_]+|windows\.[a-z_]+|model\.(?:config\.)?[a-z_]+)\b/.exec(message);
+    const field = named ? refusedField(named[1]!) : null;
     if (message !== null && field !== null && inputs.has(field)) serverErrors.set(field, oneLine(message));
     update();
     formError.hidden = message === null;
@@ -855,6 +1044,19 @@ export function postPage(): Page {
       values["corpus.type"] ||= src.default;
       values.method ||= src.default_method;
       values["model.source"] ||= src.models[0] ?? "config";
+      const m = src.modalities;
+      if (m) {
+        values.modality ||= m.default;
+        values["image_source.type"] ||= m.vision.default_source;
+        values["image_source.shard_count"] ||= String(m.vision.shard_count);
+        for (const [key, value] of Object.entries(m.vision.model)) if (key !== "family") values[`vision_model.${key}`] ||= String(value);
+        values["series_source.type"] ||= m.time_series.default_source;
+        values["series_source.datasets"] ||= m.time_series.default_datasets.join(", ");
+        values["series_source.shard_count"] ||= String(m.time_series.shard_count);
+        for (const [key, value] of Object.entries(m.time_series.windows)) values[`windows.${key}`] ||= String(value);
+        values["series_model.family"] ||= m.time_series.families[0] ?? "patchtst";
+        for (const sizes of Object.values(m.time_series.models)) for (const [key, value] of Object.entries(sizes)) values[`series_model.${key}`] ||= String(value);
+      }
       if (src.lora) {
         values["model.lora.r"] ||= String(src.lora.r);
         values["model.lora.alpha"] ||= String(src.lora.alpha);
