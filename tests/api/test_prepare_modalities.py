@@ -140,6 +140,10 @@ def test_prepare_a_vision_task_from_an_npz(
     assert spec.modality == Modality.VISION and spec.name == "api-vision"
     assert spec.metadata["class_names"] == ["row", "column", "diagonal"] and spec.metadata["image_size"] == 8
     assert spec.dataset.shard_count == SHARDS and spec.model.config["patch_size"] == 4
+    # The run's chart names the modality's metric (what its witnesses vote).
+    api.wait_indexed()
+    losses = http.ok(f"/api/runs/{market.task_count()}/losses")
+    assert (losses["metric"], losses["metric_higher_is_better"]) == ("top1_accuracy", True)
 
 
 def test_prepare_a_time_series_task_from_a_csv(
@@ -170,6 +174,9 @@ def test_prepare_a_time_series_task_from_a_csv(
     assert [s["id"] for s in spec.metadata["series"]] == ["s0", "s1"]
     assert (spec.metadata["context_length"], spec.metadata["prediction_length"]) == (24, 6)
     assert spec.metadata["freq"] == "MS"
+    api.wait_indexed()
+    losses = http.ok(f"/api/runs/{market.task_count()}/losses")
+    assert (losses["metric"], losses["metric_higher_is_better"]) == ("mase", False)
 
 
 def test_prepare_a_patchtsmixer_task_from_packaged_series(
