@@ -711,6 +711,7 @@ class TrainerAgent:
                 train_steps=ctx.spec.inner_steps // 2 if self.cfg.misbehave == "lazy" else None,
                 between_steps=self._duties_beside_training if duties else None,
                 checkpoint_sink=self._keep_checkpoint(round_) if ctx.spec.verification_policy.on_demand else None,
+                wait_for_checkpoints=False,  # the last one is written while the payload is encoded (_stage)
             )
         finally:
             self._join_duties()
@@ -905,12 +906,20 @@ class TrainerAgent:
         ctx = self.ctx
         assert ctx is not None
         began = time.perf_counter()
-        timings |= {"inner_s": work.train_seconds, "checkpoints_s": work.checkpoint_seconds}
+        timings["inner_s"] = work.train_seconds
+        saving = time.perf_counter()
+        self._save_optimizer(self._ensure_inner(), round_ + 1)
+        timings["save_optimizer_s"] = time.perf_counter() - saving
+        payload, chunk_root, ref = self._encode_and_upload(round_, work.pseudo_gradient, timings)
+        self._bytes_sent += ref.size
+        # The inner loop did not wait for its last checkpoint: it was written meanwhile.
+        work = work.checkpoints_written()
+        timings["checkpoints_s"] = work.checkpoint_seconds
         flushing: Future[None] | None = None
         if ctx.spec.verification_policy.on_demand:
             # Streamed into the keeper during training, not yet flushed: flushed to disk in the
-            # background while the payload is encoded and uploaded; the commitment waits for the
-            # flush (StagedWork.wait_durable).
+            # background while the commitment is prepared; the commitment waits for the flush
+            # (StagedWork.wait_durable).
             digests = work.checkpoint_digests or self.keeper.keep(round_, work.checkpoints, durable=False)
             if self._flusher is None:
                 self._flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-flush")
@@ -923,11 +932,6 @@ class TrainerAgent:
             uris = tuple(r.uri for r in refs)
             size = sum(r.size for r in refs)
         self._checkpoint_bytes_sent += size
-        saving = time.perf_counter()
-        self._save_optimizer(self._ensure_inner(), round_ + 1)
-        timings["save_optimizer_s"] = time.perf_counter() - saving
-        payload, chunk_root, ref = self._encode_and_upload(round_, work.pseudo_gradient, timings)
-        self._bytes_sent += ref.size
         return StagedWork(payload, chunk_root, ref, digests, uris, size, time.perf_counter() - began, flushing, timings)
 
     def _keep_checkpoint(self, round_: int) -> Callable[[int, CheckpointWriter], str]:
