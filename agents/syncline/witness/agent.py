@@ -102,10 +102,16 @@ class WitnessAgent:
             return True
         if t.status in (TaskStatus.ENROLLING, TaskStatus.RUNNING):
             self._ensure_bonded()
+        if self.ctx is None:
+            # While the trainers enroll: the first round's vote then waits for nothing else.
+            self.ctx = TaskContext.load(self.market, self.blobs, task_id)
+            if t.status == TaskStatus.ENROLLING:
+                self._eval_model = self.ctx.build_model()
+                dataset = self.ctx.spec.dataset
+                if dataset.validation_hash and dataset.validation_uri:
+                    self.ctx.validation_shard()
         if t.status == TaskStatus.ENROLLING:
             return False
-        if self.ctx is None:
-            self.ctx = TaskContext.load(self.market, self.blobs, task_id)
         spec = self.ctx.spec
         if t.status == TaskStatus.AWAITING_SEAL:
             self._court_duties(t)
