@@ -73,10 +73,18 @@ STATE_BYTES_PER_PARAM = 16
 # trainers' commitments, for the round it trained ahead to open) asks for the block number; it
 # reads the round or the task only when a new block arrived.
 # It waits so at most FAST_WAIT_S before it lets the next tick decide. These waits are on every
-# trainer's critical path (half a poll on average after the block that ends them), so the poll is
-# finer than the agent loop's own wake-up cadence (NewBlock, 0.1 s); one poll is a small RPC.
+# trainer's critical path (half a poll on average after the block that ends them), so for their
+# first FAST_POLL_FOR_S the poll is finer than the agent loop's own wake-up cadence (NewBlock,
+# 0.1 s), then it is that cadence (a node is asked at most 50 times a second, and only briefly).
 FAST_POLL_S = 0.02
+FAST_POLL_FOR_S = 1.0
+SLOW_POLL_S = 0.1
 FAST_WAIT_S = 5.0
+
+
+def poll_pause(waited_s: float) -> float:
+    """Seconds to sleep before the next look at the chain, ``waited_s`` into a wait."""
+    return FAST_POLL_S if waited_s < FAST_POLL_FOR_S else SLOW_POLL_S
 
 
 @dataclass(frozen=True)
@@ -339,7 +347,8 @@ class TrainerAgent:
         instead of a whole tick: this wait is on every trainer's critical path."""
         ctx = self.ctx
         assert ctx is not None
-        until = time.perf_counter() + FAST_WAIT_S
+        began = time.perf_counter()
+        until = began + FAST_WAIT_S
         seen: int | None = None
         while True:
             block = int(self.market.w3.eth.block_number)
@@ -352,7 +361,7 @@ class TrainerAgent:
                 self._duties_now()
             if time.perf_counter() >= until:
                 return False
-            time.sleep(FAST_POLL_S)
+            time.sleep(poll_pause(time.perf_counter() - began))
 
     def _derive_ahead(
         self, round_: int, committed_mask: int, fragment: int
@@ -467,7 +476,7 @@ class TrainerAgent:
             self._duties_now()
             if time.perf_counter() >= until:
                 return None
-            time.sleep(FAST_POLL_S)
+            time.sleep(poll_pause(time.perf_counter() - waited))
         me = self.market.trainer(ctx.task_id, self.signer.address)
         if not me.enrolled or me.evicted or me.fragment != fragment:
             return None
