@@ -38,14 +38,15 @@ def test_kept_checkpoints_are_published_per_segment_and_pruned(tmp_path: Path) -
     assert keeper.get(5, 1) is None and keeper.publish_segment(store, 5, 1, 3) is None
 
 
-@pytest.mark.parametrize("snapshot", [True, False])
+@pytest.mark.parametrize(("snapshot", "wait"), [(True, True), (False, True), (True, False)])
 def test_checkpoints_written_while_training_goes_on_are_the_checkpoints(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, snapshot: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, snapshot: bool, wait: bool
 ) -> None:
     """A small model's checkpoints are copied and kept from a background thread while the next
     steps train; a large one's streamed from the model at once (forced here with the threshold at
     0). Either way the keeper holds exactly the bytes of the checkpoints captured in memory, and
-    the training is the same."""
+    the training is the same. A run that does not wait for the last ones (``wait_for_checkpoints``
+    False, the trainer's) has them once ``checkpoints_written`` returns."""
     import numpy as np
 
     from syncline.demo.trainer_setup import TINY_MODEL
@@ -68,11 +69,15 @@ def test_checkpoints_written_while_training_goes_on_are_the_checkpoints(
 
     def run(sink: Any) -> Any:
         loop = InnerLoop(adapter, adapter.build_model(config, seed=0), layout, inner)
-        return loop.run(start, shards, seed=7, checkpoint_interval=2, checkpoint_sink=sink)
+        return loop.run(start, shards, seed=7, checkpoint_interval=2, checkpoint_sink=sink, wait_for_checkpoints=wait)
 
     in_memory = run(None)
     keeper = CheckpointKeeper(tmp_path / "kept")
     kept = run(lambda index, write: keeper.keep_stream(4, index, write, durable=False))
+    if not wait:
+        assert kept.checkpoints_pending and len(kept.checkpoint_digests) < 4
+        kept = kept.checkpoints_written()
+    assert not kept.checkpoints_pending and kept.checkpoints_written() is kept
     assert len(in_memory.checkpoints) == 4 and kept.checkpoints == ()
     assert kept.checkpoint_digests == tuple(digest_of(c) for c in in_memory.checkpoints)
     assert [keeper.get(4, i) for i in range(4)] == list(in_memory.checkpoints)

@@ -349,15 +349,19 @@ class TaskContext:
             "max_payload_bytes": self.max_payload_bytes,
         }
 
-    def publish_state(self, state: TrainingState, signer: LocalAccount | None = None) -> str:
+    def publish_state(
+        self, state: TrainingState, signer: LocalAccount | None = None, *, root: bytes | None = None
+    ) -> str:
         """Store a state blob as a candidate of its state-root alias (in ``signer``'s own slot when
-        given: a witness or the sponsor, whose slots readers try first); returns the root."""
-        root = state.state_root_hex
+        given: a witness or the sponsor, whose slots readers try first); returns the root.
+        ``root`` is the state's root when the caller computed it with the state (it is hashed
+        otherwise)."""
+        alias = "0x" + root.hex() if root is not None else state.state_root_hex
         if signer is None:
-            self.blobs.put(state.to_bytes(), alias=root)
+            self.blobs.put(state.to_bytes(), alias=alias)
         else:
-            put_signed(self.blobs, state.to_bytes(), root, signer)
-        return root
+            put_signed(self.blobs, state.to_bytes(), alias, signer)
+        return alias
 
     def publish_state_file(self, state: StateFile, signer: LocalAccount) -> str:
         """:meth:`publish_state` for a state in a file, streamed (``put_file``); returns the root."""

@@ -72,9 +72,19 @@ STATE_BYTES_PER_PARAM = 16
 # How often a trainer that waits on the chain in the middle of a round's cycle (for the other
 # trainers' commitments, for the round it trained ahead to open) asks for the block number; it
 # reads the round or the task only when a new block arrived.
-# It waits so at most FAST_WAIT_S before it lets the next tick decide.
-FAST_POLL_S = 0.1  # the agent loop's own wake-up cadence (NewBlock)
+# It waits so at most FAST_WAIT_S before it lets the next tick decide. These waits are on every
+# trainer's critical path (half a poll on average after the block that ends them), so for their
+# first FAST_POLL_FOR_S the poll is finer than the agent loop's own wake-up cadence (NewBlock,
+# 0.1 s), then it is that cadence (a node is asked at most 50 times a second, and only briefly).
+FAST_POLL_S = 0.02
+FAST_POLL_FOR_S = 1.0
+SLOW_POLL_S = 0.1
 FAST_WAIT_S = 5.0
+
+
+def poll_pause(waited_s: float) -> float:
+    """Seconds to sleep before the next look at the chain, ``waited_s`` into a wait."""
+    return FAST_POLL_S if waited_s < FAST_POLL_FOR_S else SLOW_POLL_S
 
 
 @dataclass(frozen=True)
@@ -140,6 +150,9 @@ class TrainerAgent:
     _bytes_received: int = 0
     # The state this trainer trains from: in memory, or its one state file (state on disk).
     _state: TrainingState | StateFile | None = None
+    # An in-memory state and its root, known without hashing it again (computed by the round that
+    # produced it, or checked when it was fetched): see :meth:`_root_of`.
+    _known_root: tuple[TrainingState, str] | None = None
     _availability: AvailabilityResponder | None = None
     _outbox: Outbox | None = None
     _keeper: CheckpointKeeper | None = None
@@ -158,6 +171,13 @@ class TrainerAgent:
     _payload_files: dict[str, Path] = field(default_factory=dict)
     _payloads_round: int | None = None
     _flusher: ThreadPoolExecutor | None = None
+    # Sends the self-reported round reports (best effort) off the round's critical path.
+    _reporter: ThreadPoolExecutor | None = None
+    # Runs the duties of a round trained ahead beside its inner steps (one look at a time).
+    _duty_runner: ThreadPoolExecutor | None = None
+    _duty_running: Future[None] | None = None
+    # (open round, fragment) whose tick duties (outcomes, spot checks, pruning) are still to do
+    _chores: tuple[int, int] | None = None
     # The own payloads and checkpoints of rounds before this one are pruned (no claim can need them).
     _kept_from: int = 0
     _tick_began: float = 0.0
@@ -266,9 +286,8 @@ class TrainerAgent:
             self._tick_began = time.perf_counter()
             self._flush_outbox()
             t, me = ahead
-            self._record_outcomes(t.current_round, me.fragment)
-            self._serve_spot_checks(t.current_round, me.fragment)
-            self._prune_kept(t.current_round)
+            # The rest of a tick's duties are done beside the next round's training.
+            self._chores = (t.current_round, me.fragment)
             ahead = self._train_ahead_once(t, me)
 
     def _train_ahead_once(self, t: TaskView, me: TrainerView) -> tuple[TaskView, TrainerView] | None:
@@ -286,7 +305,7 @@ class TrainerAgent:
         if self._ahead is not None and self._ahead.round == nxt:
             return None
         # Only from the state this trainer trained the open round from (a restart waits instead).
-        if self._state is None or self._state.state_root_hex != t.state_root.lower():
+        if self._state is None or self._root_of(self._state) != t.state_root.lower():
             return None
         waited = time.perf_counter()
         if not self._await_work_complete(round_):
@@ -328,7 +347,8 @@ class TrainerAgent:
         instead of a whole tick: this wait is on every trainer's critical path."""
         ctx = self.ctx
         assert ctx is not None
-        until = time.perf_counter() + FAST_WAIT_S
+        began = time.perf_counter()
+        until = began + FAST_WAIT_S
         seen: int | None = None
         while True:
             block = int(self.market.w3.eth.block_number)
@@ -338,10 +358,10 @@ class TrainerAgent:
                     return True
                 self._prefetch_payloads(round_)
             if self._ahead_duty is not None:
-                self._duties_while_training()
+                self._duties_now()
             if time.perf_counter() >= until:
                 return False
-            time.sleep(FAST_POLL_S)
+            time.sleep(poll_pause(time.perf_counter() - began))
 
     def _derive_ahead(
         self, round_: int, committed_mask: int, fragment: int
@@ -361,7 +381,8 @@ class TrainerAgent:
             fetch_s = time.perf_counter() - began
             result = ctx.compute_round(state, subs)
             received = sum(len(s.payload or b"") for s in subs if s.fragment != fragment)
-            return result.state, "0x" + result.state_root.hex(), received, fetch_s
+            root = self._knows_root(result.state, result.state_root)
+            return result.state, root, received, fetch_s
         fetched = self._fetch_payload_files(round_, committed_mask, fragment)
         if fetched is None:
             return None
@@ -452,10 +473,10 @@ class TrainerAgent:
                     return None
                 if t.current_round == round_:
                     break
-            self._duties_while_training()
+            self._duties_now()
             if time.perf_counter() >= until:
                 return None
-            time.sleep(FAST_POLL_S)
+            time.sleep(poll_pause(time.perf_counter() - waited))
         me = self.market.trainer(ctx.task_id, self.signer.address)
         if not me.enrolled or me.evicted or me.fragment != fragment:
             return None
@@ -472,11 +493,39 @@ class TrainerAgent:
                 return t, me
         return None
 
+    def _duties_beside_training(self) -> None:
+        """Between two inner steps of a round trained ahead: start :meth:`_duties_while_training`
+        in a background thread when they are due and none is under way, and go on training (the
+        steps do not wait for the chain). The duties touch neither the model, the optimizer nor
+        torch's generator, and send a transaction only while the training thread sends none: it
+        waits for them (:meth:`_join_duties`) before it does anything else."""
+        running = self._duty_running
+        if running is not None and not running.done():
+            return
+        if time.perf_counter() - self._duties_at < DUTIES_WHILE_TRAINING_S:
+            return
+        if self._duty_runner is None:
+            self._duty_runner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trainer-duties")
+        self._duty_running = self._duty_runner.submit(self._duties_while_training)
+
+    def _join_duties(self) -> None:
+        """Wait for the duties started beside the training (they never raise: best effort)."""
+        running, self._duty_running = self._duty_running, None
+        if running is not None:
+            running.result()
+
+    def _duties_now(self) -> None:
+        """:meth:`_duties_while_training` in this thread (while it waits on the chain), after any
+        started beside the training."""
+        self._join_duties()
+        self._duties_while_training()
+
     def _duties_while_training(self) -> None:
-        """Between inner steps of a round trained ahead: once the round being finalized closes,
-        serve the committee's spot check of this trainer's submission to it (its publication
-        deadline is half a challenge window after the close); now and then, availability demands.
-        Throttled and best effort: the next tick does both anyway."""
+        """While a round is trained ahead: the duties of the tick it skipped (:meth:`_train_ahead`:
+        outcomes, spot checks and pruning up to the round then open); once the round being
+        finalized closes, serve the committee's spot check of this trainer's submission to it (its
+        publication deadline is half a challenge window after the close); now and then,
+        availability demands. Throttled and best effort: the next tick does all of them anyway."""
         now = time.perf_counter()
         if now - self._duties_at < DUTIES_WHILE_TRAINING_S:
             return
@@ -484,7 +533,12 @@ class TrainerAgent:
         ctx, duty = self.ctx, self._ahead_duty
         assert ctx is not None and duty is not None
         fragment, awaited = duty
+        chores, self._chores = self._chores, None
         try:
+            if chores is not None:
+                self._record_outcomes(chores[0], chores[1])
+                self._serve_spot_checks(chores[0], chores[1])
+                self._prune_kept(chores[0])
             if ctx.spec.verification_policy.on_demand and awaited not in self._spot_settled:
                 t = self.market.task(ctx.task_id)
                 closed = t.status != TaskStatus.RUNNING or t.current_round > awaited
@@ -655,17 +709,21 @@ class TrainerAgent:
         if self._wall_started is None:
             self._wall_started = time.perf_counter()  # utilization counts from the first round trained
         self.metrics.round.set(round_)
-        work = inner.run(
-            state,
-            [ctx.shard(i) for i in shards],
-            seed=round_seed(ctx.task_id, round_, fragment),
-            progress=sys.stderr.isatty(),
-            checkpoint_interval=ctx.spec.checkpoint_interval_steps,
-            # TESTS AND DEMOS ONLY: a lazy trainer trains half the steps and pads its checkpoints.
-            train_steps=ctx.spec.inner_steps // 2 if self.cfg.misbehave == "lazy" else None,
-            between_steps=self._duties_while_training if duties else None,
-            checkpoint_sink=self._keep_checkpoint(round_) if ctx.spec.verification_policy.on_demand else None,
-        )
+        try:
+            work = inner.run(
+                state,
+                [ctx.shard(i) for i in shards],
+                seed=round_seed(ctx.task_id, round_, fragment),
+                progress=sys.stderr.isatty(),
+                checkpoint_interval=ctx.spec.checkpoint_interval_steps,
+                # TESTS AND DEMOS ONLY: a lazy trainer trains half the steps and pads its checkpoints.
+                train_steps=ctx.spec.inner_steps // 2 if self.cfg.misbehave == "lazy" else None,
+                between_steps=self._duties_beside_training if duties else None,
+                checkpoint_sink=self._keep_checkpoint(round_) if ctx.spec.verification_policy.on_demand else None,
+                wait_for_checkpoints=False,  # the last one is written while the payload is encoded (_stage)
+            )
+        finally:
+            self._join_duties()
         if self.cfg.misbehave == "fake-gradient":  # honest checkpoints, a payload not derived from them
             work = replace(work, pseudo_gradient=torch.randn_like(work.pseudo_gradient) * 0.05)
         return work
@@ -804,14 +862,24 @@ class TrainerAgent:
         )
 
     def _report(self, task_id: int, round_: int, fragment: int, work: RoundWork) -> None:
-        """Announce the round's training loss (self-reported; the API plots it). Best effort."""
+        """Announce the round's training loss (self-reported; the API plots it). Best effort, from
+        a background thread: the next round does not wait for it (reports go out in round order)."""
         report = TrainerReport(
             task_id, round_, fragment, work.mean_loss, len(work.losses), work.tokens, work.train_seconds
         )
+        if self._reporter is None:
+            self._reporter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="round-report")
+        self._reporter.submit(self._announce_report, report)
+
+    def _announce_report(self, report: TrainerReport) -> None:
         try:
             announce_report(self.blobs, report, self.signer)
-        except SynclineError as exc:
-            log.warning("trainer.report_failed", round=round_, error=str(exc))
+        except Exception as exc:  # best effort: a report never breaks the run
+            log.warning(
+                "trainer.report_failed",
+                round=report.round,
+                error=str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__,
+            )
 
     def _recorded(self, message: Commitment) -> bool:
         """Whether exactly our signed commitment is on record (a relayed copy counts as ours)."""
@@ -847,12 +915,20 @@ class TrainerAgent:
         ctx = self.ctx
         assert ctx is not None
         began = time.perf_counter()
-        timings |= {"inner_s": work.train_seconds, "checkpoints_s": work.checkpoint_seconds}
+        timings["inner_s"] = work.train_seconds
+        saving = time.perf_counter()
+        self._save_optimizer(self._ensure_inner(), round_ + 1)
+        timings["save_optimizer_s"] = time.perf_counter() - saving
+        payload, chunk_root, ref = self._encode_and_upload(round_, work.pseudo_gradient, timings)
+        self._bytes_sent += ref.size
+        # The inner loop did not wait for its last checkpoint: it was written meanwhile.
+        work = work.checkpoints_written()
+        timings["checkpoints_s"] = work.checkpoint_seconds
         flushing: Future[None] | None = None
         if ctx.spec.verification_policy.on_demand:
             # Streamed into the keeper during training, not yet flushed: flushed to disk in the
-            # background while the payload is encoded and uploaded; the commitment waits for the
-            # flush (StagedWork.wait_durable).
+            # background while the commitment is prepared; the commitment waits for the flush
+            # (StagedWork.wait_durable).
             digests = work.checkpoint_digests or self.keeper.keep(round_, work.checkpoints, durable=False)
             if self._flusher is None:
                 self._flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-flush")
@@ -865,11 +941,6 @@ class TrainerAgent:
             uris = tuple(r.uri for r in refs)
             size = sum(r.size for r in refs)
         self._checkpoint_bytes_sent += size
-        saving = time.perf_counter()
-        self._save_optimizer(self._ensure_inner(), round_ + 1)
-        timings["save_optimizer_s"] = time.perf_counter() - saving
-        payload, chunk_root, ref = self._encode_and_upload(round_, work.pseudo_gradient, timings)
-        self._bytes_sent += ref.size
         return StagedWork(payload, chunk_root, ref, digests, uris, size, time.perf_counter() - began, flushing, timings)
 
     def _keep_checkpoint(self, round_: int) -> Callable[[int, CheckpointWriter], str]:
@@ -951,7 +1022,7 @@ class TrainerAgent:
         """
         ctx = self.ctx
         assert ctx is not None
-        if self._state is not None and self._state.state_root_hex == state_root.lower():
+        if self._state is not None and self._root_of(self._state) == state_root.lower():
             return self._state
         if self._state is not None and round_ > 0:
             rr = self.market.round(ctx.task_id, round_ - 1)
@@ -974,8 +1045,9 @@ class TrainerAgent:
             self._bytes_received += size
             self._hold(fetched)
             return fetched
-        state, size = ctx.fetch_state_sized(state_root)
+        state, size = ctx.fetch_state_sized(state_root)  # verified: its root is state_root
         self._bytes_received += size
+        self._knows_root(state, bytes.fromhex(state_root.lower().removeprefix("0x")))
         self._state = state
         return state
 
@@ -985,6 +1057,25 @@ class TrainerAgent:
         if isinstance(old, StateFile) and not (isinstance(state, StateFile) and state.path == old.path):
             old.remove()
         self._state = state
+
+    def _knows_root(self, state: TrainingState, root: bytes) -> str:
+        """Remember that the in-memory ``state``'s root is ``root`` (computed with it, or checked
+        when it was fetched); returns it as ``0x`` hex."""
+        known = "0x" + root.hex()
+        self._known_root = (state, known)
+        return known
+
+    def _root_of(self, state: TrainingState | StateFile) -> str:
+        """``state``'s root (``0x`` hex). A state file remembers its own (and adopts the new one
+        when a round updates it in place); an in-memory state's root is the one remembered for
+        this very object, else hashed (16 bytes per parameter, on the critical path of every
+        round). Nothing changes a :class:`TrainingState`'s vectors in place."""
+        if isinstance(state, StateFile):
+            return state.state_root_hex
+        known = self._known_root
+        if known is not None and known[0] is state:
+            return known[1]
+        return self._knows_root(state, state.state_root())
 
     def _drop_ahead(self, ahead: TrainedAhead, state_root: str) -> None:
         """Forget a round trained ahead whose work the chain's round does not take. Its state is
@@ -1015,7 +1106,7 @@ class TrainerAgent:
             return None
         result = ctx.compute_round(self._state, subs)
         self._bytes_received += sum(len(s.payload or b"") for s in subs if s.fragment != fragment)
-        if "0x" + result.state_root.hex() != state_root.lower():
+        if self._knows_root(result.state, result.state_root) != state_root.lower():
             log.info("trainer.state_sync_mismatch", round=round_, fallback="full state blob")
             return None
         return result.state

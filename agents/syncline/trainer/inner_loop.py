@@ -17,7 +17,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from itertools import islice
 from pathlib import Path
@@ -63,10 +63,27 @@ class RoundWork:
     checkpoints: tuple[bytes, ...] = ()
     checkpoint_digests: tuple[str, ...] = ()
     checkpoint_seconds: float = 0.0  # capturing the checkpoints (not in train_seconds)
+    # With ``wait_for_checkpoints=False``: the sink's calls still under way in the background,
+    # in capture order (:meth:`checkpoints_written` waits for them).
+    checkpoints_pending: tuple[Future[str], ...] = ()
 
     @property
     def mean_loss(self) -> float:
         return sum(self.losses) / len(self.losses) if self.losses else float("nan")
+
+    def checkpoints_written(self) -> RoundWork:
+        """This work once every checkpoint is in the sink: the pending digests are waited for and
+        appended to ``checkpoint_digests`` (the time goes to ``checkpoint_seconds``)."""
+        if not self.checkpoints_pending:
+            return self
+        began = time.perf_counter()
+        digests = tuple(f.result() for f in self.checkpoints_pending)
+        return replace(
+            self,
+            checkpoint_digests=self.checkpoint_digests + digests,
+            checkpoint_seconds=self.checkpoint_seconds + time.perf_counter() - began,
+            checkpoints_pending=(),
+        )
 
 
 @contextlib.contextmanager
@@ -184,6 +201,7 @@ class InnerLoop:
         train_steps: int | None = None,
         between_steps: Callable[[], None] | None = None,
         checkpoint_sink: Callable[[int, CheckpointWriter], str] | None = None,
+        wait_for_checkpoints: bool = True,
     ) -> RoundWork:
         """H inner steps from ``state`` on ``shards``; batches are reproducible from ``seed``.
 
@@ -206,6 +224,11 @@ class InnerLoop:
             its return values (digests) go to ``RoundWork.checkpoint_digests``. Up to
             :data:`SNAPSHOT_MAX_NUMEL` parameters the checkpoint is copied instead and the sink
             is called from a background thread while the next steps train (in capture order).
+        wait_for_checkpoints
+            False: return without waiting for the background sink calls still under way (the
+            last checkpoint's, typically); they are in ``RoundWork.checkpoints_pending`` and
+            :meth:`RoundWork.checkpoints_written` waits for them, so the caller can do other
+            work (encode the payload) meanwhile.
         """
         load_weights(self.model, state)
         start = flat_parameters(self.model, self.layout)
@@ -267,15 +290,20 @@ class InnerLoop:
         train_seconds = time.perf_counter() - began - excluded_seconds
         if writer is not None:  # the checkpoints still being written: not training time
             t0 = time.perf_counter()
-            writer.shutdown(wait=True)
-            captured = [c.result() if isinstance(c, Future) else c for c in captured]
+            writer.shutdown(wait=wait_for_checkpoints)
+            if wait_for_checkpoints:
+                captured = [c.result() if isinstance(c, Future) else c for c in captured]
             capture_seconds += time.perf_counter() - t0
         gradient = start.sub_(flat_parameters(self.model, self.layout))  # start - end, in place
         if not torch.isfinite(gradient).all():
+            for c in captured:  # the sink's calls end before the error leaves
+                if isinstance(c, Future):
+                    c.exception()
             raise FloatingPointError("inner training diverged: the outer gradient holds NaN/Inf")
         kept = tuple(c for c in captured if isinstance(c, bytes))
         digests = tuple(c for c in captured if isinstance(c, str))
-        return RoundWork(gradient, tuple(losses), train_seconds, tokens, kept, digests, capture_seconds)
+        pending = tuple(c for c in captured if isinstance(c, Future))
+        return RoundWork(gradient, tuple(losses), train_seconds, tokens, kept, digests, capture_seconds, pending)
 
     # ------------------------------------------------------------------ checkpoints
 

@@ -69,6 +69,9 @@ class WitnessAgent:
     defence: CensorshipDefence | None = None
     _awaiting: TaskNotPosted | None = None
     _held: StateFile | None = None  # the state file the next round builds on (state on disk)
+    # The in-memory state this witness computed last and its root: the next round builds on it
+    # when the chain finalized exactly that root (instead of downloading and hashing it again).
+    _computed: tuple[str, TrainingState] | None = None
 
     def run(self, *, max_iterations: int | None = None) -> None:
         if self.cfg.threads:
@@ -99,10 +102,16 @@ class WitnessAgent:
             return True
         if t.status in (TaskStatus.ENROLLING, TaskStatus.RUNNING):
             self._ensure_bonded()
+        if self.ctx is None:
+            # While the trainers enroll: the first round's vote then waits for nothing else.
+            self.ctx = TaskContext.load(self.market, self.blobs, task_id)
+            if t.status == TaskStatus.ENROLLING:
+                self._eval_model = self.ctx.build_model()
+                dataset = self.ctx.spec.dataset
+                if dataset.validation_hash and dataset.validation_uri:
+                    self.ctx.validation_shard()
         if t.status == TaskStatus.ENROLLING:
             return False
-        if self.ctx is None:
-            self.ctx = TaskContext.load(self.market, self.blobs, task_id)
         spec = self.ctx.spec
         if t.status == TaskStatus.AWAITING_SEAL:
             self._court_duties(t)
@@ -226,7 +235,8 @@ class WitnessAgent:
         ctx = self.ctx
         assert ctx is not None
         started = time.perf_counter()
-        previous = ctx.fetch_state(previous_root)
+        computed = self._computed
+        previous = computed[1] if computed and computed[0] == previous_root.lower() else ctx.fetch_state(previous_root)
         submissions = ctx.committed_submissions(round_)
         timings["fetch_s"] = time.perf_counter() - started
         started = time.perf_counter()
@@ -239,8 +249,10 @@ class WitnessAgent:
             victim = (result.accepted_mask & -result.accepted_mask).bit_length() - 1
             result = ctx.compute_round(previous, [s for s in submissions if s.fragment != victim])
             log.warning("witness.misbehaving", mode="censor", round=round_, left_out=victim)
+        self._computed = ("0x" + result.state_root.hex(), result.state)
         started = time.perf_counter()
-        ctx.publish_state(result.state, self.signer.account)  # its own slot of the alias: no one can displace it
+        # In its own slot of the alias: no one can displace it.
+        ctx.publish_state(result.state, self.signer.account, root=result.state_root)
         timings["publish_s"] = time.perf_counter() - started
         started = time.perf_counter()
         loss = self._validation_metric(result.state)
