@@ -6,6 +6,9 @@ data directory shows next to the form and at the field. A real anvil, blob servi
 
 from __future__ import annotations
 
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -124,6 +127,23 @@ def test_the_form_posts_a_vision_task_from_an_npz(stack: Stack, new_page: Any, p
     assert tid(page, "post-error").is_hidden()
     refused = [e for e in page_errors if "status of 422 (Unprocessable Entity)" in e]
     assert len(refused) == 1 and [e for e in page_errors if e not in refused] == []
+
+    # The run's page names the metric its witnesses vote: top-1 accuracy, not a loss.
+    task_id = int(tid(page, "posted-task-id").inner_text().strip())
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the API indexes the new task within a poll or two
+        try:
+            with urllib.request.urlopen(f"{stack.url}/api/runs/{task_id}", timeout=5) as reply:
+                if reply.status == 200:
+                    break
+        except urllib.error.HTTPError:
+            time.sleep(0.3)
+    page.goto(f"{stack.url}/#/runs/{task_id}")
+    page.locator('[data-testid="loss-chart-title"]:has-text("top-1 accuracy")').wait_for(timeout=30_000)
+    assert tid(page, "loss-chart-title").inner_text() == "Training loss and top-1 accuracy"
+    header = page.locator('[data-testid="rounds-table"] thead th').nth(6).inner_text()
+    assert header.lower() == "top-1 accuracy"
+    assert tid(page, "loss-chart").get_attribute("data-metric") == "top1_accuracy"
 
 
 def test_the_form_posts_a_time_series_task_from_a_csv(stack: Stack, new_page: Any, page_errors: PageErrors) -> None:
