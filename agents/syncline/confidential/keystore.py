@@ -1,0 +1,151 @@
+"""Where the secrets of a Confidential task live on disk, always encrypted.
+
+* An enclave's X25519 private key: an eth-account (Web3 Secret Storage, scrypt + AES-128-CTR)
+  keystore file, like the agents' Ethereum keys (:mod:`syncline.chain.keys`), its password in an
+  environment variable (``$SYNCLINE_ENCLAVE_PASSWORD`` by default). It is decrypted into the
+  trainer's or witness's process and never leaves it: :class:`EnclaveKey` prints as its public key.
+* The sponsor's data keys (one per sealed shard): one file encrypted with AES-256-GCM under a key
+  derived with scrypt from ``$SYNCLINE_SEALING_PASSWORD``; the sponsor needs them again only to wrap
+  them for enclaves that enroll later.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
+from eth_account import Account
+
+from syncline.confidential import sealing
+from syncline.errors import KeyConfigError
+from syncline.protocol.wire import WireFormatError, load_bounded_json
+
+ENCLAVE_PASSWORD_ENV = "SYNCLINE_ENCLAVE_PASSWORD"
+SEALING_PASSWORD_ENV = "SYNCLINE_SEALING_PASSWORD"
+ENCLAVE_KIND = "syncline-enclave-x25519"
+DATA_KEYS_KIND = "syncline-sealing-data-keys"
+MAX_KEYSTORE_BYTES = 64 << 10
+SCRYPT_N = 1 << 15
+
+
+@dataclass(frozen=True)
+class EnclaveKey:
+    """An enclave's X25519 key pair; ``repr`` shows the public key, never the private one."""
+
+    private_key: bytes = field(repr=False)
+
+    @property
+    def pubkey(self) -> bytes:
+        return sealing.enclave_public_key(self.private_key)
+
+    def __repr__(self) -> str:
+        return f"EnclaveKey(pubkey=0x{self.pubkey.hex()})"
+
+
+def _password(password: str | None, env: str, path: Path) -> str:
+    if password is None:
+        password = os.environ.get(env)
+    if password is None:
+        raise KeyConfigError(f"{path} needs a password: set ${env}")
+    return password
+
+
+def _write_private(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    path.chmod(0o600)
+    return path
+
+
+def _read_json(path: Path, what: str) -> dict[str, object]:
+    try:
+        raw = Path(path).read_bytes()
+        data = load_bounded_json(
+            raw, max_bytes=MAX_KEYSTORE_BYTES if what == "enclave keystore" else 4 << 20, what=what
+        )
+    except OSError as exc:
+        raise KeyConfigError(f"cannot read {what} {path}: {exc.strerror}") from None
+    except WireFormatError as exc:
+        raise KeyConfigError(f"{path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise KeyConfigError(f"{path} is not a {what}")
+    return data
+
+
+def new_enclave_key() -> EnclaveKey:
+    return EnclaveKey(sealing.generate_enclave_keypair()[0])
+
+
+def write_enclave_keystore(key: EnclaveKey, path: Path, password: str) -> Path:
+    """Encrypt ``key`` into an eth-account keystore file (mode 0600); it names its public key."""
+    data = dict(Account.encrypt(key.private_key, password))
+    data.pop("address", None)  # not an Ethereum account: the keystore names the X25519 public key
+    data["kind"] = ENCLAVE_KIND
+    data["enclave_pubkey"] = "0x" + key.pubkey.hex()
+    return _write_private(path, json.dumps(data))
+
+
+def load_enclave_key(
+    path: Path, *, password: str | None = None, password_env: str = ENCLAVE_PASSWORD_ENV
+) -> EnclaveKey:
+    """Decrypt an enclave keystore written by :func:`write_enclave_keystore` (one-line KeyConfigError)."""
+    secret = _password(password, password_env, path)
+    data = _read_json(path, "enclave keystore")
+    if data.get("kind") != ENCLAVE_KIND:
+        raise KeyConfigError(f"{path} is not an enclave keystore (kind {ENCLAVE_KIND})")
+    try:
+        private = bytes(Account.decrypt(data, secret))
+    except (KeyError, TypeError, AttributeError):
+        raise KeyConfigError(f"{path} is not an eth-account keystore file") from None
+    except ValueError:
+        raise KeyConfigError(f"cannot decrypt enclave keystore {path}: wrong password or corrupt file") from None
+    key = EnclaveKey(private)
+    if data.get("enclave_pubkey") != "0x" + key.pubkey.hex():
+        raise KeyConfigError(f"{path}: the stored enclave_pubkey is not the key's public key")
+    return key
+
+
+def _kdf(password: str, salt: bytes) -> bytes:
+    return Scrypt(salt=salt, length=32, n=SCRYPT_N, r=8, p=1).derive(password.encode())
+
+
+def write_data_keys(path: Path, dataset_id: bytes, keys: dict[int, bytes], password: str) -> Path:
+    """Encrypt the sponsor's data keys of one sealed dataset into ``path`` (mode 0600)."""
+    salt, nonce = os.urandom(16), os.urandom(12)
+    body = json.dumps({"dataset_id": "0x" + dataset_id.hex(), "keys": {str(i): k.hex() for i, k in keys.items()}})
+    ct = AESGCM(_kdf(password, salt)).encrypt(nonce, body.encode(), DATA_KEYS_KIND.encode())
+    doc = {
+        "kind": DATA_KEYS_KIND,
+        "kdf": "scrypt",
+        "n": SCRYPT_N,
+        "salt": salt.hex(),
+        "nonce": nonce.hex(),
+        "ciphertext": ct.hex(),
+    }
+    return _write_private(path, json.dumps(doc))
+
+
+def load_data_keys(
+    path: Path, *, password: str | None = None, password_env: str = SEALING_PASSWORD_ENV
+) -> tuple[bytes, dict[int, bytes]]:
+    """``(dataset_id, {shard index: data key})`` from the sponsor's encrypted data-key file."""
+    secret = _password(password, password_env, path)
+    doc = _read_json(path, "data-key store")
+    try:
+        if doc["kind"] != DATA_KEYS_KIND or doc["n"] != SCRYPT_N:
+            raise KeyConfigError(f"{path} is not a data-key store")
+        salt, nonce, ct = (bytes.fromhex(str(doc[k])) for k in ("salt", "nonce", "ciphertext"))
+        body = json.loads(AESGCM(_kdf(secret, salt)).decrypt(nonce, ct, DATA_KEYS_KIND.encode()))
+        keys = {int(i): bytes.fromhex(k) for i, k in body["keys"].items()}
+        return bytes.fromhex(body["dataset_id"][2:]), keys
+    except InvalidTag:
+        raise KeyConfigError(f"cannot decrypt data-key store {path}: wrong password or corrupt file") from None
+    except (KeyError, TypeError, ValueError):
+        raise KeyConfigError(f"{path} is not a data-key store") from None

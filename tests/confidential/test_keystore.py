@@ -1,0 +1,49 @@
+"""Enclave keys and the sponsor's data keys are stored encrypted, and only decrypt with the password."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from syncline.confidential import keystore
+from syncline.errors import KeyConfigError
+
+
+def test_enclave_keystore_round_trip_and_never_holds_the_key_in_clear(tmp_path: Path, monkeypatch) -> None:
+    key = keystore.new_enclave_key()
+    path = keystore.write_enclave_keystore(key, tmp_path / "enclave.json", "correct horse")
+    assert path.stat().st_mode & 0o777 == 0o600
+    raw = path.read_bytes()
+    assert key.private_key.hex().encode() not in raw and key.private_key not in raw
+    assert json.loads(raw)["enclave_pubkey"] == "0x" + key.pubkey.hex()
+    assert key.private_key.hex() not in repr(key)
+    monkeypatch.setenv(keystore.ENCLAVE_PASSWORD_ENV, "correct horse")
+    assert keystore.load_enclave_key(path) == key
+    with pytest.raises(KeyConfigError, match="wrong password"):
+        keystore.load_enclave_key(path, password="wrong")
+    monkeypatch.delenv(keystore.ENCLAVE_PASSWORD_ENV)
+    with pytest.raises(KeyConfigError, match="SYNCLINE_ENCLAVE_PASSWORD"):
+        keystore.load_enclave_key(path)
+
+
+def test_enclave_keystore_refuses_other_files(tmp_path: Path) -> None:
+    (tmp_path / "eth.json").write_text(json.dumps({"crypto": {}, "version": 3}))
+    with pytest.raises(KeyConfigError, match="not an enclave keystore"):
+        keystore.load_enclave_key(tmp_path / "eth.json", password="x")
+    (tmp_path / "big.json").write_bytes(b"{" + b" " * (70 << 10) + b"}")
+    with pytest.raises(KeyConfigError):
+        keystore.load_enclave_key(tmp_path / "big.json", password="x")
+    with pytest.raises(KeyConfigError, match="cannot read"):
+        keystore.load_enclave_key(tmp_path / "missing.json", password="x")
+
+
+def test_data_key_store_round_trip(tmp_path: Path) -> None:
+    keys = {0: b"\x01" * 32, 1: b"\x02" * 32, 0xFFFFFFFF: b"\x03" * 32}
+    path = keystore.write_data_keys(tmp_path / "keys.json", b"\x09" * 32, keys, "pw")
+    raw = path.read_bytes()
+    assert (b"\x01" * 32).hex().encode() not in raw
+    assert keystore.load_data_keys(path, password="pw") == (b"\x09" * 32, keys)
+    with pytest.raises(KeyConfigError, match="wrong password"):
+        keystore.load_data_keys(path, password="nope")
