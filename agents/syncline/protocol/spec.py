@@ -281,6 +281,59 @@ class ToleranceModel:
         return self.moment_base + self.moment_per_step * steps
 
 
+MAX_MEASUREMENTS = 16
+"""Largest measurement allow-list of a Confidential task (the market's ``configureConfidential``)."""
+
+
+@dataclass(frozen=True)
+class ConfidentialSpec:
+    """A Confidential task's sealed data and attestation policy (docs/protocol.md §12.8).
+
+    ``verifier``: the attestation verifier contract and ``measurements``: the allow-list, both
+    installed on chain by the sponsor's ``configureConfidential`` (agents check they match).
+    ``dataset_id``: the random 32 bytes every sealed shard's AES-GCM associated data and every
+    wrapped key's HPKE ``info`` bind. The dataset's ``shard_hashes`` / ``validation_hash`` are the
+    ciphertext hashes; the envelopes are in the sealed manifest the market's ``getSealedManifest``
+    names, whose ``spec_hash`` must be this spec's.
+    """
+
+    verifier: str
+    measurements: tuple[str, ...]
+    dataset_id: str
+
+    def __post_init__(self) -> None:  # one spelling, whoever built it: the spec hash depends on it
+        object.__setattr__(self, "verifier", _address(self.verifier, "confidential.verifier"))
+        object.__setattr__(
+            self, "measurements", tuple(_hex32(m, "confidential.measurements") for m in self.measurements)
+        )
+        object.__setattr__(self, "dataset_id", _hex32(self.dataset_id, "confidential.dataset_id"))
+
+    def to_mapping(self) -> dict[str, Any]:
+        return {"verifier": self.verifier, "measurements": list(self.measurements), "dataset_id": self.dataset_id}
+
+    @classmethod
+    def from_mapping(cls, data: object) -> ConfidentialSpec:
+        d = _mapping(data, "confidential")
+        unknown = sorted(set(d) - {"verifier", "measurements", "dataset_id"})
+        if unknown:
+            raise SpecError(f"confidential: unknown field(s) {', '.join(unknown)}")
+        try:
+            measurements = _seq(d["measurements"], "confidential.measurements")
+            if not 1 <= len(measurements) <= MAX_MEASUREMENTS:
+                raise SpecError(f"confidential.measurements: expected 1 to {MAX_MEASUREMENTS} values")
+            hexes = tuple(_hex32(m, "confidential.measurements") for m in measurements)
+            if len(set(hexes)) != len(hexes):
+                raise SpecError("confidential.measurements: duplicate measurement")
+            verifier = _address(d["verifier"], "confidential.verifier")
+            if int(verifier, 16) == 0:
+                raise SpecError("confidential.verifier: the zero address is not a verifier")
+            return cls(
+                verifier=verifier, measurements=hexes, dataset_id=_hex32(d["dataset_id"], "confidential.dataset_id")
+            )
+        except KeyError as exc:
+            raise SpecError(f"confidential: missing field {exc.args[0]!r}") from None
+
+
 @dataclass(frozen=True)
 class VerificationPolicy:
     """How training-fraud referees judge a re-executed segment.
@@ -414,6 +467,9 @@ class TrainingTaskSpec:
     # How training-fraud referees compare re-executed segments; None: DEFAULT_VERIFICATION (and
     # no ``verification`` key in the canonical JSON, so specs written before it keep their hash).
     verification: VerificationPolicy | None = None
+    # A Confidential task's sealed data and attestation policy; None (and no ``confidential`` key in
+    # the canonical JSON) for every other tier.
+    confidential: ConfidentialSpec | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ derived values
@@ -477,6 +533,10 @@ class TrainingTaskSpec:
             del data["verification"]
         else:
             data["verification"] = self.verification.to_mapping()
+        if self.confidential is None:
+            del data["confidential"]
+        else:
+            data["confidential"] = self.confidential.to_mapping()
         return data
 
     def canonical_bytes(self) -> bytes:
@@ -558,6 +618,11 @@ class TrainingTaskSpec:
             )
         if self.verification is not None:
             self.verification.validate()
+        if (self.tier == Tier.CONFIDENTIAL) != (self.confidential is not None):
+            raise SpecError(
+                "confidential: a Confidential task needs the confidential section "
+                "(verifier, measurements, dataset_id) and no other tier may have one"
+            )
         if not tier_policy.admits(self.tier, self.aggregation.rule):
             raise SpecError(
                 f"tier {self.tier.name.lower()} does not admit rule {self.aggregation.rule.name.lower()} "
@@ -705,6 +770,11 @@ class TrainingTaskSpec:
                     if data.get("verification") is not None
                     else None
                 ),
+                confidential=(
+                    ConfidentialSpec.from_mapping(data["confidential"])
+                    if data.get("confidential") is not None
+                    else None
+                ),
                 metadata=dict(_mapping(data.get("metadata", {}), "metadata")),
             )
             if aggregation:
@@ -751,11 +821,11 @@ def _float(value: object, name: str) -> float:
         raise SpecError(f"{name}: expected a number, got {value!r}") from None
 
 
-def _address(value: object) -> str:
+def _address(value: object, name: str = "witnesses") -> str:
     text = str(value)
     if not (text.startswith("0x") and len(text) == 42):
-        raise SpecError(f"witnesses: {text!r} is not a 0x-prefixed 20-byte address")
+        raise SpecError(f"{name}: {text!r} is not a 0x-prefixed 20-byte address")
     try:
         return to_checksum_address(text)
     except ValueError:
-        raise SpecError(f"witnesses: {text!r} is not a valid address") from None
+        raise SpecError(f"{name}: {text!r} is not a valid address") from None

@@ -33,6 +33,9 @@ from syncline.blobstore.store import (
     write_file_atomic,
 )
 from syncline.chain.market import MarketClient, RoundView, SubmissionView
+from syncline.confidential.enclave import EnclaveSession
+from syncline.confidential.keystore import EnclaveKey
+from syncline.confidential.sealing import VALIDATION_INDEX
 from syncline.errors import SpecError, SynclineError
 from syncline.modality import ModalityAdapter, adapter_for
 from syncline.modality.language import MAX_TOKENIZER_BYTES
@@ -72,12 +75,17 @@ class TaskContext:
     """A LoRA task's base model blob on disk (fetched once, by the digest the spec pins)."""
     _shards: dict[int, bytes] = field(default_factory=dict)
     _validation: bytes | None = None
+    enclave: EnclaveKey | None = field(default=None, repr=False)
+    """A Confidential task's enclave key (the agent's keystore): its shards open only with it, in memory."""
+    _sealed: EnclaveSession | None = None
     _publishers: tuple[str, ...] | None = None
     # (round, state root) -> hash of the block that finalized it (the spot-check draw's seed)
     _finalized_in: dict[tuple[int, str], bytes] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, market: MarketClient, blobs: BlobStore, task_id: int) -> TaskContext:
+    def load(
+        cls, market: MarketClient, blobs: BlobStore, task_id: int, *, enclave: EnclaveKey | None = None
+    ) -> TaskContext:
         onchain = market.spec_tuple(task_id)
         spec_hash, spec_uri = _hex(onchain[0]), str(onchain[1])
         raw = fetch_by_digest(blobs, spec_hash, (spec_uri,), max_bytes=MAX_SPEC_BYTES)
@@ -117,6 +125,7 @@ class TaskContext:
             adapter=adapter,
             layout=layout,
             tokenizer_json=tokenizer_json,
+            enclave=enclave,
         )
 
     # ------------------------------------------------------------------ data
@@ -148,7 +157,8 @@ class TaskContext:
         if index not in self._shards:
             digest = self.spec.dataset.shard_hashes[index]
             uri = self.spec.dataset.shard_uris[index]
-            self._shards[index] = fetch_by_digest(self.blobs, digest, (uri,), max_bytes=MAX_SHARD_BYTES)
+            blob = fetch_by_digest(self.blobs, digest, (uri,), max_bytes=MAX_SHARD_BYTES)
+            self._shards[index] = self._unseal(index, blob)
         return self._shards[index]
 
     def validation_shard(self) -> bytes:
@@ -156,10 +166,24 @@ class TaskContext:
             d = self.spec.dataset
             if not d.validation_hash or not d.validation_uri:
                 raise SpecError(f"task {self.task_id}: the dataset has no validation shard")
-            self._validation = fetch_by_digest(
-                self.blobs, d.validation_hash, (d.validation_uri,), max_bytes=MAX_SHARD_BYTES
-            )
+            blob = fetch_by_digest(self.blobs, d.validation_hash, (d.validation_uri,), max_bytes=MAX_SHARD_BYTES)
+            self._validation = self._unseal(VALIDATION_INDEX, blob)
         return self._validation
+
+    def _unseal(self, index: int, blob: bytes) -> bytes:
+        """A Confidential task's shard ``blob`` (its ciphertext, verified by digest) opened in memory
+        with this agent's enclave key and the task's sealed manifest; other tiers: ``blob`` itself."""
+        if self.spec.confidential is None:
+            return blob
+        if self._sealed is None:
+            self._sealed = EnclaveSession(
+                task_id=self.task_id,
+                spec=self.spec,
+                key=self.enclave,
+                pointer=lambda: self.market.get_sealed_manifest(self.task_id),
+                fetch=lambda digest, hints, limit: fetch_by_digest(self.blobs, digest, hints, max_bytes=limit),
+            )
+        return self._sealed.open(index, blob)
 
     # ------------------------------------------------------------------ model state
 
