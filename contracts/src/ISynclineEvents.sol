@@ -311,4 +311,50 @@ interface ISynclineEvents {
     /// @notice The accused did not answer training claim `challengeId` in its response window:
     /// the claim is upheld.
     event SegmentWithheld(uint256 indexed challengeId, uint256 indexed taskId, uint32 round, uint16 fragment);
+
+    // ------------------------------------------------------------------ confidential tasks (issue 15)
+
+    /// @notice `enroll` was called on a Confidential task: enroll with `enrollAttested` instead.
+    error SynclineUseEnrollAttested(uint256 taskId);
+    /// @notice Only the task's sponsor may call this.
+    error SynclineNotSponsor(uint256 taskId, address caller);
+    /// @notice The task is not of the Confidential tier.
+    error SynclineNotConfidential(uint256 taskId);
+    /// @notice The task has no attestation policy yet (`configureConfidential`).
+    error SynclineConfidentialNotConfigured(uint256 taskId);
+    /// @notice The task's attestation policy is set once.
+    error SynclineConfidentialAlreadyConfigured(uint256 taskId, address verifier);
+    /// @notice The attestation policy must be set before the first enrollment.
+    error SynclineEnrollmentStarted(uint256 taskId, uint16 enrolled);
+    /// @notice The verifier address has no code.
+    error SynclineVerifierInvalid(address verifier);
+    /// @notice The allow-list must hold between 1 and `max` measurements.
+    error SynclineMeasurementCount(uint256 count, uint256 max);
+    /// @notice An allow-listed measurement is zero or listed twice.
+    error SynclineMeasurementInvalid(uint256 index, bytes32 measurement);
+    /// @notice The report exceeds the size bound.
+    error SynclineReportTooLarge(uint256 length, uint256 max);
+    /// @notice The report binds another enclave public key than the one claimed.
+    error SynclineAttestationPubkeyMismatch(bytes32 claimed, bytes32 attested);
+    /// @notice The report binds another measurement than the one claimed.
+    error SynclineAttestationMeasurementMismatch(bytes32 claimed, bytes32 attested);
+    /// @notice The report was issued for another operator account than the caller.
+    error SynclineAttestationOperatorMismatch(address claimed, address attested);
+    /// @notice The measurement is not on the task's allow-list.
+    error SynclineMeasurementNotAllowed(uint256 taskId, bytes32 measurement);
+    /// @notice The enclave public key is zero.
+    error SynclineZeroEnclaveKey();
+    /// @notice The enclave key is already admitted in this task for `holder`.
+    error SynclineEnclaveInUse(uint256 taskId, bytes32 enclavePubkey, address holder);
+    /// @notice This witness already registered its enclave for the task.
+    error SynclineEnclaveAlreadyRegistered(uint256 taskId, address account);
+    /// @notice The manifest hash is zero, or the URI is empty or longer than `max` bytes.
+    error SynclineManifestInvalid(bytes32 manifestHash, uint256 uriLength, uint256 max);
+
+    /// @notice The sponsor set a Confidential task's attestation policy.
+    event ConfidentialConfigured(uint256 indexed taskId, address verifier, bytes32[] measurements);
+    /// @notice An attested enclave was admitted for a trainer (at enrollment) or a witness.
+    event EnclaveAdmitted(uint256 indexed taskId, address indexed account, bytes32 enclavePubkey, bytes32 measurement);
+    /// @notice The sponsor published version `version` of the task's sealed-data manifest.
+    event SealedManifestInstalled(uint256 indexed taskId, uint32 version, bytes32 manifestHash, string manifestURI);
 }

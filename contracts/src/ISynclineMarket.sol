@@ -30,7 +30,9 @@ interface ISynclineMarket is ISynclineEvents {
 
     // ------------------------------------------------------------------ trainers
     /// @notice Enroll in a task by bonding exactly `trainerStake` wei. The run starts
-    /// as soon as `maxTrainers` have enrolled.
+    /// as soon as `maxTrainers` have enrolled. A Confidential task refuses it
+    /// (`SynclineUseEnrollAttested`): its trainers enroll with an attestation report through
+    /// `ISynclineConfidential.enrollAttested`.
     /// @return fragment The fragment (slot) the trainer commits for.
     function enroll(uint256 taskId) external payable returns (uint16 fragment);
 

@@ -3,6 +3,7 @@ pragma solidity ^0.8.24;
 
 import {ISynclineCourt} from "./ISynclineCourt.sol";
 import {SynclineCourtCore} from "./SynclineCourtCore.sol";
+import {SynclineConfidential} from "./SynclineConfidential.sol";
 import {SynclineRulings} from "./SynclineRulings.sol";
 import {
     TaskSpec,
@@ -42,6 +43,9 @@ import {TierPolicy} from "./libraries/TierPolicy.sol";
 contract SynclineCourt is ISynclineCourt, SynclineCourtCore {
     /// @notice The `SynclineRulings` module this court created; the rulings run there.
     address public immutable RULINGS = address(new SynclineRulings());
+    /// @notice The `SynclineConfidential` module this court created: every selector the court
+    /// does not implement (the `ISynclineConfidential` functions) runs there.
+    address public immutable CONFIDENTIAL = address(new SynclineConfidential());
 
     /// @dev `which` values of `SynclineBadMerkleProof` for the two state openings.
     uint256 private constant PREV_STATE = type(uint256).max - 1;
@@ -347,6 +351,21 @@ contract SynclineCourt is ISynclineCourt, SynclineCourtCore {
     /// @inheritdoc ISynclineCourt
     function continueInvalidation(uint256) external onlyDelegated {
         _forward();
+    }
+
+    /// @notice Runs the `ISynclineConfidential` functions (and any unknown selector, which reverts
+    /// there) in `SynclineConfidential`, by delegatecall: still on the market's storage.
+    fallback() external payable onlyDelegated {
+        address confidential = CONFIDENTIAL;
+        // assembly: as `_forward`, to the confidential module (memory-safe: never returns to Solidity).
+        assembly ("memory-safe") {
+            let ptr := mload(0x40)
+            calldatacopy(ptr, 0, calldatasize())
+            let ok := delegatecall(gas(), confidential, ptr, calldatasize(), 0, 0)
+            returndatacopy(ptr, 0, returndatasize())
+            if iszero(ok) { revert(ptr, returndatasize()) }
+            return(ptr, returndatasize())
+        }
     }
 
     /// @dev Runs this call in `SynclineRulings` (by delegatecall: still on the market's storage)

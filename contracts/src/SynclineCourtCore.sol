@@ -19,10 +19,10 @@ import {ChunkAggregation} from "./libraries/ChunkAggregation.sol";
 import {TierPolicy} from "./libraries/TierPolicy.sol";
 
 /// @title SynclineCourtCore
-/// @notice What the two court modules share: the challenge life cycle (open, close, uphold,
+/// @notice What the court modules share: the challenge life cycle (open, close, uphold,
 /// reject, expire), the consequences of a proven fault (slash, evict, revoke, roll back in
-/// batches) and the checks. `SynclineCourt` and `SynclineRulings` both run by delegatecall on the
-/// market's storage; each carries only the internals it uses.
+/// batches) and the checks. `SynclineCourt`, `SynclineRulings` and `SynclineConfidential` run by
+/// delegatecall on the market's storage; each carries only the internals it uses.
 abstract contract SynclineCourtCore is SynclineStorage {
     /// @dev This module's own address: direct calls (not delegated by the market) are refused.
     address internal immutable SELF = address(this);

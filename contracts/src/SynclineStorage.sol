@@ -125,6 +125,34 @@ abstract contract SynclineStorage is ISynclineEvents, ReentrancyGuard, EIP712 {
     /// `committedMask` (`_workComplete`), which lets the round close before its deadline.
     mapping(uint256 taskId => uint256 mask) internal _activeMask;
 
+    // ------------------------------------------------------------------ appended (issue 15)
+
+    /// @dev A Confidential task's attestation policy (`configureConfidential`) and its current
+    /// sealed-data manifest (`installSealedManifest`; `manifestVersion` 0: none installed).
+    struct ConfidentialConfig {
+        address verifier;
+        uint32 manifestVersion;
+        bytes32 manifestHash;
+        string manifestURI;
+        bytes32[] measurements;
+    }
+
+    /// @dev An admitted enclave: the X25519 public key sealed data is wrapped to, and the
+    /// measurement the attestation report bound it to.
+    struct Enclave {
+        bytes32 pubkey;
+        bytes32 measurement;
+    }
+
+    /// @dev Attestation policy and sealed manifest per Confidential task.
+    mapping(uint256 taskId => ConfidentialConfig) internal _confidential;
+    /// @dev Measurements on a task's allow-list (the same set as `_confidential[taskId].measurements`).
+    mapping(uint256 taskId => mapping(bytes32 measurement => bool)) internal _measurementAllowed;
+    /// @dev Admitted enclave per (task, trainer or witness account).
+    mapping(uint256 taskId => mapping(address account => Enclave)) internal _enclaves;
+    /// @dev Account an enclave key was admitted for, per task: one enclave serves one account.
+    mapping(uint256 taskId => mapping(bytes32 enclavePubkey => address account)) internal _enclaveHolder;
+
     /// @dev The EIP-712 domain is ("Syncline", "1", chain id, this market). The court module runs
     /// by delegatecall, so `address(this)` is the market there too.
     constructor() EIP712("Syncline", "1") {}
@@ -182,6 +210,42 @@ abstract contract SynclineStorage is ISynclineEvents, ReentrancyGuard, EIP712 {
     }
 
     // ------------------------------------------------------------------ trainers
+
+    /// @dev Enrolls `msg.sender` with `msg.value` as its stake (checks and effects of `enroll`,
+    /// shared with `enrollAttested`); the enrollment that reaches `maxTrainers` starts the run.
+    function _enroll(uint256 taskId) internal returns (uint16 fragment) {
+        TaskState storage t = _requireStatus(taskId, TaskStatus.Enrolling);
+        TaskSpec storage spec = _specs[taskId];
+        if (block.timestamp > spec.enrollmentDeadline) {
+            revert SynclineEnrollmentClosed(taskId, spec.enrollmentDeadline);
+        }
+        if (msg.value != spec.trainerStake) revert SynclineWrongStake(msg.value, spec.trainerStake);
+        if (_isWitness[taskId][msg.sender]) revert SynclineWitnessCannotTrain(taskId, msg.sender);
+        TrainerRecord storage r = _trainerRecords[taskId][msg.sender];
+        if (r.enrolled) revert SynclineAlreadyEnrolled(taskId, msg.sender);
+
+        fragment = t.enrolled;
+        r.enrolled = true;
+        r.fragment = fragment;
+        r.stake = spec.trainerStake;
+        t.enrolled = fragment + 1;
+        t.active = fragment + 1;
+        t.stakeHeld += msg.value;
+        _activeMask[taskId] |= uint256(1) << fragment;
+        _trainersByFragment[taskId].push(msg.sender);
+        emit TrainerEnrolled(taskId, msg.sender, fragment, msg.value);
+
+        if (t.enrolled == spec.maxTrainers) _startRun(taskId, t, spec);
+    }
+
+    /// @dev Starts the run: assigns the shards and opens round 0.
+    function _startRun(uint256 taskId, TaskState storage t, TaskSpec storage spec) internal {
+        t.status = TaskStatus.Running;
+        t.roundOpenedAt = uint64(block.timestamp);
+        emit RunStarted(taskId, t.enrolled, spec.initialStateRoot);
+        _assignShards(taskId, spec.shardCount);
+        emit RoundOpened(taskId, 0, uint64(block.timestamp), uint64(block.timestamp) + spec.roundDuration);
+    }
 
     /// @dev Splits the shards over the non-evicted trainers in fragment order and emits the assignment.
     function _assignShards(uint256 taskId, uint256 shardCount) internal {

@@ -16,7 +16,13 @@ def _layouts() -> dict[str, list[tuple[str, str, int, str]]]:
     out: dict[str, list[tuple[str, str, int, str]]] = {}
     for contracts in output["contracts"].values():
         for name, data in contracts.items():
-            if name in ("SynclineMarket", "SynclineCourt", "SynclineRulings", "SynclineStorage"):
+            if name in (
+                "SynclineMarket",
+                "SynclineCourt",
+                "SynclineRulings",
+                "SynclineConfidential",
+                "SynclineStorage",
+            ):
                 out[name] = [(s["label"], s["slot"], s["offset"], s["type"]) for s in data["storageLayout"]["storage"]]
     return out
 
@@ -27,9 +33,15 @@ def test_market_and_court_share_one_storage_layout() -> None:
     assert len(market) > 15, "the layout should list every state variable"
     assert layouts["SynclineCourt"] == market
     assert layouts["SynclineRulings"] == market
+    assert layouts["SynclineConfidential"] == market
 
 
 def test_court_declares_no_storage_of_its_own() -> None:
     # Every variable comes from SynclineStorage (or its OpenZeppelin bases): nothing appended.
     layouts = _layouts()
-    assert layouts["SynclineStorage"] == layouts["SynclineCourt"] == layouts["SynclineRulings"]
+    assert (
+        layouts["SynclineStorage"]
+        == layouts["SynclineCourt"]
+        == layouts["SynclineRulings"]
+        == layouts["SynclineConfidential"]
+    )

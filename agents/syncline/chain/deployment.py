@@ -1,8 +1,10 @@
 """Deploying the market and the deployment file agents read (addresses, chain id, ABI path).
 
 The market is two contracts: ``SynclineCourt`` (the fraud-proof module, deployed first) and
-``SynclineMarket(court)``, whose fallback delegates the court's functions to it. Clients talk to
-the market's address only, with one ABI: the market's merged with the court's.
+``SynclineMarket(court)``, whose fallback delegates the court's functions to it (the court creates
+its ``SynclineRulings`` and ``SynclineConfidential`` modules itself). Clients talk to the market's
+address only, with one ABI: the market's merged with the court's, the confidential module's and
+the devnet attestation verifier's errors.
 """
 
 from __future__ import annotations
@@ -88,7 +90,10 @@ def deploy_market(w3: Web3, deployer: Signer, rpc_url: str, out_dir: Path) -> De
     ``deployment.json`` + the merged client ABI to ``out_dir``."""
     artifacts = compile_contracts()
     market, court = artifacts["SynclineMarket"], artifacts["SynclineCourt"]
-    abi = merged_abi(market.abi, court.abi)
+    # The court forwards the confidential functions to its SynclineConfidential module, whose
+    # verifier call bubbles the verifier's errors up: both belong to the market's client ABI.
+    confidential, verifier = artifacts["SynclineConfidential"], artifacts["DevnetAttestationVerifier"]
+    abi = merged_abi(market.abi, court.abi + confidential.abi + [e for e in verifier.abi if e["type"] == "error"])
     court_address, _ = deploy_contract(w3, deployer, court)
     address, block = deploy_contract(w3, deployer, market, court_address)
     out_dir.mkdir(parents=True, exist_ok=True)

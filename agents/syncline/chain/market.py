@@ -220,6 +220,15 @@ ENROLL_START_GAS = 200_000
 ENROLL_START_GAS_PER_TRAINER = 32_000
 
 
+# Bounds of ``SynclineConfidential`` (checked here too, so a bad value fails before any RPC).
+MAX_MEASUREMENTS = 16
+MAX_REPORT_BYTES = 16_384
+MAX_MANIFEST_URI_BYTES = 512
+# What an attested enrollment adds to ``enroll``: the verifier's static call (EIP-712 digest and
+# ecrecover for the devnet verifier, ~15 k), the enclave record and its event (~70 k), with margin.
+ATTESTATION_GAS = 120_000
+
+
 def enroll_gas_floor(max_trainers: int) -> int:
     """Gas that covers the run-starting enrollment of a task with ``max_trainers`` trainers."""
     return ENROLL_START_GAS + ENROLL_START_GAS_PER_TRAINER * max_trainers
@@ -693,6 +702,83 @@ class MarketClient:
         """``(from, next, end)`` of the task's rollback; pending while ``next < end``."""
         f, n, e = self._call("invalidation", task_id)
         return int(f), int(n), int(e)
+
+    # ------------------------------------------------------------------ confidential tasks (ISynclineConfidential)
+
+    def configure_confidential(
+        self, sponsor: Signer, task_id: int, verifier: str, measurements: Sequence[str | bytes]
+    ) -> TxReceipt:
+        """Set a Confidential task's attestation verifier and measurement allow-list (sponsor, once,
+        before the first enrollment)."""
+        if not 1 <= len(measurements) <= MAX_MEASUREMENTS:
+            raise ChainError(f"measurements: expected 1 to {MAX_MEASUREMENTS} values, got {len(measurements)}")
+        return self._send(
+            sponsor,
+            "configureConfidential",
+            task_id,
+            Web3.to_checksum_address(verifier),
+            [_b32(m) for m in measurements],
+        )
+
+    def enroll_attested(
+        self, trainer: Signer, task_id: int, enclave_pubkey: bytes, measurement: bytes, report: bytes
+    ) -> tuple[int, TxReceipt]:
+        """Enroll in a Confidential task with an attested enclave; returns (fragment, receipt).
+
+        The market has the task's verifier authenticate ``report`` and requires it to bind
+        ``enclave_pubkey``, ``measurement`` and this trainer; a difference reverts with one line
+        naming it (``SynclineAttestationPubkeyMismatch(claimed=.., attested=..)`` ...).
+        """
+        spec = self.spec_tuple(task_id)
+        floor = enroll_gas_floor(int(spec[SPEC_MAX_TRAINERS])) + ATTESTATION_GAS
+        receipt = self._send(
+            trainer,
+            "enrollAttested",
+            task_id,
+            _b32(enclave_pubkey),
+            _b32(measurement),
+            _report(report),
+            value=int(spec[SPEC_TRAINER_STAKE]),
+            min_gas=floor,
+        )
+        (event,) = self.events(receipt, "TrainerEnrolled")
+        return int(event["args"]["fragment"]), receipt
+
+    def register_witness_enclave(
+        self, witness: Signer, task_id: int, enclave_pubkey: bytes, measurement: bytes, report: bytes
+    ) -> TxReceipt:
+        """A listed witness of a Confidential task registers its attested enclave (same parity checks)."""
+        return self._send(
+            witness, "registerWitnessEnclave", task_id, _b32(enclave_pubkey), _b32(measurement), _report(report)
+        )
+
+    def get_enclave(self, task_id: int, account: str) -> tuple[bytes, bytes]:
+        """``(enclave_pubkey, measurement)`` admitted for ``account`` in the task (zeros: none)."""
+        key, measurement = self._call("getEnclave", task_id, Web3.to_checksum_address(account))
+        return bytes(key), bytes(measurement)
+
+    def install_sealed_manifest(self, sponsor: Signer, task_id: int, manifest_hash: bytes, uri: str) -> TxReceipt:
+        """Publish a new version of the task's sealed-data manifest (sponsor; until sealed or cancelled)."""
+        if not 0 < len(uri.encode()) <= MAX_MANIFEST_URI_BYTES:
+            raise ChainError(f"manifest uri: expected 1 to {MAX_MANIFEST_URI_BYTES} bytes, got {len(uri.encode())}")
+        return self._send(sponsor, "installSealedManifest", task_id, _b32(manifest_hash), uri)
+
+    def get_sealed_manifest(self, task_id: int) -> tuple[bytes, str, int]:
+        """``(manifest_hash, uri, version)`` of the task's current sealed manifest (version 0: none)."""
+        manifest_hash, uri, version = self._call("getSealedManifest", task_id)
+        return bytes(manifest_hash), str(uri), int(version)
+
+    def get_confidential_config(self, task_id: int) -> tuple[str, list[bytes]]:
+        """``(verifier, measurements)`` of the task's attestation policy (zero address: not configured)."""
+        verifier, measurements = self._call("getConfidentialConfig", task_id)
+        return Web3.to_checksum_address(verifier), [bytes(m) for m in measurements]
+
+
+def _report(report: bytes) -> bytes:
+    if not isinstance(report, bytes | bytearray) or not 0 < len(report) <= MAX_REPORT_BYTES:
+        size = len(report) if isinstance(report, bytes | bytearray) else type(report).__name__
+        raise ChainError(f"attestation report: expected 1 to {MAX_REPORT_BYTES} bytes, got {size}")
+    return bytes(report)
 
 
 @dataclass(frozen=True)
