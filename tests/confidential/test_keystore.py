@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from syncline.confidential import keystore
+from syncline.confidential.manifest import seal_dataset
 from syncline.errors import KeyConfigError
 
 
@@ -40,10 +41,12 @@ def test_enclave_keystore_refuses_other_files(tmp_path: Path) -> None:
 
 
 def test_data_key_store_round_trip(tmp_path: Path) -> None:
-    keys = {0: b"\x01" * 32, 1: b"\x02" * 32, 0xFFFFFFFF: b"\x03" * 32}
-    path = keystore.write_data_keys(tmp_path / "keys.json", b"\x09" * 32, keys, "pw")
+    dataset = seal_dataset([b"a" * 40, b"b" * 50], b"v" * 30)
+    path = keystore.write_data_keys(tmp_path / "keys.json", dataset, "pw")
     raw = path.read_bytes()
-    assert (b"\x01" * 32).hex().encode() not in raw
-    assert keystore.load_data_keys(path, password="pw") == (b"\x09" * 32, keys)
+    assert all(k.hex().encode() not in raw for k in dataset.data_keys.values())
+    loaded = keystore.load_data_keys(path, password="pw")
+    assert loaded.dataset_id == dataset.dataset_id and loaded.keys == dict(dataset.data_keys)
+    assert loaded.shards == dataset.shards() and loaded.validation == dataset.validation()
     with pytest.raises(KeyConfigError, match="wrong password"):
         keystore.load_data_keys(path, password="nope")

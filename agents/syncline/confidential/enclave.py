@@ -13,10 +13,12 @@ for late enrollees) replaces the cached one.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from syncline.confidential.keystore import EnclaveKey
+from syncline.confidential.keystore import ENCLAVE_PASSWORD_ENV, EnclaveKey, load_enclave_key
 from syncline.confidential.manifest import (
     MAX_MANIFEST_BYTES,
     ManifestError,
@@ -24,9 +26,11 @@ from syncline.confidential.manifest import (
     open_envelope,
 )
 from syncline.confidential.sealing import VALIDATION_INDEX, SealingError
-from syncline.errors import SynclineError
+from syncline.errors import KeyConfigError, SynclineError
 from syncline.observability import get_logger
 from syncline.protocol.spec import TrainingTaskSpec
+from syncline.protocol.wire import WireFormatError, load_bounded_json
+from syncline.run.agent_config import AgentConfig
 
 log = get_logger("syncline.confidential")
 
@@ -106,3 +110,67 @@ class EnclaveSession:
             raise SealedShardUnavailable(f"task {self.task_id}: {exc}") from None
         except SealingError as exc:
             raise SealedShardUnavailable(f"task {self.task_id}: {exc}") from None
+
+
+MAX_ATTESTATION_FILE_BYTES = 16 << 10
+
+
+@dataclass(frozen=True)
+class AgentEnclave:
+    """A trainer's or witness's enclave: its key (from the encrypted keystore), its measurement and
+    the attestation report binding both to the agent's account (``enroll_attested`` /
+    ``register_witness_enclave`` send them; the chain's verifier checks the parity)."""
+
+    key: EnclaveKey = field(repr=False)
+    measurement: bytes
+    report: bytes = field(repr=False)
+
+    @classmethod
+    def from_files(
+        cls, keystore: Path, attestation: Path | None, *, password_env: str = ENCLAVE_PASSWORD_ENV
+    ) -> AgentEnclave:
+        """The keystore (password from ``$password_env``) and the attestation file: JSON
+        ``{"enclave_pubkey", "measurement", "report"}`` (0x hex), whose public key must be the key's."""
+        key = load_enclave_key(keystore, password_env=password_env)
+        if attestation is None:
+            raise KeyConfigError("enclave_keystore needs enclave_attestation (the attestation report file)")
+        try:
+            data = load_bounded_json(
+                Path(attestation).read_bytes(), max_bytes=MAX_ATTESTATION_FILE_BYTES, what="attestation file"
+            )
+            pubkey = bytes.fromhex(str(data["enclave_pubkey"]).removeprefix("0x"))
+            measurement = bytes.fromhex(str(data["measurement"]).removeprefix("0x"))
+            report = bytes.fromhex(str(data["report"]).removeprefix("0x"))
+        except OSError as exc:
+            raise KeyConfigError(f"cannot read attestation file {attestation}: {exc.strerror}") from None
+        except (WireFormatError, KeyError, TypeError, ValueError) as exc:
+            raise KeyConfigError(f"{attestation} is not an attestation file: {str(exc).splitlines()[0]}") from None
+        if pubkey != key.pubkey:
+            raise KeyConfigError(
+                f"{attestation} attests enclave 0x{pubkey.hex()}, not this keystore's 0x{key.pubkey.hex()}"
+            )
+        if len(measurement) != 32 or not report:
+            raise KeyConfigError(f"{attestation}: measurement must be 32 bytes and report non-empty")
+        return cls(key=key, measurement=measurement, report=report)
+
+
+def write_attestation_file(path: Path, enclave_pubkey: bytes, measurement: bytes, report: bytes) -> Path:
+    """The file :meth:`AgentEnclave.from_files` reads (public data: a report is no secret)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        json.dumps(
+            {
+                "enclave_pubkey": "0x" + enclave_pubkey.hex(),
+                "measurement": "0x" + measurement.hex(),
+                "report": "0x" + report.hex(),
+            }
+        )
+    )
+    return path
+
+
+def agent_enclave(cfg: AgentConfig) -> AgentEnclave | None:
+    """The agent's enclave from its config (``enclave_keystore``, ``enclave_attestation``), or None."""
+    if cfg.enclave_keystore is None:
+        return None
+    return AgentEnclave.from_files(cfg.enclave_keystore, cfg.enclave_attestation)

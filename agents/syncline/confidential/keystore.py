@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 from eth_account import Account
 
 from syncline.confidential import sealing
+from syncline.confidential.manifest import SealedDataset, SealedShard
 from syncline.errors import KeyConfigError
 from syncline.protocol.wire import WireFormatError, load_bounded_json
 
@@ -116,10 +117,37 @@ def _kdf(password: str, salt: bytes) -> bytes:
     return Scrypt(salt=salt, length=32, n=SCRYPT_N, r=8, p=1).derive(password.encode())
 
 
-def write_data_keys(path: Path, dataset_id: bytes, keys: dict[int, bytes], password: str) -> Path:
+@dataclass(frozen=True)
+class SealingKeys:
+    """The sponsor's record of one sealed dataset: its data keys (secret) and its shards' public facts."""
+
+    dataset_id: bytes
+    keys: dict[int, bytes] = field(repr=False)
+    shards: tuple[SealedShard, ...]
+    validation: SealedShard | None
+
+
+def _shard_doc(s: SealedShard) -> list[object]:
+    return [s.index, s.ciphertext_hash.hex(), s.ciphertext_bytes]
+
+
+def _shard_of(doc: list[object]) -> SealedShard:
+    index, digest, size = doc
+    return SealedShard(int(str(index)), bytes.fromhex(str(digest)), int(str(size)))
+
+
+def write_data_keys(path: Path, dataset: SealedDataset, password: str) -> Path:
     """Encrypt the sponsor's data keys of one sealed dataset into ``path`` (mode 0600)."""
     salt, nonce = os.urandom(16), os.urandom(12)
-    body = json.dumps({"dataset_id": "0x" + dataset_id.hex(), "keys": {str(i): k.hex() for i, k in keys.items()}})
+    validation = dataset.validation()
+    body = json.dumps(
+        {
+            "dataset_id": "0x" + dataset.dataset_id.hex(),
+            "keys": {str(i): k.hex() for i, k in dataset.data_keys.items()},
+            "shards": [_shard_doc(s) for s in dataset.shards()],
+            "validation": _shard_doc(validation) if validation is not None else None,
+        }
+    )
     ct = AESGCM(_kdf(password, salt)).encrypt(nonce, body.encode(), DATA_KEYS_KIND.encode())
     doc = {
         "kind": DATA_KEYS_KIND,
@@ -132,10 +160,8 @@ def write_data_keys(path: Path, dataset_id: bytes, keys: dict[int, bytes], passw
     return _write_private(path, json.dumps(doc))
 
 
-def load_data_keys(
-    path: Path, *, password: str | None = None, password_env: str = SEALING_PASSWORD_ENV
-) -> tuple[bytes, dict[int, bytes]]:
-    """``(dataset_id, {shard index: data key})`` from the sponsor's encrypted data-key file."""
+def load_data_keys(path: Path, *, password: str | None = None, password_env: str = SEALING_PASSWORD_ENV) -> SealingKeys:
+    """The sponsor's :class:`SealingKeys` from its encrypted data-key file."""
     secret = _password(password, password_env, path)
     doc = _read_json(path, "data-key store")
     try:
@@ -143,8 +169,12 @@ def load_data_keys(
             raise KeyConfigError(f"{path} is not a data-key store")
         salt, nonce, ct = (bytes.fromhex(str(doc[k])) for k in ("salt", "nonce", "ciphertext"))
         body = json.loads(AESGCM(_kdf(secret, salt)).decrypt(nonce, ct, DATA_KEYS_KIND.encode()))
-        keys = {int(i): bytes.fromhex(k) for i, k in body["keys"].items()}
-        return bytes.fromhex(body["dataset_id"][2:]), keys
+        return SealingKeys(
+            dataset_id=bytes.fromhex(body["dataset_id"][2:]),
+            keys={int(i): bytes.fromhex(k) for i, k in body["keys"].items()},
+            shards=tuple(_shard_of(d) for d in body["shards"]),
+            validation=_shard_of(body["validation"]) if body["validation"] is not None else None,
+        )
     except InvalidTag:
         raise KeyConfigError(f"cannot decrypt data-key store {path}: wrong password or corrupt file") from None
     except (KeyError, TypeError, ValueError):

@@ -618,11 +618,8 @@ class TrainingTaskSpec:
             )
         if self.verification is not None:
             self.verification.validate()
-        if (self.tier == Tier.CONFIDENTIAL) != (self.confidential is not None):
-            raise SpecError(
-                "confidential: a Confidential task needs the confidential section "
-                "(verifier, measurements, dataset_id) and no other tier may have one"
-            )
+        if self.confidential is not None and self.tier != Tier.CONFIDENTIAL:
+            raise SpecError(f"confidential: only a Confidential task seals its data, not tier {self.tier.name.lower()}")
         if not tier_policy.admits(self.tier, self.aggregation.rule):
             raise SpecError(
                 f"tier {self.tier.name.lower()} does not admit rule {self.aggregation.rule.name.lower()} "

@@ -66,6 +66,10 @@ class AgentConfig:
     state_dir: Path
     key_env: str = "SYNCLINE_PRIVATE_KEY"
     keystore: Path | None = None
+    # Confidential tasks: the enclave's X25519 key (an encrypted keystore, password in
+    # $SYNCLINE_ENCLAVE_PASSWORD) and its attestation file (measurement + report)
+    enclave_keystore: Path | None = None
+    enclave_attestation: Path | None = None
     metrics_port: int | None = None
     poll_interval_s: float = 0.5
     misbehave: str | None = None
@@ -202,7 +206,7 @@ def config_from_mapping(raw: Mapping[str, Any]) -> AgentConfig:
             raise ConfigError(f"unknown inner field(s): {', '.join(bad)}")
         _check_kinds(AgentConfig, data)
         _check_kinds(InnerOptimizerConfig, inner, "inner.")
-        for key in ("deployment", "state_dir", "keystore"):
+        for key in ("deployment", "state_dir", "keystore", "enclave_keystore", "enclave_attestation"):
             if data.get(key) is not None:
                 data[key] = Path(data[key])
         return AgentConfig(inner=InnerOptimizerConfig(**inner), **data)

@@ -42,7 +42,7 @@ from syncline.modality.language import MAX_TOKENIZER_BYTES
 from syncline.modality.lora import apply_lora, trained_parameters
 from syncline.paths import state_dir
 from syncline.protocol.disk_round import DiskRoundResult, PayloadFile, compute_round_on_disk
-from syncline.protocol.enums import Modality, RoundStatus
+from syncline.protocol.enums import Modality, RoundStatus, Tier
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.spec import MAX_PARAM_COUNT, MAX_SPEC_BYTES, ONCHAIN_FIELDS, TrainingTaskSpec
 from syncline.protocol.spot_checks import spot_check_draw
@@ -96,6 +96,8 @@ class TaskContext:
         if spec.spec_hash != spec_hash:
             raise SpecError(f"task {task_id}: spec artifact hash {spec.spec_hash} != on-chain {spec_hash}")
         check_onchain_terms(task_id, onchain, spec.onchain(spec_uri))
+        if spec.tier == Tier.CONFIDENTIAL and spec.confidential is None:
+            raise SpecError(f"task {task_id}: a Confidential task's spec must name its sealed dataset (confidential)")
         try:
             adapter = adapter_for(spec)
         except SpecError as exc:

@@ -27,6 +27,8 @@ import torch
 
 from syncline.blobstore import BlobStore
 from syncline.blobstore.store import digest_of_file
+from syncline.confidential.manifest import SealedDataset, seal_dataset
+from syncline.confidential.sponsor import SealingRequest
 from syncline.errors import SpecError
 from syncline.modality import write_export_files
 from syncline.modality.base import ModalityAdapter
@@ -213,6 +215,8 @@ class PublishedTask:
     spec: TrainingTaskSpec
     spec_uri: str
     initial_state: TrainingState
+    # A Confidential task's sealed dataset (its data keys go to the sponsor's encrypted store)
+    sealed: SealedDataset | None = None
 
 
 def publish_language_task(
@@ -227,8 +231,14 @@ def publish_language_task(
     source: DataSource | None = None,
     method: str = "pretrain",
     lora: Mapping[str, Any] | None = None,
+    seal: SealingRequest | None = None,
 ) -> PublishedTask:
     """Publish every artifact of a language task and return its spec (not yet posted on chain).
+
+    ``seal`` makes it a Confidential task: the shards and the validation shard are published only
+    as AES-256-GCM ciphertexts (:mod:`syncline.confidential`), the spec's dataset names their
+    hashes and its ``confidential`` section the verifier, allow-list and ``dataset_id``; the data
+    keys are returned in ``PublishedTask.sealed`` for the sponsor's encrypted store.
 
     ``model`` is an architecture (``{family, **config}``, randomly initialised from ``seed``) or a
     :class:`PretrainedModel` (its weights are the initial state, its tokenizer tokenizes the
@@ -273,8 +283,14 @@ def publish_language_task(
     if lora is not None:  # the initial weights are the frozen base; the state is the adapters'
         initial, spec_model_ = _lora_initial_state(blobs, adapter, initial, spec_model_, lora, seed=seed)
     tokenizer = blobs.put(corpus.tokenizer_json.encode())
-    shard_refs = [blobs.put(s) for s in corpus.shards]
-    validation = blobs.put(corpus.validation)
+    sealed = seal_dataset(corpus.shards, corpus.validation) if seal is not None else None
+    if sealed is not None:  # only ciphertexts leave the sponsor
+        assert sealed.validation_blob is not None
+        shard_refs = [blobs.put(b) for b in sealed.blobs]
+        validation = blobs.put(sealed.validation_blob)
+    else:
+        shard_refs = [blobs.put(s) for s in corpus.shards]
+        validation = blobs.put(corpus.validation)
     blobs.put(initial.to_bytes(), alias=initial.state_root_hex)
     side_files: dict[str, dict[str, str]] = {}
     if pretrained is not None:
@@ -310,11 +326,13 @@ def publish_language_task(
             **({"token_bytes": corpus.token_bytes} if corpus.token_bytes != 2 else {}),
         },
     )
+    if seal is not None and sealed is not None:
+        data.update(tier="confidential", confidential=seal.section(sealed.dataset_id))
     spec = TrainingTaskSpec.from_mapping(data)
     ref = blobs.put(spec.canonical_bytes())
     if ref.digest != spec.spec_hash:
         raise RuntimeError("spec blob digest differs from the spec hash")  # keccak of the same bytes
-    return PublishedTask(spec=spec, spec_uri=ref.uri, initial_state=initial)
+    return PublishedTask(spec=spec, spec_uri=ref.uri, initial_state=initial, sealed=sealed)
 
 
 def sponsor_lora(lora: Mapping[str, Any], *, base_digest: str, base_uri: str = "") -> LoraSpec:

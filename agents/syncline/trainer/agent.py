@@ -35,8 +35,9 @@ from syncline.blobstore.store import BlobRef, BlobUnavailable, put_signed
 from syncline.chain.calls import ZERO_ADDRESS
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient, RoundView, TaskView, TrainerView
+from syncline.confidential.enclave import AgentEnclave, agent_enclave
 from syncline.court.defence import AvailabilityResponder
-from syncline.errors import ChainError, SynclineError
+from syncline.errors import ChainError, KeyConfigError, SynclineError
 from syncline.observability import get_logger
 from syncline.protocol.checkpoints import CheckpointManifest, manifest_alias, manifest_root_alias
 from syncline.protocol.disk_round import PayloadFile, encode_payload_file
@@ -184,6 +185,15 @@ class TrainerAgent:
     _enrolling_hint: int | None = None
     _enrolling_hint_at: float = 0.0
     _awaiting_task: TaskNotPosted | None = None
+    # A Confidential task's enclave (key, measurement, attestation report), from the config files.
+    _enclave: AgentEnclave | None = field(default=None, repr=False)
+
+    def _require_enclave(self) -> AgentEnclave:
+        if self._enclave is None:
+            raise KeyConfigError(
+                f"task {self.cfg.task_id} is Confidential: set enclave_keystore and enclave_attestation"
+            )
+        return self._enclave
 
     @property
     def _awaiting(self) -> TaskNotPosted:
@@ -215,11 +225,18 @@ class TrainerAgent:
             return False
         t = self.market.task(task_id)
         if self.ctx is None:
-            self.ctx = TaskContext.load(self.market, self.blobs, task_id)
+            self._enclave = agent_enclave(self.cfg)
+            enclave_key = self._enclave.key if self._enclave is not None else None
+            self.ctx = TaskContext.load(self.market, self.blobs, task_id, enclave=enclave_key)
         self._flush_outbox()
         me = self.market.trainer(task_id, self.signer.address)
         if t.status == TaskStatus.ENROLLING:
-            if not me.enrolled:
+            if not me.enrolled and self.ctx.spec.confidential is not None:
+                e = self._require_enclave()  # a Confidential task admits attested enclaves only
+                fragment, _ = self.market.enroll_attested(self.signer, task_id, e.key.pubkey, e.measurement, e.report)
+                log.info("trainer.enrolled", task_id=task_id, fragment=fragment, enclave="0x" + e.key.pubkey.hex())
+                t = self.market.task(task_id)
+            elif not me.enrolled:
                 fragment, _ = self.market.enroll(self.signer, task_id)
                 log.info("trainer.enrolled", task_id=task_id, fragment=fragment, trainer=self.signer.address)
                 t = self.market.task(task_id)

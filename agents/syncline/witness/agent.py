@@ -28,10 +28,11 @@ from syncline.blobstore import BlobStore
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient, TaskView
 from syncline.challenger.agent import Challenger
+from syncline.confidential.enclave import AgentEnclave, agent_enclave
 from syncline.court.defence import CensorshipDefence, MalformedChunk, find_malformed_chunk
 from syncline.court.duty import RefereeDuty
 from syncline.court.sampling import make_training_checker
-from syncline.errors import ChainError, SynclineError
+from syncline.errors import ChainError, KeyConfigError, SynclineError
 from syncline.observability import get_logger
 from syncline.protocol.chunking import num_chunks
 from syncline.protocol.disk_round import DiskRoundResult
@@ -72,6 +73,29 @@ class WitnessAgent:
     # The in-memory state this witness computed last and its root: the next round builds on it
     # when the chain finalized exactly that root (instead of downloading and hashing it again).
     _computed: tuple[str, TrainingState] | None = None
+    # A Confidential task's enclave (key, measurement, report) and whether the chain has admitted it.
+    _enclave: AgentEnclave | None = field(default=None, repr=False)
+    _enclave_registered: bool = False
+
+    def _ensure_enclave_registered(self) -> None:
+        """A Confidential task's witness registers its attested enclave once (the sponsor seals the
+        validation shard, and the training shards it re-executes as a referee, to it)."""
+        if self._enclave_registered:
+            return
+        if self._enclave is None:
+            raise KeyConfigError(
+                f"task {self.cfg.task_id} is Confidential: set enclave_keystore and enclave_attestation"
+            )
+        registered, _ = self.market.get_enclave(self.cfg.task_id, self.signer.address)
+        e = self._enclave
+        if registered == b"\x00" * 32:
+            self.market.register_witness_enclave(self.signer, self.cfg.task_id, e.key.pubkey, e.measurement, e.report)
+            log.info("witness.enclave_registered", task_id=self.cfg.task_id, enclave="0x" + e.key.pubkey.hex())
+        elif registered != e.key.pubkey:
+            raise KeyConfigError(
+                f"task {self.cfg.task_id}: this witness registered enclave 0x{registered.hex()}, not this keystore's"
+            )
+        self._enclave_registered = True
 
     def run(self, *, max_iterations: int | None = None) -> None:
         if self.cfg.threads:
@@ -104,12 +128,17 @@ class WitnessAgent:
             self._ensure_bonded()
         if self.ctx is None:
             # While the trainers enroll: the first round's vote then waits for nothing else.
-            self.ctx = TaskContext.load(self.market, self.blobs, task_id)
+            self._enclave = agent_enclave(self.cfg)
+            enclave_key = self._enclave.key if self._enclave is not None else None
+            self.ctx = TaskContext.load(self.market, self.blobs, task_id, enclave=enclave_key)
             if t.status == TaskStatus.ENROLLING:
                 self._eval_model = self.ctx.build_model()
                 dataset = self.ctx.spec.dataset
-                if dataset.validation_hash and dataset.validation_uri:
+                # a Confidential task's validation shard opens once the sponsor seals it to this enclave
+                if dataset.validation_hash and dataset.validation_uri and self.ctx.spec.confidential is None:
                     self.ctx.validation_shard()
+        if self.ctx.spec.confidential is not None and t.status in (TaskStatus.ENROLLING, TaskStatus.RUNNING):
+            self._ensure_enclave_registered()
         if t.status == TaskStatus.ENROLLING:
             return False
         spec = self.ctx.spec

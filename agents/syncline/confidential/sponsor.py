@@ -1,0 +1,168 @@
+"""The sponsor's side of a Confidential task: seal the shards before posting, then install (and
+extend) the sealed manifest as attested enclaves are admitted on chain.
+
+Sealing happens once, before the task is posted: the spec's dataset names the ciphertext hashes
+(so the on-chain dataset root binds the ciphertexts) and its ``confidential`` section the verifier,
+the measurement allow-list and the ``dataset_id``. The data keys go to the sponsor's encrypted
+store (:func:`syncline.confidential.keystore.write_data_keys`) and nowhere else.
+
+:func:`install_manifest` reads the enclaves the chain admitted (``getEnclave`` of every enrolled
+trainer and every listed witness), wraps each data key to every enclave that has no envelope yet,
+publishes the manifest blob and installs its hash (``installSealedManifest``, a new version). The
+shards are never re-encrypted: every version names the same ciphertext hashes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from syncline.blobstore import BlobStore
+from syncline.chain.keys import Signer
+from syncline.chain.market import MarketClient
+from syncline.confidential.enclave import check_binds
+from syncline.confidential.keystore import SEALING_PASSWORD_ENV, load_data_keys
+from syncline.confidential.manifest import (
+    MAX_MANIFEST_BYTES,
+    Enclave,
+    ManifestError,
+    SealedDatasetManifest,
+    with_enclaves,
+)
+from syncline.errors import SpecError
+from syncline.observability import get_logger
+from syncline.protocol.spec import MAX_SPEC_BYTES, TrainingTaskSpec
+from syncline.run.context import fetch_by_digest
+
+log = get_logger("syncline.sponsor.confidential")
+ZERO32 = b"\x00" * 32
+
+
+@dataclass(frozen=True)
+class SealingRequest:
+    """What a sponsor asks of a Confidential task before its data is sealed."""
+
+    verifier: str
+    measurements: tuple[str, ...]
+
+    def section(self, dataset_id: bytes) -> dict[str, Any]:
+        """The spec's ``confidential`` section for the dataset sealed under ``dataset_id``."""
+        return {
+            "verifier": self.verifier,
+            "measurements": list(self.measurements),
+            "dataset_id": "0x" + dataset_id.hex(),
+        }
+
+
+@dataclass(frozen=True)
+class InstalledManifest:
+    task_id: int
+    manifest_hash: str
+    uri: str
+    version: int
+    envelopes: int
+    added: int
+    enclaves: int
+
+    def to_mapping(self) -> dict[str, Any]:
+        return {
+            "task_id": self.task_id,
+            "manifest_hash": self.manifest_hash,
+            "uri": self.uri,
+            "version": self.version,
+            "envelopes": self.envelopes,
+            "added": self.added,
+            "enclaves": self.enclaves,
+        }
+
+
+def task_spec(market: MarketClient, blobs: BlobStore, task_id: int) -> TrainingTaskSpec:
+    """The task's spec artifact, read by the hash the chain holds."""
+    onchain = market.spec_tuple(task_id)
+    spec_hash, spec_uri = "0x" + bytes(onchain[0]).hex(), str(onchain[1])
+    spec = TrainingTaskSpec.from_artifact(fetch_by_digest(blobs, spec_hash, (spec_uri,), max_bytes=MAX_SPEC_BYTES))
+    if spec.spec_hash != spec_hash:
+        raise SpecError(f"task {task_id}: spec artifact hash {spec.spec_hash} != on-chain {spec_hash}")
+    return spec
+
+
+def admitted_enclaves(market: MarketClient, task_id: int, spec: TrainingTaskSpec) -> list[Enclave]:
+    """Every enclave the chain admitted for the task: enrolled trainers', then registered witnesses'."""
+    out: list[Enclave] = []
+    for role, accounts in (("trainer", market.trainers(task_id)), ("witness", list(spec.witnesses))):
+        for account in accounts:
+            pubkey, measurement = market.get_enclave(task_id, account)
+            if pubkey != ZERO32:
+                out.append(Enclave(pubkey, measurement, role))
+    return out
+
+
+def current_manifest(
+    market: MarketClient, blobs: BlobStore, task_id: int, spec: TrainingTaskSpec
+) -> tuple[SealedDatasetManifest | None, int]:
+    """The installed manifest (None before the first install) and its version."""
+    manifest_hash, uri, version = market.get_sealed_manifest(task_id)
+    if version == 0:
+        return None, 0
+    raw = fetch_by_digest(blobs, "0x" + manifest_hash.hex(), (uri,), max_bytes=MAX_MANIFEST_BYTES)
+    manifest = SealedDatasetManifest.parse(raw)
+    check_binds(manifest, spec)
+    return manifest, version
+
+
+def install_manifest(
+    market: MarketClient,
+    sponsor: Signer,
+    blobs: BlobStore,
+    task_id: int,
+    keys_file: Path,
+    *,
+    password: str | None = None,
+    password_env: str = SEALING_PASSWORD_ENV,
+    now: int | None = None,
+) -> InstalledManifest:
+    """Wrap the data keys to every newly admitted enclave and install the new manifest version.
+
+    Installs nothing (and returns the current version) when no enclave is new.
+    """
+    spec = task_spec(market, blobs, task_id)
+    if spec.confidential is None:
+        raise SpecError(f"task {task_id} is not a Confidential task with sealed data")
+    store = load_data_keys(keys_file, password=password, password_env=password_env)
+    if "0x" + store.dataset_id.hex() != spec.confidential.dataset_id:
+        raise ManifestError(f"{keys_file} holds the keys of dataset 0x{store.dataset_id.hex()}, not task {task_id}'s")
+    manifest, version = current_manifest(market, blobs, task_id, spec)
+    if manifest is None:
+        manifest = SealedDatasetManifest(
+            spec_hash=bytes.fromhex(spec.spec_hash[2:]),
+            dataset_id=store.dataset_id,
+            shards=store.shards,
+            validation=store.validation,
+        )
+        check_binds(manifest, spec)
+    enclaves = admitted_enclaves(market, task_id, spec)
+    updated = with_enclaves(manifest, store.keys, enclaves, created_at=int(time.time()) if now is None else now)
+    added = len(updated.envelopes) - len(manifest.envelopes)
+    if added == 0 and version > 0:
+        h, uri, _ = market.get_sealed_manifest(task_id)
+        return InstalledManifest(
+            task_id, "0x" + h.hex(), uri, version, len(updated.envelopes), 0, len(updated.enclaves())
+        )
+    ref = blobs.put(updated.canonical_bytes())
+    if ref.digest != updated.manifest_hash:
+        raise RuntimeError("manifest blob digest differs from the manifest hash")  # keccak of the same bytes
+    market.install_sealed_manifest(sponsor, task_id, bytes.fromhex(ref.digest[2:]), ref.uri)
+    _, _, version = market.get_sealed_manifest(task_id)
+    log.info(
+        "sponsor.sealed_manifest_installed",
+        task_id=task_id,
+        version=version,
+        manifest_hash=ref.digest,
+        envelopes=len(updated.envelopes),
+        added=added,
+    )
+    return InstalledManifest(
+        task_id, ref.digest, ref.uri, version, len(updated.envelopes), added, len(updated.enclaves())
+    )
