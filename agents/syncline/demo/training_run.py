@@ -27,7 +27,7 @@ from tqdm import tqdm
 from syncline.blobstore import BlobService, BlobStore, HttpBlobStore, LocalBlobStore
 from syncline.chain.deployment import Deployment, deploy_market
 from syncline.chain.devnet import Devnet, chain_time, start_anvil
-from syncline.chain.keys import from_private_key
+from syncline.chain.keys import Signer, from_private_key
 from syncline.chain.market import MarketClient
 from syncline.errors import SynclineError
 from syncline.modality import adapter_for
@@ -97,6 +97,15 @@ class TrainingDemo:
         self.sample_prompt = "ROMEO:"
         # The validation metric the witnesses vote (the task's modality's; set once the task is posted).
         self.metric_name = "validation_loss"
+        # Called with (market, sponsor) once the contracts are deployed, before the task is published.
+        self.before_publish: Callable[[MarketClient, Signer], None] | None = None
+        # Called with (market, task id, the published task, the sponsor) once the task is posted,
+        # before any agent starts (the confidential scenario configures its attestation policy).
+        self.after_post: Callable[[MarketClient, int, PublishedTask, Signer], None] | None = None
+        # (agent name, its directory, its account) -> (extra config fields, extra environment).
+        self.agent_setup: Callable[[str, Path, str], tuple[dict[str, Any], dict[str, str]]] | None = None
+        # Called with (market, task id) on every poll while the run is followed.
+        self.on_tick: Callable[[MarketClient, int], None] | None = None
 
     def run(self) -> TrainingReceipt:
         started = time.monotonic()
@@ -128,6 +137,8 @@ class TrainingDemo:
         market = MarketClient.from_deployment(deployment, w3)
         log.info("demo.devnet", rpc_url=devnet.rpc_url, market=deployment.market, blob_store=blob_url)
         self._serve_ui(blob_url)
+        if self.before_publish is not None:
+            self.before_publish(market, sponsor)
 
         blobs = HttpBlobStore(blob_url)
         log.info(
@@ -147,6 +158,8 @@ class TrainingDemo:
             )
         task_id, _ = market.post_task(sponsor, published.spec, published.spec_uri)
         self.metric_name = adapter_for(published.spec).metric_name  # what the witnesses' votes carry
+        if self.after_post is not None:
+            self.after_post(market, task_id, published, sponsor)
         log.info(
             "sponsor.posted",
             task_id=task_id,
@@ -284,6 +297,10 @@ class TrainingDemo:
             config["vote_early"] = self.plan.witness_vote_early
             if self.plan.eval_batches is not None:
                 config["eval_batches"] = self.plan.eval_batches
+        extra_env: dict[str, str] = {}
+        if self.agent_setup is not None:
+            extra, extra_env = self.agent_setup(name, agent_dir, from_private_key(key).address)
+            config.update(extra)
         config_path = agent_dir / f"{role}.yaml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         cmd = [sys.executable, "-m", "syncline.cli", role, "run", "--config", str(config_path)]
@@ -291,7 +308,13 @@ class TrainingDemo:
             cmd += ["--misbehave", self.plan.misbehave[name]]
         log_path = self.workdir / "logs" / f"{name}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "SYNCLINE_PRIVATE_KEY": key, "SYNCLINE_LOG_FORMAT": "console", "PYTHONUNBUFFERED": "1"}
+        env = {
+            **os.environ,
+            "SYNCLINE_PRIVATE_KEY": key,
+            "SYNCLINE_LOG_FORMAT": "console",
+            "PYTHONUNBUFFERED": "1",
+            **extra_env,
+        }
         with log_path.open("wb") as fh:
             proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
         self.agents.append(AgentProcess(name, proc, log_path))
@@ -314,6 +337,8 @@ class TrainingDemo:
                 if time.monotonic() - started > self.plan.timeout_s:
                     raise SynclineError(f"the demo did not finish within {self.plan.timeout_s:.0f}s")
                 self._check_agents()
+                if self.on_tick is not None:
+                    self.on_tick(market, task_id)
                 t = market.task(task_id)
                 closed = t.current_round if t.status == TaskStatus.RUNNING else self.plan.rounds
                 if t.status == TaskStatus.ENROLLING:
