@@ -30,7 +30,7 @@ from syncline.chain.devnet import ANVIL, DevnetHome, local_devnet, start_anvil
 from syncline.chain.market import SPEC_MAX_TRAINERS, SPEC_MIN_TRAINERS, SPEC_ROUNDS, MarketClient, TaskView
 from syncline.chain.rpc import http_web3
 from syncline.demo.scenarios import SCENARIOS as FRAUD_SCENARIOS
-from syncline.errors import SpecError, SynclineError
+from syncline.errors import KeyConfigError, SpecError, SynclineError
 from syncline.observability import configure_logging, get_logger
 from syncline.paths import repo_root, state_dir
 from syncline.protocol.enums import TaskStatus
@@ -337,6 +337,8 @@ def cmd_post_task(args: argparse.Namespace) -> int:
         spec_path.write_bytes(spec.canonical_bytes())
         spec_uri = args.spec_uri or _publish_spec(args, spec)
     task_id, receipt = market.post_task(signer, spec, spec_uri)
+    if spec.confidential is not None:  # the attestation policy, before anyone enrolls
+        market.configure_confidential(signer, task_id, spec.confidential.verifier, list(spec.confidential.measurements))
     print(
         json.dumps(
             {
@@ -348,6 +350,46 @@ def cmd_post_task(args: argparse.Namespace) -> int:
             }
         )
     )
+    return 0
+
+
+def cmd_install_sealed_manifest(args: argparse.Namespace) -> int:
+    """Wrap a Confidential task's data keys to every enclave admitted since the last version and
+    install the new sealed manifest on chain (nothing when no enclave is new)."""
+    from syncline.blobstore import HttpBlobStore
+    from syncline.confidential.sponsor import install_manifest
+
+    market = market_from_args(args)
+    signer = signer_from_args(args)
+    blobs = HttpBlobStore(blob_store_from_args(args, "the sealed manifest is published"))
+    keys_file = args.keys or sealing_keys_path("0x" + bytes(market.spec_tuple(args.task_id)[0]).hex())
+    installed = install_manifest(market, signer, blobs, args.task_id, Path(keys_file))
+    print(json.dumps(installed.to_mapping()))
+    return 0
+
+
+def cmd_get_sealed_manifest(args: argparse.Namespace) -> int:
+    """A Confidential task's sealed manifest as the chain names it: hash, URI, version and envelopes."""
+    from syncline.blobstore import HttpBlobStore
+    from syncline.confidential.sponsor import current_manifest, task_spec
+
+    market = market_from_args(args)
+    blobs = HttpBlobStore(blob_store_from_args(args, "the sealed manifest is read"))
+    manifest_hash, uri, version = market.get_sealed_manifest(args.task_id)
+    out: dict[str, Any] = {
+        "task_id": args.task_id,
+        "manifest_hash": "0x" + manifest_hash.hex(),
+        "uri": uri,
+        "version": version,
+    }
+    if version > 0:
+        manifest, _ = current_manifest(market, blobs, args.task_id, task_spec(market, blobs, args.task_id))
+        assert manifest is not None
+        out["manifest"] = manifest.to_mapping() if args.full else None
+        out["shards"] = len(manifest.shards)
+        out["enclaves"] = sorted("0x" + k.hex() for k in manifest.enclaves())
+        out["envelopes"] = len(manifest.envelopes)
+    print(json.dumps(out, indent=2))
     return 0
 
 
@@ -478,6 +520,7 @@ def _publish_from_source(
         raise SpecError(
             "model: expected a mapping with family and the architecture config, or pretrained: a model directory"
         )
+    seal = _sealing_request(template.pop("confidential", None))
     check_language_template(template, shard_count=plan.shard_count, model=model, now=now, sponsor=sponsor, lora=lora)
     published = publish_language_task(  # reads and checks the source before uploading anything
         HttpBlobStore(blob_url),
@@ -489,9 +532,45 @@ def _publish_from_source(
         source=plan.source,
         method=method,
         lora=lora,
+        seal=seal,
     )
+    if published.sealed is not None:
+        from syncline.confidential.keystore import write_data_keys
+
+        keys_path = sealing_keys_path(published.spec.spec_hash)
+        write_data_keys(keys_path, published.sealed, _sealing_password())
+        log.info("sponsor.sealed", shards=published.spec.dataset.shard_count, data_keys=str(keys_path))
     log.info("sponsor.published", spec_hash=published.spec.spec_hash, params=published.initial_state.layout.numel)
     return published.spec, published.spec_uri
+
+
+def sealing_keys_path(spec_hash: str) -> Path:
+    """Where ``post-task`` keeps a Confidential task's data keys (encrypted, $SYNCLINE_SEALING_PASSWORD)."""
+    return state_dir() / "sealing" / f"{spec_hash[2:]}.json"
+
+
+def _sealing_password() -> str:
+    from syncline.confidential.keystore import SEALING_PASSWORD_ENV
+
+    password = os.environ.get(SEALING_PASSWORD_ENV)
+    if not password:
+        raise KeyConfigError(f"a Confidential task's data keys are stored encrypted: set ${SEALING_PASSWORD_ENV}")
+    return password
+
+
+def _sealing_request(raw: object) -> Any:
+    """A spec template's ``confidential`` mapping (``verifier``, ``measurements``) as a SealingRequest."""
+    if raw is None:
+        return None
+    from syncline.confidential.sponsor import SealingRequest
+
+    if not isinstance(raw, dict) or set(raw) != {"verifier", "measurements"}:
+        raise SpecError("confidential: expected a mapping of verifier and measurements (dataset_id is generated)")
+    measurements = raw["measurements"]
+    if not isinstance(measurements, list):
+        raise SpecError("confidential.measurements: expected a list of 0x 32-byte hex values")
+    _sealing_password()  # before anything is built: the keys must have somewhere to go
+    return SealingRequest(str(raw["verifier"]), tuple(str(m) for m in measurements))
 
 
 def cmd_list_runs(args: argparse.Namespace) -> int:
@@ -961,6 +1040,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="blob service URL to publish the spec and its artifacts (default: the devnet's blob service)",
     )
+    install_sealed = chain_cmd(
+        "install-sealed-manifest",
+        cmd_install_sealed_manifest,
+        "Confidential task: wrap the data keys to newly admitted enclaves and install the new sealed manifest",
+        signer=True,
+    )
+    install_sealed.add_argument(
+        "--keys", type=Path, default=None, help="the sponsor's data-key store (default: the one post-task wrote)"
+    )
+    install_sealed.add_argument("--blob-store", default=None, help="blob service URL (default: the devnet's)")
+    get_sealed = chain_cmd("get-sealed-manifest", cmd_get_sealed_manifest, "Confidential task: the sealed manifest")
+    get_sealed.add_argument("--blob-store", default=None, help="blob service URL (default: the devnet's)")
+    get_sealed.add_argument("--full", action="store_true", help="print every envelope")
     chain_cmd("list-runs", cmd_list_runs, "list every task", task=False)
     get_run = chain_cmd("get-run", cmd_get_run, "status, rounds and trainer metrics of a task")
     get_run.add_argument("--format", choices=["json"], default="json")

@@ -84,9 +84,12 @@ def new_enclave_key() -> EnclaveKey:
     return EnclaveKey(sealing.generate_enclave_keypair()[0])
 
 
-def write_enclave_keystore(key: EnclaveKey, path: Path, password: str) -> Path:
-    """Encrypt ``key`` into an eth-account keystore file (mode 0600); it names its public key."""
-    data = dict(Account.encrypt(key.private_key, password))
+def write_enclave_keystore(key: EnclaveKey, path: Path, password: str, *, scrypt_n: int | None = None) -> Path:
+    """Encrypt ``key`` into an eth-account keystore file (mode 0600); it names its public key.
+
+    ``scrypt_n``: the KDF's work factor (default eth-account's, 2**18); a lower one only where the
+    password is itself a random secret (the demo's 128-bit passwords), never a person's."""
+    data = dict(Account.encrypt(key.private_key, password, kdf="scrypt", iterations=scrypt_n))
     data.pop("address", None)  # not an Ethereum account: the keystore names the X25519 public key
     data["kind"] = ENCLAVE_KIND
     data["enclave_pubkey"] = "0x" + key.pubkey.hex()

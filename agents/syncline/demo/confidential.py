@@ -43,6 +43,7 @@ from syncline.confidential.keystore import (
     write_enclave_keystore,
 )
 from syncline.confidential.sponsor import SealingRequest, admitted_enclaves, install_manifest, task_spec
+from syncline.demo.trainer_setup import TINY_MODEL
 from syncline.demo.training_run import DemoPlan, TrainingDemo
 from syncline.errors import ChainError
 from syncline.observability import get_logger
@@ -58,8 +59,19 @@ TRAINER_IMAGE = measurement_digest(b"syncline-trainer-image-v1".ljust(48, b"\0")
 """The one measurement the task admits (the keccak256 of a 48-byte launch measurement)."""
 DEBUG_IMAGE = measurement_digest(b"syncline-debug-image".ljust(48, b"\0"))
 """The refused enclave's measurement: attested, but not on the allow-list."""
-PLAN = dataclasses.replace(DemoPlan(), rounds=3, inner_steps=20, checkpoint_interval=10, timeout_s=420.0)
-"""Three rounds of 20 inner steps: the scenario is about who can read the data, not the loss."""
+PLAN = dataclasses.replace(
+    DemoPlan(),
+    rounds=2,
+    inner_steps=8,
+    checkpoint_interval=4,
+    vocab_size=512,
+    seq_len=32,
+    inner_lr=3e-3,
+    model=dict(TINY_MODEL),
+    timeout_s=420.0,
+)
+"""The CI's tiny Llama (vocab 512, sequences of 32), two rounds of 8 inner steps: the scenario is
+about who can read the data, not the loss."""
 PLAINTEXT_WINDOW = 48
 """Bytes of each shard the state-directory search looks for (at its start, middle and end)."""
 
@@ -130,7 +142,8 @@ class ConfidentialDemo:
         assert self._service is not None
         password = secrets.token_hex(16)
         key = new_enclave_key()
-        keystore = write_enclave_keystore(key, agent_dir / "enclave-keystore.json", password)
+        # a random 128-bit password: scrypt's work factor protects nothing more, so keep it light
+        keystore = write_enclave_keystore(key, agent_dir / "enclave-keystore.json", password, scrypt_n=1 << 12)
         report = self._service.issue(key.pubkey, TRAINER_IMAGE, account)
         attestation = write_attestation_file(agent_dir / "enclave-attestation.json", key.pubkey, TRAINER_IMAGE, report)
         config = {"enclave_keystore": str(keystore), "enclave_attestation": str(attestation)}
