@@ -15,18 +15,21 @@ from pathlib import Path
 import pytest
 
 from syncline.blobstore import LocalBlobStore
-from syncline.chain.deployment import compile_contracts
 from syncline.confidential.manifest import SealedDatasetManifest
 from syncline.demo.confidential import PLAN, plaintext_in
 from syncline.sponsor.task_builder import cached_corpus
 
+from ._agent_harness import SHARD_COUNT, VOCAB_SIZE
+
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 
 
-def test_confidential_scenario_trains_on_sealed_shards(tmp_path: Path) -> None:
-    state = tmp_path / "state"
-    cache = next(iter(compile_contracts().values())).path.parent
-    shutil.copytree(cache, state / "artifacts" / cache.name)
+def test_confidential_scenario_trains_on_sealed_shards(tmp_path: Path, state_env: Path) -> None:
+    # the agent tests' session state dir: the contracts and this plan's corpus (6 shards, vocab 512)
+    # are already there, so the run pays for neither the compile nor the tokenizer's training
+    assert (PLAN.shard_count, PLAN.vocab_size) == (SHARD_COUNT, VOCAB_SIZE)
+    state = state_env
+    shutil.rmtree(state / "demo" / "confidential", ignore_errors=True)
     env = {**os.environ, "SYNCLINE_STATE_DIR": str(state), "HF_HUB_OFFLINE": "1", "SYNCLINE_LOG_FORMAT": "console"}
     run = subprocess.run(
         [sys.executable, "-m", "syncline.cli", "demo", "--scenario", "confidential"],

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -173,6 +175,32 @@ def test_sealed_task_install_get_and_late_enrollee(
     assert got["version"] == 2 and got["manifest_hash"] == v2["manifest_hash"] and got["shards"] == 6
     assert set(got["enclaves"]) == {"0x" + k.pubkey.hex() for k in (first, witness, late)}
     assert got["envelopes"] == 6 * 3 + 1
+
+    # the sponsor API serves the same manifest, and answers a non-Confidential task with one line
+    from syncline.api.server import ApiServer, ApiSettings
+
+    settings = ApiSettings(
+        deployment=Path(deployment_file),
+        blob_store=blob_service.url,
+        db_url=f"sqlite:///{tmp_path / 'index.db'}",
+        port=0,
+        poll_interval_s=0.1,
+        frontend_dir=tmp_path / "no-frontend",
+        state_dir=state,
+    )
+    with ApiServer(settings) as api:
+        api.wait_indexed()
+        with urllib.request.urlopen(f"{api.url}/api/runs/{task_id}/sealed-manifest", timeout=30) as resp:
+            served = json.loads(resp.read())
+        assert served["version"] == 2 and served["manifest_hash"] == v2["manifest_hash"]
+        assert served["manifest"] == m2.to_mapping() and served["envelopes"] == 19
+        plain = spec.with_updates(tier=spec.tier.VERIFIED, confidential=None)
+        plain_id, _ = market.post_task(sponsor, plain, blobs.put(plain.canonical_bytes()).uri)
+        api.wait_indexed()
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(f"{api.url}/api/runs/{plain_id}/sealed-manifest", timeout=30)
+        assert info.value.code == 404
+        assert json.loads(info.value.read())["error"] == f"task {plain_id} is not a Confidential task with sealed data"
 
     # the wrong password for the sponsor's key store: one line, nothing installed
     monkeypatch.setenv("SYNCLINE_SEALING_PASSWORD", "wrong")

@@ -44,6 +44,7 @@ from syncline.api.schemas import (
     TrainerOut,
     WitnessOut,
 )
+from syncline.api.sealed import SealedManifestOut, sealed_manifest
 from syncline.api.services import ApiServices
 from syncline.api.settings import ApiSettings
 from syncline.api.stream import updates
@@ -158,6 +159,11 @@ def _routes(services: ApiServices) -> APIRouter:
         _task_row(services, task_id)
         with services.db.session() as s:
             return payouts.receipt(services.market, task_id, s)
+
+    @api.get("/runs/{task_id}/sealed-manifest", response_model=SealedManifestOut)
+    def get_sealed_manifest(task_id: int) -> SealedManifestOut:
+        _task_row(services, task_id)
+        return sealed_manifest(services, task_id)
 
     @api.get("/accounts/{address}", response_model=Account)
     def account(address: str) -> Account:
