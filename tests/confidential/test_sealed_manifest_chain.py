@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from syncline.blobstore import BlobService, HttpBlobStore, LocalBlobStore
 from syncline.chain.deployment import Deployment
@@ -21,7 +22,7 @@ from syncline.chain.market import MarketClient
 from syncline.chain.toolchain import compile_contracts
 from syncline.confidential.attestation import DevnetAttestationService, deploy_devnet_verifier, measurement_digest
 from syncline.confidential.enclave import SealedShardUnavailable
-from syncline.confidential.keystore import EnclaveKey, new_enclave_key, write_data_keys
+from syncline.confidential.keystore import EnclaveKey, load_data_keys, new_enclave_key, write_data_keys
 from syncline.confidential.manifest import SealedDatasetManifest
 from syncline.confidential.sponsor import SealingRequest
 from syncline.demo.trainer_setup import TINY_MODEL
@@ -37,14 +38,29 @@ IMAGE = measurement_digest(b"syncline-trainer-image-v1".ljust(48, b"\0"))
 PLAN = DemoPlan(shard_count=6, vocab_size=512, seq_len=32, model=dict(TINY_MODEL), trainers=3)
 
 
-@pytest.fixture
-def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "state"
+@pytest.fixture(scope="module")
+def state_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The module's state dir: the compiled contracts copied in; the tiny corpus is built once."""
+    root = tmp_path_factory.mktemp("state")
     cache = next(iter(compile_contracts().values())).path.parent
     shutil.copytree(cache, root / "artifacts" / cache.name)
-    monkeypatch.setenv("SYNCLINE_STATE_DIR", str(root))
-    monkeypatch.setenv("SYNCLINE_LOG_FORMAT", "console")
     return root
+
+
+@pytest.fixture
+def state(state_root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("SYNCLINE_STATE_DIR", str(state_root))
+    monkeypatch.setenv("SYNCLINE_LOG_FORMAT", "console")
+    return state_root
+
+
+@pytest.fixture
+def verifier_service(market: MarketClient, sponsor: Signer) -> DevnetAttestationService:
+    w3 = market.w3
+    service_key = "0x" + keccak(b"sealed manifest test attestation service").hex()
+    address = DevnetAttestationService(service_key, chain_id=w3.eth.chain_id, verifier="0x" + "11" * 20).address
+    verifier = deploy_devnet_verifier(w3, sponsor, address)
+    return DevnetAttestationService(service_key, chain_id=w3.eth.chain_id, verifier=verifier)
 
 
 @pytest.fixture
@@ -87,13 +103,11 @@ def test_sealed_task_install_get_and_late_enrollee(
     blob_service: BlobService,
     cli: Callable[..., tuple[int, str, str]],
     monkeypatch: pytest.MonkeyPatch,
+    verifier_service: DevnetAttestationService,
 ) -> None:
     w3 = market.w3
-    service_key = "0x" + keccak(b"sealed manifest test attestation service").hex()
-    verifier = deploy_devnet_verifier(
-        w3, sponsor, DevnetAttestationService(service_key, chain_id=w3.eth.chain_id, verifier="0x" + "11" * 20).address
-    )
-    service = DevnetAttestationService(service_key, chain_id=w3.eth.chain_id, verifier=verifier)
+    service = verifier_service
+    verifier = service.verifier
     blobs = HttpBlobStore(blob_service.url)
     template = default_task(PLAN, [w.address for w in witnesses], chain_time(w3))
     published = publish_language_task(
@@ -209,3 +223,61 @@ def test_sealed_task_install_get_and_late_enrollee(
     )
     assert code == 2 and "wrong password" in err.strip().splitlines()[-1]
     assert market.get_sealed_manifest(task_id)[2] == 2
+
+
+def test_post_task_seals_a_dataset_source_and_configures_the_policy(
+    state: Path,
+    tmp_path: Path,
+    devnet: Devnet,
+    market: MarketClient,
+    deployment: Deployment,
+    trainers: list[Signer],
+    witnesses: list[Signer],
+    blob_service: BlobService,
+    verifier_service: DevnetAttestationService,
+    cli: Callable[..., tuple[int, str, str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``syncline train post-task`` with a ``confidential`` section: the shards are published only
+    sealed, the data keys land encrypted in the state dir, the policy is on chain before anyone
+    enrolls; without the sealing password nothing is uploaded."""
+    raw = yaml.safe_load((Path(__file__).parents[2] / "examples" / "task.yaml").read_text())
+    raw.update(
+        tier="confidential",
+        witnesses=[w.address for w in witnesses],
+        model={"family": "llama", **{k: v for k, v in TINY_MODEL.items() if k != "family"}},
+        dataset_source={"corpus": "shakespeare", "shard_count": 6, "vocab_size": 512, "seq_len": 32},
+        confidential={"verifier": verifier_service.verifier, "measurements": ["0x" + IMAGE.hex()]},
+    )
+    path = tmp_path / "task.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    deployment_file = str(Path(deployment.abi_path).with_name("deployment.json"))
+    monkeypatch.setenv("SPONSOR_KEY", devnet.private_keys()[0])
+    argv = ("train", "post-task", "--spec", str(path), "--deployment", deployment_file)
+    argv += ("--blob-store", blob_service.url, "--key-env", "SPONSOR_KEY")
+    monkeypatch.delenv("SYNCLINE_SEALING_PASSWORD", raising=False)
+    code, out, err = cli(*argv)
+    assert code == 2 and out == "" and "SYNCLINE_SEALING_PASSWORD" in err.strip().splitlines()[-1]
+    assert not [p for p in (tmp_path / "blobs").rglob("*") if p.is_file()]
+
+    monkeypatch.setenv("SYNCLINE_SEALING_PASSWORD", "sponsor secret")
+    code, out, err = cli(*argv)
+    assert code == 0, err
+    posted = json.loads(out)
+    task_id, spec_hash = posted["task_id"], posted["spec_hash"]
+    assert market.get_confidential_config(task_id) == (verifier_service.verifier, [IMAGE])
+    keys = load_data_keys(state / "sealing" / f"{spec_hash[2:]}.json", password="sponsor secret")
+    assert len(keys.keys) == 6 + 1 and len(keys.shards) == 6
+    corpus = cached_corpus(6, 512)
+    stored = b"".join(p.read_bytes() for p in (tmp_path / "blobs").rglob("*") if p.is_file())
+    assert all(s[:64] not in stored and s[-64:] not in stored for s in (*corpus.shards, corpus.validation))
+    # an attested trainer gets in; the enclave opens the sealed shard once the manifest names it
+    key = new_enclave_key()
+    t = trainers[0]
+    market.enroll_attested(t, task_id, key.pubkey, IMAGE, verifier_service.issue(key.pubkey, IMAGE, t.address))
+    common = ("--task-id", str(task_id), "--deployment", deployment_file, "--blob-store", blob_service.url)
+    code, out, err = cli("train", "install-sealed-manifest", *common, "--key-env", "SPONSOR_KEY")  # default --keys
+    assert code == 0, err
+    assert json.loads(out)["added"] == 6
+    ctx = TaskContext.load(market, HttpBlobStore(blob_service.url), task_id, enclave=key)
+    assert ctx.shard(3) == corpus.shards[3]
