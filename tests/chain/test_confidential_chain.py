@@ -19,11 +19,12 @@ from syncline.confidential.attestation import (
     REPORT_BYTES,
     REPORT_TYPE,
     DevnetAttestationService,
+    check_confidential_terms,
     decode_report,
     deploy_devnet_verifier,
     measurement_digest,
 )
-from syncline.errors import ChainError
+from syncline.errors import ChainError, SpecError
 from syncline.protocol.enums import Tier
 from syncline.protocol.hashing import keccak
 
@@ -304,3 +305,56 @@ def test_reports_are_bounded_before_any_rpc(
     with pytest.raises(ValueError, match="expected 32 bytes"):
         market.enroll_attested(trainers[0], confidential_task, b"short", GOOD, b"\0" * 193)
     assert Web3.is_address(market.get_confidential_config(confidential_task)[0])
+
+
+def test_spec_terms_are_compared_with_the_onchain_policy(
+    market: MarketClient, confidential_task: int, verifier: str
+) -> None:
+    onchain = market.get_confidential_config(confidential_task)
+    check_confidential_terms(confidential_task, onchain, verifier.lower(), ["0x" + GOOD.hex(), OTHER])
+    with pytest.raises(SpecError, match=r"on-chain verifier .* != spec confidential.verifier"):
+        check_confidential_terms(confidential_task, onchain, "0x" + "22" * 20, [GOOD, OTHER])
+    with pytest.raises(SpecError, match=r"on-chain measurements \[.*\] != spec confidential.measurements"):
+        check_confidential_terms(confidential_task, onchain, verifier, [OTHER, GOOD])
+    with pytest.raises(SpecError, match="no attestation policy on chain yet"):
+        check_confidential_terms(confidential_task, ("0x" + "00" * 20, []), verifier, [GOOD])
+
+
+def test_gas_of_the_confidential_calls(
+    market: MarketClient,
+    sponsor: Signer,
+    trainers: list[Signer],
+    witnesses: list[Signer],
+    verifier: str,
+    service: DevnetAttestationService,
+    spec_factory: Callable[..., Any],
+) -> None:
+    """Transaction gas (21 k base and calldata included) of each new call; docs/gas.md quotes it."""
+    task, _ = market.post_task(sponsor, spec_factory(tier=Tier.CONFIDENTIAL), SPEC_URI)
+    bond_witnesses(market, task, witnesses)
+    used: dict[str, int] = {}
+    used["configureConfidential (2 measurements)"] = market.configure_confidential(
+        sponsor, task, verifier, [GOOD, OTHER]
+    )["gasUsed"]
+    w = witnesses[0]
+    used["registerWitnessEnclave"] = market.register_witness_enclave(
+        w, task, enclave_key("w"), GOOD, service.issue(enclave_key("w"), GOOD, w.address)
+    )["gasUsed"]
+    for i, t in enumerate(trainers):
+        _, receipt = market.enroll_attested(
+            t, task, enclave_key(f"t{i}"), GOOD, service.issue(enclave_key(f"t{i}"), GOOD, t.address)
+        )
+        used[f"enrollAttested #{i + 1}" + (" (starts the run, 3 trainers)" if i == 2 else "")] = receipt["gasUsed"]
+    for version in (1, 2):
+        used[f"installSealedManifest v{version}"] = market.install_sealed_manifest(
+            sponsor,
+            task,
+            keccak(f"m{version}".encode()),
+            "ipfs://bafybeigdyrzt5sfp7udm7hu76uh7y26nf3efuylqabf3oclgtqy55fbzdi",
+        )["gasUsed"]
+    plain, _ = market.post_task(sponsor, spec_factory(), SPEC_URI)
+    used["enroll #1 (plain, for comparison)"] = market.enroll(trainers[0], plain)[1]["gasUsed"]
+    for name, gas in used.items():
+        print(f"{name}: {gas:,}")
+    assert used["enrollAttested #1"] - used["enroll #1 (plain, for comparison)"] < 120_000
+    assert used["enrollAttested #3 (starts the run, 3 trainers)"] < 400_000

@@ -4,6 +4,7 @@ agents read them), and a late enrollee gets envelopes without any shard being re
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import urllib.error
@@ -21,12 +22,13 @@ from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
 from syncline.chain.toolchain import compile_contracts
 from syncline.confidential.attestation import DevnetAttestationService, deploy_devnet_verifier, measurement_digest
-from syncline.confidential.enclave import SealedShardUnavailable
+from syncline.confidential.enclave import SealedShardUnavailable, check_task_policy
 from syncline.confidential.keystore import EnclaveKey, load_data_keys, new_enclave_key, write_data_keys
 from syncline.confidential.manifest import SealedDatasetManifest
 from syncline.confidential.sponsor import SealingRequest
 from syncline.demo.trainer_setup import TINY_MODEL
 from syncline.demo.training_run import DemoPlan
+from syncline.errors import SpecError
 from syncline.protocol.hashing import keccak
 from syncline.run.context import TaskContext
 from syncline.sponsor.task_builder import cached_corpus, publish_language_task
@@ -129,6 +131,11 @@ def test_sealed_task_install_get_and_late_enrollee(
     monkeypatch.setenv("SYNCLINE_SEALING_PASSWORD", "sponsor secret")
     task_id, _ = market.post_task(sponsor, spec, published.spec_uri)
     market.configure_confidential(sponsor, task_id, verifier, [IMAGE])
+    # what an agent checks before attesting its enclave to the task: the chain's policy is the spec's
+    check_task_policy(market, task_id, spec)
+    other = dataclasses.replace(spec.confidential, measurements=("0x" + "ee" * 32,))
+    with pytest.raises(SpecError, match="on-chain measurements"):
+        check_task_policy(market, task_id, spec.with_updates(confidential=other))
 
     def admit_trainer(t: Signer) -> EnclaveKey:
         key = new_enclave_key()

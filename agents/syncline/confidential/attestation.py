@@ -13,6 +13,7 @@ TDX verifier checks instead.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,7 @@ from web3 import Web3
 from syncline.chain.deployment import deploy_contract
 from syncline.chain.keys import Signer
 from syncline.chain.toolchain import compile_contracts
-from syncline.errors import ChainError, KeyConfigError
+from syncline.errors import ChainError, KeyConfigError, SpecError
 from syncline.protocol.hashing import keccak
 
 DOMAIN_NAME = "Syncline Devnet Attestation"
@@ -148,3 +149,31 @@ def deploy_devnet_verifier(w3: Web3, deployer: Signer, service_address: str) -> 
     artifact = compile_contracts()["DevnetAttestationVerifier"]
     address, _ = deploy_contract(w3, deployer, artifact, Web3.to_checksum_address(service_address))
     return Web3.to_checksum_address(address)
+
+
+def check_confidential_terms(
+    task_id: int, onchain: tuple[str, Sequence[bytes]], verifier: str, measurements: Sequence[str | bytes]
+) -> None:
+    """Refuse a Confidential task whose on-chain attestation policy (``get_confidential_config``)
+    is not the one its spec artifact names (``confidential.verifier`` / ``.measurements``): the
+    same verifier, the same allow-list in the same order. One line naming what differs."""
+    chain_verifier, chain_measurements = onchain
+    if int(chain_verifier, 16) == 0:
+        raise SpecError(f"task {task_id}: no attestation policy on chain yet (configureConfidential)")
+    if Web3.to_checksum_address(chain_verifier) != Web3.to_checksum_address(verifier):
+        raise SpecError(f"task {task_id}: on-chain verifier {chain_verifier} != spec confidential.verifier {verifier}")
+    spec_list = ["0x" + _measurement_bytes(m).hex() for m in measurements]
+    chain_list = ["0x" + bytes(m).hex() for m in chain_measurements]
+    if spec_list != chain_list:
+        raise SpecError(
+            f"task {task_id}: on-chain measurements [{', '.join(chain_list)}] != spec confidential.measurements "
+            f"[{', '.join(spec_list)}]"
+        )
+
+
+def _measurement_bytes(value: str | bytes) -> bytes:
+    try:
+        raw = bytes.fromhex(value.removeprefix("0x")) if isinstance(value, str) else bytes(value)
+        return _b32("measurement", raw)
+    except ValueError as exc:
+        raise SpecError(f"confidential.measurements: {value!r} is not 32 bytes of hex ({exc})") from None

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from syncline.chain.market import MarketClient
+from syncline.confidential.attestation import check_confidential_terms
 from syncline.confidential.keystore import ENCLAVE_PASSWORD_ENV, EnclaveKey, load_enclave_key
 from syncline.confidential.manifest import (
     MAX_MANIFEST_BYTES,
@@ -26,7 +28,7 @@ from syncline.confidential.manifest import (
     open_envelope,
 )
 from syncline.confidential.sealing import VALIDATION_INDEX, SealingError
-from syncline.errors import KeyConfigError, SynclineError
+from syncline.errors import KeyConfigError, SpecError, SynclineError
 from syncline.observability import get_logger
 from syncline.protocol.spec import TrainingTaskSpec
 from syncline.protocol.wire import WireFormatError, load_bounded_json
@@ -174,3 +176,13 @@ def agent_enclave(cfg: AgentConfig) -> AgentEnclave | None:
     if cfg.enclave_keystore is None:
         return None
     return AgentEnclave.from_files(cfg.enclave_keystore, cfg.enclave_attestation)
+
+
+def check_task_policy(market: MarketClient, task_id: int, spec: TrainingTaskSpec) -> None:
+    """Before an enclave is attested to a task: the chain's attestation policy
+    (``getConfidentialConfig``) is the one the spec names (one-line SpecError otherwise; none yet:
+    the sponsor has not configured it, retried)."""
+    conf = spec.confidential
+    if conf is None:
+        raise SpecError(f"task {task_id}: a Confidential task's spec must name its sealed dataset (confidential)")
+    check_confidential_terms(task_id, market.get_confidential_config(task_id), conf.verifier, conf.measurements)

@@ -35,7 +35,7 @@ from syncline.blobstore.store import BlobRef, BlobUnavailable, put_signed
 from syncline.chain.calls import ZERO_ADDRESS
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient, RoundView, TaskView, TrainerView
-from syncline.confidential.enclave import AgentEnclave, agent_enclave
+from syncline.confidential.enclave import AgentEnclave, agent_enclave, check_task_policy
 from syncline.court.defence import AvailabilityResponder
 from syncline.errors import ChainError, KeyConfigError, SynclineError
 from syncline.observability import get_logger
@@ -233,6 +233,7 @@ class TrainerAgent:
         if t.status == TaskStatus.ENROLLING:
             if not me.enrolled and self.ctx.spec.confidential is not None:
                 e = self._require_enclave()  # a Confidential task admits attested enclaves only
+                check_task_policy(self.market, task_id, self.ctx.spec)  # the allow-list the spec names
                 fragment, _ = self.market.enroll_attested(self.signer, task_id, e.key.pubkey, e.measurement, e.report)
                 log.info("trainer.enrolled", task_id=task_id, fragment=fragment, enclave="0x" + e.key.pubkey.hex())
                 t = self.market.task(task_id)

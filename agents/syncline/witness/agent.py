@@ -28,7 +28,7 @@ from syncline.blobstore import BlobStore
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient, TaskView
 from syncline.challenger.agent import Challenger
-from syncline.confidential.enclave import AgentEnclave, agent_enclave
+from syncline.confidential.enclave import AgentEnclave, agent_enclave, check_task_policy
 from syncline.court.defence import CensorshipDefence, MalformedChunk, find_malformed_chunk
 from syncline.court.duty import RefereeDuty
 from syncline.court.sampling import make_training_checker
@@ -89,6 +89,8 @@ class WitnessAgent:
         registered, _ = self.market.get_enclave(self.cfg.task_id, self.signer.address)
         e = self._enclave
         if registered == b"\x00" * 32:
+            assert self.ctx is not None
+            check_task_policy(self.market, self.cfg.task_id, self.ctx.spec)  # the allow-list the spec names
             self.market.register_witness_enclave(self.signer, self.cfg.task_id, e.key.pubkey, e.measurement, e.report)
             log.info("witness.enclave_registered", task_id=self.cfg.task_id, enclave="0x" + e.key.pubkey.hex())
         elif registered != e.key.pubkey:
