@@ -42,6 +42,7 @@ from syncline.confidential.keystore import (
     write_data_keys,
     write_enclave_keystore,
 )
+from syncline.confidential.manifest import MAX_MANIFEST_BYTES, SealedDatasetManifest
 from syncline.confidential.sponsor import SealingRequest, admitted_enclaves, install_manifest, task_spec
 from syncline.demo.trainer_setup import TINY_MODEL
 from syncline.demo.training_run import DemoPlan, TrainingDemo
@@ -164,8 +165,10 @@ class ConfidentialDemo:
             market, self._sponsor, blobs, task_id, self.keys_file, password=self._sealing_password
         )
         self._admitted = admitted
-        if installed.added:
-            self.versions.append({**installed.to_mapping(), "ciphertext_hashes": list(spec.dataset.shard_hashes)})
+        if installed.added:  # the ciphertext hashes as this version names them (the same in every version)
+            manifest = SealedDatasetManifest.parse(blobs.get(installed.manifest_hash, max_bytes=MAX_MANIFEST_BYTES))
+            hashes = ["0x" + shard.ciphertext_hash.hex() for shard in manifest.shards]
+            self.versions.append({**installed.to_mapping(), "ciphertext_hashes": hashes})
 
     # ------------------------------------------------------------------ run
 
