@@ -158,3 +158,10 @@ def test_size_nesting_and_canonical_form_are_bounded(sealed) -> None:
     pretty = json.dumps(json.loads(manifest.canonical_bytes()), indent=1, sort_keys=True).encode()
     with pytest.raises(ManifestError, match="canonical"):
         SealedDatasetManifest.parse(pretty)
+
+
+def test_seal_dataset_bounds_shards_to_what_readers_fetch() -> None:
+    with pytest.raises(ManifestError, match="shard 1: 0 bytes"):
+        seal_dataset([b"x", b""], None)
+    with pytest.raises(ManifestError, match=r"1\.\.256"):
+        seal_dataset([], None)

@@ -337,6 +337,11 @@ def seal_dataset(shards: Sequence[bytes], validation: bytes | None, dataset_id: 
     """Encrypt every shard (and the validation shard) under its own fresh data key."""
     if not 1 <= len(shards) <= MAX_SHARDS:
         raise ManifestError(f"a sealed dataset has 1..{MAX_SHARDS} shards, not {len(shards)}")
+    overhead = len(sealing.MAGIC) + sealing.NONCE_BYTES + sealing.TAG_BYTES
+    for i, plaintext in enumerate([*shards, *([validation] if validation is not None else [])]):
+        if not 0 < len(plaintext) <= MAX_SHARD_BYTES - overhead:
+            what = f"shard {i}" if i < len(shards) else "the validation shard"
+            raise ManifestError(f"{what}: {len(plaintext)} bytes; a sealed shard holds 1..{MAX_SHARD_BYTES - overhead}")
     did = dataset_id if dataset_id is not None else sealing.new_dataset_id()
     keys: dict[int, bytes] = {}
     blobs = []
