@@ -50,3 +50,27 @@ def test_data_key_store_round_trip(tmp_path: Path) -> None:
     assert loaded.shards == dataset.shards() and loaded.validation == dataset.validation()
     with pytest.raises(KeyConfigError, match="wrong password"):
         keystore.load_data_keys(path, password="nope")
+
+
+def test_agent_enclave_from_config_files(tmp_path: Path, monkeypatch) -> None:
+    from syncline.confidential.enclave import AgentEnclave, write_attestation_file
+
+    key, other = keystore.new_enclave_key(), keystore.new_enclave_key()
+    store = keystore.write_enclave_keystore(key, tmp_path / "k.json", "pw", scrypt_n=1 << 12)
+    measurement, report = b"\x4d" * 32, b"\x01" * 193
+    good = write_attestation_file(tmp_path / "a.json", key.pubkey, measurement, report)
+    monkeypatch.setenv(keystore.ENCLAVE_PASSWORD_ENV, "pw")
+    enclave = AgentEnclave.from_files(store, good)
+    assert (enclave.key, enclave.measurement, enclave.report) == (key, measurement, report)
+    assert key.private_key.hex() not in repr(enclave)
+    with pytest.raises(KeyConfigError, match="needs enclave_attestation"):
+        AgentEnclave.from_files(store, None)
+    wrong = write_attestation_file(tmp_path / "b.json", other.pubkey, measurement, report)
+    with pytest.raises(KeyConfigError, match="not this keystore's"):
+        AgentEnclave.from_files(store, wrong)
+    (tmp_path / "c.json").write_text('{"enclave_pubkey": "0x00"}')
+    with pytest.raises(KeyConfigError, match="is not an attestation file"):
+        AgentEnclave.from_files(store, tmp_path / "c.json")
+    (tmp_path / "d.json").write_bytes(b"[" * 100 + b"]" * 100)
+    with pytest.raises(KeyConfigError, match="is not an attestation file"):
+        AgentEnclave.from_files(store, tmp_path / "d.json")
