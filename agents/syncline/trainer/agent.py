@@ -38,6 +38,9 @@ from syncline.chain.market import MarketClient, RoundView, TaskView, TrainerView
 from syncline.court.defence import AvailabilityResponder
 from syncline.errors import ChainError, SynclineError
 from syncline.observability import get_logger
+from syncline.privacy.accounting import PrivacyPlan
+from syncline.privacy.dpsgd import DpSgd
+from syncline.privacy.noise import RoundNoise, load_or_create_secret
 from syncline.protocol.checkpoints import CheckpointManifest, manifest_alias, manifest_root_alias
 from syncline.protocol.disk_round import PayloadFile, encode_payload_file
 from syncline.protocol.enums import RoundStatus, TaskStatus
@@ -672,6 +675,7 @@ class TrainerAgent:
                 dtype=self.cfg.dtype,
                 gradient_checkpointing=self.cfg.gradient_checkpointing,
                 deterministic=self.cfg.deterministic,
+                privacy=DpSgd.of(PrivacyPlan.of(self.ctx.spec)) if self.ctx.spec.privacy is not None else None,
             )
         return self.inner
 
@@ -709,11 +713,14 @@ class TrainerAgent:
         if self._wall_started is None:
             self._wall_started = time.perf_counter()  # utilization counts from the first round trained
         self.metrics.round.set(round_)
+        noise = self._round_noise(round_, fragment) if inner.private is not None else None
         try:
             work = inner.run(
                 state,
                 [ctx.shard(i) for i in shards],
-                seed=round_seed(ctx.task_id, round_, fragment),
+                # a DP task's batch order is secret (docs/privacy.md): drawn from the noise seed
+                seed=round_seed(ctx.task_id, round_, fragment) if noise is None else noise.batch_seed,
+                noise=noise,
                 progress=sys.stderr.isatty(),
                 checkpoint_interval=ctx.spec.checkpoint_interval_steps,
                 # TESTS AND DEMOS ONLY: a lazy trainer trains half the steps and pads its checkpoints.
@@ -727,6 +734,27 @@ class TrainerAgent:
         if self.cfg.misbehave == "fake-gradient":  # honest checkpoints, a payload not derived from them
             work = replace(work, pseudo_gradient=torch.randn_like(work.pseudo_gradient) * 0.05)
         return work
+
+    def _round_noise(self, round_: int, fragment: int) -> RoundNoise:
+        """The round's DP noise seeds, from this trainer's secret; their commitment and hashes are
+        kept in ``noise/`` for a dispute (docs/privacy.md: not yet bound on chain)."""
+        ctx = self.ctx
+        assert ctx is not None
+        secret = load_or_create_secret(self.cfg.state_dir / "noise-secret")
+        noise = RoundNoise.derive(
+            secret,
+            task_id=ctx.task_id,
+            round_=round_,
+            fragment=fragment,
+            interval=ctx.spec.checkpoint_interval_steps,
+            inner_steps=ctx.spec.inner_steps,
+        )
+        record = {"commitment": "0x" + noise.commitment().hex(), "hashes": ["0x" + h.hex() for h in noise.hashes()]}
+        out = self.cfg.state_dir / "noise" / f"round-{round_}-fragment-{fragment}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(record))
+        log.info("trainer.dp_noise", round=round_, fragment=fragment, commitment=record["commitment"])
+        return noise
 
     def _train_and_commit(self, round_: int, fragment: int, shards: list[int], state_root: str, deadline: int) -> bool:
         """Train the open round (or take the work trained ahead for it) and commit; True once committed."""
