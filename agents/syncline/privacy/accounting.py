@@ -73,10 +73,15 @@ class PrivacyPlan:
         """The plan of a task with a ``privacy`` section (SpecError without one)."""
         if spec.privacy is None:
             raise SpecError("privacy: the task is not differentially private")
-        p = spec.privacy
-        steps = spec.rounds * spec.inner_steps
-        sigma = noise_multiplier_for(p.epsilon, p.delta, p.sample_rate, steps, p.accountant)
-        return cls(target=p, rounds=spec.rounds, steps_per_round=spec.inner_steps, noise_multiplier=sigma)
+        return cls.for_target(spec.privacy, rounds=spec.rounds, inner_steps=spec.inner_steps)
+
+    @classmethod
+    def for_target(cls, target: PrivacySpec, *, rounds: int, inner_steps: int) -> PrivacyPlan:
+        """The plan for ``target`` over ``rounds`` rounds of ``inner_steps`` steps."""
+        sigma = noise_multiplier_for(
+            target.epsilon, target.delta, target.sample_rate, rounds * inner_steps, target.accountant
+        )
+        return cls(target=target, rounds=rounds, steps_per_round=inner_steps, noise_multiplier=sigma)
 
     @property
     def clip_norm(self) -> float:
