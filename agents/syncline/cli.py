@@ -216,6 +216,7 @@ def cmd_demo_sft_lora(args: argparse.Namespace) -> int:
 MODALITY_SCENARIOS: dict[str, tuple[str, str]] = {
     "vision": ("syncline.demo.vision", "VisionDemo"),
     "timeseries": ("syncline.demo.timeseries", "TimeSeriesDemo"),
+    "dp": ("syncline.demo.dp", "DpDemo"),
 }
 """The other modalities' scenarios: ``syncline demo --scenario NAME`` runs the class (``run()``
 returns the receipt) in ``.syncline/demo/NAME``."""
@@ -853,6 +854,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="training: real DiLoCo run (default); lifecycle: scripted market walk-through, no training; "
         "sft-lora: LoRA fine-tuning of a locally pretrained model on a JSONL instruction set; "
         "vision: a ViT on the digits; timeseries: a PatchTST forecaster on packaged series; "
+        "dp: the language task with differential privacy (DP-SGD, ε per trainer and round in the receipt); "
         "fraud: every fraud scenario in turn; or one fraud scenario by name",
     )
     demo.add_argument(

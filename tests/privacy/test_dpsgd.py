@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from syncline.court.referee import Claim, ReplayInputs, Undecided, check_segment
+from syncline.court.referee import PRIVATE_UNREVEALED, Claim, ReplayInputs, Undecided, check_segment
 from syncline.modality.language import LanguageAdapter
 from syncline.modality.lora import trained_parameters
 from syncline.privacy.dpsgd import DpSgd
@@ -128,5 +128,5 @@ def test_the_referee_replays_a_revealed_segment_and_convicts_only_the_lazy(segme
     bad = outcome(lazy, True)  # trained step 0 only and padded checkpoints 1 and 2 with that state
     assert bad.guilty and "does not give checkpoint" in bad.reason  # type: ignore[attr-defined]
     blind = outcome(honest, False)
-    assert isinstance(blind, Undecided) and not blind.guilty and "not revealed" in blind.reason
+    assert isinstance(blind, Undecided) and not blind.guilty and blind.reason.startswith(PRIVATE_UNREVEALED)
     assert Checkpoint.from_bytes(honest[1]).step == INTERVAL

@@ -74,6 +74,10 @@ from syncline.trainer.segments import derive_payload, holds_start_state, replay_
 
 log = get_logger("syncline.referee")
 ZERO32 = "0x" + "00" * 32
+PRIVATE_UNREVEALED = "private segment:"
+"""Reason prefix of the :class:`Undecided` outcome of a DP task's training segment replayed
+without the trainer's noise opening (docs/privacy.md): not a fetch failure that a later audit
+could cure, so auditors do not retry it and the committee's draw does not escalate it."""
 
 
 class RefereeError(SynclineError):
@@ -348,9 +352,7 @@ def _check_training(
     seed = inputs.seed
     if inputs.privacy is not None:
         if inputs.noise is None or inputs.noise.segment.segment != segment:
-            return _undecided(
-                segment, total, f"the noise seed of private segment {segment} is not revealed: it cannot be replayed"
-            )
+            return _undecided(segment, total, f"{PRIVATE_UNREVEALED} the noise seed of {segment} is not revealed")
         seed = inputs.noise.batch_seed
     exact = inputs.referee.replays_exactly(ckpt)
     claimed: Checkpoint | None = None
