@@ -891,7 +891,10 @@ class TrainerAgent:
 
     def _report(self, task_id: int, round_: int, fragment: int, work: RoundWork) -> None:
         """Announce the round's training loss (self-reported; the API plots it). Best effort, from
-        a background thread: the next round does not wait for it (reports go out in round order)."""
+        a background thread: the next round does not wait for it (reports go out in round order).
+        Not in a DP task: a loss on the round's batches is not covered by the noise (docs/privacy.md)."""
+        if self.ctx is not None and self.ctx.spec.privacy is not None:
+            return
         report = TrainerReport(
             task_id, round_, fragment, work.mean_loss, len(work.losses), work.tokens, work.train_seconds
         )
