@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from syncline.court.referee import PRIVATE_UNREVEALED, Claim, ReplayInputs, Undecided, check_segment
+from syncline.court.referee import PRIVATE_UNREVEALED, Claim, Outcome, ReplayInputs, Undecided, check_segment
 from syncline.modality.language import LanguageAdapter
 from syncline.modality.lora import trained_parameters
 from syncline.privacy.dpsgd import DpSgd
@@ -48,9 +48,11 @@ def noise_of(secret: bytes) -> RoundNoise:
     return RoundNoise.derive(secret, task_id=1, round_=0, fragment=0, interval=INTERVAL, inner_steps=H)
 
 
-def train(noise: RoundNoise, *, dp: DpSgd | None = DP, train_steps: int | None = None) -> tuple[bytes, ...]:
+def train(
+    noise: RoundNoise, *, dp: DpSgd | None = DP, train_steps: int | None = None, dtype: str = "fp32"
+) -> tuple[bytes, ...]:
     adapter, layout, state, shards = setup()
-    loop = InnerLoop(adapter, adapter.build_model(TINY_LLAMA, seed=0), layout, CFG, privacy=dp)
+    loop = InnerLoop(adapter, adapter.build_model(TINY_LLAMA, seed=0), layout, CFG, privacy=dp, dtype=dtype)
     work = loop.run(
         state, shards, seed=noise.batch_seed, checkpoint_interval=INTERVAL, noise=noise, train_steps=train_steps
     )
@@ -104,7 +106,7 @@ def test_the_referee_replays_a_revealed_segment_and_convicts_only_the_lazy(segme
     noise = noise_of(secret)
     honest, lazy = train(noise), train(noise, train_steps=1)
 
-    def outcome(ckpts: tuple[bytes, ...], revealed: bool) -> object:
+    def outcome(ckpts: tuple[bytes, ...], revealed: bool) -> Outcome:
         hashes = tuple(checkpoint_hash(c) for c in ckpts)
         manifest = CheckpointManifest(INTERVAL, H, hashes, ("",) * len(hashes))
         claim = Claim(b"\x00" * 32, b"\x00" * 32, manifest.root)
@@ -124,9 +126,41 @@ def test_the_referee_replays_a_revealed_segment_and_convicts_only_the_lazy(segme
         return check_segment(segment, claim, manifest, lambda m, i: ckpts[i], inputs)
 
     good = outcome(honest, True)
-    assert not good.guilty and "bit-exactly" in good.reason  # type: ignore[attr-defined]
+    assert not good.guilty and "bit-exactly" in good.reason
     bad = outcome(lazy, True)  # trained step 0 only and padded checkpoints 1 and 2 with that state
-    assert bad.guilty and "does not give checkpoint" in bad.reason  # type: ignore[attr-defined]
+    assert bad.guilty and "does not give checkpoint" in bad.reason
     blind = outcome(honest, False)
     assert isinstance(blind, Undecided) and not blind.guilty and blind.reason.startswith(PRIVATE_UNREVEALED)
     assert Checkpoint.from_bytes(honest[1]).step == INTERVAL
+
+
+def test_an_honest_bf16_dp_trainer_passes_the_fp32_referees_envelope_and_other_noise_does_not() -> None:
+    """A trainer in bf16 (CPU autocast) replayed by the default fp32 referee with its opening lies
+    inside the tolerance envelope; a bf16 trainer whose noise is not the committed one (it trained
+    with other seeds than it opens) lies outside it and is convicted."""
+    adapter, layout, state, shards = setup()
+    noise = noise_of(b"\x0b" * 32)
+    honest = train(noise, dtype="bf16")
+    other = train(noise_of(b"\x0c" * 32), dtype="bf16")
+    for segment in (0, 1):
+        verdicts = []
+        for ckpts in (honest, other):
+            hashes = tuple(checkpoint_hash(c) for c in ckpts)
+            manifest = CheckpointManifest(INTERVAL, H, hashes, ("",) * len(hashes))
+            inputs = ReplayInputs(
+                adapter=adapter,
+                build_model=lambda: adapter.build_model(TINY_LLAMA, seed=9),
+                layout=layout,
+                shards=shards,
+                seed=0,
+                inner_steps=H,
+                interval=INTERVAL,
+                gradient_bits=8,
+                start_state=state,
+                privacy=DP,
+                noise=noise.reveal(segment),
+            )
+            claim = Claim(b"\x00" * 32, b"\x00" * 32, manifest.root)
+            verdicts.append(check_segment(segment, claim, manifest, lambda m, i, c=ckpts: c[i], inputs))
+        assert not verdicts[0].guilty and "within the envelope" in verdicts[0].reason, verdicts[0]
+        assert verdicts[1].guilty, verdicts[1]
