@@ -7,7 +7,8 @@ in one process through Syncline's own code, as ``scripts/bench/diloco.py`` does:
 secret round seed, ``syncline.privacy.noise``), ``quantize`` and ``compute_round``. For each
 ε ∈ {1, 5, 10, ∞} (∞: no clipping, no noise) it prints the noise multiplier Opacus's RDP accountant
 derives for (ε, δ) at the trainers' sample rate over ``rounds * H`` steps, the ε spent after the
-last round (which must be within the target), and the final validation loss; and writes JSON.
+last round (which must be within the target), and the final validation loss; a fifth run clips
+per example without noise (σ = 0) to separate the cost of clipping from that of noise. Writes JSON.
 
 Smaller than the demo so the four runs take a few minutes on 2 busy cores: 4 rounds of H=20
 (the demo: 8 of 30). Usage::
@@ -55,7 +56,18 @@ CLIP_NORM = 1.0
 PLAN = DemoPlan()
 
 
-def run_one(epsilon: float, *, rounds: int, inner_steps: int, trainers: int, seed: int, threads: int) -> dict[str, Any]:
+def run_one(
+    epsilon: float,
+    *,
+    rounds: int,
+    inner_steps: int,
+    trainers: int,
+    seed: int,
+    threads: int,
+    clip_only: bool = False,
+) -> dict[str, Any]:
+    """One run at target ``epsilon`` (inf: plain AdamW; with ``clip_only``, DP-SGD's per-example
+    clipping without noise, to separate the cost of clipping from the cost of noise)."""
     torch.set_num_threads(threads)
     corpus = cached_corpus(PLAN.shard_count, PLAN.vocab_size)
     s = PLAN.shard_count
@@ -76,7 +88,7 @@ def run_one(epsilon: float, *, rounds: int, inner_steps: int, trainers: int, see
         else None
     )
     cfg = InnerOptimizerConfig(lr=PLAN.inner_lr, inner_steps=inner_steps, batch_size=PLAN.batch_size)
-    dp = DpSgd.of(plan) if plan is not None else None
+    dp = DpSgd.of(plan) if plan is not None else (DpSgd(0.0, CLIP_NORM) if clip_only else None)
     loops = [InnerLoop(adapter, adapter.build_model(model_cfg, seed=seed), layout, cfg, privacy=dp) for _ in shards]
 
     def evaluate(st: TrainingState) -> float:
@@ -112,8 +124,9 @@ def run_one(epsilon: float, *, rounds: int, inner_steps: int, trainers: int, see
     spent = plan.epsilon_per_round([True] * rounds) if plan is not None else []
     return {
         "epsilon_target": epsilon if math.isfinite(epsilon) else None,
+        "clip_only": clip_only,
         "delta": DELTA if plan is not None else None,
-        "clip_norm": CLIP_NORM if plan is not None else None,
+        "clip_norm": CLIP_NORM if dp is not None else None,
         "sample_rate": sample_rate,
         "noise_multiplier": plan.noise_multiplier if plan is not None else 0.0,
         "epsilon_per_round": spent,
@@ -133,11 +146,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    p.add_argument("--no-clip-only", action="store_true", help="skip the clipping-only run (sigma 0)")
     a = p.parse_args(argv)
-    runs = [
-        run_one(e, rounds=a.rounds, inner_steps=a.inner_steps, trainers=a.trainers, seed=a.seed, threads=a.threads)
-        for e in a.epsilons
-    ]
+    common = {"rounds": a.rounds, "inner_steps": a.inner_steps, "trainers": a.trainers, "seed": a.seed}
+    runs = [run_one(e, threads=a.threads, **common) for e in a.epsilons]
+    if not a.no_clip_only:
+        runs.append(run_one(math.inf, threads=a.threads, clip_only=True, **common))
     res = {
         "what": "validation loss against the DP target epsilon on the default task (DP-SGD, Opacus RDP accountant)",
         "config": {
@@ -158,7 +172,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print("\n| target ε | noise multiplier σ | ε spent (δ = 1e-5) | val. loss start | val. loss final | seconds |")
     print("|---|---|---|---|---|---|")
     for run in runs:
-        target = "∞ (no DP)" if run["epsilon_target"] is None else f"{run['epsilon_target']:g}"
+        target = (
+            f"{run['epsilon_target']:g}"
+            if run["epsilon_target"] is not None
+            else ("∞ (clipping only, σ = 0)" if run["clip_only"] else "∞ (no DP)")
+        )
         spent = "—" if run["epsilon_spent"] is None else f"{run['epsilon_spent']:.3f}"
         print(
             f"| {target} | {run['noise_multiplier']:.3f} | {spent} | {run['validation_loss_per_round'][0]:.4f} | "
