@@ -17,7 +17,18 @@ from syncline.demo.lifecycle import write_receipt
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 
-SMALL = dataclasses.replace(PLAN, rounds=2, inner_steps=10, checkpoint_interval=5, timeout_s=300.0)
+SMALL = dataclasses.replace(
+    PLAN,
+    rounds=2,
+    inner_steps=10,
+    checkpoint_interval=5,
+    timeout_s=300.0,
+    # every witness's challenger re-checks every segment of every submission: the derivation
+    # segments pass, the private training segments cannot be replayed without an opening and
+    # must be left alone (no claim, no retry, nobody slashed)
+    checkpoints="eager",
+    training_checks="all",
+)
 
 
 def test_a_dp_run_reports_epsilon_per_trainer_and_round_within_the_target(tmp_path: Path) -> None:
@@ -45,6 +56,11 @@ def test_a_dp_run_reports_epsilon_per_trainer_and_round_within_the_target(tmp_pa
     expected = acc.get_epsilon(delta=privacy["delta"])
     assert all(eps[-1] == pytest.approx(expected, rel=1e-4) for eps in ledger.values())  # σ is rounded to 1e-6
     assert data["epsilon_final"] == {who: eps[-1] for who, eps in ledger.items()}
+
+    # The audits: every private training segment was left alone as unjudgeable, no claim was made.
+    witness_logs = "".join((tmp_path / "logs" / f"witness-{i}.log").read_text() for i in (1, 2, 3))
+    assert "challenger.training_check_private" in witness_logs
+    assert "challenger.fault_found" not in witness_logs and "challenger.challenge_brought" not in witness_logs
 
     # Every trainer trained privately: its round's noise commitment is kept, its secret never logged.
     for i in (1, 2, 3):
