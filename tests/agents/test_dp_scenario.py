@@ -32,7 +32,8 @@ SMALL = dataclasses.replace(
 
 
 def test_a_dp_run_reports_epsilon_per_trainer_and_round_within_the_target(tmp_path: Path) -> None:
-    receipt = DpDemo(tmp_path, SMALL).run()
+    demo = DpDemo(tmp_path, SMALL, ui_port=0)
+    receipt = demo.run()
     path = write_receipt(receipt, tmp_path / "receipt.json")
     data = json.loads(path.read_text())
 
@@ -56,6 +57,15 @@ def test_a_dp_run_reports_epsilon_per_trainer_and_round_within_the_target(tmp_pa
     expected = acc.get_epsilon(delta=privacy["delta"])
     assert all(eps[-1] == pytest.approx(expected, rel=1e-4) for eps in ledger.values())  # σ is rounded to 1e-6
     assert data["epsilon_final"] == {who: eps[-1] for who, eps in ledger.items()}
+
+    # The sponsor API computes the same ledger from its index (run page table, receipt route).
+    served = demo.api_views["privacy"]
+    assert served["enabled"] and served["rounds"] == list(range(SMALL.rounds))
+    assert {k.lower(): v for k, v in served["epsilon_per_round"].items()} == ledger
+    assert served["noise_multiplier"] == pytest.approx(sigma, abs=1e-6)
+    api_receipt = demo.api_views["receipt"]["receipt"]
+    assert {k.lower(): v for k, v in api_receipt["epsilon_per_round"].items()} == ledger
+    assert api_receipt["epsilon_target"] == TARGET_EPSILON
 
     # The audits: every private training segment was left alone as unjudgeable, no claim was made.
     witness_logs = "".join((tmp_path / "logs" / f"witness-{i}.log").read_text() for i in (1, 2, 3))

@@ -22,6 +22,7 @@ cost about 3x a plain step on CPU (per-example gradients), takes about as long.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -83,13 +84,33 @@ def epsilon_ledger(market: MarketClient, spec: TrainingTaskSpec, task_id: int) -
     }
 
 
+def api_views(demo: TrainingDemo, task_id: int) -> dict[str, Any]:
+    """What the demo's API serves for the run once its indexer has caught up with the seal."""
+    import urllib.request
+
+    server = demo._ui  # the demo's own server (TrainingDemo started it)
+    if server is not None:
+        server.wait_indexed(timeout_s=60.0)
+    views: dict[str, Any] = {}
+    for name in ("privacy", "receipt"):
+        with urllib.request.urlopen(f"{demo.ui_url}/api/runs/{task_id}/{name}", timeout=30) as reply:
+            views[name] = json.loads(reply.read())
+    return views
+
+
 class DpDemo:
     """Runs the scenario in ``workdir`` (``.syncline/demo/dp``)."""
 
-    def __init__(self, workdir: Path, plan: DemoPlan = PLAN, epsilon: float = TARGET_EPSILON):
+    def __init__(
+        self, workdir: Path, plan: DemoPlan = PLAN, epsilon: float = TARGET_EPSILON, *, ui_port: int | None = None
+    ):
         self.workdir = workdir
         self.plan = plan
         self.epsilon = epsilon
+        # Serve the sponsor API + UI while the run trains (0: any free port); once sealed, what it
+        # reports for the run (``/privacy`` and ``/receipt``) is kept in ``api_views``.
+        self.ui_port = ui_port
+        self.api_views: dict[str, Any] = {}
 
     def publish(self, blobs: BlobStore, template: dict[str, Any]) -> PublishedTask:
         """The sponsor's step: the main demo's task with a ``privacy`` section."""
@@ -104,7 +125,7 @@ class DpDemo:
 
     def run(self) -> TrainingReceipt:
         started = time.monotonic()
-        demo = TrainingDemo(self.workdir, self.plan)
+        demo = TrainingDemo(self.workdir, self.plan, ui_port=self.ui_port)
         demo.publish_task = self.publish
         accounted: dict[str, Any] = {}
 
@@ -115,6 +136,8 @@ class DpDemo:
             ctx = TaskContext.load(market, LocalBlobStore(self.workdir / "blobs"), task_id)
             accounted.update(epsilon_ledger(market, ctx.spec, task_id))
             accounted["trainer_names"] = {a: n for a, n in names.items() if n.startswith("trainer")}
+            if demo.ui_url is not None:
+                self.api_views = api_views(demo, task_id)
 
         demo.after_seal = account
         receipt = demo.run()
