@@ -53,3 +53,12 @@ def test_missing_and_unknown_privacy_fields_are_named() -> None:
     data = dp_mapping(noise=3)
     with pytest.raises(SpecError, match="privacy: unknown field"):
         TrainingTaskSpec.from_mapping(data)
+
+
+def test_too_many_private_steps_for_the_accountant_are_refused() -> None:
+    """Every party computes ε from rounds x inner_steps: the spec bounds it per accountant."""
+    dp_spec(rounds=100, inner_steps=100, accountant="prv")  # 10,000 steps: the PRV limit
+    with pytest.raises(SpecError, match="exceeds the prv accountant's limit of 10000 steps"):
+        dp_spec(rounds=101, inner_steps=100, accountant="prv")
+    with pytest.raises(SpecError, match="exceeds the rdp accountant's limit"):
+        dp_spec(rounds=1001, inner_steps=1000)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from syncline.errors import SpecError
-from syncline.protocol.spec import PrivacySpec, TrainingTaskSpec
+from syncline.protocol.spec import PrivacySpec, TrainingTaskSpec, check_private_steps
 
 EPSILON_TOLERANCE = 0.01
 """How far below the target the noise multiplier's search may leave the final ε (Opacus's
@@ -47,6 +47,7 @@ def noise_multiplier_for(epsilon: float, delta: float, sample_rate: float, steps
         ) from None
 
 
+@lru_cache(maxsize=4096)
 def epsilon_spent(noise_multiplier: float, sample_rate: float, steps: int, delta: float, accountant: str) -> float:
     """ε after ``steps`` DP-SGD steps of ``noise_multiplier`` at ``sample_rate`` (0 for none)."""
     from opacus.accountants import create_accountant
@@ -77,7 +78,9 @@ class PrivacyPlan:
 
     @classmethod
     def for_target(cls, target: PrivacySpec, *, rounds: int, inner_steps: int) -> PrivacyPlan:
-        """The plan for ``target`` over ``rounds`` rounds of ``inner_steps`` steps."""
+        """The plan for ``target`` over ``rounds`` rounds of ``inner_steps`` steps (SpecError
+        beyond the accountant's step limit)."""
+        check_private_steps(target.accountant, rounds * inner_steps)
         sigma = noise_multiplier_for(
             target.epsilon, target.delta, target.sample_rate, rounds * inner_steps, target.accountant
         )

@@ -373,6 +373,19 @@ class VerificationPolicy:
 
 PRIVACY_ACCOUNTANTS = ("rdp", "prv")
 """Privacy accountants a DP task may name (Opacus's RDP and PRV accountants)."""
+MAX_PRIVATE_STEPS: dict[str, int] = {"rdp": 1_000_000, "prv": 10_000}
+"""Most DP-SGD steps (``rounds * inner_steps``) a DP task may have per accountant: every party
+computes ε from them, and Opacus's PRV accountant takes about 0.7 s per evaluation at 10^4 steps
+(60 s at 10^6), RDP milliseconds."""
+
+
+def check_private_steps(accountant: str, steps: int) -> None:
+    """SpecError (one line) when a DP task's ``rounds * inner_steps`` exceeds its accountant's limit."""
+    limit = MAX_PRIVATE_STEPS.get(accountant, 0)
+    if steps > limit:
+        raise SpecError(
+            f"privacy: rounds x inner_steps = {steps} exceeds the {accountant} accountant's limit of {limit} steps"
+        )
 
 
 @dataclass(frozen=True)
@@ -631,6 +644,7 @@ class TrainingTaskSpec:
             self.verification.validate()
         if self.privacy is not None:
             self.privacy.validate()
+            check_private_steps(self.privacy.accountant, self.rounds * self.inner_steps)
         if not tier_policy.admits(self.tier, self.aggregation.rule):
             raise SpecError(
                 f"tier {self.tier.name.lower()} does not admit rule {self.aggregation.rule.name.lower()} "
