@@ -37,13 +37,14 @@ from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient, RoundView, TaskView, TrainerView
 from syncline.court.defence import AvailabilityResponder
 from syncline.errors import ChainError, SynclineError
+from syncline.modality.language import token_count
 from syncline.observability import get_logger
 from syncline.privacy.accounting import PrivacyPlan
 from syncline.privacy.dpsgd import DpSgd
 from syncline.privacy.noise import RoundNoise, load_or_create_secret
 from syncline.protocol.checkpoints import CheckpointManifest, manifest_alias, manifest_root_alias
 from syncline.protocol.disk_round import PayloadFile, encode_payload_file
-from syncline.protocol.enums import RoundStatus, TaskStatus
+from syncline.protocol.enums import Modality, RoundStatus, TaskStatus
 from syncline.protocol.hashing import keccak
 from syncline.protocol.seeds import round_seed
 from syncline.protocol.signed_messages import Commitment
@@ -714,6 +715,8 @@ class TrainerAgent:
             self._wall_started = time.perf_counter()  # utilization counts from the first round trained
         self.metrics.round.set(round_)
         noise = self._round_noise(round_, fragment) if inner.private is not None else None
+        if noise is not None:
+            self._check_sample_rate(inner, shards)
         try:
             work = inner.run(
                 state,
@@ -734,6 +737,28 @@ class TrainerAgent:
         if self.cfg.misbehave == "fake-gradient":  # honest checkpoints, a payload not derived from them
             work = replace(work, pseudo_gradient=torch.randn_like(work.pseudo_gradient) * 0.05)
         return work
+
+    def _check_sample_rate(self, inner: InnerLoop, shards: list[int]) -> None:
+        """Warn when this trainer samples its windows at a higher rate than the spec's
+        ``privacy.sample_rate`` (its ε would then exceed what everyone accounts; docs/privacy.md).
+        Language tasks only: an example is a window of ``seq_len`` tokens."""
+        ctx = self.ctx
+        assert ctx is not None and ctx.spec.privacy is not None
+        seq_len = getattr(ctx.adapter, "seq_len", None)
+        if ctx.spec.modality != Modality.LANGUAGE or not isinstance(seq_len, int) or seq_len <= 0:
+            return
+        width = int(getattr(ctx.adapter, "token_bytes", 2))
+        method = str(getattr(ctx.adapter, "method", "pretrain"))
+        windows = sum(token_count(ctx.shard(i), method, width) for i in shards) // seq_len
+        actual = inner.batch_size / max(1, windows)
+        if actual > ctx.spec.privacy.sample_rate * (1 + 1e-9):
+            log.warning(
+                "trainer.dp_sample_rate_above_spec",
+                actual=round(actual, 6),
+                declared=ctx.spec.privacy.sample_rate,
+                batch_size=inner.batch_size,
+                windows=windows,
+            )
 
     def _round_noise(self, round_: int, fragment: int) -> RoundNoise:
         """The round's DP noise seeds, from this trainer's secret; their commitment and hashes are
