@@ -15,7 +15,7 @@ FRONTEND_DIST := frontend/dist/index.html
 FRONTEND_SRC := $(shell find frontend/src frontend/index.html frontend/package.json frontend/package-lock.json frontend/vite.config.ts frontend/tsconfig.json -type f 2>/dev/null)
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install browser demo demo-lifecycle demo-fraud demo-sft-lora demo-vision demo-timeseries demo-confidential bench test test-contracts test-python lint gas lock clean devnet-up devnet-down
+.PHONY: install browser demo demo-lifecycle demo-fraud demo-sft-lora demo-vision demo-timeseries demo-confidential demo-dp bench test test-contracts test-python lint gas lock clean devnet-up devnet-down
 
 install: $(VENV_STAMP) $(NPM_STAMP) $(FRONTEND_DIST)
 
@@ -72,6 +72,9 @@ demo-timeseries: install
 demo-confidential: install
 	@echo "==> demo: a Confidential task: sealed shards, attested enclaves, an enrollment outside the allow-list refused"
 	@$(VENV)/bin/syncline demo --scenario confidential
+demo-dp: install
+	@echo "==> demo: the language task trained with differential privacy (DP-SGD through Opacus; ε per trainer and round)"
+	@$(VENV)/bin/syncline demo --scenario dp
 
 test: install $(CHROMIUM)
 	@echo "==> forge test (contracts: unit, fuzz, invariants)"

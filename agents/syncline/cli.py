@@ -217,6 +217,7 @@ MODALITY_SCENARIOS: dict[str, tuple[str, str]] = {
     "vision": ("syncline.demo.vision", "VisionDemo"),
     "timeseries": ("syncline.demo.timeseries", "TimeSeriesDemo"),
     "confidential": ("syncline.demo.confidential", "ConfidentialDemo"),
+    "dp": ("syncline.demo.dp", "DpDemo"),
 }
 """The other modalities' scenarios: ``syncline demo --scenario NAME`` runs the class (``run()``
 returns the receipt) in ``.syncline/demo/NAME``."""
@@ -934,6 +935,7 @@ def build_parser() -> argparse.ArgumentParser:
         "sft-lora: LoRA fine-tuning of a locally pretrained model on a JSONL instruction set; "
         "vision: a ViT on the digits; timeseries: a PatchTST forecaster on packaged series; "
         "confidential: sealed shards, attested enclaves, a refused enrollment; "
+        "dp: the language task with differential privacy (DP-SGD, ε per trainer and round in the receipt); "
         "fraud: every fraud scenario in turn; or one fraud scenario by name",
     )
     demo.add_argument(

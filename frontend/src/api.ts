@@ -270,6 +270,20 @@ export interface Losses {
   metric_higher_is_better?: boolean;
 }
 
+/** A DP run's target and the ε each trainer has spent after each round (docs/privacy.md). */
+export interface Privacy {
+  enabled: boolean;
+  target_epsilon?: number | null;
+  delta?: number | null;
+  clip_norm?: number | null;
+  sample_rate?: number | null;
+  accountant?: string | null;
+  noise_multiplier?: number | null;
+  rounds?: number[];
+  /** Trainer address -> cumulative ε after each round of `rounds`. */
+  epsilon_per_round?: Record<string, number[]>;
+}
+
 export interface ReceiptTrainerLine {
   trainer: Address;
   fragment: number;
@@ -421,6 +435,7 @@ export const api = {
   witnesses: (id: number) => request<Witness[]>("GET", `/api/runs/${id}/witnesses`),
   challenges: (id: number) => request<Challenge[]>("GET", `/api/runs/${id}/challenges`),
   losses: (id: number) => request<Losses>("GET", `/api/runs/${id}/losses`),
+  privacy: (id: number) => request<Privacy>("GET", `/api/runs/${id}/privacy`),
   receipt: (id: number) => request<ReceiptResponse>("GET", `/api/runs/${id}/receipt`),
   account: (address: string) => request<AccountInfo>("GET", `/api/accounts/${enc(address)}`),
   buildChallenge: (id: number, body: BuildRequest) =>

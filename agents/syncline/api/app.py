@@ -36,6 +36,7 @@ from syncline.api.schemas import (
     Health,
     Losses,
     PreparedTask,
+    Privacy,
     ReceiptOut,
     RoundOut,
     RunDetail,
@@ -153,6 +154,12 @@ def _routes(services: ApiServices) -> APIRouter:
         _task_row(services, task_id)
         with services.db.session() as s:
             return queries.losses(s, task_id)
+
+    @api.get("/runs/{task_id}/privacy", response_model=Privacy)
+    def privacy(task_id: int) -> Privacy:
+        _task_row(services, task_id)
+        with services.db.session() as s:
+            return queries.privacy(s, task_id)
 
     @api.get("/runs/{task_id}/receipt", response_model=ReceiptOut)
     def receipt(task_id: int) -> ReceiptOut:

@@ -11,6 +11,7 @@ from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
 from syncline.api.db import RawEvent
+from syncline.api.queries import privacy
 from syncline.api.schemas import Account, Credit, ReceiptOut, Withdrawal
 from syncline.api.specs import wei_strings
 from syncline.chain.market import MarketClient
@@ -88,6 +89,10 @@ def receipt(market: MarketClient, task_id: int, s: Session) -> ReceiptOut:
                 withdrawals=history.withdrawals,
             )
         )
+    private = privacy(s, task_id)
+    if private.enabled:  # a DP run's receipt carries each trainer's ε per round (docs/privacy.md)
+        mapping["epsilon_per_round"] = private.epsilon_per_round
+        mapping["epsilon_target"] = private.target_epsilon
     return ReceiptOut(
         receipt=mapping,
         credits=credits,

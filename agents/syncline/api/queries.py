@@ -22,6 +22,7 @@ from syncline.api.events import METRIC_SCALE, MarketEvent, timeline_entry
 from syncline.api.schemas import (
     ChallengeOut,
     Losses,
+    Privacy,
     RoundOut,
     RunDetail,
     RunSummary,
@@ -336,6 +337,43 @@ def losses(s: Session, task_id: int) -> Losses:
         trainers=per_trainer,
         metric=name,
         metric_higher_is_better=higher,
+    )
+
+
+def privacy(s: Session, task_id: int) -> Privacy:
+    """The run's privacy target and every trainer's ε per opened round (from its commitments)."""
+    from syncline.errors import SpecError
+    from syncline.privacy.accounting import PrivacyPlan
+    from syncline.protocol.spec import PrivacySpec
+
+    task = s.get(TaskRow, task_id)
+    artifact = task.spec_artifact if task is not None else None
+    if not artifact or not artifact.get("privacy"):
+        return Privacy(enabled=False)
+    try:
+        target = PrivacySpec.from_mapping(artifact["privacy"])
+        plan = PrivacyPlan.for_target(target, rounds=int(artifact["rounds"]), inner_steps=int(artifact["inner_steps"]))
+    except (SpecError, KeyError, TypeError, ValueError):
+        return Privacy(enabled=False)
+    numbers = [r.round for r in s.scalars(select(RoundRow).where(RoundRow.task_id == task_id).order_by(RoundRow.round))]
+    trained: dict[str, list[bool]] = {
+        t.address: [False] * len(numbers)
+        for t in s.scalars(select(TrainerRow).where(TrainerRow.task_id == task_id).order_by(TrainerRow.fragment))
+    }
+    index = {n: i for i, n in enumerate(numbers)}
+    for sub in s.scalars(select(SubmissionRow).where(SubmissionRow.task_id == task_id)):
+        if sub.round in index:
+            trained.setdefault(sub.trainer, [False] * len(numbers))[index[sub.round]] = True
+    return Privacy(
+        enabled=True,
+        target_epsilon=target.epsilon,
+        delta=target.delta,
+        clip_norm=target.clip_norm,
+        sample_rate=target.sample_rate,
+        accountant=target.accountant,
+        noise_multiplier=plan.noise_multiplier,
+        rounds=numbers,
+        epsilon_per_round=plan.ledger(trained),
     )
 
 

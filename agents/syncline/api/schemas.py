@@ -558,6 +558,23 @@ class Losses(BaseModel):
     metric_higher_is_better: bool = False
 
 
+class Privacy(BaseModel):
+    """A run's differential privacy (docs/privacy.md): the target, the noise every trainer adds,
+    and the ε each trainer has spent after each round (cumulative; flat across a round it did not
+    commit to). ``enabled`` is false, and the rest empty, for a task without a ``privacy`` section."""
+
+    enabled: bool
+    target_epsilon: float | None = None
+    delta: float | None = None
+    clip_norm: float | None = None
+    sample_rate: float | None = None
+    accountant: str | None = None
+    noise_multiplier: float | None = None
+    rounds: list[int] = Field(default_factory=list)
+    epsilon_per_round: dict[str, list[float]] = Field(default_factory=dict)
+    """Trainer address -> ε spent after each round of ``rounds``."""
+
+
 class Withdrawal(BaseModel):
     amount_wei: str
     block: int

@@ -34,7 +34,7 @@ from syncline.court.findings import (
     WitnessEquivocation,
 )
 from syncline.court.proofs import build_aggregation_proof
-from syncline.court.referee import Outcome, Unanswered, Undecided
+from syncline.court.referee import PRIVATE_UNREVEALED, Outcome, Unanswered, Undecided
 from syncline.errors import SynclineError
 from syncline.observability import get_logger
 from syncline.protocol.enums import AggregationRule, RoundStatus
@@ -247,7 +247,11 @@ class RoundAuditor:
                 log.info("challenger.training_check_deferred", round=round_, fragment=fragment, reason=str(exc)[:160])
                 self.incomplete = True
                 continue
-            if isinstance(outcome, Undecided):  # our fetch failed: audit again later, never accuse
+            if isinstance(outcome, Undecided) and outcome.reason.startswith(PRIVATE_UNREVEALED):
+                # a DP task's segment cannot be replayed without the noise opening: not judged, not retried
+                log.info("challenger.training_check_private", round=round_, fragment=fragment, reason=outcome.reason)
+                self.cleared.add((round_, fragment))
+            elif isinstance(outcome, Undecided):  # our fetch failed: audit again later, never accuse
                 log.info("challenger.training_check_undecided", round=round_, fragment=fragment, reason=outcome.reason)
                 self.incomplete = True
             elif isinstance(outcome, Unanswered) or (outcome is not None and outcome.guilty):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
-from syncline.court.referee import Undecided, referee_segment
+from syncline.court.referee import PRIVATE_UNREVEALED, Undecided, referee_segment
 from syncline.errors import ChainError, SynclineError
 from syncline.observability import get_logger
 from syncline.protocol.enums import ChallengeKind, ChallengeStatus
@@ -61,6 +61,11 @@ class RefereeDuty:
         except SynclineError as exc:
             # Not a verdict on the trainer: a local problem (state not yet available, etc.). Retry later.
             log.info("witness.referee_deferred", challenge=challenge_id, reason=str(exc).splitlines()[0][:160])
+            return
+        if isinstance(verdict, Undecided) and verdict.reason.startswith(PRIVATE_UNREVEALED):
+            # A DP segment without the trainer's noise opening: no retry can judge it; abstain now.
+            log.info("witness.referee_abstained", challenge=challenge_id, segment=segment, reason=verdict.reason)
+            self.decided.add(challenge_id)
             return
         if isinstance(verdict, Undecided):
             # The data bound on chain is not in hand (our fetch failed): retry until the deadline, never vote on it.

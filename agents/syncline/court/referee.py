@@ -47,6 +47,9 @@ from syncline.chain.market import SubmissionView
 from syncline.errors import SynclineError
 from syncline.modality.base import ModalityAdapter
 from syncline.observability import get_logger
+from syncline.privacy.accounting import PrivacyPlan
+from syncline.privacy.dpsgd import DpSgd
+from syncline.privacy.noise import Revealed
 from syncline.protocol.checkpoints import (
     MAX_HEADER_BYTES,
     MAX_MANIFEST_BYTES,
@@ -71,6 +74,10 @@ from syncline.trainer.segments import derive_payload, holds_start_state, replay_
 
 log = get_logger("syncline.referee")
 ZERO32 = "0x" + "00" * 32
+PRIVATE_UNREVEALED = "private segment:"
+"""Reason prefix of the :class:`Undecided` outcome of a DP task's training segment replayed
+without the trainer's noise opening (docs/privacy.md): not a fetch failure that a later audit
+could cure, so auditors do not retry it and the committee's draw does not escalate it."""
 
 
 class RefereeError(SynclineError):
@@ -187,6 +194,10 @@ class ReplayInputs:
     other_shards: Sequence[Sequence[bytes]] = ()
     policy: VerificationPolicy = DEFAULT_VERIFICATION
     referee: RefereeDevice = CPU_FP32
+    # A DP task's mechanism, and the trainer's opening of the disputed segment's noise seed and
+    # batch key (docs/privacy.md): without the opening a private segment cannot be replayed.
+    privacy: DpSgd | None = None
+    noise: Revealed | None = None
 
     @property
     def segments(self) -> int:
@@ -338,6 +349,11 @@ def _check_training(
             f"checkpoint {segment} declares device class {ckpt.device_class}, "
             f"the task allows {', '.join(inputs.policy.device_classes)}",
         )
+    seed = inputs.seed
+    if inputs.privacy is not None:
+        if inputs.noise is None or inputs.noise.segment.segment != segment:
+            return _undecided(segment, total, f"{PRIVATE_UNREVEALED} the noise seed of {segment} is not revealed")
+        seed = inputs.noise.batch_seed
     exact = inputs.referee.replays_exactly(ckpt)
     claimed: Checkpoint | None = None
     if not exact:
@@ -355,12 +371,14 @@ def _check_training(
                 inputs.layout,
                 ckpt,
                 shards,
-                seed=inputs.seed,
+                seed=seed,
                 segment=segment,
                 inner_steps=inputs.inner_steps,
                 interval=inputs.interval,
                 device=None if exact else inputs.referee.device,
                 dtype=None if exact else inputs.referee.dtype,
+                privacy=inputs.privacy,
+                noise=None if inputs.noise is None else inputs.noise.segment,
             )
         except CheckpointError as exc:  # e.g. a generator state torch refuses
             return _guilty(segment, total, f"checkpoint {segment} cannot be replayed: {_one_line(exc)}")
@@ -579,6 +597,7 @@ def load_case(
         gradient_bits=ctx.spec.gradient_bits,
         start_state=start_state,
         policy=ctx.spec.verification_policy,
+        privacy=DpSgd.of(PrivacyPlan.of(ctx.spec)) if ctx.spec.privacy is not None else None,
     )
     return RefereeCase(claim, manifest, fetch, inputs)
 

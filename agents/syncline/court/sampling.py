@@ -22,7 +22,14 @@ from __future__ import annotations
 import random
 
 from syncline.court.audit import TrainingCheck, TrainingChecker
-from syncline.court.referee import Unanswered, Undecided, check_segment, load_case, training_checker
+from syncline.court.referee import (
+    PRIVATE_UNREVEALED,
+    Unanswered,
+    Undecided,
+    check_segment,
+    load_case,
+    training_checker,
+)
 from syncline.observability import get_logger
 from syncline.protocol.spot_checks import spot_check_deadline
 from syncline.run.context import TaskContext
@@ -46,6 +53,8 @@ def committee_spot_check(ctx: TaskContext, round_: int, fragment: int) -> Traini
     outcome = check_segment(segment, case.claim, case.manifest, case.fetch, case.inputs)
     if not isinstance(outcome, Undecided):
         return outcome if outcome.guilty else None
+    if outcome.reason.startswith(PRIVATE_UNREVEALED):  # a DP segment: unjudgeable, never escalated
+        return outcome
     deadline = spot_check_deadline(rr.closed_at, spec.challenge_window_s)
     if pending_time(ctx.market.w3) <= deadline:
         return outcome

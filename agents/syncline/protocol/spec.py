@@ -424,6 +424,83 @@ class VerificationPolicy:
         return policy
 
 
+PRIVACY_ACCOUNTANTS = ("rdp", "prv")
+"""Privacy accountants a DP task may name (Opacus's RDP and PRV accountants)."""
+MAX_PRIVATE_STEPS: dict[str, int] = {"rdp": 1_000_000, "prv": 10_000}
+"""Most DP-SGD steps (``rounds * inner_steps``) a DP task may have per accountant: every party
+computes ε from them, and Opacus's PRV accountant takes about 0.7 s per evaluation at 10^4 steps
+(60 s at 10^6), RDP milliseconds."""
+
+
+def check_private_steps(accountant: str, steps: int) -> None:
+    """SpecError (one line) when a DP task's ``rounds * inner_steps`` exceeds its accountant's limit."""
+    limit = MAX_PRIVATE_STEPS.get(accountant, 0)
+    if steps > limit:
+        raise SpecError(
+            f"privacy: rounds x inner_steps = {steps} exceeds the {accountant} accountant's limit of {limit} steps"
+        )
+
+
+@dataclass(frozen=True)
+class PrivacySpec:
+    """Differentially private training (DP-SGD in every trainer's inner loop, docs/privacy.md).
+
+    Each trainer clips every example's gradient to ``clip_norm`` and adds Gaussian noise of
+    standard deviation ``noise_multiplier * clip_norm`` per step; the noise multiplier is the
+    smallest the ``accountant`` finds for the target (``epsilon``, ``delta``) over
+    ``rounds * inner_steps`` steps at ``sample_rate`` (a step's batch over the examples of a
+    trainer's shards), so the noise is a function of the spec alone.
+    """
+
+    epsilon: float
+    delta: float
+    clip_norm: float
+    sample_rate: float
+    accountant: str = "rdp"
+
+    def validate(self) -> None:
+        """Raise SpecError (one line naming ``privacy.*``) on a bad target or parameter."""
+        for name in ("epsilon", "delta", "clip_norm", "sample_rate"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise SpecError(f"privacy.{name} must be a finite number, got {value!r}")
+        if not self.epsilon > 0:
+            raise SpecError(f"privacy.epsilon must be > 0, got {self.epsilon!r}")
+        if not 0 < self.delta < 1:
+            raise SpecError(f"privacy.delta must be within (0, 1), got {self.delta!r}")
+        if not self.clip_norm > 0:
+            raise SpecError(f"privacy.clip_norm must be > 0, got {self.clip_norm!r}")
+        if not 0 < self.sample_rate <= 1:
+            raise SpecError(f"privacy.sample_rate must be within (0, 1], got {self.sample_rate!r}")
+        if self.accountant not in PRIVACY_ACCOUNTANTS:
+            raise SpecError(f"privacy.accountant {self.accountant!r}: use one of {', '.join(PRIVACY_ACCOUNTANTS)}")
+
+    def to_mapping(self) -> dict[str, Any]:
+        return {
+            "epsilon": float(self.epsilon),
+            "delta": float(self.delta),
+            "clip_norm": float(self.clip_norm),
+            "sample_rate": float(self.sample_rate),
+            "accountant": self.accountant,
+        }
+
+    @classmethod
+    def from_mapping(cls, data: object) -> PrivacySpec:
+        raw = dict(_mapping(data, "privacy"))
+        missing = [n for n in ("epsilon", "delta", "clip_norm", "sample_rate") if n not in raw]
+        if missing:
+            raise SpecError(f"privacy: missing field(s) {', '.join(missing)}")
+        accountant = raw.pop("accountant", "rdp")
+        values = {n: _float(raw.pop(n), f"privacy.{n}") for n in ("epsilon", "delta", "clip_norm", "sample_rate")}
+        if raw:
+            raise SpecError(f"privacy: unknown field(s) {', '.join(sorted(raw))}")
+        if not isinstance(accountant, str):
+            raise SpecError(f"privacy.accountant must be a string, got {accountant!r}")
+        spec = cls(accountant=accountant, **values)
+        spec.validate()
+        return spec
+
+
 DEFAULT_VERIFICATION = VerificationPolicy()
 """The policy of a spec that declares none (its canonical JSON then has no ``verification`` key)."""
 
@@ -471,6 +548,9 @@ class TrainingTaskSpec:
     # the canonical JSON) for every other tier.
     confidential: ConfidentialSpec | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    # Differentially private training (docs/privacy.md); None: none (and no ``privacy`` key in the
+    # canonical JSON, so specs written before it keep their hash).
+    privacy: PrivacySpec | None = None
 
     # ------------------------------------------------------------------ derived values
 
@@ -537,6 +617,10 @@ class TrainingTaskSpec:
             del data["confidential"]
         else:
             data["confidential"] = self.confidential.to_mapping()
+        if self.privacy is None:
+            del data["privacy"]
+        else:
+            data["privacy"] = self.privacy.to_mapping()
         return data
 
     def canonical_bytes(self) -> bytes:
@@ -620,6 +704,9 @@ class TrainingTaskSpec:
             self.verification.validate()
         if self.confidential is not None and self.tier != Tier.CONFIDENTIAL:
             raise SpecError(f"confidential: only a Confidential task seals its data, not tier {self.tier.name.lower()}")
+        if self.privacy is not None:
+            self.privacy.validate()
+            check_private_steps(self.privacy.accountant, self.rounds * self.inner_steps)
         if not tier_policy.admits(self.tier, self.aggregation.rule):
             raise SpecError(
                 f"tier {self.tier.name.lower()} does not admit rule {self.aggregation.rule.name.lower()} "
@@ -773,6 +860,7 @@ class TrainingTaskSpec:
                     else None
                 ),
                 metadata=dict(_mapping(data.get("metadata", {}), "metadata")),
+                privacy=PrivacySpec.from_mapping(data["privacy"]) if data.get("privacy") is not None else None,
             )
             if aggregation:
                 raise SpecError(f"aggregation: unknown field(s) {', '.join(sorted(aggregation))}")

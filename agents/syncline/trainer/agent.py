@@ -38,10 +38,14 @@ from syncline.chain.market import MarketClient, RoundView, TaskView, TrainerView
 from syncline.confidential.enclave import AgentEnclave, agent_enclave, check_task_policy
 from syncline.court.defence import AvailabilityResponder
 from syncline.errors import ChainError, KeyConfigError, SynclineError
+from syncline.modality.language import token_count
 from syncline.observability import get_logger
+from syncline.privacy.accounting import PrivacyPlan
+from syncline.privacy.dpsgd import DpSgd
+from syncline.privacy.noise import RoundNoise, load_or_create_secret
 from syncline.protocol.checkpoints import CheckpointManifest, manifest_alias, manifest_root_alias
 from syncline.protocol.disk_round import PayloadFile, encode_payload_file
-from syncline.protocol.enums import RoundStatus, TaskStatus
+from syncline.protocol.enums import Modality, RoundStatus, TaskStatus
 from syncline.protocol.hashing import keccak
 from syncline.protocol.seeds import round_seed
 from syncline.protocol.signed_messages import Commitment
@@ -690,6 +694,7 @@ class TrainerAgent:
                 dtype=self.cfg.dtype,
                 gradient_checkpointing=self.cfg.gradient_checkpointing,
                 deterministic=self.cfg.deterministic,
+                privacy=DpSgd.of(PrivacyPlan.of(self.ctx.spec)) if self.ctx.spec.privacy is not None else None,
             )
         return self.inner
 
@@ -727,11 +732,16 @@ class TrainerAgent:
         if self._wall_started is None:
             self._wall_started = time.perf_counter()  # utilization counts from the first round trained
         self.metrics.round.set(round_)
+        noise = self._round_noise(round_, fragment) if inner.private is not None else None
+        if noise is not None:
+            self._check_sample_rate(inner, shards)
         try:
             work = inner.run(
                 state,
                 [ctx.shard(i) for i in shards],
-                seed=round_seed(ctx.task_id, round_, fragment),
+                # a DP task's batch order is secret (docs/privacy.md): drawn from the noise seed
+                seed=round_seed(ctx.task_id, round_, fragment) if noise is None else noise.batch_seed,
+                noise=noise,
                 progress=sys.stderr.isatty(),
                 checkpoint_interval=ctx.spec.checkpoint_interval_steps,
                 # TESTS AND DEMOS ONLY: a lazy trainer trains half the steps and pads its checkpoints.
@@ -745,6 +755,49 @@ class TrainerAgent:
         if self.cfg.misbehave == "fake-gradient":  # honest checkpoints, a payload not derived from them
             work = replace(work, pseudo_gradient=torch.randn_like(work.pseudo_gradient) * 0.05)
         return work
+
+    def _check_sample_rate(self, inner: InnerLoop, shards: list[int]) -> None:
+        """Warn when this trainer samples its windows at a higher rate than the spec's
+        ``privacy.sample_rate`` (its ε would then exceed what everyone accounts; docs/privacy.md).
+        Language tasks only: an example is a window of ``seq_len`` tokens."""
+        ctx = self.ctx
+        assert ctx is not None and ctx.spec.privacy is not None
+        seq_len = getattr(ctx.adapter, "seq_len", None)
+        if ctx.spec.modality != Modality.LANGUAGE or not isinstance(seq_len, int) or seq_len <= 0:
+            return
+        width = int(getattr(ctx.adapter, "token_bytes", 2))
+        method = str(getattr(ctx.adapter, "method", "pretrain"))
+        windows = sum(token_count(ctx.shard(i), method, width) for i in shards) // seq_len
+        actual = inner.batch_size / max(1, windows)
+        if actual > ctx.spec.privacy.sample_rate * (1 + 1e-9):
+            log.warning(
+                "trainer.dp_sample_rate_above_spec",
+                actual=round(actual, 6),
+                declared=ctx.spec.privacy.sample_rate,
+                batch_size=inner.batch_size,
+                windows=windows,
+            )
+
+    def _round_noise(self, round_: int, fragment: int) -> RoundNoise:
+        """The round's DP noise seeds, from this trainer's secret; their commitment and hashes are
+        kept in ``noise/`` for a dispute (docs/privacy.md: not yet bound on chain)."""
+        ctx = self.ctx
+        assert ctx is not None
+        secret = load_or_create_secret(self.cfg.state_dir / "noise-secret")
+        noise = RoundNoise.derive(
+            secret,
+            task_id=ctx.task_id,
+            round_=round_,
+            fragment=fragment,
+            interval=ctx.spec.checkpoint_interval_steps,
+            inner_steps=ctx.spec.inner_steps,
+        )
+        record = {"commitment": "0x" + noise.commitment().hex(), "hashes": ["0x" + h.hex() for h in noise.hashes()]}
+        out = self.cfg.state_dir / "noise" / f"round-{round_}-fragment-{fragment}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(record))
+        log.info("trainer.dp_noise", round=round_, fragment=fragment, commitment=record["commitment"])
+        return noise
 
     def _train_and_commit(self, round_: int, fragment: int, shards: list[int], state_root: str, deadline: int) -> bool:
         """Train the open round (or take the work trained ahead for it) and commit; True once committed."""
@@ -881,7 +934,10 @@ class TrainerAgent:
 
     def _report(self, task_id: int, round_: int, fragment: int, work: RoundWork) -> None:
         """Announce the round's training loss (self-reported; the API plots it). Best effort, from
-        a background thread: the next round does not wait for it (reports go out in round order)."""
+        a background thread: the next round does not wait for it (reports go out in round order).
+        Not in a DP task: a loss on the round's batches is not covered by the noise (docs/privacy.md)."""
+        if self.ctx is not None and self.ctx.spec.privacy is not None:
+            return
         report = TrainerReport(
             task_id, round_, fragment, work.mean_loss, len(work.losses), work.tokens, work.train_seconds
         )

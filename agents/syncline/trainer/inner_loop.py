@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from syncline.modality.base import ModalityAdapter
 from syncline.modality.lora import trained_parameters
+from syncline.privacy.dpsgd import DpSgd, PrivateStep, StepNoise
 from syncline.protocol.checkpoints import (
     Checkpoint,
     CheckpointError,
@@ -145,6 +146,7 @@ class InnerLoop:
         dtype: str = "fp32",
         gradient_checkpointing: bool = False,
         deterministic: bool = False,
+        privacy: DpSgd | None = None,
     ):
         self.adapter = adapter
         self.layout = layout
@@ -168,6 +170,8 @@ class InnerLoop:
             betas=(cfg.beta1, cfg.beta2),
             weight_decay=cfg.weight_decay,
         )
+        # DP-SGD (docs/privacy.md): per-example clipping and seeded Gaussian noise through Opacus.
+        self.private = PrivateStep(self.model, self.optimizer, privacy, batch_size=self.batch_size) if privacy else None
 
     def _mode(self) -> contextlib.AbstractContextManager[None]:
         """Deterministic mode around training when this loop runs in it (CUDA only)."""
@@ -178,15 +182,21 @@ class InnerLoop:
             return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def _step(self, batch: dict[str, torch.Tensor]) -> tuple[float, int]:
-        """One AdamW step on ``batch``; returns (loss, tokens): a language batch's tokens, another
-        modality's examples (images, forecast windows)."""
+    def _step(self, batch: dict[str, torch.Tensor], step: int = 0, noise: StepNoise | None = None) -> tuple[float, int]:
+        """One AdamW step on ``batch`` (a DP-SGD step, with the noise seeded for inner step
+        ``step`` by ``noise``, when the loop is private); returns (loss, tokens): a language
+        batch's tokens, another modality's examples (images, forecast windows)."""
         batch = {k: v.to(self.device) for k, v in batch.items()}
         with self._autocast():
-            loss = self.adapter.loss(self.model, batch)
-        loss.backward()  # type: ignore[no-untyped-call]
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+            loss = self.adapter.loss(self.model if self.private is None else self.private.module, batch)
+        if self.private is not None:
+            if noise is None:
+                raise CheckpointError("a differentially private inner loop needs the round's noise seeds")
+            self.private.step(loss, noise.step_seed(step))
+        else:
+            loss.backward()  # type: ignore[no-untyped-call]
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
         size = int(batch["input_ids"].numel()) if "input_ids" in batch else len(next(iter(batch.values())))
         return float(loss.detach()), size
 
@@ -202,6 +212,7 @@ class InnerLoop:
         between_steps: Callable[[], None] | None = None,
         checkpoint_sink: Callable[[int, CheckpointWriter], str] | None = None,
         wait_for_checkpoints: bool = True,
+        noise: StepNoise | None = None,
     ) -> RoundWork:
         """H inner steps from ``state`` on ``shards``; batches are reproducible from ``seed``.
 
@@ -229,6 +240,9 @@ class InnerLoop:
             last checkpoint's, typically); they are in ``RoundWork.checkpoints_pending`` and
             :meth:`RoundWork.checkpoints_written` waits for them, so the caller can do other
             work (encode the payload) meanwhile.
+        noise
+            A private loop's noise seeds (:class:`syncline.privacy.noise.RoundNoise`); required
+            then, ignored otherwise.
         """
         load_weights(self.model, state)
         start = flat_parameters(self.model, self.layout)
@@ -270,7 +284,7 @@ class InnerLoop:
                 for i, batch in enumerate(
                     tqdm(islice(batches, todo), total=todo, disable=not progress, desc="inner steps", leave=False)
                 ):
-                    loss, n = self._step(batch)
+                    loss, n = self._step(batch, i, noise)
                     losses.append(loss)
                     tokens += n
                     if marks and marks[len(captured)] == i + 1:
@@ -427,6 +441,7 @@ class InnerLoop:
         stop: int,
         dtype: str | None = None,
         threads: int | None = None,
+        noise: StepNoise | None = None,
     ) -> bytes:
         """Re-run steps ``[start, stop)`` of a round from ``ckpt`` (taken after ``start`` steps).
 
@@ -434,7 +449,8 @@ class InnerLoop:
         seeded stream are skipped. Runs with the checkpoint's thread count and autocast dtype
         unless ``threads`` / ``dtype`` say otherwise (a referee replaying in its own precision),
         restores the caller's threads and CPU generator afterwards, and returns the canonical
-        bytes of the checkpoint after step ``stop``.
+        bytes of the checkpoint after step ``stop``. A private loop needs ``noise``: the seeds the
+        trainer revealed for the segment (:class:`syncline.privacy.noise.SegmentNoise`).
         """
         steps = self.cfg.inner_steps
         if not 0 <= start < stop <= steps:
@@ -446,8 +462,8 @@ class InnerLoop:
             if dtype is not None:
                 self.dtype = dtype
             batches = self.adapter.batches(shards, batch_size=self.batch_size, seed=seed, steps=steps)
-            for batch in islice(batches, start, stop):
-                self._step(batch)
+            for i, batch in enumerate(islice(batches, start, stop), start=start):
+                self._step(batch, i, noise)
             return self.checkpoint(stop).to_bytes()
 
     # ------------------------------------------------------------------ persistence (restart)

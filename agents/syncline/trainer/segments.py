@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import torch
 
 from syncline.modality.base import ModalityAdapter
+from syncline.privacy.dpsgd import DpSgd, StepNoise
 from syncline.protocol.checkpoints import Checkpoint, CheckpointError, segment_bounds
 from syncline.protocol.chunking import gradient_chunk_root
 from syncline.protocol.layout import ParameterLayout
@@ -83,6 +84,8 @@ def replay_segment(
     interval: int,
     device: str | None = None,
     dtype: str | None = None,
+    privacy: DpSgd | None = None,
+    noise: StepNoise | None = None,
 ) -> bytes:
     """Re-run training segment ``segment`` from ``checkpoint`` (``c_segment``).
 
@@ -94,6 +97,12 @@ def replay_segment(
     start, stop = segment_bounds(segment, inner_steps, interval)
     use_dtype = dtype or checkpoint.dtype
     loop = InnerLoop(
-        adapter, model, layout, replay_config(checkpoint, inner_steps), device=device or "cpu", dtype=use_dtype
+        adapter,
+        model,
+        layout,
+        replay_config(checkpoint, inner_steps),
+        device=device or "cpu",
+        dtype=use_dtype,
+        privacy=privacy,
     )
-    return loop.run_segment(checkpoint, shards, seed=seed, start=start, stop=stop, dtype=use_dtype)
+    return loop.run_segment(checkpoint, shards, seed=seed, start=start, stop=stop, dtype=use_dtype, noise=noise)

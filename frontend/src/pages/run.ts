@@ -5,6 +5,7 @@ import {
   type Challenge,
   type JsonValue,
   type Losses,
+  type Privacy,
   type Round,
   type RunDetail,
   type TimelineEntry,
@@ -59,6 +60,16 @@ export function runPage(id: number): Page {
   const witnessesBody = h("tbody");
   const challengesBody = h("tbody");
   const specHost = h("div");
+  const privacyNote = h("p", { class: "muted", testid: "privacy-note" });
+  const privacyHead = h("thead");
+  const privacyBody = h("tbody");
+  const privacyCard = h(
+    "section",
+    { class: "card", testid: "privacy-card", hidden: true },
+    h("h2", null, "Differential privacy: ε spent"),
+    privacyNote,
+    h("div", { class: "table-wrap" }, h("table", { testid: "privacy-table" }, h("caption", { class: "sr-only" }, "ε spent per trainer and round"), privacyHead, privacyBody)),
+  );
   const modelLink = h("a", { href: api.modelUrl(id), class: "btn", download: `syncline-run-${id}-model.tar.gz` }, "Download model");
 
   const busy = new Set<string>();
@@ -116,6 +127,7 @@ export function runPage(id: number): Page {
       h("h2", null, "Challenges"),
       table("challenges-table", ["#Id", "Kind", "#Round", "#Fragment / segment", "Status", "Accused", "Challenger · tx", "#Bond", "#Slashed", "#Referee votes", "Deadline", "Action"], challengesBody, "Challenges"),
     ),
+    privacyCard,
     specHost,
   );
   roundsBody.append(emptyRow(10, "Loading…"));
@@ -409,6 +421,29 @@ export function runPage(id: number): Page {
     );
   }
 
+  /** A DP run: each trainer's cumulative ε (at the spec's δ) after each round, and the target. */
+  function renderPrivacy(p: Privacy | null): void {
+    if (!p || !p.enabled) {
+      privacyCard.hidden = true;
+      return;
+    }
+    privacyCard.hidden = false;
+    const rounds = p.rounds ?? [];
+    const fmt = (x: number | null | undefined) => (typeof x === "number" ? x.toFixed(3) : "—");
+    privacyNote.textContent =
+      `ε spent (privacy loss, unitless; (ε, δ)-DP at δ = ${p.delta ?? "—"}), cumulative per trainer after each round, ` +
+      `target ε ${fmt(p.target_epsilon)}; DP-SGD with clip norm ${p.clip_norm ?? "—"} and noise multiplier ` +
+      `${fmt(p.noise_multiplier)} at sample rate ${p.sample_rate ?? "—"} (${p.accountant ?? "rdp"} accountant).`;
+    replace(privacyHead, h("tr", null, h("th", { scope: "col" }, "Trainer"), ...rounds.map((r) => h("th", { scope: "col", class: "num" }, `ε after round ${r}`))));
+    const rows = Object.entries(p.epsilon_per_round ?? {});
+    replace(
+      privacyBody,
+      ...(rows.length
+        ? rows.map(([who, eps]) => h("tr", null, h("td", null, addr(who)), ...eps.map((e) => h("td", { class: "num", "data-epsilon": String(e) }, fmt(e)))))
+        : [emptyRow(rounds.length + 1, "No trainer yet")]),
+    );
+  }
+
   let timer: number | null = window.setInterval(renderTimed, 1000);
 
   return {
@@ -422,12 +457,13 @@ export function runPage(id: number): Page {
         document.title = `No such run #${id} · Syncline`;
         return;
       }
-      const [rounds, trainers, witnesses, list, losses, chainTime] = await Promise.all([
+      const [rounds, trainers, witnesses, list, losses, privacy, chainTime] = await Promise.all([
         api.rounds(id),
         api.trainers(id),
         api.witnesses(id),
         api.challenges(id),
         api.losses(id).catch((): Losses | null => null),
+        api.privacy(id).catch((): Privacy | null => null),
         wallet.chainTime().catch(() => Math.floor(Date.now() / 1000)),
       ]);
       detail = d;
@@ -441,6 +477,7 @@ export function runPage(id: number): Page {
       renderWitnesses(witnesses);
       renderChallenges(challenges);
       chart.update(losses);
+      renderPrivacy(privacy);
       if (losses?.metric && losses.metric !== metricName) {
         metricName = losses.metric;
         chartTitle.textContent = metricName === "validation_loss" ? "Loss curve" : `Training loss and ${metricLabel(metricName)}`;
