@@ -243,6 +243,16 @@ def test_bad_covariate_cells_are_refused_in_one_line(
     assert "\n" not in str(err.value)
 
 
+def test_covariate_columns_may_be_called_like_the_table_s_own(tmp_path: Path) -> None:
+    path = tmp_path / "names.csv"
+    frame = pd.read_csv(_covariate_csv(tmp_path / "c.csv")).rename(columns={"id": "store", "rain": "id", "wind": "t"})
+    frame.to_csv(path, index=False)
+    series = read_series(SeriesSource(type="csv", path=str(path), id_column="store", covariates=("id", "t")))
+    assert [s.id for s in series] == ["s0", "s1"]
+    assert series[0].covariates is not None
+    assert np.allclose(series[0].covariates, frame[frame["store"] == "s0"][["id", "t"]].to_numpy())
+
+
 def test_covariate_sources_are_bounded() -> None:
     with pytest.raises(DataSourceError, match="statsmodels has no covariates"):
         SeriesSource.from_mapping({"type": "statsmodels", "covariates": ["x"]})

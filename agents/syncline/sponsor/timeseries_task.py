@@ -224,7 +224,8 @@ def frame_series(frame: Any, source: SeriesSource) -> list[Series]:
         column = numeric[int(np.flatnonzero(~finite[row])[0])]
         kind = "covariate" if column in source.covariates else "value"
         raise DataSourceError(f"series table row {row}: {kind} column {column!r} is not a finite number")
-    table = pd.DataFrame({"t": stamps, "id": frame[source.id_column].astype(str)}).join(values)
+    inner = [f"v{i}" for i in range(len(numeric))]  # the table's own names: a column may be called "t" or "id"
+    table = pd.DataFrame({"t": stamps, "id": frame[source.id_column].astype(str)}).join(values.set_axis(inner, axis=1))
     ids = list(dict.fromkeys(table["id"]))
     if len(ids) > MAX_SERIES:
         raise DataSourceError(f"series table holds {len(ids)} ids; a task takes at most {MAX_SERIES}")
@@ -239,7 +240,7 @@ def frame_series(frame: Any, source: SeriesSource) -> list[Series]:
             if freq is None:
                 raise DataSourceError(f"cannot infer the frequency of series {sid!r}: give the source a freq")
         try:
-            grid = rows.set_index("t")[numeric].asfreq(freq)
+            grid = rows.set_index("t")[inner].asfreq(freq)
         except ValueError as exc:
             raise DataSourceError(f"series {sid!r} on frequency {freq!r}: {' '.join(str(exc).split())[:120]}") from None
         gaps = int(grid.isna().any(axis=1).sum())
