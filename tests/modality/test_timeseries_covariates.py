@@ -412,3 +412,42 @@ def test_the_export_describes_the_covariate_channels(tmp_path: Path) -> None:
     described = json.loads((out / EXPORT_FILE).read_text())
     assert described["covariates"] == ["rain", "wind"] and "covariate_loc" in described["series"][0]
     assert check_export(out) == [1, H, C]
+
+
+def test_a_bf16_covariate_trainer_stays_within_the_fp32_referees_envelope(tmp_path: Path) -> None:
+    """Channel attention over the target and its covariates keeps an honest bf16 segment, replayed
+    in fp32, inside the default tolerance envelope; another learning rate falls outside."""
+    from syncline.protocol.checkpoints import Checkpoint
+    from syncline.protocol.spec import ToleranceModel
+    from syncline.protocol.tolerance import compare
+    from syncline.run.agent_config import InnerOptimizerConfig
+    from syncline.trainer.inner_loop import InnerLoop
+
+    published, blobs = _publish(tmp_path, model={**TINY_MODEL, "d_model": 32, "num_hidden_layers": 2})
+    spec = published.spec
+    assert spec.model.config["channel_attention"] is True
+    adapter = adapter_from_spec(spec)
+    shards = [blobs.get(h) for h in spec.dataset.shard_hashes]
+    config = {"family": spec.model.family, **spec.model.config}
+    layout = published.initial_state.layout
+
+    def loop(lr: float, dtype: str = "fp32") -> InnerLoop:
+        cfg = InnerOptimizerConfig(lr=lr, inner_steps=8, batch_size=16)
+        return InnerLoop(adapter, adapter.build_model(config, seed=0), layout, cfg, dtype=dtype)
+
+    def checkpoints(dtype: str, lr: float) -> tuple[Checkpoint, ...]:
+        work = loop(lr, dtype).run(published.initial_state, shards, seed=9, checkpoint_interval=4)
+        return tuple(Checkpoint.from_bytes(c, layout=layout) for c in work.checkpoints)
+
+    honest, other_lr = checkpoints("bf16", 2e-3), checkpoints("fp32", 4e-3)
+    referee = loop(2e-3)
+    for s in (0, 1):
+        replayed = Checkpoint.from_bytes(
+            referee.run_segment(honest[s], shards, seed=9, start=4 * s, stop=4 * s + 4, dtype="fp32"), layout=layout
+        )
+        verdict = compare(honest[s], honest[s + 1], replayed, layout, ToleranceModel())
+        assert verdict.within, verdict
+    replayed = Checkpoint.from_bytes(
+        referee.run_segment(honest[0], shards, seed=9, start=0, stop=4, dtype="fp32"), layout=layout
+    )
+    assert not compare(honest[0], other_lr[1], replayed, layout, ToleranceModel()).within
