@@ -474,7 +474,16 @@ def _publish_other_modality(
         plan = WindowPlan.from_mapping(dict(template.pop("windows", None) or {}))
         template.pop("modality", None)
         series = SeriesSource.from_mapping(described)
-        check_timeseries_template(template, shard_count=shard_count, model=model, plan=plan, now=now, sponsor=sponsor)
+        check_timeseries_template(
+            template,
+            shard_count=shard_count,
+            model=model,
+            plan=plan,
+            num_channels=len(series.value_columns) if series.type != "statsmodels" else 1,
+            num_covariates=len(series.covariates),
+            now=now,
+            sponsor=sponsor,
+        )
         published = publish_timeseries_task(
             blobs, template=template, model=model, source=series, plan=plan, shard_count=shard_count
         )

@@ -1,7 +1,8 @@
 """``/api/tasks/prepare`` for the other two modalities (issue 14, item 6): a vision task from an
-``.npz`` and a time-series task from a CSV, both under the API's data directory; the returned call
-posts on chain and the spec is the modality's, its ``param_count`` the model layout's. A path
-outside the data directory and a bad window plan are one-line 422s naming the field."""
+``.npz`` and from a folder of PNG images per class, a time-series task from a CSV and from a
+Parquet with covariates, all under the API's data directory; the returned call posts on chain and
+the spec is the modality's, its ``param_count`` the model layout's. A path outside the data
+directory, a bad window plan and a non-finite covariate are one-line 422s naming the field."""
 
 from __future__ import annotations
 
@@ -76,6 +77,39 @@ def write_csv(path: Path, *, ids: int = 2, steps: int = 96) -> Path:
         rows += [f"{stamps[k]},s{i},{y[k]:.6f}" for k in range(steps)]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def write_image_folder(path: Path, per_class: int = 12) -> Path:
+    """``path/<class>/<n>.png``: three classes of 8x8 grayscale PNGs (Pillow), as :func:`write_npz`
+    draws them (a bright row, column or diagonal, with noise)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(2)
+    for name in ("column", "diagonal", "row"):  # sorted: the labels' order
+        (path / name).mkdir(parents=True, exist_ok=True)
+        for n in range(per_class):
+            image = rng.integers(0, 40, size=(8, 8)).astype(np.uint8)
+            if name == "row":
+                image[3, :] = 250
+            elif name == "column":
+                image[:, 3] = 250
+            else:
+                image[np.eye(8, dtype=bool)] = 250
+            Image.fromarray(image, mode="L").save(path / name / f"{n:03d}.png")
+    return path
+
+
+def write_parquet(path: Path, *, steps: int = 96) -> Path:
+    """:func:`write_csv`'s series with two covariate columns, ``rain`` and ``promo``, as Parquet."""
+    import pandas as pd
+
+    frame = pd.read_csv(write_csv(path.with_suffix(".csv"), steps=steps))
+    rng = np.random.default_rng(3)
+    frame["rain"] = rng.gamma(1.0, 3.0, len(frame))
+    frame["promo"] = (rng.random(len(frame)) < 0.2).astype(np.float64)
+    frame.to_parquet(path)
+    path.with_suffix(".csv").unlink()
     return path
 
 
@@ -177,6 +211,81 @@ def test_prepare_a_time_series_task_from_a_csv(
     api.wait_indexed()
     losses = http.ok(f"/api/runs/{market.task_count()}/losses")
     assert (losses["metric"], losses["metric_higher_is_better"]) == ("mase", False)
+
+
+def test_prepare_a_vision_task_from_an_image_folder(
+    api: ApiServer, http: Http, market: MarketClient, w3: Web3, blobs: HttpBlobStore
+) -> None:
+    write_image_folder(api.settings.source_dir / "vision" / "shapes")
+    body = {
+        "modality": "vision",
+        "spec": _spec(http, "api-folder"),
+        "image_source": {"type": "image_folder", "path": "vision/shapes", "shard_count": SHARDS},
+        "model": TINY_VIT,
+    }
+    reply = http.post("/api/tasks/prepare", body)
+    assert reply.status == 200, reply.body
+    prepared = reply.json()
+    _post(w3, prepared)
+    spec = _posted_spec(market, blobs, prepared)
+    assert spec.modality == Modality.VISION and spec.name == "api-folder"
+    assert spec.metadata["class_names"] == ["column", "diagonal", "row"]  # the folders, sorted
+    assert spec.metadata["image_size"] == 8 and spec.metadata["num_channels"] == 1
+    assert spec.dataset.shard_count == SHARDS
+    # every PNG landed in a shard or the validation shard, decoded to the pixels written
+    adapter = adapter_for(spec)
+    hashes = [*spec.dataset.shard_hashes, spec.dataset.validation_hash]
+    shards = [adapter.decode(blobs.get(h)) for h in hashes]  # type: ignore[attr-defined]
+    assert sum(len(s) for s in shards) == 36
+    for shard in shards:
+        rows = shard.images[shard.labels == 2][:, 0]  # class "row": its fourth row is bright
+        assert rows.shape[0] > 0 and bool((rows[:, 3, :] == 250).all())
+
+
+def test_prepare_a_time_series_task_with_covariates_from_a_parquet(
+    api: ApiServer, http: Http, market: MarketClient, w3: Web3, blobs: HttpBlobStore
+) -> None:
+    write_parquet(api.settings.source_dir / "series" / "sales.parquet")
+    source = {
+        "type": "parquet",
+        "path": "series/sales.parquet",
+        "timestamp_column": "ts",
+        "id_column": "store",
+        "value_columns": ["sales"],
+        "covariates": ["rain", "promo"],
+        "shard_count": SHARDS,
+    }
+    body = {
+        "modality": "time_series",
+        "spec": _spec(http, "api-covariates"),
+        "series_source": source,
+        "windows": PLAN,
+        "model": TINY_PATCHTST,
+    }
+    reply = http.post("/api/tasks/prepare", body)
+    assert reply.status == 200, reply.body
+    prepared = reply.json()
+    _post(w3, prepared)
+    spec = _posted_spec(market, blobs, prepared)
+    assert [s["id"] for s in spec.metadata["series"]] == ["s0", "s1"] and spec.metadata["freq"] == "MS"
+    assert spec.metadata["covariates"] == ["rain", "promo"] and spec.metadata["num_channels"] == 1
+    assert spec.model.config["num_input_channels"] == 3 and spec.model.config["channel_attention"] is True
+    windows = adapter_for(spec).windows(blobs.get(spec.dataset.validation_hash))  # type: ignore[attr-defined]
+    assert windows.past_covariates.shape[1:] == (24, 2) and windows.future.shape[1:] == (6, 1)
+    # a covariate cell that is not a finite number is a one-line 422 naming it
+    import pandas as pd
+
+    frame = pd.read_parquet(api.settings.source_dir / "series" / "sales.parquet")
+    frame.loc[5, "rain"] = float("nan")
+    frame.to_parquet(api.settings.source_dir / "series" / "holes.parquet")
+    body["series_source"] = {**source, "path": "series/holes.parquet"}
+    body["spec"] = _spec(http, "api-holes")
+    message = assert_error(
+        http.post("/api/tasks/prepare", body), 422, "series_source: series table row 5: covariate column 'rain'"
+    )
+    assert str(api.settings.source_dir) not in message
+    body["series_source"] = {"type": "statsmodels", "covariates": ["rain"], "shard_count": SHARDS}
+    assert_error(http.post("/api/tasks/prepare", body), 422, "covariates: a statsmodels source takes datasets only")
 
 
 def test_prepare_a_patchtsmixer_task_from_packaged_series(

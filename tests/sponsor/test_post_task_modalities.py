@@ -56,6 +56,11 @@ def test_post_task_posts_vision_and_time_series_tasks_from_the_sponsor_s_files(
         for m in months
     ]
     (sponsor / "data" / "series.csv").write_text("\n".join(rows) + "\n")
+    # the same series with a covariate column (a temperature that leads the values by a season)
+    with_temp = ["timestamp,id,value,temp"] + [f"{r},{np.cos(i / 7):.4f}" for i, r in enumerate(rows[1:])]
+    (sponsor / "data" / "series_cov.csv").write_text("\n".join(with_temp) + "\n")
+    covariate_source = {"type": "csv", "path": "data/series_cov.csv", "covariates": ["temp"], "shard_count": 3}
+    windows = {"context_length": 24, "prediction_length": 6, "season_length": 12}
     key = devnet.private_keys()[0]
     store = HttpBlobStore(blob_service.url)
 
@@ -71,6 +76,14 @@ def test_post_task_posts_vision_and_time_series_tasks_from_the_sponsor_s_files(
             "bad-windows",
             _spec(witnesses, series_source={"type": "csv", "path": "data/series.csv"}, windows={"horizon": 3}),
             "horizon",
+        ),
+        (  # covariates need a model that mixes channels: refused before anything is read or uploaded
+            "no-mixing",
+            {
+                **_spec(witnesses, series_source=covariate_source, windows=windows),
+                "model": {"family": "patchtst", "patch_length": 6, "patch_stride": 6, "channel_attention": False},
+            },
+            "channel_attention False: a task with covariates needs True",
         ),
     ):
         done = post(name, spec)
@@ -96,3 +109,11 @@ def test_post_task_posts_vision_and_time_series_tasks_from_the_sponsor_s_files(
     ctx = TaskContext.load(market, store, json.loads(done.stdout)["task_id"])
     assert ctx.spec.modality == Modality.TIME_SERIES and ctx.adapter.metric_name == "mase"
     assert ctx.spec.metadata["context_length"] == 24 and ctx.layout.numel == ctx.spec.param_count
+
+    done = post("series-covariates", _spec(witnesses, series_source=covariate_source, windows=windows))
+    assert done.returncode == 0, done.stderr
+    ctx = TaskContext.load(market, store, json.loads(done.stdout)["task_id"])
+    assert ctx.spec.metadata["covariates"] == ["temp"] and ctx.spec.model.config["num_input_channels"] == 2
+    assert ctx.adapter.num_covariates == 1  # type: ignore[attr-defined]
+    shard = ctx.adapter.windows(store.get(ctx.spec.dataset.shard_hashes[0]))  # type: ignore[attr-defined]
+    assert shard.past_covariates is not None and shard.past_covariates.shape[1:] == (24, 1)

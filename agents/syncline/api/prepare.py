@@ -342,6 +342,7 @@ def prepare_timeseries(services: ApiServices, req: TimeSeriesPrepareRequest, cli
         described["path"] = str(series_path(src.path, settings))
     model = req.model.model_dump() if req.model is not None else dict(DEFAULT_TIMESERIES_MODEL)
     channels = len(src.value_columns) if src.value_columns else 1
+    covariates = len(src.covariates) if src.covariates else 0
     try:
         series = SeriesSource.from_mapping(described)
         plan = WindowPlan.from_mapping(req.windows.model_dump())
@@ -354,15 +355,17 @@ def prepare_timeseries(services: ApiServices, req: TimeSeriesPrepareRequest, cli
             model=model,
             plan=plan,
             num_channels=channels,
+            num_covariates=covariates,
             now=services.chain_time(),
             sponsor=NO_SPONSOR,
         )
-        spec = spec_model(model, plan, channels)
+        spec = spec_model(model, plan, channels, covariates)
         adapter = TimeSeriesAdapter(
             context_length=plan.context_length,
             prediction_length=plan.prediction_length,
             num_channels=channels,
             season_length=plan.season_length,
+            num_covariates=covariates,
         )
         net = {"family": spec["family"], **spec["config"]}
         _check_size(_meta_parameter_count(lambda: adapter.build_model(net, seed=0)))

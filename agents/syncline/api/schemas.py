@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from syncline.modality.language import MAX_VOCAB_SIZE
-from syncline.modality.timeseries import MAX_CONTEXT_LENGTH, MAX_PREDICTION_LENGTH, MAX_SEASON_LENGTH
+from syncline.modality.timeseries import MAX_CONTEXT_LENGTH, MAX_COVARIATES, MAX_PREDICTION_LENGTH, MAX_SEASON_LENGTH
 from syncline.modality.vision import MAX_IMAGE_SIZE
 from syncline.protocol.spec import LORA_MAX_ALPHA, LORA_MAX_RANK, LORA_MAX_TARGETS, MAX_SHARDS
 
@@ -288,6 +288,8 @@ class SeriesSourceParams(BaseModel):
     id_column: _Name | None = None
     value_columns: list[_Name] | None = Field(default=None, min_length=1, max_length=64)
     freq: str | None = Field(default=None, min_length=1, max_length=32)
+    # past covariates: further numeric columns the model reads beside the values (§12.7)
+    covariates: list[_Name] | None = Field(default=None, max_length=MAX_COVARIATES)
     shard_count: int = Field(ge=SERIES_BOUNDS["shard_count"][0], le=SERIES_BOUNDS["shard_count"][1])
 
     @model_validator(mode="after")
@@ -304,7 +306,7 @@ class SeriesSourceParams(BaseModel):
         return self
 
 
-SERIES_FILE_FIELDS = ("path", "timestamp_column", "id_column", "value_columns", "freq")
+SERIES_FILE_FIELDS = ("path", "timestamp_column", "id_column", "value_columns", "freq", "covariates")
 
 
 class WindowParams(BaseModel):

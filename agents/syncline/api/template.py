@@ -226,7 +226,10 @@ def modalities() -> dict[str, Any]:
             "default_source": "statsmodels",
             "source_fields": {
                 "statsmodels": ["datasets"],
-                **{t: ["path", "timestamp_column", "id_column", "value_columns", "freq"] for t in SERIES_FILE_TYPES},
+                **{
+                    t: ["path", "timestamp_column", "id_column", "value_columns", "freq", "covariates"]
+                    for t in SERIES_FILE_TYPES
+                },
             },
             "datasets": list(STATSMODELS_DATASETS),
             "default_datasets": list(DEFAULT_DATASETS),

@@ -12,6 +12,11 @@
    in-sample error; the receipt also carries the initial model's MASE and the seasonal-naive
    forecast's own MASE on the same windows. The export (``save_pretrained`` plus
    ``syncline_timeseries.json``) loads with ``PatchTSTForPrediction.from_pretrained`` and forecasts.
+
+With covariates (:func:`seattle_weather_source`): ``vega_datasets``' Seattle weather (daily, 2012 to
+2015, shipped inside the package), written as a bring-your-own CSV whose target is the daily
+maximum temperature and whose past covariates are precipitation, wind and the minimum temperature
+(:data:`SEATTLE_WINDOWS`: 56 days of context, 7 forecast).
 """
 
 from __future__ import annotations
@@ -42,6 +47,16 @@ from syncline.sponsor.timeseries_task import (
 
 log = get_logger("syncline.demo.timeseries")
 
+SEATTLE_COVARIATES = ("precipitation", "wind", "temp_min")
+"""The Seattle weather columns :func:`seattle_weather_csv` writes beside the target ``temp_max``."""
+SEATTLE_WINDOWS = WindowPlan(
+    context_length=56, prediction_length=7, season_length=1, validation_windows=20, validation_stride=7
+)
+"""Daily windows: 8 weeks of context, a week forecast, the naive forecast (season 1) as the MASE
+scale; the last 140 days held out (20 validation windows a week apart)."""
+SEATTLE_MODEL: dict[str, Any] = {**DEFAULT_TIMESERIES_MODEL, "patch_length": 7, "patch_stride": 7}
+"""The scenario's PatchTST with weekly patches."""
+
 WINDOWS = WindowPlan()
 """48 months of context, 12 forecast, season 12, 9 validation windows 3 months apart per series."""
 MODEL: dict[str, Any] = DEFAULT_TIMESERIES_MODEL
@@ -58,6 +73,27 @@ PLAN = dataclasses.replace(
 """The run: the main demo's committee and windows, 5 rounds of 50 inner steps of 32 windows."""
 
 
+def seattle_weather_csv(path: Path) -> Path:
+    """Write ``vega_datasets``' local Seattle weather as a series CSV: ``timestamp``, ``id``
+    (``seattle``), ``value`` (``temp_max``, degrees C) and the :data:`SEATTLE_COVARIATES` columns."""
+    from vega_datasets import local_data  # type: ignore[import-untyped]
+
+    frame = local_data.seattle_weather()
+    out = frame.rename(columns={"date": "timestamp", "temp_max": "value"})
+    out.insert(1, "id", "seattle")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    out[["timestamp", "id", "value", *SEATTLE_COVARIATES]].to_csv(path, index=False)
+    return path
+
+
+def seattle_weather_source(path: Path, *, covariates: bool = True) -> SeriesSource:
+    """A CSV source of :func:`seattle_weather_csv` (written at ``path``), with or without its
+    covariates."""
+    return SeriesSource(
+        type="csv", path=str(seattle_weather_csv(path)), covariates=SEATTLE_COVARIATES if covariates else ()
+    )
+
+
 class TimeSeriesDemo:
     """Runs the scenario in ``workdir`` (``.syncline/demo/timeseries``)."""
 
@@ -69,7 +105,9 @@ class TimeSeriesDemo:
         windows: WindowPlan = WINDOWS,
         model: dict[str, Any] | None = None,
         source: SeriesSource | None = None,
+        name: str = "co2-elnino-patchtst-diloco",
     ):
+        self.name = name
         self.workdir = workdir
         self.plan = plan
         self.windows = windows
@@ -83,7 +121,7 @@ class TimeSeriesDemo:
         def publish(blobs: BlobStore, template: dict[str, Any]) -> PublishedTask:
             return publish_timeseries_task(
                 blobs,
-                template={**template, "name": "co2-elnino-patchtst-diloco"},
+                template={**template, "name": self.name},
                 model=self.model,
                 source=self.source,
                 plan=self.windows,
@@ -103,7 +141,7 @@ class TimeSeriesDemo:
             model = ctx.build_model(ctx.fetch_state(ctx.spec.initial_state_root))
             baseline["initial"] = adapter.metric(model, shard, batch_size=EVAL_BATCH_SIZE, max_batches=EVAL_BATCHES)
             w = adapter.windows(shard)
-            naive = seasonal_naive(w.past, adapter.prediction_length, adapter.season_length)
+            naive = seasonal_naive(w.past, adapter.prediction_length, adapter.season_length)  # targets only
             baseline["seasonal_naive"] = mase(naive, w.future, w.scale)
             baseline["windows"] = len(w)
             final = ctx.build_model(ctx.fetch_state(market.task(task_id).state_root))
@@ -146,7 +184,8 @@ def check_export(model_dir: Path) -> list[int]:
     if described["model_class"] not in FAMILIES.values():
         raise ValueError(f"export names model class {described['model_class']!r}")
     model: Any = getattr(transformers, described["model_class"]).from_pretrained(model_dir).eval()
-    past = torch.zeros(1, described["context_length"], described["num_channels"])
+    channels = described["num_channels"] + len(described.get("covariates", []))
+    past = torch.zeros(1, described["context_length"], channels)
     with torch.no_grad():
         out = model(past_values=past).prediction_outputs
-    return list(out.shape)
+    return [*out.shape[:-1], described["num_channels"]]  # the forecasts: the target channels

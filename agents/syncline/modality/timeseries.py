@@ -6,7 +6,13 @@ A **window shard** (docs/protocol.md §12.7) is a canonical ``safetensors`` file
 tensors: ``past`` ``[N, context_length, C]`` (the model's input), ``future``
 ``[N, prediction_length, C]`` (what it forecasts) and ``scale`` ``[N, C]`` (the seasonal-naive
 in-sample error of each window's series and channel: the mean absolute ``season_length``-step
-difference of everything before the window's forecast start, gluonts' ``seasonal_error``). The
+difference of everything before the window's forecast start, gluonts' ``seasonal_error``). A task
+with ``K`` past covariates (``metadata.covariates``, their names) adds a fourth tensor,
+``past_covariates`` ``[N, context_length, K]``: the covariates' values over the window's context,
+which the model reads as ``K`` extra input channels after the ``C`` target channels
+(``num_input_channels`` ``C + K``) and mixes into the targets' forecasts (:data:`CHANNEL_MIXING`:
+both families are channel-independent by default, which would ignore them); the loss and every
+metric read the target channels only. The
 sponsor builds the windows (``syncline.sponsor.timeseries_task``) from series it has already
 scaled, so every party reads the same floats and computes nothing but the model.
 
@@ -38,6 +44,18 @@ FAMILIES: dict[str, str] = {"patchtst": "PatchTSTForPrediction", "patchtsmixer":
 FAMILY_NAMES = ", ".join(FAMILIES)
 SHARD_TENSORS = ("future", "past", "scale")
 """The tensors of a window shard, in the order of their bytes (safetensors orders them by name)."""
+COVARIATE_TENSOR = "past_covariates"
+"""The fourth tensor of a task with covariates: ``[N, context_length, K]`` (between ``past`` and
+``scale`` in the bytes)."""
+CHANNEL_MIXING: dict[str, tuple[str, Any]] = {
+    "patchtst": ("channel_attention", True),
+    "patchtsmixer": ("mode", "mix_channel"),
+}
+"""The config setting of each family that lets a channel's forecast read the other channels: a
+task with covariates needs it (the sponsor tooling sets it unless given)."""
+MAX_COVARIATES = 32
+MAX_COVARIATE_NAME = 64
+"""Bounds of ``metadata.covariates``: how many, and the length of each name."""
 SCALINGS = ("seasonal", "standard", "none")
 """``metadata.scaling``: how the sponsor scaled each series before cutting windows (§12.7)."""
 MAX_SHARD_BYTES = 256 << 20
@@ -70,24 +88,40 @@ class WindowShardError(ValueError):
 
 @dataclass(frozen=True)
 class Windows:
-    """Forecasting windows: ``past`` [N, L, C], ``future`` [N, H, C], ``scale`` [N, C], float32."""
+    """Forecasting windows: ``past`` [N, L, C], ``future`` [N, H, C], ``scale`` [N, C], and with
+    covariates ``past_covariates`` [N, L, K] (else ``None``), float32."""
 
     past: torch.Tensor
     future: torch.Tensor
     scale: torch.Tensor
+    past_covariates: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.past.shape[0])
 
+    @property
+    def inputs(self) -> torch.Tensor:
+        """The model's ``past_values`` [N, L, C + K]: the target channels, then the covariates."""
+        if self.past_covariates is None:
+            return self.past
+        return torch.cat([self.past, self.past_covariates], dim=-1)
+
     def select(self, index: torch.Tensor) -> Windows:
-        return Windows(self.past[index], self.future[index], self.scale[index])
+        covariates = None if self.past_covariates is None else self.past_covariates[index]
+        return Windows(self.past[index], self.future[index], self.scale[index], covariates)
 
     @staticmethod
     def concat(parts: Sequence[Windows]) -> Windows:
+        with_covariates = {p.past_covariates is not None for p in parts}
+        if len(with_covariates) != 1:
+            raise ValueError("windows with and without covariates do not concatenate")
         return Windows(
             torch.cat([p.past for p in parts]),
             torch.cat([p.future for p in parts]),
             torch.cat([p.scale for p in parts]),
+            torch.cat([p.past_covariates for p in parts if p.past_covariates is not None])
+            if with_covariates.pop()
+            else None,
         )
 
 
@@ -100,6 +134,8 @@ def encode_windows(windows: Windows) -> bytes:
         "future": windows.future.detach().to(torch.float32).contiguous(),
         "scale": windows.scale.detach().to(torch.float32).contiguous(),
     }
+    if windows.past_covariates is not None:
+        tensors[COVARIATE_TENSOR] = windows.past_covariates.detach().to(torch.float32).contiguous()
     data: bytes = save(tensors)
     return data
 
@@ -110,10 +146,12 @@ def decode_windows(
     context_length: int,
     prediction_length: int,
     num_channels: int,
+    num_covariates: int = 0,
     max_bytes: int = MAX_SHARD_BYTES,
 ) -> Windows:
     """Parse a window shard (hostile bytes): its size bounded by ``max_bytes``, exactly the tensors
-    :data:`SHARD_TENSORS` as float32 of the task's shapes, at least one window, every value finite,
+    :data:`SHARD_TENSORS` (and :data:`COVARIATE_TENSOR` when ``num_covariates`` > 0) as float32 of
+    the task's shapes, at least one window, every value finite,
     every scale positive, and the bytes canonical (what :func:`encode_windows` writes for them)."""
     from safetensors import SafetensorError
     from safetensors.torch import load
@@ -129,8 +167,9 @@ def decode_windows(
         tensors = load(data)
     except (SafetensorError, ValueError, RuntimeError) as exc:
         raise WindowShardError(f"window shard is not a safetensors file: {' '.join(str(exc).split())[:200]}") from None
-    if sorted(tensors) != list(SHARD_TENSORS):
-        raise WindowShardError(f"window shard holds tensors {sorted(tensors)}; expected {list(SHARD_TENSORS)}")
+    names = sorted((*SHARD_TENSORS, COVARIATE_TENSOR) if num_covariates else SHARD_TENSORS)
+    if sorted(tensors) != names:
+        raise WindowShardError(f"window shard holds tensors {sorted(tensors)}; expected {names}")
     for name, t in tensors.items():
         if t.dtype != torch.float32:
             raise WindowShardError(f"window shard tensor {name!r} is {t.dtype}; expected float32")
@@ -141,19 +180,22 @@ def decode_windows(
         "future": (n, prediction_length, num_channels),
         "scale": (n, num_channels),
     }
+    if num_covariates:
+        expected[COVARIATE_TENSOR] = (n, context_length, num_covariates)
     for name, shape in expected.items():
         if tuple(tensors[name].shape) != shape or n < 1:
             raise WindowShardError(
                 f"window shard tensor {name!r} has shape {list(tensors[name].shape)}; expected "
                 f"[N >= 1, {', '.join(str(d) for d in shape[1:])}] with the task's context_length "
-                f"{context_length}, prediction_length {prediction_length} and {num_channels} channels"
+                f"{context_length}, prediction_length {prediction_length}, {num_channels} channels"
+                + (f" and {num_covariates} covariates" if num_covariates else "")
             )
     for name, t in tensors.items():
         if not bool(torch.isfinite(t).all()):
             raise WindowShardError(f"window shard tensor {name!r} holds NaN or Inf")
     if not bool((scale > 0).all()):
         raise WindowShardError("window shard tensor 'scale' holds a value <= 0 (a MASE scale must be positive)")
-    windows = Windows(past, future, scale)
+    windows = Windows(past, future, scale, tensors.get(COVARIATE_TENSOR))
     if encode_windows(windows) != data:
         raise WindowShardError("window shard is not canonical (safetensors metadata, padding or layout differs)")
     return windows
@@ -236,7 +278,8 @@ def scaled_quantile_loss(quantiles: Mapping[float, torch.Tensor], future: torch.
 
 class TimeSeriesAdapter:
     """Forecasting ``prediction_length`` steps of ``num_channels`` channels from
-    ``context_length`` past steps with a PatchTST or PatchTSMixer built from a config.
+    ``context_length`` past steps (and ``num_covariates`` past covariates, extra input channels
+    whose forecasts nothing reads) with a PatchTST or PatchTSMixer built from a config.
 
     Training batches are windows drawn uniformly (with replacement) from the assigned shards by a
     generator seeded with ``seed``; evaluation and the metric read evenly spaced validation windows
@@ -247,33 +290,56 @@ class TimeSeriesAdapter:
     metric_name = "mase"
     metric_higher_is_better = False
 
-    def __init__(self, *, context_length: int, prediction_length: int, num_channels: int = 1, season_length: int = 1):
-        for key, value, bound in (
-            ("context_length", context_length, MAX_CONTEXT_LENGTH),
-            ("prediction_length", prediction_length, MAX_PREDICTION_LENGTH),
-            ("num_channels", num_channels, MAX_CHANNELS),
-            ("season_length", season_length, MAX_SEASON_LENGTH),
+    def __init__(
+        self,
+        *,
+        context_length: int,
+        prediction_length: int,
+        num_channels: int = 1,
+        season_length: int = 1,
+        num_covariates: int = 0,
+    ):
+        for key, value, low, bound in (
+            ("context_length", context_length, 1, MAX_CONTEXT_LENGTH),
+            ("prediction_length", prediction_length, 1, MAX_PREDICTION_LENGTH),
+            ("num_channels", num_channels, 1, MAX_CHANNELS),
+            ("season_length", season_length, 1, MAX_SEASON_LENGTH),
+            ("num_covariates", num_covariates, 0, MAX_COVARIATES),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= bound:
-                raise SpecError(f"{key} {value!r} must be an integer in [1, {bound}]")
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= bound:
+                raise SpecError(f"{key} {value!r} must be an integer in [{low}, {bound}]")
         self.context_length = context_length
         self.prediction_length = prediction_length
         self.num_channels = num_channels
         self.season_length = season_length
+        self.num_covariates = num_covariates
 
     # ------------------------------------------------------------------ model
 
     def check_config(self, config: Mapping[str, Any]) -> Any:
         """The ``transformers`` config of ``config``, refused unless its context and prediction
-        lengths and channels are this task's."""
-        _, hf_config = model_config(config)
+        lengths and input channels (targets and covariates) are this task's, and, with covariates,
+        unless it mixes channels (:data:`CHANNEL_MIXING`)."""
+        family, hf_config = model_config(config)
+        key, mixing = CHANNEL_MIXING[family]
+        if self.num_covariates and getattr(hf_config, key, None) != mixing:
+            raise SpecError(
+                f"model.config.{key} {getattr(hf_config, key, None)!r}: a task with covariates needs {mixing!r} "
+                f"(a {family} forecasts each channel from that channel alone otherwise)"
+            )
         for key, want in (
             ("context_length", self.context_length),
             ("prediction_length", self.prediction_length),
-            ("num_input_channels", self.num_channels),
+            ("num_input_channels", self.num_channels + self.num_covariates),
         ):
             if getattr(hf_config, key, None) != want:
                 raise SpecError(f"model.config.{key} {getattr(hf_config, key, None)!r} differs from the task's {want}")
+        indices = getattr(hf_config, "prediction_channel_indices", None)
+        if indices is not None and list(indices) != list(range(self.num_channels)):
+            raise SpecError(
+                f"model.config.prediction_channel_indices {indices!r}: the forecast channels are the first "
+                f"{self.num_channels} (the targets); leave it out"
+            )
         return hf_config
 
     def build_model(self, config: Mapping[str, Any], *, seed: int) -> torch.nn.Module:
@@ -303,6 +369,7 @@ class TimeSeriesAdapter:
             context_length=self.context_length,
             prediction_length=self.prediction_length,
             num_channels=self.num_channels,
+            num_covariates=self.num_covariates,
         )
 
     def batches(
@@ -312,31 +379,49 @@ class TimeSeriesAdapter:
         gen = torch.Generator().manual_seed(seed)
         for _ in range(steps):
             pick = torch.randint(0, len(pool), (batch_size,), generator=gen)
-            yield {"past_values": pool.past[pick], "future_values": pool.future[pick]}
+            yield {"past_values": pool.inputs[pick], "future_values": pool.future[pick]}
 
     def loss(self, model: torch.nn.Module, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        out = model(past_values=batch["past_values"], future_values=batch["future_values"])
-        loss: torch.Tensor = out.loss
-        return loss
+        """The model's own training loss; with covariates the same loss on the target channels
+        only (the mean squared error of their forecasts, or the mean negative log-likelihood of
+        their distribution), as PatchTSMixer computes it with ``prediction_channel_indices``."""
+        if not self.num_covariates:
+            out = model(past_values=batch["past_values"], future_values=batch["future_values"])
+            loss: torch.Tensor = out.loss
+            return loss
+        out = model(past_values=batch["past_values"])
+        future = batch["future_values"]
+        if head_of(model.config) == "point":
+            point: torch.Tensor = out.prediction_outputs[..., : self.num_channels]
+            return torch.nn.functional.mse_loss(point, future)
+        nll: torch.Tensor = -self._distribution(model, out).log_prob(future)
+        return nll.mean()
 
     def forecast(self, model: torch.nn.Module, past: torch.Tensor) -> torch.Tensor:
-        """Point forecasts [N, prediction_length, C] of windows ``past`` [N, context_length, C]: a
-        point head's output, a probabilistic head's mean."""
+        """Point forecasts [N, prediction_length, C] of the target channels from windows' model
+        inputs ``past`` [N, context_length, C + K]: a point head's output, a probabilistic head's
+        mean."""
         out = model(past_values=past)
         if head_of(model.config) == "point":
-            point: torch.Tensor = out.prediction_outputs
+            point: torch.Tensor = out.prediction_outputs[..., : self.num_channels]
             return point
         mean: torch.Tensor = self._distribution(model, out).mean
         return mean
 
-    @staticmethod
-    def _distribution(model: torch.nn.Module, out: Any) -> Any:
-        return model.distribution_output.distribution(out.prediction_outputs, loc=out.loc, scale=out.scale)  # type: ignore[operator,union-attr]
+    def _distribution(self, model: torch.nn.Module, out: Any) -> Any:
+        """The forecast distribution of the target channels (the first ``num_channels``)."""
+        c = self.num_channels
+        params = out.prediction_outputs
+        if params[0].shape[-1] != c:
+            params = tuple(p[..., :c] for p in params)
+        loc, scale = out.loc[..., :c], out.scale[..., :c]
+        return model.distribution_output.distribution(params, loc=loc, scale=scale)  # type: ignore[operator,union-attr]
 
     def forecast_quantiles(
         self, model: torch.nn.Module, past: torch.Tensor, levels: Sequence[float] = QUANTILE_LEVELS
     ) -> dict[float, torch.Tensor]:
-        """Forecast quantiles [N, prediction_length, C] per level: a normal head's exact quantiles
+        """Forecast quantiles [N, prediction_length, C] of the target channels from windows' model
+        inputs ``past`` per level: a normal head's exact quantiles
         (``loc + scale * icdf``), a point head's point forecast at every level."""
         if head_of(model.config) == "point":
             point = self.forecast(model, past)
@@ -362,19 +447,21 @@ class TimeSeriesAdapter:
             part = slice(i, i + batch_size)
             n = len(windows.past[part])
             total += (
-                float(self.loss(model, {"past_values": windows.past[part], "future_values": windows.future[part]})) * n
+                float(self.loss(model, {"past_values": windows.inputs[part], "future_values": windows.future[part]}))
+                * n
             )
         model.train(was_training)
         return total / len(windows)
 
     @torch.no_grad()
     def metric(self, model: torch.nn.Module, shard: bytes, *, batch_size: int, max_batches: int) -> float:
-        """MASE (:func:`mase`) of the model's forecasts of the validation windows :meth:`evaluate` reads."""
+        """MASE (:func:`mase`) of the model's forecasts of the validation windows :meth:`evaluate`
+        reads: the target channels only, never a covariate."""
         windows = self._validation(shard, batch_size=batch_size, max_batches=max_batches)
         was_training = model.training
         model.eval()
         forecasts = torch.cat(
-            [self.forecast(model, windows.past[i : i + batch_size]) for i in range(0, len(windows), batch_size)]
+            [self.forecast(model, windows.inputs[i : i + batch_size]) for i in range(0, len(windows), batch_size)]
         )
         model.train(was_training)
         return mase(forecasts, windows.future, windows.scale)
@@ -395,7 +482,7 @@ class TimeSeriesAdapter:
         was_training = model.training
         model.eval()
         parts = [
-            self.forecast_quantiles(model, windows.past[i : i + batch_size], levels)
+            self.forecast_quantiles(model, windows.inputs[i : i + batch_size], levels)
             for i in range(0, len(windows), batch_size)
         ]
         model.train(was_training)
@@ -412,10 +499,28 @@ def _int_key(meta: Mapping[str, Any], key: str) -> int:
     return value
 
 
+def covariate_names(meta: Mapping[str, Any]) -> tuple[str, ...]:
+    """``metadata.covariates`` of a time-series task: a list of at most :data:`MAX_COVARIATES`
+    distinct non-empty names of at most :data:`MAX_COVARIATE_NAME` characters (absent: none)."""
+    names = meta.get("covariates", [])
+    if not isinstance(names, list | tuple):
+        raise SpecError(f"spec metadata covariates must be a list of names, not {type(names).__name__}")
+    if len(names) > MAX_COVARIATES:
+        raise SpecError(f"spec metadata covariates names {len(names)} covariates; the bound is {MAX_COVARIATES}")
+    for name in names:
+        if not isinstance(name, str) or not 1 <= len(name) <= MAX_COVARIATE_NAME:
+            raise SpecError(
+                f"spec metadata covariates: {str(name)[:80]!r} is not a name of 1 to {MAX_COVARIATE_NAME} characters"
+            )
+    if len(set(names)) != len(names):
+        raise SpecError("spec metadata covariates names a covariate twice")
+    return tuple(names)
+
+
 def adapter_from_spec(spec: TrainingTaskSpec) -> TimeSeriesAdapter:
     """The adapter of a time-series task: ``metadata`` ``context_length``, ``prediction_length``,
-    ``num_channels`` (default 1), ``season_length`` and ``scaling``, checked against the model's
-    config; a one-line ``SpecError`` on anything missing or malformed."""
+    ``num_channels`` (default 1), ``season_length``, ``scaling`` and ``covariates`` (default none),
+    checked against the model's config; a one-line ``SpecError`` on anything missing or malformed."""
     meta = dict(spec.metadata)
     scaling = meta.get("scaling", "none")
     if scaling not in SCALINGS:
@@ -425,6 +530,7 @@ def adapter_from_spec(spec: TrainingTaskSpec) -> TimeSeriesAdapter:
         prediction_length=_int_key(meta, "prediction_length"),
         num_channels=_int_key(meta, "num_channels") if "num_channels" in meta else 1,
         season_length=_int_key(meta, "season_length"),
+        num_covariates=len(covariate_names(meta)),
     )
     adapter.check_config({"family": spec.model.family, **dict(spec.model.config)})
     return adapter
@@ -434,7 +540,7 @@ def export_description(spec: TrainingTaskSpec) -> dict[str, Any]:
     """What a user needs beside the weights: the model class, the window sizes, the season, the
     frequency and the per-series scaling the sponsor applied (to map forecasts back to units)."""
     meta = dict(spec.metadata)
-    return {
+    described: dict[str, Any] = {
         "modality": Modality.TIME_SERIES.name.lower(),
         "model_class": FAMILIES.get(spec.model.family, spec.model.family),
         "head": "normal" if spec.model.config.get("loss") == "nll" else "point",
@@ -453,6 +559,15 @@ def export_description(spec: TrainingTaskSpec) -> dict[str, Any]:
             "and map forecasts back with f * scale + loc (its loc and scale in 'series')"
         ),
     }
+    covariates = list(meta.get("covariates", []))
+    if covariates:
+        described["covariates"] = covariates
+        described["usage"] += (
+            "; with covariates x holds num_channels + len(covariates) channels: the targets, then the "
+            "covariates in the order of 'covariates' (each scaled by its series' covariate_loc and "
+            "covariate_scale), and only the first num_channels forecast channels are forecasts"
+        )
+    return described
 
 
 def write_export_files(out_dir: Path, spec: TrainingTaskSpec) -> None:

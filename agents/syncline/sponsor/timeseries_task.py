@@ -14,10 +14,15 @@ Series come from a :class:`SeriesSource`:
     or more value columns, the task's channels). Every id is a series; its rows are sorted by
     timestamp and put on a regular grid of the source's frequency (given, or inferred from the
     first series); missing steps are linearly interpolated, up to :data:`MAX_GAP_FRACTION` of a
-    series.
+    series. ``covariates`` names further numeric columns read as past covariates: the model sees
+    their values over every window's context as extra input channels, never forecasts them, and
+    the metric ignores them. A covariate cell that is empty, not a number, NaN or infinite is
+    refused (like a value cell: the error names the row and the column); only whole missing
+    timestamps are interpolated. Packaged data sets have no covariates.
 
-Windows (:func:`build_windows`): every series is scaled (``metadata.scaling``: ``standard``, the
-mean and standard deviation of its training part, or ``none``); its last
+Windows (:func:`build_windows`): every series is scaled (``metadata.scaling``: ``seasonal``, the
+mean and the seasonal-naive error of its training part, ``standard``, the mean and standard
+deviation, or ``none``), each covariate by the same rule over the same part; its last
 ``prediction_length + (validation_windows - 1) * validation_stride`` steps are held out, and the
 validation shard holds ``validation_windows`` forecasts inside that tail (gluonts' ``split`` and
 ``generate_instances``); training windows forecast steps before it only, every
@@ -40,8 +45,11 @@ from syncline.blobstore import BlobStore
 from syncline.errors import SpecError
 from syncline.modality.lora import trained_parameters
 from syncline.modality.timeseries import (
+    CHANNEL_MIXING,
     FAMILIES,
     FAMILY_NAMES,
+    MAX_COVARIATE_NAME,
+    MAX_COVARIATES,
     SCALINGS,
     TimeSeriesAdapter,
     Windows,
@@ -81,12 +89,14 @@ in ``context_length``, ``prediction_length`` and ``num_input_channels``."""
 
 @dataclass(frozen=True)
 class Series:
-    """One regular series: ``values`` [T, C] (float64), its first timestamp and frequency."""
+    """One regular series: ``values`` [T, C] (float64), its first timestamp and frequency, and its
+    past covariates ``covariates`` [T, K] (float64; ``None`` without)."""
 
     id: str
     values: np.ndarray
     start: str
     freq: str
+    covariates: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -100,10 +110,11 @@ class SeriesSource:
     id_column: str = "id"
     value_columns: tuple[str, ...] = ("value",)
     freq: str | None = None
+    covariates: tuple[str, ...] = ()
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> SeriesSource:
-        known = {"type", "datasets", "path", "timestamp_column", "id_column", "value_columns", "freq"}
+        known = {"type", "datasets", "path", "timestamp_column", "id_column", "value_columns", "freq", "covariates"}
         extra = sorted(set(data) - known)
         if extra:
             raise DataSourceError(f"series source: unknown field {extra[0]!r} (fields: {', '.join(sorted(known))})")
@@ -111,6 +122,16 @@ class SeriesSource:
         if kind not in ("statsmodels", *FILE_TYPES):
             raise DataSourceError(f"series source type {kind!r} is not one of statsmodels, {', '.join(FILE_TYPES)}")
         values = data.get("value_columns", ("value",))
+        covariates = data.get("covariates", ())
+        covariates = (covariates,) if isinstance(covariates, str) else tuple(str(c) for c in covariates)
+        if covariates and kind == "statsmodels":
+            raise DataSourceError("series source statsmodels has no covariates: name them in a csv or parquet source")
+        if len(covariates) > MAX_COVARIATES:
+            raise DataSourceError(f"series source names {len(covariates)} covariates; the bound is {MAX_COVARIATES}")
+        if any(not 1 <= len(c) <= MAX_COVARIATE_NAME for c in covariates) or len(set(covariates)) != len(covariates):
+            raise DataSourceError(
+                f"series source covariates must be distinct column names of 1 to {MAX_COVARIATE_NAME} characters"
+            )
         return cls(
             type=kind,
             datasets=tuple(str(d) for d in data.get("datasets", DEFAULT_DATASETS)),
@@ -119,6 +140,7 @@ class SeriesSource:
             id_column=str(data.get("id_column", "id")),
             value_columns=(values,) if isinstance(values, str) else tuple(str(v) for v in values),
             freq=None if data.get("freq") is None else str(data["freq"]),
+            covariates=covariates,
         )
 
 
@@ -177,7 +199,10 @@ def frame_series(frame: Any, source: SeriesSource) -> list[Series]:
     """The series of a ``(timestamp, id, value...)`` table (module docstring)."""
     import pandas as pd  # type: ignore[import-untyped]
 
-    columns = [source.timestamp_column, source.id_column, *source.value_columns]
+    numeric = [*source.value_columns, *source.covariates]
+    columns = [source.timestamp_column, source.id_column, *numeric]
+    if len(set(columns)) != len(columns):
+        raise DataSourceError("series table: a column is named twice among timestamp, id, values and covariates")
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise DataSourceError(
@@ -191,12 +216,16 @@ def frame_series(frame: Any, source: SeriesSource) -> list[Series]:
         raise DataSourceError(
             f"column {source.timestamp_column!r}: not timestamps ({' '.join(str(exc).split())[:120]})"
         ) from None
-    values = frame[list(source.value_columns)].apply(pd.to_numeric, errors="coerce")
-    bad = ~np.isfinite(values.to_numpy(dtype=np.float64)).all(axis=1)
+    values = frame[numeric].apply(pd.to_numeric, errors="coerce")
+    finite = np.isfinite(values.to_numpy(dtype=np.float64))
+    bad = ~finite.all(axis=1)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise DataSourceError(f"series table row {row}: a value column is not a finite number")
-    table = pd.DataFrame({"t": stamps, "id": frame[source.id_column].astype(str)}).join(values)
+        column = numeric[int(np.flatnonzero(~finite[row])[0])]
+        kind = "covariate" if column in source.covariates else "value"
+        raise DataSourceError(f"series table row {row}: {kind} column {column!r} is not a finite number")
+    inner = [f"v{i}" for i in range(len(numeric))]  # the table's own names: a column may be called "t" or "id"
+    table = pd.DataFrame({"t": stamps, "id": frame[source.id_column].astype(str)}).join(values.set_axis(inner, axis=1))
     ids = list(dict.fromkeys(table["id"]))
     if len(ids) > MAX_SERIES:
         raise DataSourceError(f"series table holds {len(ids)} ids; a task takes at most {MAX_SERIES}")
@@ -211,7 +240,7 @@ def frame_series(frame: Any, source: SeriesSource) -> list[Series]:
             if freq is None:
                 raise DataSourceError(f"cannot infer the frequency of series {sid!r}: give the source a freq")
         try:
-            grid = rows.set_index("t")[list(source.value_columns)].asfreq(freq)
+            grid = rows.set_index("t")[inner].asfreq(freq)
         except ValueError as exc:
             raise DataSourceError(f"series {sid!r} on frequency {freq!r}: {' '.join(str(exc).split())[:120]}") from None
         gaps = int(grid.isna().any(axis=1).sum())
@@ -220,7 +249,9 @@ def frame_series(frame: Any, source: SeriesSource) -> list[Series]:
         if len(grid) > MAX_SERIES_LENGTH:
             raise DataSourceError(f"series {sid!r} has {len(grid):,} steps; the bound is {MAX_SERIES_LENGTH:,}")
         filled = grid.interpolate(method="linear").to_numpy(dtype=np.float64)
-        out.append(Series(sid, filled, str(grid.index[0]), str(freq)))
+        c = len(source.value_columns)
+        covariates = filled[:, c:] if source.covariates else None
+        out.append(Series(sid, filled[:, :c], str(grid.index[0]), str(freq), covariates))
     return out
 
 
@@ -297,6 +328,7 @@ class PreparedWindows:
     train_windows: int = 0
     validation_windows: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    covariates: tuple[str, ...] = ()
 
 
 def _period(start: str, freq: str) -> Any:
@@ -314,32 +346,52 @@ def _period(start: str, freq: str) -> Any:
 
 
 def _instances(
-    target: np.ndarray, *, start: str, freq: str, offset: int, plan: WindowPlan, windows: int, distance: int
+    target: np.ndarray,
+    *,
+    start: str,
+    freq: str,
+    offset: int,
+    plan: WindowPlan,
+    windows: int,
+    distance: int,
+    channels: int | None = None,
 ) -> Windows:
     """``windows`` windows of ``target`` [C, T] whose forecasts start ``offset`` steps from its end,
     ``distance`` apart (gluonts' ``split`` and ``generate_instances``); each window's scale is
-    gluonts' ``seasonal_error`` of everything before its forecast."""
+    gluonts' ``seasonal_error`` of everything before its forecast. With ``channels`` < C the rows
+    after the first ``channels`` are covariates: only their context is kept."""
     from gluonts.dataset.split import split  # type: ignore[import-untyped]
     from gluonts.ev.ts_stats import seasonal_error  # type: ignore[import-untyped]
 
     entry = {"start": _period(start, freq), "target": target}
     _, template = split([entry], offset=offset)
-    past, future, scale = [], [], []
+    c = len(target) if channels is None else channels
+    past, future, scale, covariates = [], [], [], []
     for inp, label in template.generate_instances(plan.prediction_length, windows=windows, distance=distance):
         history = inp["target"]
-        past.append(history[:, -plan.context_length :].T)
-        future.append(label["target"].T)
-        scale.append(seasonal_error(history, plan.season_length, time_axis=1)[:, 0])
+        past.append(history[:c, -plan.context_length :].T)
+        covariates.append(history[c:, -plan.context_length :].T)
+        future.append(label["target"][:c].T)
+        scale.append(seasonal_error(history[:c], plan.season_length, time_axis=1)[:, 0])
     return Windows(
         torch.from_numpy(np.stack(past).astype(np.float32)),
         torch.from_numpy(np.stack(future).astype(np.float32)),
         torch.from_numpy(np.stack(scale).astype(np.float32)),
+        torch.from_numpy(np.stack(covariates).astype(np.float32)) if c < len(target) else None,
     )
 
 
-def build_windows(series: Sequence[Series], plan: WindowPlan, *, shard_count: int, seed: int = 0) -> PreparedWindows:
+def build_windows(
+    series: Sequence[Series],
+    plan: WindowPlan,
+    *,
+    shard_count: int,
+    seed: int = 0,
+    covariates: Sequence[str] = (),
+) -> PreparedWindows:
     """Scale every series, cut its training and validation windows and deal the training windows
-    into ``shard_count`` shards (module docstring)."""
+    into ``shard_count`` shards (module docstring); ``covariates`` names the series' covariate
+    columns, in order."""
     plan.check()
     if shard_count < 1:
         raise SpecError("shard_count must be at least 1")
@@ -348,6 +400,13 @@ def build_windows(series: Sequence[Series], plan: WindowPlan, *, shard_count: in
     channels = {s.values.shape[1] for s in series}
     if len(channels) != 1:
         raise DataSourceError("the series have different numbers of channels")
+    kinds = {0 if s.covariates is None else s.covariates.shape[1] for s in series}
+    if len(kinds) != 1:
+        raise DataSourceError("the series have different numbers of covariates")
+    num_covariates = kinds.pop()
+    covariates = tuple(covariates)
+    if num_covariates != len(covariates):
+        raise DataSourceError(f"the series carry {num_covariates} covariates; {len(covariates)} are named")
     train_parts: list[Windows] = []
     valid_parts: list[Windows] = []
     described: list[dict[str, Any]] = []
@@ -362,6 +421,15 @@ def build_windows(series: Sequence[Series], plan: WindowPlan, *, shard_count: in
         train_len = length - plan.held_out
         loc, spread = series_scaling(s.values[:train_len], plan.scaling, plan.season_length)
         scaled = ((s.values - loc) / spread).astype(np.float32).T  # [C, T]
+        described.append({"id": s.id, "length": length, "loc": loc.tolist(), "scale": spread.tolist()})
+        c = scaled.shape[0]
+        if s.covariates is not None and num_covariates:
+            if s.covariates.shape[0] != length:
+                raise DataSourceError(f"series {s.id!r}: its covariates are not as long as its values")
+            cov_loc, cov_spread = series_scaling(s.covariates[:train_len], plan.scaling, plan.season_length)
+            cov_scaled = ((s.covariates - cov_loc) / cov_spread).astype(np.float32).T  # [K, T]
+            scaled = np.concatenate([scaled, cov_scaled])  # [C + K, T]: targets, then covariates
+            described[-1].update(covariate_loc=cov_loc.tolist(), covariate_scale=cov_spread.tolist())
         valid = _instances(
             scaled,
             start=s.start,
@@ -370,6 +438,7 @@ def build_windows(series: Sequence[Series], plan: WindowPlan, *, shard_count: in
             plan=plan,
             windows=plan.validation_windows,
             distance=plan.validation_stride,
+            channels=c,
         )
         count = (train_len - plan.context_length - plan.prediction_length) // plan.train_stride + 1
         train = _instances(
@@ -380,12 +449,12 @@ def build_windows(series: Sequence[Series], plan: WindowPlan, *, shard_count: in
             plan=plan,
             windows=count,
             distance=plan.train_stride,
+            channels=c,
         )
         if not bool((valid.scale > 0).all() and (train.scale > 0).all()):
             raise DataSourceError(f"series {s.id!r} is constant over a window's history: its MASE scale is 0")
         train_parts.append(train)
         valid_parts.append(valid)
-        described.append({"id": s.id, "length": length, "loc": loc.tolist(), "scale": spread.tolist()})
     train_all = Windows.concat(train_parts)
     if len(train_all) < shard_count:
         raise DataSourceError(f"{len(train_all)} training windows cannot fill {shard_count} shards")
@@ -400,16 +469,20 @@ def build_windows(series: Sequence[Series], plan: WindowPlan, *, shard_count: in
         freq=series[0].freq,
         train_windows=len(train_all),
         validation_windows=len(validation),
+        covariates=covariates,
     )
 
 
 # ---------------------------------------------------------------------- publishing
 
 
-def spec_model(model: Mapping[str, Any], plan: WindowPlan, num_channels: int) -> dict[str, Any]:
+def spec_model(
+    model: Mapping[str, Any], plan: WindowPlan, num_channels: int, num_covariates: int = 0
+) -> dict[str, Any]:
     """The spec's ``model`` (``{family, config}``) of a sponsor's ``{family, **config}``: the task's
-    lengths and channels filled in (a value that disagrees is a ``SpecError``), and PatchTST's
-    ``norm_type`` ``layernorm`` unless given."""
+    lengths and input channels (``num_channels + num_covariates``) filled in (a value that
+    disagrees is a ``SpecError``), PatchTST's ``norm_type`` ``layernorm`` unless given, and with
+    covariates the family's channel mixing (``CHANNEL_MIXING``) unless given."""
     family = str(model.get("family", "patchtst"))
     if family not in FAMILIES:
         raise SpecError(f"model family {family!r} is not a time-series family these agents train ({FAMILY_NAMES})")
@@ -417,19 +490,23 @@ def spec_model(model: Mapping[str, Any], plan: WindowPlan, num_channels: int) ->
     for key, value in (
         ("context_length", plan.context_length),
         ("prediction_length", plan.prediction_length),
-        ("num_input_channels", num_channels),
+        ("num_input_channels", num_channels + num_covariates),
     ):
         if key in config and config[key] != value:
             raise SpecError(f"model.{key} {config[key]!r} disagrees with the task's {value}; leave it out")
         config[key] = value
     if family == "patchtst":
         config.setdefault("norm_type", "layernorm")
+    if num_covariates:  # the targets' forecasts read the covariate channels
+        key, mixing = CHANNEL_MIXING[family]
+        config.setdefault(key, mixing)
     return {"family": family, "config": config}
 
 
 def timeseries_metadata(plan: WindowPlan, prepared: PreparedWindows) -> dict[str, Any]:
-    """The spec metadata keys of a time-series task (docs/protocol.md §12.7)."""
-    return {
+    """The spec metadata keys of a time-series task (docs/protocol.md §12.7); ``covariates`` only
+    when the task has some (a task without keeps the spec bytes it always had)."""
+    meta = {
         "context_length": plan.context_length,
         "prediction_length": plan.prediction_length,
         "num_channels": prepared.num_channels,
@@ -438,6 +515,9 @@ def timeseries_metadata(plan: WindowPlan, prepared: PreparedWindows) -> dict[str
         "scaling": plan.scaling,
         "series": list(prepared.series),
     }
+    if prepared.covariates:
+        meta["covariates"] = list(prepared.covariates)
+    return meta
 
 
 def publish_timeseries_task(
@@ -458,13 +538,18 @@ def publish_timeseries_task(
     ``template`` holds the remaining spec fields as in a YAML spec; ``param_count`` is filled in.
     The source is read, the windows cut and the model built before anything is uploaded."""
     plan = plan or WindowPlan()
-    prepared = build_windows(read_series(source), plan, shard_count=shard_count, seed=seed)
-    described = spec_model(model or DEFAULT_TIMESERIES_MODEL, plan, prepared.num_channels)
+    source = source or SeriesSource()
+    prepared = build_windows(
+        read_series(source), plan, shard_count=shard_count, seed=seed, covariates=source.covariates
+    )
+    k = len(prepared.covariates)
+    described = spec_model(model or DEFAULT_TIMESERIES_MODEL, plan, prepared.num_channels, k)
     adapter = TimeSeriesAdapter(
         context_length=plan.context_length,
         prediction_length=plan.prediction_length,
         num_channels=prepared.num_channels,
         season_length=plan.season_length,
+        num_covariates=k,
     )
     net = adapter.build_model({"family": described["family"], **described["config"]}, seed=seed)
     params = {k: v.detach() for k, v in trained_parameters(net).items()}
@@ -510,6 +595,7 @@ def check_timeseries_template(
     model: Mapping[str, Any] | None = None,
     plan: WindowPlan | None = None,
     num_channels: int = 1,
+    num_covariates: int = 0,
     now: int,
     sponsor: str,
 ) -> TrainingTaskSpec:
@@ -518,12 +604,13 @@ def check_timeseries_template(
     ``postTask`` enforces, on a provisional spec with placeholder artifacts."""
     plan = plan or WindowPlan()
     plan.check()
-    described = spec_model(model or DEFAULT_TIMESERIES_MODEL, plan, num_channels)
+    described = spec_model(model or DEFAULT_TIMESERIES_MODEL, plan, num_channels, num_covariates)
     adapter = TimeSeriesAdapter(
         context_length=plan.context_length,
         prediction_length=plan.prediction_length,
         num_channels=num_channels,
         season_length=plan.season_length,
+        num_covariates=num_covariates,
     )
     with torch.device("meta"):
         adapter.build_model({"family": described["family"], **described["config"]}, seed=0)

@@ -120,6 +120,7 @@ const KNOWN: FieldDef[] = [
   { name: "series_source.timestamp_column", label: "Timestamp column", kind: "text", group: "model", formOnly: true, visible: (v, s) => seriesTakes(v, s, "timestamp_column"), placeholder: (s) => s.modalities?.time_series.columns.timestamp_column ?? "", help: "Optional." },
   { name: "series_source.id_column", label: "Series id column", kind: "text", group: "model", formOnly: true, visible: (v, s) => seriesTakes(v, s, "id_column"), placeholder: (s) => s.modalities?.time_series.columns.id_column ?? "", help: "Optional: every id is a series." },
   { name: "series_source.value_columns", label: "Value columns", kind: "text", group: "model", formOnly: true, visible: (v, s) => seriesTakes(v, s, "value_columns"), placeholder: (s) => s.modalities?.time_series.columns.value_columns.join(", ") ?? "", help: "Optional, comma-separated: the forecast channels." },
+  { name: "series_source.covariates", label: "Covariate columns", kind: "text", group: "model", formOnly: true, visible: (v, s) => seriesTakes(v, s, "covariates"), placeholder: () => "none, e.g. precipitation, wind", help: "Optional, comma-separated: numeric columns the model reads over each window's context (past covariates); never forecast or scored. Empty or non-finite cells are refused." },
   { name: "series_source.freq", label: "Frequency", kind: "text", group: "model", formOnly: true, visible: (v, s) => seriesTakes(v, s, "freq"), placeholder: () => "inferred, e.g. MS, D, h", help: "Optional: a pandas frequency." },
   { name: "series_source.shard_count", label: "Shards", kind: "int", group: "model", formOnly: true, help: "Window shards (at least max trainers)." },
   { name: "windows.context_length", label: "Context length", kind: "int", group: "model", formOnly: true, help: "Past steps the model reads." },
@@ -608,6 +609,13 @@ export function postPage(): Page {
     }
     if (isVisible("series_source.path") && !raw("series_source.path")) e.set("series_source.path", `a ${SERIES_SOURCE_LABELS[type] ?? type} source needs a path in the API's data directory`);
     if (isVisible("series_source.value_columns") && lines(raw("series_source.value_columns")).length > 64) e.set("series_source.value_columns", "at most 64 columns");
+    if (isVisible("series_source.covariates")) {
+      const covariates = lines(raw("series_source.covariates"));
+      const valueColumns = lines(raw("series_source.value_columns"));
+      if (covariates.length > 32) e.set("series_source.covariates", "at most 32 covariates");
+      else if (new Set(covariates).size !== covariates.length) e.set("series_source.covariates", "name each covariate once");
+      else if (covariates.some((c) => valueColumns.includes(c))) e.set("series_source.covariates", "a covariate column cannot also be a value column");
+    }
     shardsFor(e, "series_source.shard_count", sized(e, m.bounds, "series_source.shard_count", needInt, raw), maxT);
     const context = sized(e, m.bounds, "windows.context_length", needInt, raw);
     sized(e, m.bounds, "windows.prediction_length", needInt, raw);
@@ -937,7 +945,7 @@ export function postPage(): Page {
   }
 
   function seriesBody(): JsonObject {
-    return { series_source: section("series_source.", ["datasets", "value_columns"]), windows: section("windows."), model: section("series_model.") };
+    return { series_source: section("series_source.", ["datasets", "value_columns", "covariates"]), windows: section("windows."), model: section("series_model.") };
   }
 
   /** The form field an API refusal names: `model.x` is the chosen modality's model field. */
