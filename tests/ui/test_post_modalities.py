@@ -226,3 +226,50 @@ def test_the_form_posts_a_time_series_task_from_a_csv(stack: Stack, new_page: An
     assert [s["id"] for s in spec.metadata["series"]] == ["s0", "s1"] and spec.metadata["context_length"] == 24
     refused = [e for e in page_errors if "status of 422 (Unprocessable Entity)" in e]
     assert len(refused) == 1 and [e for e in page_errors if e not in refused] == []
+
+
+def test_the_form_posts_a_time_series_task_with_covariates(stack: Stack, new_page: Any) -> None:
+    """The covariate field (issue 14, item 1): a value column named as a covariate is refused in
+    the browser; named once, the covariates reach the API, the spec lists them and the model
+    mixes channels (without it the covariates could not reach the forecast)."""
+    import numpy as np
+    import pandas as pd
+
+    steps = 96
+    stamps = [str(d.date()) for d in pd.date_range("2000-01-01", periods=steps, freq="MS")]
+    rng = np.random.default_rng(3)
+    rows = ["ts,store,sales,promo"]
+    for i in range(2):
+        promo = rng.integers(0, 2, steps)
+        sales = 10 * i + 0.05 * np.arange(steps) + 2.0 * np.roll(promo, 1) + rng.normal(0, 0.3, steps)
+        rows += [f"{stamps[k]},s{i},{sales[k]:.6f},{promo[k]}" for k in range(steps)]
+    (stack.data_dir / "series" / "promo.csv").write_text("\n".join(rows) + "\n")
+
+    page = new_page
+    open_form(stack, page)
+    page.select_option('[name="modality"]', "time_series")
+    page.select_option('[name="series_source.type"]', "csv")
+    assert shown(page, "series_source.covariates")
+    fill(page, {"name": "form-covariates", **SHORT_RUN, "series_source.shard_count": "3"})
+    fill(page, {"series_source.path": "series/promo.csv", "series_source.timestamp_column": "ts"})
+    fill(page, {"series_source.id_column": "store", "series_source.value_columns": "sales"})
+    fill(page, {"series_source.covariates": "sales"})
+    assert "cannot also be a value column" in tid(page, "field-error-series_source.covariates").inner_text()
+    assert tid(page, "post-submit").is_disabled()
+    fill(page, {"series_source.covariates": "promo, promo"})
+    assert "name each covariate once" in tid(page, "field-error-series_source.covariates").inner_text()
+    fill(page, {"series_source.covariates": "promo"})
+    fill(page, {"windows.context_length": "24", "windows.prediction_length": "6", "windows.season_length": "12"})
+    fill(page, {"windows.validation_windows": "3", "series_model.patch_length": "6", "series_model.patch_stride": "6"})
+    fill(page, {"series_model.d_model": "16", "series_model.num_hidden_layers": "1"})
+    fill(page, {"series_model.num_attention_heads": "2", "series_model.ffn_dim": "32"})
+    errors = page.locator('[data-testid^="field-error-"]')
+    assert errors.count() == 0, [errors.nth(i).inner_text() for i in range(errors.count())]
+
+    body = submit_and_capture(page)
+    assert body["series_source"]["covariates"] == ["promo"]
+    assert body["series_source"]["value_columns"] == ["sales"]
+    _, spec = posted_spec(stack, page)
+    assert spec.modality == Modality.TIME_SERIES and spec.name == "form-covariates"
+    assert spec.metadata["covariates"] == ["promo"]
+    assert spec.model.family == "patchtst" and spec.model.config["channel_attention"] is True
