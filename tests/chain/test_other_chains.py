@@ -26,7 +26,7 @@ from syncline.chain.market import MarketClient
 from syncline.chain.rpc import http_web3
 from syncline.chain.toolchain import compile_contracts
 from syncline.chain.transactions import gas_with_headroom
-from syncline.errors import ChainError
+from syncline.errors import ChainError, ToolchainError
 from syncline.paths import state_dir as repo_state_dir
 
 pytestmark = pytest.mark.chain
@@ -70,7 +70,7 @@ def test_dev_rpc_through_anvil_itself_still_works(devnet: Devnet) -> None:
     assert chain_time(w3) >= before + 1000
     devnet_mod.revert(w3, snap)
     assert chain_time(w3) == before
-    with pytest.raises(ChainError, match="evm_revert"):
+    with pytest.raises(ToolchainError, match="evm_revert"):
         devnet_mod.revert(w3, snap)  # a snapshot is used up by its revert
 
 

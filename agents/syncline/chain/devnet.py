@@ -237,7 +237,7 @@ def snapshot(w3: Web3) -> str:
 
 def revert(w3: Web3, snapshot_id: str) -> None:
     if not dev_rpc(w3, "evm_revert", [snapshot_id]):
-        raise ChainError(f"evm_revert({snapshot_id}) failed: the node answered false (unknown snapshot)")
+        raise ToolchainError(f"evm_revert({snapshot_id}) failed: the node answered false (unknown snapshot)")
 
 
 def chain_time(w3: Web3) -> int:
