@@ -15,7 +15,7 @@ FRONTEND_DIST := frontend/dist/index.html
 FRONTEND_SRC := $(shell find frontend/src frontend/index.html frontend/package.json frontend/package-lock.json frontend/vite.config.ts frontend/tsconfig.json -type f 2>/dev/null)
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install browser demo demo-lifecycle demo-fraud demo-sft-lora demo-vision demo-timeseries demo-confidential demo-dp bench test test-contracts test-python lint gas lock clean devnet-up devnet-down
+.PHONY: install browser demo demo-lifecycle demo-fraud demo-sft-lora demo-vision demo-timeseries demo-confidential demo-dp bench test test-contracts test-python ape-check lint gas lock clean devnet-up devnet-down
 
 install: $(VENV_STAMP) $(NPM_STAMP) $(FRONTEND_DIST)
 
@@ -88,6 +88,11 @@ test-contracts: $(NPM_STAMP)
 test-python: install $(CHROMIUM)
 	@$(VENV)/bin/pytest
 
+# The Ape workflow (README "Using Ape"): pinned Ape in its own .venv-ape, ape compile, deploy on a
+# local anvil, tree left clean. Not part of `make test` (time budget); see scripts/ape_check.sh.
+ape-check: install
+	@scripts/ape_check.sh
+
 lint: install
 	@$(VENV)/bin/ruff check agents tests scripts
 	@$(VENV)/bin/ruff format --check agents tests scripts
@@ -116,4 +121,4 @@ lock: install
 	  $(PIP) freeze --exclude-editable | sed 's/^torch==2.13.0+cpu/torch==2.13.0/') > constraints.txt
 
 clean:
-	rm -rf .syncline $(VENV) node_modules
+	rm -rf .syncline $(VENV) .venv-ape node_modules

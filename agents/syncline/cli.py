@@ -40,6 +40,7 @@ from syncline.run.loop import pending_time
 
 if TYPE_CHECKING:
     from syncline.api.settings import ApiSettings
+    from syncline.demo.lifecycle import Timing
 
 log = get_logger("syncline.cli")
 
@@ -163,6 +164,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     if args.scenario == "lifecycle":
         return cmd_demo_lifecycle(args)
+    if args.rpc_url or args.deployment or args.real_clock:
+        raise SynclineError("--rpc-url, --deployment and --real-clock apply to --scenario lifecycle only")
     if args.scenario == "sft-lora":
         return cmd_demo_sft_lora(args)
     if args.scenario in MODALITY_SCENARIOS:
@@ -273,10 +276,14 @@ def cmd_challenger_run(args: argparse.Namespace) -> int:
 def cmd_demo_lifecycle(args: argparse.Namespace) -> int:
     from syncline.demo.lifecycle import Cast, Lifecycle, write_receipt
 
+    if args.rpc_url or args.deployment:
+        return cmd_demo_lifecycle_any_chain(args)
     out = state_dir() / "demo-lifecycle"
     started = time.monotonic()
-    log.info("demo.start", what="local devnet + contracts + scripted market lifecycle")
-    with start_anvil(out / "anvil") as devnet:
+    real_clock = args.real_clock
+    log.info("demo.start", what="local devnet + contracts + scripted market lifecycle", real_clock=real_clock)
+    # the real clock needs blocks that come on their own: anvil mines one a second
+    with start_anvil(out / "anvil", block_time=1 if real_clock else None) as devnet:
         signers = [keys.from_private_key(k) for k in devnet.private_keys()]
         log.info("devnet.up", rpc_url=devnet.rpc_url)
         deployment = deploy_market(devnet.web3(), signers[0], devnet.rpc_url, out)
@@ -285,7 +292,61 @@ def cmd_demo_lifecycle(args: argparse.Namespace) -> int:
         )
         market = MarketClient.from_deployment(deployment, devnet.web3())
         cast = Cast(sponsor=signers[0], trainers=signers[1:4], witnesses=signers[4:7], anyone=signers[7])
-        receipt = Lifecycle(market, cast).run()
+        lifecycle = (
+            Lifecycle(market, cast, time_travel=False, timing=_real_clock_timing(args))
+            if real_clock
+            else Lifecycle(market, cast)
+        )
+        receipt = lifecycle.run()
+    path = write_receipt(receipt, out / "receipt.json")
+    print(json.dumps(receipt.to_mapping(), indent=2))
+    log.info("demo.done", receipt=str(path), seconds=round(time.monotonic() - started, 1))
+    return 0
+
+
+def _real_clock_timing(args: argparse.Namespace) -> Timing:
+    from syncline.demo.lifecycle import real_clock_timing
+
+    try:
+        return real_clock_timing(args.round_duration)
+    except ValueError as exc:
+        raise SynclineError(f"--round-duration: {exc}") from None
+
+
+def cmd_demo_lifecycle_any_chain(args: argparse.Namespace) -> int:
+    """The market walk-through on any EVM chain (``--rpc-url`` and/or ``--deployment``): real
+    clock, standard JSON-RPC only; the operator's key sponsors and funds the derived role accounts."""
+    from syncline.demo.lifecycle import ETH, Lifecycle, derived_cast, fund_cast, write_receipt
+
+    started = time.monotonic()
+    known = Deployment.read(args.deployment) if args.deployment else None
+    rpc_url = args.rpc_url or (known.rpc_url if known else "")
+    w3 = http_web3(rpc_url)
+    if not w3.is_connected():
+        raise SynclineError(f"cannot reach {rpc_url}: is the node running?")
+    chain_id = int(w3.eth.chain_id)
+    funder = signer_from_args(args)
+    out = state_dir() / "demo-lifecycle" / f"chain-{chain_id}"
+    timing = _real_clock_timing(args)
+    unit = ETH // 1000  # stakes, bonds and the reward pool in milli-ether on a shared chain
+    log.info("demo.start", what="scripted market lifecycle on the real clock", rpc_url=rpc_url, chain_id=chain_id)
+    if known is None:
+        deployment = deploy_market(w3, funder, rpc_url, out)
+        log.info("contracts.deployed", market=deployment.market, court=deployment.court)
+    else:
+        if known.chain_id != chain_id:
+            raise SynclineError(f"{args.deployment} is for chain {known.chain_id}, but {rpc_url} is chain {chain_id}")
+        deployment = known
+    market = MarketClient(w3, deployment.market, deployment.abi())
+    cast = derived_cast(funder)
+    funded = fund_cast(w3, cast, unit)
+    log.info(
+        "cast.funded",
+        sponsor=funder.address,
+        roles=",".join(s.address for s in [*cast.trainers, *cast.witnesses, cast.anyone]),
+        sent_eth=round(sum(funded.values()) / ETH, 6),
+    )
+    receipt = Lifecycle(market, cast, time_travel=False, timing=timing, unit_wei=unit).run()
     path = write_receipt(receipt, out / "receipt.json")
     print(json.dumps(receipt.to_mapping(), indent=2))
     log.info("demo.done", receipt=str(path), seconds=round(time.monotonic() - started, 1))
@@ -947,6 +1008,21 @@ def build_parser() -> argparse.ArgumentParser:
         "dp: the language task with differential privacy (DP-SGD, ε per trainer and round in the receipt); "
         "fraud: every fraud scenario in turn; or one fraud scenario by name",
     )
+    chain = demo.add_argument_group("--scenario lifecycle on any EVM chain (real clock, standard JSON-RPC only)")
+    chain.add_argument("--rpc-url", default=None, help="the chain's JSON-RPC URL (default: a local anvil)")
+    chain.add_argument(
+        "--deployment", type=Path, default=None, help="deployment.json of the contracts there (default: deploy them)"
+    )
+    chain.add_argument(
+        "--real-clock", action="store_true", help="no time travel on the local anvil either (it mines a block a second)"
+    )
+    chain.add_argument(
+        "--round-duration",
+        type=int,
+        default=60,
+        help="seconds per round on the real clock (grace and challenge windows as long; default 60)",
+    )
+    add_key_options(demo)
     demo.add_argument(
         "--ui-port",
         type=int,

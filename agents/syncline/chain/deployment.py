@@ -19,6 +19,7 @@ from web3.types import TxParams
 
 from syncline.chain.keys import Signer
 from syncline.chain.toolchain import Artifact, compile_contracts
+from syncline.chain.transactions import gas_with_headroom, one_line
 from syncline.errors import ChainError, SynclineError
 
 
@@ -85,9 +86,32 @@ def merged_abi(market_abi: list[dict[str, Any]], court_abi: list[dict[str, Any]]
     return out
 
 
+# Creation code that needs the Cancun opcodes the contracts are compiled for (evm_version cancun):
+#   TLOAD(0) POP; BLOBBASEFEE POP; MSTORE(0, 1); MCOPY(dst 0x20, src 0, len 0x20); RETURN mem[0x20:0x40]
+# A Cancun EVM returns the word 1; an older one fails on the first unknown opcode (TLOAD).
+CANCUN_PROBE = "0x" + "60005c50" + "4a50" + "6001600052" + "6020600060205e" + "60206020f3"
+CANCUN_PROBE_RESULT = "0x" + "00" * 31 + "01"
+
+
+def check_cancun(w3: Web3) -> None:
+    """Raise ``ChainError`` (one line) unless the chain runs the Cancun opcodes the contracts use
+    (MCOPY, TLOAD/TSTORE, BLOBBASEFEE), probed with an ``eth_call`` of a tiny creation code."""
+    try:
+        result = w3.eth.call(cast(TxParams, {"data": CANCUN_PROBE}))
+        answer = "0x" + bytes(result).hex()
+    except Exception as exc:  # the node's error for an invalid opcode varies: all of them mean "no"
+        answer = one_line(str(exc) or type(exc).__name__, 160)
+    if answer != CANCUN_PROBE_RESULT:
+        raise ChainError(
+            "the target chain does not run the Cancun EVM (MCOPY/TLOAD/BLOBBASEFEE probe: "
+            f"{answer}); Syncline's contracts need a Cancun-enabled EVM chain"
+        )
+
+
 def deploy_market(w3: Web3, deployer: Signer, rpc_url: str, out_dir: Path) -> Deployment:
-    """Compile (cached), deploy ``SynclineCourt`` then ``SynclineMarket(court)``, and write
-    ``deployment.json`` + the merged client ABI to ``out_dir``."""
+    """Check the chain runs Cancun, compile (cached), deploy ``SynclineCourt`` then
+    ``SynclineMarket(court)``, and write ``deployment.json`` + the merged client ABI to ``out_dir``."""
+    check_cancun(w3)
     artifacts = compile_contracts()
     market, court = artifacts["SynclineMarket"], artifacts["SynclineCourt"]
     # The court forwards the confidential functions to its SynclineConfidential module, whose
@@ -121,7 +145,10 @@ def deploy_contract(w3: Web3, deployer: Signer, artifact: Artifact, *constructor
         "nonce": w3.eth.get_transaction_count(sender, "pending"),
         "chainId": int(w3.eth.chain_id),
     }
-    tx = contract.constructor(*constructor_args).build_transaction(params)
+    constructor = contract.constructor(*constructor_args)
+    estimate = int(constructor.estimate_gas(params))
+    params["gas"] = gas_with_headroom(estimate, int(w3.eth.get_block("latest")["gasLimit"]))
+    tx = constructor.build_transaction(params)
     signed = deployer.account.sign_transaction(cast(Any, tx))
     receipt = w3.eth.wait_for_transaction_receipt(w3.eth.send_raw_transaction(signed.raw_transaction), timeout=120)
     if receipt["status"] != 1 or receipt["contractAddress"] is None:

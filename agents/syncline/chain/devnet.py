@@ -33,7 +33,7 @@ from syncline.chain.deployment import Deployment, deploy_market
 from syncline.chain.keys import from_private_key
 from syncline.chain.rpc import http_web3
 from syncline.chain.toolchain import foundry_binary
-from syncline.errors import SynclineError, ToolchainError
+from syncline.errors import ChainError, SynclineError, ToolchainError
 from syncline.observability import get_logger
 from syncline.paths import state_dir
 
@@ -99,6 +99,7 @@ def start_anvil(
     block_time: float | None = None,
     detach: bool = False,
     state_path: Path | None = None,
+    hardfork: str | None = None,
     timeout_s: float = 30.0,
 ) -> Devnet:
     """Start anvil on 127.0.0.1 and wait until it answers JSON-RPC.
@@ -115,6 +116,8 @@ def start_anvil(
         Load the chain from this file if it exists, and dump it there every
         ``STATE_DUMP_INTERVAL_S`` seconds and on exit (``anvil --state``): a restarted devnet
         resumes where the last dump left it.
+    hardfork
+        The EVM version anvil runs (``shanghai``, ``cancun``...); ``None``: anvil's latest.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
@@ -140,6 +143,8 @@ def start_anvil(
     ]
     if block_time is not None:
         cmd += ["--block-time", str(block_time)]
+    if hardfork is not None:
+        cmd += ["--hardfork", hardfork]
     if state_path is not None:
         cmd += ["--state", str(state_path), "--state-interval", str(STATE_DUMP_INTERVAL_S)]
     with log_path.open("wb") as log:
@@ -186,26 +191,53 @@ def stop_process(pid: int) -> None:
 # ---------------------------------------------------------------------- time travel and snapshots
 
 
+def dev_rpc(w3: Web3, method: str, params: list[Any]) -> Any:
+    """Call a development-node method (``evm_*``, ``anvil_*``) and return its result.
+
+    A node that does not offer the method (a testnet, Hardhat without it, a proxy that refuses
+    non-standard methods) answers with an error or without a result: that raises ``ChainError``
+    naming the method, instead of carrying on as if the clock had moved."""
+    try:
+        resp = w3.provider.make_request(method, params)  # type: ignore[arg-type]
+    except Exception as exc:  # transport errors, HTTP 4xx/5xx from a gateway
+        raise ChainError(f"{method} failed: {_one_line(str(exc) or type(exc).__name__)}") from None
+    if not isinstance(resp, dict):
+        raise ChainError(f"{method} failed: the node answered {_one_line(repr(resp))}")
+    error = resp.get("error")
+    if error is not None:
+        why = f"{error.get('message', '')} (code {error.get('code')})" if isinstance(error, dict) else str(error)
+        raise ChainError(
+            f"{method} refused by the node: {_one_line(why)}; it needs a development node (anvil), "
+            "or the real-clock mode on other chains"
+        )
+    if "result" not in resp:
+        raise ChainError(f"{method} failed: the node answered without a result")
+    return resp["result"]
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    return " ".join(text.split())[:limit]
+
+
 def increase_time(w3: Web3, seconds: int) -> None:
-    """Move the chain clock forward and mine a block."""
-    w3.provider.make_request("evm_increaseTime", [int(seconds)])  # type: ignore[arg-type]
-    w3.provider.make_request("evm_mine", [])  # type: ignore[arg-type]
+    """Move the chain clock forward and mine a block (a development node's ``evm_increaseTime``
+    and ``evm_mine``; ``ChainError`` naming the method where the node refuses either)."""
+    dev_rpc(w3, "evm_increaseTime", [int(seconds)])
+    dev_rpc(w3, "evm_mine", [])
 
 
 def set_next_timestamp(w3: Web3, timestamp: int) -> None:
     """Mine a block whose timestamp is exactly ``timestamp``."""
-    w3.provider.make_request("evm_mine", [int(timestamp)])  # type: ignore[arg-type]
+    dev_rpc(w3, "evm_mine", [int(timestamp)])
 
 
 def snapshot(w3: Web3) -> str:
-    resp: dict[str, Any] = w3.provider.make_request("evm_snapshot", [])  # type: ignore[arg-type,assignment]
-    return str(resp["result"])
+    return str(dev_rpc(w3, "evm_snapshot", []))
 
 
 def revert(w3: Web3, snapshot_id: str) -> None:
-    resp: dict[str, Any] = w3.provider.make_request("evm_revert", [snapshot_id])  # type: ignore[arg-type,assignment]
-    if not resp.get("result"):
-        raise ToolchainError(f"evm_revert({snapshot_id}) failed: {resp}")
+    if not dev_rpc(w3, "evm_revert", [snapshot_id]):
+        raise ToolchainError(f"evm_revert({snapshot_id}) failed: the node answered false (unknown snapshot)")
 
 
 def chain_time(w3: Web3) -> int:

@@ -15,6 +15,7 @@ from typing import Any
 
 from web3 import Web3
 from web3.contract import Contract
+from web3.exceptions import ContractLogicError, Web3RPCError
 from web3.logs import DISCARD
 from web3.types import EventData, TxReceipt
 
@@ -22,7 +23,7 @@ from syncline.chain.calls import ContractCall
 from syncline.chain.deployment import Deployment
 from syncline.chain.keys import Signer
 from syncline.chain.rpc import http_web3
-from syncline.chain.transactions import ErrorDecoder, TransactionSender
+from syncline.chain.transactions import ErrorDecoder, TransactionSender, one_line
 from syncline.errors import ChainError
 from syncline.protocol.enums import ChallengeKind, ChallengeStatus, RoundStatus, TaskStatus
 from syncline.protocol.receipt import TrainingReceipt
@@ -264,6 +265,8 @@ class MarketClient:
             err = self.decoder.message(data if isinstance(data, str | bytes) else None)
             if err is not None:
                 raise ChainError(f"{name}: {err}", error_name=err.error_name, args=err.error_args) from None
+            if isinstance(exc, ContractLogicError | Web3RPCError):  # a raw revert, an invalid opcode
+                raise ChainError(f"{name} failed on chain: {one_line(str(exc))}") from None
             raise
 
     def events(self, receipt: TxReceipt, name: str) -> list[EventData]:

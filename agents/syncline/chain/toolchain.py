@@ -71,13 +71,21 @@ def solc_version() -> str:
 
 
 def standard_input(sources_dir: Path | None = None) -> dict[str, Any]:
-    """The standard-JSON input for every ``.sol`` file under ``contracts/src``."""
+    """The standard-JSON input for every ``.sol`` file under ``contracts/src``.
+
+    Files under a dot-folder (``.cache/``: Ape's copies of its dependencies; any tool's hidden
+    state) are not the project's sources and are skipped."""
     root = repo_root()
     src = sources_dir or root / "contracts" / "src"
-    sources = {str(p.relative_to(root)): {"content": p.read_text()} for p in sorted(src.rglob("*.sol"))}
+    files = [p for p in sorted(src.rglob("*.sol")) if not _hidden(p.relative_to(src))]
+    sources = {str(p.relative_to(root)): {"content": p.read_text()} for p in files}
     if not sources:
         raise ToolchainError(f"no Solidity sources under {src}")
     return {"language": "Solidity", "sources": sources, "settings": COMPILER_SETTINGS}
+
+
+def _hidden(relative: Path) -> bool:
+    return any(part.startswith(".") for part in relative.parts)
 
 
 def compile_contracts(*, force: bool = False) -> dict[str, Artifact]:

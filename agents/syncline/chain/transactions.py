@@ -8,7 +8,7 @@ from typing import Any, cast
 from eth_abi import decode as abi_decode
 from web3 import Web3
 from web3.contract.contract import ContractFunction
-from web3.exceptions import ContractCustomError, ContractLogicError, TimeExhausted
+from web3.exceptions import ContractCustomError, ContractLogicError, TimeExhausted, Web3RPCError
 from web3.types import TxParams, TxReceipt, Wei
 
 from syncline.chain.keys import Signer
@@ -28,6 +28,19 @@ HINTS: dict[str, str] = {
     "SynclineUnknownTask": "check the task id (`syncline train list-runs`)",
     "ConflictingFinalize": "this witness computed a different result than the finalized one: fork detected",
 }
+
+
+GAS_HEADROOM_DIVISOR = 5  # 20 % over the estimate
+GAS_HEADROOM_CONSTANT = 20_000
+
+
+def gas_with_headroom(estimate: int, block_gas_limit: int, min_gas: int = 0) -> int:
+    """The gas limit to send with a transaction estimated at ``estimate``: 20 % + 20,000 over the
+    estimate (state may change between estimate and inclusion; an exact limit fails on the first
+    extra storage write), at least ``min_gas``, and never above the block gas limit (a node
+    rejects a transaction that could not fit in a block). Unused gas is not charged."""
+    wanted = max(estimate + estimate // GAS_HEADROOM_DIVISOR + GAS_HEADROOM_CONSTANT, min_gas)
+    return min(wanted, block_gas_limit) if block_gas_limit > 0 else wanted
 
 
 class ErrorDecoder:
@@ -102,6 +115,14 @@ class TransactionSender:
         self.receipt_timeout_s = receipt_timeout_s
         self._lock = threading.Lock()
         self._chain_id: int | None = None
+        self._block_gas_limit: int | None = None
+
+    @property
+    def block_gas_limit(self) -> int:
+        """The latest block's gas limit when first needed (it moves slowly, if at all)."""
+        if self._block_gas_limit is None:
+            self._block_gas_limit = int(self.w3.eth.get_block("latest")["gasLimit"])
+        return self._block_gas_limit
 
     @property
     def chain_id(self) -> int:
@@ -128,10 +149,12 @@ class TransactionSender:
                 # Estimate against the block the transaction will land in, not the latest mined one:
                 # a deadline may have passed since the last block (devnets mine on demand).
                 estimate = fn.estimate_gas(params, block_identifier="pending")
-                params["gas"] = max(estimate + estimate // 5 + 20_000, min_gas)
+                params["gas"] = gas_with_headroom(estimate, self.block_gas_limit, min_gas)
                 tx = fn.build_transaction(params)
             except (ContractCustomError, ContractLogicError) as exc:
                 raise self._decode(exc, fn) from None
+            except Web3RPCError as exc:  # the node refused the estimate: invalid opcode, no funds...
+                raise ChainError(f"{fn.fn_name} failed: {one_line(str(exc))}") from None
             signed = signer.account.sign_transaction(cast(Any, tx))
             tx_hash = self.w3.eth.send_raw_transaction(signed.raw_transaction)
         try:
@@ -161,4 +184,10 @@ class TransactionSender:
         err = self.decoder.message(data if isinstance(data, str | bytes) else None)
         if err is not None:
             return ChainError(f"{fn.fn_name} reverted: {err}", error_name=err.error_name, args=err.error_args)
-        return ChainError(f"{fn.fn_name} reverted: {exc}")
+        return ChainError(f"{fn.fn_name} reverted: {one_line(str(exc))}")
+
+
+def one_line(text: str, limit: int = 240) -> str:
+    """``text`` on one line (whitespace runs collapsed), at most ``limit`` characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."

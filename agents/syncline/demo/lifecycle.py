@@ -5,6 +5,12 @@ round (EIP-712 signed commitments), the witnesses (k=2) finalize rounds with sig
 round is carried forward, a trainer is evicted, the run seals and every party withdraws.
 Payloads are deterministic stand-ins (hashes of labelled bytes); state roots are a hash chain
 over the accepted payloads, so two witnesses computing from the chain agree.
+
+Two clocks: on the local anvil the script time-travels past each deadline (``evm_increaseTime``);
+on any other chain (``syncline demo --scenario lifecycle --rpc-url URL``) it runs on the real
+clock with short windows (:func:`real_clock_timing`) and waits for the chain's blocks to pass each
+deadline, using only standard JSON-RPC methods. There the operator's key sponsors the task and
+funds seven role accounts derived from it (:func:`derived_cast`).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from eth_utils import keccak
 from web3 import Web3
 
 from syncline.chain.devnet import chain_time, increase_time
-from syncline.chain.keys import Signer
+from syncline.chain.keys import Signer, from_private_key
 from syncline.chain.market import MarketClient
 from syncline.errors import ChainError
 from syncline.observability import get_logger
@@ -57,7 +63,36 @@ class Cast:
     anyone: Signer
 
 
-def demo_spec(cast: Cast, now: int) -> TrainingTaskSpec:
+@dataclass(frozen=True)
+class Timing:
+    """The task's windows (seconds)."""
+
+    round_duration_s: int = 120
+    grace_window_s: int = 60
+    challenge_window_s: int = 300
+    enrollment_window_s: int = 600
+
+
+TIME_TRAVEL_TIMING = Timing()
+"""The local anvil's windows: the script jumps over them, so they cost no wall time."""
+
+
+def real_clock_timing(round_duration_s: int) -> Timing:
+    """Windows for a chain whose clock cannot be moved: every round ``round_duration_s`` (long
+    enough for three commits to be mined), the grace and challenge windows as long as a round
+    (long enough for the "too early" refusals to land inside them), enrollment ten rounds."""
+    if round_duration_s < 2:
+        raise ValueError(f"round duration {round_duration_s} s: at least 2 s")
+    return Timing(
+        round_duration_s=round_duration_s,
+        grace_window_s=round_duration_s,
+        challenge_window_s=round_duration_s,
+        enrollment_window_s=10 * round_duration_s,
+    )
+
+
+def demo_spec(cast: Cast, now: int, timing: Timing = TIME_TRAVEL_TIMING, unit_wei: int = ETH) -> TrainingTaskSpec:
+    """The demo's task; stakes, bonds and the reward pool are multiples of ``unit_wei``."""
     shard_hashes = tuple(_hexs(_h(f"shakespeare-shard-{i}")) for i in range(6))
     return TrainingTaskSpec(
         name="demo-lifecycle",
@@ -70,17 +105,17 @@ def demo_spec(cast: Cast, now: int) -> TrainingTaskSpec:
         aggregation=AggregationSpec(rule=AggregationRule.COORDINATE_MEDIAN),
         inner_steps=50,
         rounds=4,
-        round_duration_s=120,
-        grace_window_s=60,
-        challenge_window_s=300,
-        trainer_stake_wei=1 * ETH,
+        round_duration_s=timing.round_duration_s,
+        grace_window_s=timing.grace_window_s,
+        challenge_window_s=timing.challenge_window_s,
+        trainer_stake_wei=1 * unit_wei,
         min_trainers=2,
         max_trainers=3,
-        enrollment_deadline=now + 600,
+        enrollment_deadline=now + timing.enrollment_window_s,
         witnesses=tuple(w.address for w in cast.witnesses),
         threshold=2,
-        witness_fee_wei=ETH // 100,
-        reward_pool_wei=3 * ETH,
+        witness_fee_wei=unit_wei // 100,
+        reward_pool_wei=3 * unit_wei,
         initial_state_root=_hexs(_h("initial-state")),
         outer_optimizer=OuterOptimizerSpec(lr=0.7, momentum=0.9),
         gradient_bits=8,
@@ -88,19 +123,32 @@ def demo_spec(cast: Cast, now: int) -> TrainingTaskSpec:
         eviction_slash_bps=2_500,
         param_count=4 * 256,  # the stand-in payloads have 4 chunks of 256 coordinates
         checkpoint_interval=10,
-        witness_bond_wei=1 * ETH,
-        challenge_bond_wei=ETH // 10,
+        witness_bond_wei=1 * unit_wei,
+        challenge_bond_wei=unit_wei // 10,
     )
 
 
 class Lifecycle:
-    """Drives one scripted run; ``advance`` moves chain time (anvil) or waits (any other chain)."""
+    """Drives one scripted run; ``advance_past`` moves chain time (anvil) or waits for the chain's
+    blocks (any other chain: ``time_travel=False``, with windows from :func:`real_clock_timing`)."""
 
-    def __init__(self, market: MarketClient, cast: Cast, *, time_travel: bool = True):
+    def __init__(
+        self,
+        market: MarketClient,
+        cast: Cast,
+        *,
+        time_travel: bool = True,
+        timing: Timing = TIME_TRAVEL_TIMING,
+        unit_wei: int = ETH,
+        stall_timeout_s: float = 120.0,
+    ):
         self.market = market
         self.cast = cast
         self.w3: Web3 = market.w3
         self.time_travel = time_travel
+        self.timing = timing
+        self.unit_wei = unit_wei
+        self.stall_timeout_s = stall_timeout_s
         self.task_id = 0
         self.rounds: list[dict[str, Any]] = []
 
@@ -115,8 +163,7 @@ class Lifecycle:
             log.info("time.travel", seconds=timestamp - now + 1, why=why)
         else:
             log.info("time.wait", seconds=timestamp - now + 1, why=why)
-            while chain_time(self.w3) <= timestamp:
-                time.sleep(1)
+            wait_for_chain_time(self.w3, timestamp, self.stall_timeout_s)
 
     # ------------------------------------------------------------------ roles
 
@@ -168,7 +215,7 @@ class Lifecycle:
         w0, w1, w2 = cast.witnesses
 
         step("1/7 sponsor posts a task and escrows the reward pool; the witnesses post their bonds")
-        spec = demo_spec(cast, chain_time(self.w3))
+        spec = demo_spec(cast, chain_time(self.w3), self.timing, self.unit_wei)
         self.task_id, _ = market.post_task(cast.sponsor, spec, spec_uri=f"blob://{spec.spec_hash[2:18]}")
         log.info(
             "task.posted",
@@ -291,6 +338,80 @@ class Lifecycle:
             "committed_mask": r.committed_mask,
             "votes": r.vote_count,
         }
+
+
+def wait_for_chain_time(w3: Web3, timestamp: int, stall_timeout_s: float, poll_s: float = 0.5) -> int:
+    """Wait until the latest block's timestamp is past ``timestamp``; returns it. A chain that
+    mines no new block for ``stall_timeout_s`` (a node that mines only on demand) raises one line
+    instead of waiting forever."""
+    last_block = int(w3.eth.block_number)
+    last_progress = time.monotonic()
+    while True:
+        now = chain_time(w3)
+        if now > timestamp:
+            return now
+        block = int(w3.eth.block_number)
+        if block != last_block:
+            last_block, last_progress = block, time.monotonic()
+        elif time.monotonic() - last_progress > stall_timeout_s:
+            raise ChainError(
+                f"the chain mined no block for {stall_timeout_s:.0f} s while waiting for time {timestamp}: "
+                "the real-clock mode needs a chain that produces blocks on its own"
+            )
+        time.sleep(poll_s)
+
+
+# ---------------------------------------------------------------------- the cast on any chain
+
+ROLE_GAS_ALLOWANCE = 15_000_000
+"""Gas each derived role account is funded for (enroll or bond, four commits or votes, withdraw)."""
+
+
+def derived_cast(funder: Signer) -> Cast:
+    """The sponsor is ``funder``; trainers, witnesses and "anyone" are seven accounts whose keys
+    are derived from the funder's (keccak of the key and the role), so a rerun reuses them and the
+    operator can recover what is left on them."""
+    key = bytes(funder.account.key)
+    roles = [
+        from_private_key("0x" + keccak(key + f"syncline/demo-lifecycle/role/{i}".encode()).hex()) for i in range(7)
+    ]
+    return Cast(sponsor=funder, trainers=roles[0:3], witnesses=roles[3:6], anyone=roles[6])
+
+
+def fund_cast(w3: Web3, cast: Cast, unit_wei: int) -> dict[str, int]:
+    """Top every role account up to its stake or bond plus a gas allowance, from the sponsor;
+    returns the wei sent to each (accounts already holding enough get nothing)."""
+    gas_price = 2 * int(w3.eth.gas_price) + 1
+    allowance = ROLE_GAS_ALLOWANCE * gas_price
+    needs = {t.address: unit_wei + allowance for t in cast.trainers}
+    needs |= {w.address: unit_wei + allowance for w in cast.witnesses}
+    needs[cast.anyone.address] = allowance
+    sponsor = Web3.to_checksum_address(cast.sponsor.address)
+    nonce = int(w3.eth.get_transaction_count(sponsor, "pending"))
+    chain_id = int(w3.eth.chain_id)
+    sent: dict[str, int] = {}
+    hashes = []
+    for address, need in needs.items():
+        missing = need - int(w3.eth.get_balance(Web3.to_checksum_address(address)))
+        if missing <= 0:
+            continue
+        tx: Any = {
+            "to": Web3.to_checksum_address(address),
+            "value": missing,
+            "gas": 21_000,
+            "gasPrice": gas_price,
+            "nonce": nonce,
+            "chainId": chain_id,
+        }
+        signed = cast.sponsor.account.sign_transaction(tx)
+        hashes.append(w3.eth.send_raw_transaction(signed.raw_transaction))
+        sent[address] = missing
+        nonce += 1
+    for tx_hash in hashes:
+        receipt = w3.eth.wait_for_transaction_receipt(tx_hash, timeout=180)
+        if receipt["status"] != 1:
+            raise ChainError(f"funding transfer 0x{bytes(tx_hash).hex()} failed")
+    return sent
 
 
 def _shards(mask: int) -> str:
