@@ -139,10 +139,7 @@ contract SynclineConfidential is ISynclineConfidential, SynclineCourtCore {
     /// @dev The parity check: the claimed measurement must be allow-listed and the key not
     /// admitted for another account; the task's verifier authenticates `report`, which must bind
     /// exactly the claimed key and measurement and `msg.sender` as operator. Changes nothing.
-    function _attest(uint256 taskId, bytes32 enclavePubkey, bytes32 measurement, bytes calldata report)
-        private
-        view
-    {
+    function _attest(uint256 taskId, bytes32 enclavePubkey, bytes32 measurement, bytes calldata report) private view {
         _requireTask(taskId);
         address verifier = _confidential[taskId].verifier;
         if (verifier == address(0)) revert SynclineConfidentialNotConfigured(taskId);

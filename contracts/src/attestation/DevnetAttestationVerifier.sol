@@ -54,14 +54,15 @@ contract DevnetAttestationVerifier is IAttestationVerifier, EIP712 {
             abi.decode(report[:128], (bytes32, bytes32, uint256, uint256));
         if (operatorWord > type(uint160).max) revert DevnetAttestationMalformed("operator");
         if (issuedAtWord > type(uint64).max) revert DevnetAttestationMalformed("issuedAt");
+        // casting to 'uint160' is safe because operatorWord <= type(uint160).max (checked above)
+        // forge-lint: disable-next-line(unsafe-typecast)
         operator = address(uint160(operatorWord));
         // casting to 'uint64' is safe because issuedAtWord <= type(uint64).max (checked above)
         // forge-lint: disable-next-line(unsafe-typecast)
         issuedAt = uint64(issuedAtWord);
 
-        bytes32 digest = _hashTypedDataV4(
-            keccak256(abi.encode(REPORT_TYPEHASH, enclavePubkey, measurement, operator, issuedAt))
-        );
+        bytes32 digest =
+            _hashTypedDataV4(keccak256(abi.encode(REPORT_TYPEHASH, enclavePubkey, measurement, operator, issuedAt)));
         (address signer, ECDSA.RecoverError err,) = ECDSA.tryRecover(digest, report[128:]);
         if (err != ECDSA.RecoverError.NoError || signer == address(0)) revert DevnetAttestationBadSignature();
         if (signer != SERVICE) revert DevnetAttestationWrongSigner(signer, SERVICE);
@@ -73,8 +74,6 @@ contract DevnetAttestationVerifier is IAttestationVerifier, EIP712 {
         view
         returns (bytes32)
     {
-        return _hashTypedDataV4(
-            keccak256(abi.encode(REPORT_TYPEHASH, enclavePubkey, measurement, operator, issuedAt))
-        );
+        return _hashTypedDataV4(keccak256(abi.encode(REPORT_TYPEHASH, enclavePubkey, measurement, operator, issuedAt)));
     }
 }

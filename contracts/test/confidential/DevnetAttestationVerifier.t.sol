@@ -129,7 +129,10 @@ contract DevnetAttestationVerifierTest is ConfidentialTestBase {
         uint256 width = field < 2 ? 256 : (field == 2 ? 160 : 64);
         bit = bound(bit, 0, width - 1);
         uint256 byteIndex = field * 32 + 31 - bit / 8;
-        report[byteIndex] = bytes1(uint8(report[byteIndex]) ^ uint8(1 << (bit % 8)));
+        uint256 flip = 2 ** (bit % 8);
+        // casting to 'uint8' is safe because flip <= 128
+        // forge-lint: disable-next-line(unsafe-typecast)
+        report[byteIndex] = bytes1(uint8(report[byteIndex]) ^ uint8(flip));
         vm.expectRevert();
         verifier.verify(report);
     }
@@ -145,9 +148,7 @@ contract DevnetAttestationVerifierTest is ConfidentialTestBase {
         vm.prank(t);
         if (keyDiffers) {
             vm.expectRevert(
-                abi.encodeWithSignature(
-                    "SynclineAttestationPubkeyMismatch(bytes32,bytes32)", claimedKey, attestedKey
-                )
+                abi.encodeWithSignature("SynclineAttestationPubkeyMismatch(bytes32,bytes32)", claimedKey, attestedKey)
             );
             conf.enrollAttested{value: STAKE}(id, claimedKey, GOOD, report);
         } else {
