@@ -64,9 +64,10 @@ class Setup:
     layout: ParameterLayout
     start: TrainingState
     shards: list[bytes]
+    config: dict[str, Any] = dataclasses.field(default_factory=lambda: MODEL)
 
     def build(self) -> torch.nn.Module:
-        return self.adapter.build_model(MODEL, seed=0)
+        return self.adapter.build_model(self.config, seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -239,3 +240,51 @@ def test_the_calibration_bench_reports_what_the_docs_quote(tmp_path: Path, monke
     assert (report["honest_replays"], report["false_convictions"]) == (10, 0)
     assert report["cheats"]["noise"]["detection_rate"] == 1.0
     assert code == (0 if result["meets_requirements"] else 1)
+
+
+# ---------------------------------------------------------------- GPT-2: biases with no gradient
+
+GPT2: dict[str, Any] = {
+    "family": "gpt2",
+    "n_layer": 1,
+    "n_embd": 32,
+    "n_head": 2,
+    "n_positions": SEQ,
+    "vocab_size": 256,
+}
+"""A 1-layer GPT-2 from a config, as a sponsor's pretrained/SFT task may name (``model.family: gpt2``)."""
+
+
+@pytest.fixture(scope="module")
+def gpt2() -> Setup:
+    adapter = LanguageAdapter(seq_len=SEQ)
+    params = {k: v.detach() for k, v in adapter.build_model(GPT2, seed=0).named_parameters()}
+    layout = ParameterLayout.from_state_dict(params)
+    start = TrainingState.from_model_state_dict(params, layout)
+    return Setup(adapter, layout, start, [_shard(1), _shard(2)], GPT2)
+
+
+@pytest.fixture(scope="module")
+def gpt2_bf16(gpt2: Setup) -> Submission:
+    return _submit(gpt2, "bf16")
+
+
+def _key_bias(layout: ParameterLayout) -> slice:
+    """The key third of GPT-2's fused ``c_attn.bias`` (query, key, value biases) in the flat vector."""
+    e = next(e for e in layout.entries if e.name.endswith("attn.c_attn.bias"))
+    third = e.numel // 3
+    return slice(e.offset + third, e.offset + 2 * third)
+
+
+def test_an_fp32_referee_finds_an_honest_bf16_gpt2_trainer_innocent(gpt2: Setup, gpt2_bf16: Submission) -> None:
+    """GPT-2's attention key bias has no gradient (the softmax cancels it): bf16 rounding noise
+    reaches it and AdamW turns that into steps of about ``lr`` that an fp32 replay does not take.
+    Measured per tensor against the segment's update alone, ``c_attn.bias`` was 0.43 away against
+    the bound 0.162: an honest GPU trainer convicted. The vector floor keeps it inside."""
+    ckpts = [Checkpoint.from_bytes(b) for b in gpt2_bf16.blobs]
+    start, end = ckpts[0].params, ckpts[1].params
+    key = _key_bias(gpt2.layout)
+    assert float((end[key] - start[key]).abs().max()) > INNER.lr / 2  # the noise really moved it in bf16
+    verdicts = _judge(gpt2, gpt2_bf16)
+    assert [v.guilty for v in verdicts] == [False] * (S + 1), [v.reason for v in verdicts]
+    assert find_faulty(gpt2_bf16.claim, gpt2_bf16.manifest, gpt2_bf16.fetch, _inputs(gpt2)) is None
