@@ -236,6 +236,12 @@ def test_the_calibration_bench_reports_what_the_docs_quote(tmp_path: Path, monke
     for cheat in ("lazy-50%", "wrong-shard", "lr-x0.5", "noise", "scale-x1.1"):
         assert result["cheats"][cheat]["detection_rate"] == 1.0, cheat
     assert result["cheats"]["scale-x1.01"]["detection_rate"] == 0.0  # inside the tolerance: documented
+    # the cheats aimed at the vectors the floor relaxes: biases and norms left untouched, or one moved
+    # by lr per step and coordinate (or half that), are caught; a quarter of it hides under the floor
+    for cheat in ("vectors-frozen", "vector-shift-0.5", "vector-shift-1.0"):
+        assert result["cheats"][cheat]["detection_rate"] == 1.0, cheat
+    assert result["cheats"]["vector-shift-0.25"]["detection_rate"] == 0.0  # documented
+    assert result["envelope"]["vector_rms_lr"] == pytest.approx(0.162 * 4.0 / 2)
     assert report["envelope"] == dataclasses.asdict(DEFAULT_VERIFICATION.tolerance)
     assert (report["honest_replays"], report["false_convictions"]) == (10, 0)
     assert report["cheats"]["noise"]["detection_rate"] == 1.0
@@ -288,3 +294,43 @@ def test_an_fp32_referee_finds_an_honest_bf16_gpt2_trainer_innocent(gpt2: Setup,
     verdicts = _judge(gpt2, gpt2_bf16)
     assert [v.guilty for v in verdicts] == [False] * (S + 1), [v.reason for v in verdicts]
     assert find_faulty(gpt2_bf16.claim, gpt2_bf16.manifest, gpt2_bf16.fetch, _inputs(gpt2)) is None
+
+
+def _forge(gpt2: Setup, honest: Submission, segment: int, edit: Any) -> Verdict:
+    """The honest bf16 checkpoints with ``c_{segment+1}``'s weights edited, committed, and judged."""
+    ckpts = [Checkpoint.from_bytes(b) for b in honest.blobs]
+    params = ckpts[segment + 1].params.clone()
+    edit(params, ckpts[segment].params)
+    ckpts[segment + 1] = dataclasses.replace(ckpts[segment + 1], params=params)
+    forged = _commit([c.to_bytes() for c in ckpts], ckpts[0].params - ckpts[-1].params)
+    verdict = check_segment(segment, forged.claim, forged.manifest, forged.fetch, _inputs(gpt2))
+    assert isinstance(verdict, Verdict)
+    return verdict
+
+
+@pytest.mark.parametrize("segment", range(S))
+def test_cheats_aimed_at_the_vectors_the_floor_relaxes_are_convicted(
+    gpt2: Setup, gpt2_bf16: Submission, segment: int
+) -> None:
+    """The floor relaxes biases and norms, so a cheater would aim there: moving one bias by ``lr``
+    per step on every coordinate (a steady push the max-abs bound, 4 ``lr`` per step, lets
+    through), or leaving every bias and norm at its start value."""
+    layout = gpt2.layout
+    bias = next(e for e in layout.entries if e.name.endswith("mlp.c_fc.bias"))
+    span = slice(bias.offset, bias.offset + bias.numel)
+
+    def push(params: torch.Tensor, start: torch.Tensor) -> None:
+        params[span] += INNER.lr * INTERVAL
+
+    # (on a model this small the whole-vector ratio shows it first; on the demo-sized GPT-2 of the
+    # bench only the per-tensor ratio does: docs/benchmarks.md)
+    verdict = _forge(gpt2, gpt2_bf16, segment, push)
+    assert verdict.guilty and "exceeds the envelope" in verdict.reason, verdict.reason
+
+    def freeze(params: torch.Tensor, start: torch.Tensor) -> None:
+        for e in layout.entries:
+            if len(e.shape) == 1:
+                params[e.offset : e.offset + e.numel] = start[e.offset : e.offset + e.numel]
+
+    verdict = _forge(gpt2, gpt2_bf16, segment, freeze)
+    assert verdict.guilty and "exceeds the envelope" in verdict.reason, verdict.reason
