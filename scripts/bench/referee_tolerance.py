@@ -93,8 +93,12 @@ class Tally:
         self.distances.append(distance)
         self.outside += 0 if within else 1
 
-    def maxima(self) -> dict[str, float]:
-        return {k: max(float(getattr(d, k)) for d in self.distances) for k in SegmentDistance.MEASURES}
+    def maxima(self) -> dict[str, float | str]:
+        out: dict[str, float | str] = {
+            k: max(float(getattr(d, k)) for d in self.distances) for k in SegmentDistance.MEASURES
+        }
+        out["worst_tensor"] = max(self.distances, key=lambda d: d.weight_rel_l2_tensor).worst_tensor
+        return out
 
     def minima(self) -> dict[str, float]:
         keys = ("weight_rel_l2", "weight_rel_l2_tensor", "exp_avg_rel_l2")
@@ -344,7 +348,7 @@ def print_table(report: dict[str, Any]) -> None:
             print(
                 f"{n:<22}{h['honest_replays']:>8}{h['false_convictions']:>10}{m['weight_rel_l2']:>9.4f}"
                 f"{m['weight_rel_l2_tensor']:>10.4f}{m['weight_max_abs_lr']:>9.3f}{m['exp_avg_rel_l2']:>9.4f}"
-                f"{m['exp_avg_sq_rel_l2']:>9.4f}"
+                f"{m['exp_avg_sq_rel_l2']:>9.4f}   {m['worst_tensor']}"
             )
         print(f"{'cheat':<22}{'trials':>8}{'detected':>10}{'w-L2':>9}{'w-tensor':>10}{'m1-L2':>9}   (minima)")
         for n, c in r["cheats"].items():

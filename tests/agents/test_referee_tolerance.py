@@ -241,7 +241,7 @@ def test_the_calibration_bench_reports_what_the_docs_quote(tmp_path: Path, monke
     for cheat in ("vectors-frozen", "vector-shift-0.5", "vector-shift-1.0"):
         assert result["cheats"][cheat]["detection_rate"] == 1.0, cheat
     assert result["cheats"]["vector-shift-0.25"]["detection_rate"] == 0.0  # documented
-    assert result["envelope"]["vector_rms_lr"] == pytest.approx(0.162 * 4.0 / 2)
+    assert result["envelope"]["vector_rms_lr"] == pytest.approx(0.162 * 5.0 / 2)
     assert report["envelope"] == dataclasses.asdict(DEFAULT_VERIFICATION.tolerance)
     assert (report["honest_replays"], report["false_convictions"]) == (10, 0)
     assert report["cheats"]["noise"]["detection_rate"] == 1.0

@@ -297,7 +297,7 @@ def test_the_vector_floor_is_in_the_canonical_json_only_when_not_the_default() -
     default = VerificationPolicy()
     assert "vector_floor" not in default.to_mapping()["tolerance"]
     assert VerificationPolicy.from_mapping(default.to_mapping()) == default
-    assert VerificationPolicy.from_mapping({"tolerance": {}}).tolerance.vector_floor == 4.0
+    assert VerificationPolicy.from_mapping({"tolerance": {}}).tolerance.vector_floor == 5.0
     other = VerificationPolicy(tolerance=ToleranceModel(vector_floor=2.5))
     assert other.to_mapping()["tolerance"]["vector_floor"] == 2.5
     assert VerificationPolicy.from_mapping(other.to_mapping()) == other

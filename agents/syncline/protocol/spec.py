@@ -274,7 +274,7 @@ class ToleranceModel:
     moment_base: float = 0.06
     moment_per_step: float = 0.0005
     max_abs_lr: float = 4.0
-    vector_floor: float = 4.0
+    vector_floor: float = 5.0
 
     def weight_bound(self, steps: int) -> float:
         return self.weight_base + self.weight_per_step * steps

@@ -14,13 +14,14 @@ checkpoint ``c_s`` (the *start*, identical for both) and measures how far the tr
   ``vector_floor * lr * sqrt(n * numel_t)`` (:func:`update_floor`): some biases have no gradient
   at all (an attention key bias adds the same value to all of a query's logits, which the softmax
   cancels), so only rounding noise reaches them, and AdamW, which normalizes the gradient, turns
-  that noise into steps of about ``lr`` in random directions: about ``0.5 * lr * sqrt(n)`` per
+  that noise into steps of about ``lr`` that the two precisions do not share: about ``0.5 * lr * sqrt(n)`` per
   coordinate after ``n`` steps in bf16, where an fp32 replay barely moves them. In units of the
   tensor's own update that noise is a large, honest distance (0.43 for GPT-2's fused
   ``c_attn.bias``, whose key third is such a bias, against the bound 0.162 at ``n = 4``). The
   floor bounds what a forger can hide in a vector: an L2 change of ``tensor_bound(n) *
-  vector_floor * lr * sqrt(n * numel_t)``, i.e. ``0.32 * lr * n`` per coordinate (RMS) at
-  ``n = 4`` with the defaults. Matrices are measured against their update alone.
+  vector_floor * lr * sqrt(n * numel_t)``, i.e. ``0.41 * lr * n`` per coordinate (RMS) at
+  ``n = 4`` and ``0.28 * lr * n`` at ``n = 10`` with the defaults (AdamW moves a coordinate by at
+  most about ``lr * n``). Matrices are measured against their update alone.
 * ``weight_max_abs_lr`` -- ``max_i |claimed_i - replayed_i| / (lr * steps)``: the largest
   coordinate difference in units of the most an AdamW step can move a coordinate (about ``lr``),
   which catches a change concentrated on a few coordinates that the L2 ratio dilutes.
