@@ -14,8 +14,9 @@ checkpoint ``c_s`` (the *start*, identical for both) and measures how far the tr
   ``vector_floor * lr * sqrt(n * numel_t)`` (:func:`update_floor`): some biases have no gradient
   at all (an attention key bias adds the same value to all of a query's logits, which the softmax
   cancels), so only rounding noise reaches them, and AdamW, which normalizes the gradient, turns
-  that noise into steps of about ``lr`` that the two precisions do not share: about ``0.5 * lr * sqrt(n)`` per
-  coordinate after ``n`` steps in bf16, where an fp32 replay barely moves them. In units of the
+  that noise into steps of about ``lr`` that the two precisions do not share: ``0.4`` to
+  ``0.8 * lr * sqrt(n)`` (RMS) per coordinate after ``n`` steps measured, where an fp32 replay
+  barely moves them. In units of the
   tensor's own update that noise is a large, honest distance (0.43 for GPT-2's fused
   ``c_attn.bias``, whose key third is such a bias, against the bound 0.162 at ``n = 4``). The
   floor bounds what a forger can hide in a vector: an L2 change of ``tensor_bound(n) *
