@@ -294,6 +294,10 @@ def test_an_fp32_referee_finds_an_honest_bf16_gpt2_trainer_innocent(gpt2: Setup,
     verdicts = _judge(gpt2, gpt2_bf16)
     assert [v.guilty for v in verdicts] == [False] * (S + 1), [v.reason for v in verdicts]
     assert find_faulty(gpt2_bf16.claim, gpt2_bf16.manifest, gpt2_bf16.fetch, _inputs(gpt2)) is None
+    old = dataclasses.replace(DEFAULT_VERIFICATION.tolerance, vector_floor=0.0)  # the rule before the floor
+    before = _judge(gpt2, gpt2_bf16, policy=dataclasses.replace(DEFAULT_VERIFICATION, tolerance=old))
+    assert [v.guilty for v in before] == [True, True, False]
+    assert all("weight relative L2 of transformer.h.0.attn.c_attn.bias" in v.reason for v in before[:S])
 
 
 def _forge(gpt2: Setup, honest: Submission, segment: int, edit: Any) -> Verdict:
@@ -334,3 +338,22 @@ def test_cheats_aimed_at_the_vectors_the_floor_relaxes_are_convicted(
 
     verdict = _forge(gpt2, gpt2_bf16, segment, freeze)
     assert verdict.guilty and "exceeds the envelope" in verdict.reason, verdict.reason
+
+
+QWEN2: dict[str, Any] = TINY_MODEL | {"family": "qwen2", "max_position_embeddings": SEQ, "vocab_size": 256}
+"""The e2e's tiny shape as Qwen2, whose attention projections have biases (``k_proj.bias``: no gradient)."""
+
+
+def test_an_fp32_referee_finds_an_honest_bf16_qwen2_trainer_innocent() -> None:
+    """Qwen2's ``k_proj.bias`` is all key bias: 0.38 and 0.21 per tensor against 0.162 before the floor."""
+    adapter = LanguageAdapter(seq_len=SEQ)
+    params = {k: v.detach() for k, v in adapter.build_model(QWEN2, seed=0).named_parameters()}
+    layout = ParameterLayout.from_state_dict(params)
+    assert any(e.name.endswith("k_proj.bias") for e in layout.entries)
+    qwen2 = Setup(adapter, layout, TrainingState.from_model_state_dict(params, layout), [_shard(1), _shard(2)], QWEN2)
+    honest = _submit(qwen2, "bf16")
+    verdicts = _judge(qwen2, honest)
+    assert [v.guilty for v in verdicts] == [False] * (S + 1), [v.reason for v in verdicts]
+    old = dataclasses.replace(DEFAULT_VERIFICATION.tolerance, vector_floor=0.0)  # the rule before the floor
+    before = _judge(qwen2, honest, policy=dataclasses.replace(DEFAULT_VERIFICATION, tolerance=old))
+    assert before[0].guilty and "weight relative L2 of model.layers.0.self_attn.k_proj.bias" in before[0].reason
