@@ -3,8 +3,10 @@
 A referee that does not share the trainer's device class re-executes a segment in its own
 precision and accepts the trainer's checkpoint when its distance (``syncline.protocol.tolerance``)
 lies inside the spec's envelope. This bench measures, on the demo's model (DemoPlan: a 2-layer
-Llama, 558k parameters, batch 8 x 64 tokens, AdamW lr 1e-3), segments of ``n`` steps started from
-the checkpoints of an fp32 CPU trajectory:
+Llama, 558k parameters, batch 8 x 64 tokens, AdamW lr 1e-3; ``--model gpt2`` / ``qwen2``: the same
+shape in those families, whose attention biases include a key bias with no gradient; ``tiny``: the
+e2e's 1-layer Llama), segments of ``n`` steps started from the checkpoints of an fp32 CPU
+trajectory:
 
 * honest pairs -- the trainer's checkpoint against the referee's fp32 CPU replay (1 thread):
   ``cpu-bf16`` (``torch.autocast("cpu", bfloat16)``), ``cpu-fp32`` with 2 threads, and
@@ -13,7 +15,10 @@ the checkpoints of an fp32 CPU trajectory:
   with forged step counts (only the tensors are judged, the cheater's best case): lazy training
   skipping 50 / 25 / 10 % of the segment's steps, one skipped step at a random position, another
   trainer's shards, the learning rate halved, a noise update of the honest update's norm, and the
-  honest bf16 update scaled by 1.01 / 1.02 / 1.05 / 1.1.
+  honest bf16 update scaled by 1.01 / 1.02 / 1.05 / 1.1; and two that target the one-dimensional
+  tensors the envelope's vector floor relaxes: every bias and norm left at its start value
+  (``vectors-frozen``), and one random vector moved by ``±d * lr * n`` per coordinate on top of the
+  honest update (``vector-shift-{d}``, d = 0.25 / 0.5 / 1).
 
 Every sample is judged against the default envelope (``DEFAULT_VERIFICATION.tolerance``); the
 table gives per pair the honest maxima and the false convictions, per cheat the detection rate and
@@ -45,6 +50,7 @@ import torch
 from syncline.demo.trainer_setup import TrainerSetup, build_trainer_setup
 from syncline.demo.training_run import DemoPlan
 from syncline.protocol.checkpoints import Checkpoint
+from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.seeds import round_seed
 from syncline.protocol.spec import DEFAULT_VERIFICATION, ToleranceModel
 from syncline.protocol.state import TrainingState
@@ -54,7 +60,22 @@ from syncline.trainer.inner_loop import InnerLoop, replay_environment
 PLAN = DemoPlan()
 TASK_ID = 1
 SCALES = (1.01, 1.02, 1.05, 1.1)
+VECTOR_SHIFTS = (0.25, 0.5, 1.0)
 LISTED_CHEATS = ("lazy-50%", "lazy-25%", "lazy-10%", "wrong-shard", "lr-x0.5", "noise")
+FAMILY_MODELS: dict[str, dict[str, Any]] = {
+    "gpt2": {"family": "gpt2", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_positions": 64},
+    "qwen2": {
+        "family": "qwen2",
+        "hidden_size": 128,
+        "intermediate_size": 384,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 64,
+        "tie_word_embeddings": True,
+    },
+}
+"""The demo's shape in other families (``--model gpt2`` / ``qwen2``), on the demo's data and AdamW."""
 REQUIRED_HONEST = 50
 REQUIRED_DETECTION = 0.99
 FRESH_EVERY = 5  # one sample in five is a round's first segment from a new optimizer
@@ -72,8 +93,12 @@ class Tally:
         self.distances.append(distance)
         self.outside += 0 if within else 1
 
-    def maxima(self) -> dict[str, float]:
-        return {k: max(float(getattr(d, k)) for d in self.distances) for k in SegmentDistance.MEASURES}
+    def maxima(self) -> dict[str, float | str]:
+        out: dict[str, float | str] = {
+            k: max(float(getattr(d, k)) for d in self.distances) for k in SegmentDistance.MEASURES
+        }
+        out["worst_tensor"] = max(self.distances, key=lambda d: d.weight_rel_l2_tensor).worst_tensor
+        return out
 
     def minima(self) -> dict[str, float]:
         keys = ("weight_rel_l2", "weight_rel_l2_tensor", "exp_avg_rel_l2")
@@ -186,7 +211,7 @@ def measure(
         honest.setdefault(name, Tally(name)).add(v.distance, v.within)
 
     def cheat(name: str, claimed: Checkpoint) -> None:
-        d = segment_distance(c0, claimed, replay, setup.layout, steps=steps)
+        d = segment_distance(c0, claimed, replay, setup.layout, steps=steps, vector_floor=model.vector_floor)
         cheats.setdefault(name, Tally(name)).add(d, judge(d, model).within)
 
     bf16 = go(dtype="bf16")
@@ -206,6 +231,19 @@ def measure(
     cheat("noise", with_params(bf16, c0.params + noise * (update.norm() / noise.norm())))
     for f in SCALES:
         cheat(f"scale-x{f}", with_params(bf16, c0.params + f * update))
+    vectors = [e for e in setup.layout.entries if len(e.shape) <= 1]
+    if vectors:
+        frozen = bf16.params.clone()
+        for e in vectors:
+            frozen[e.offset : e.offset + e.numel] = c0.params[e.offset : e.offset + e.numel]
+        cheat("vectors-frozen", with_params(bf16, frozen))
+        target = vectors[rng.randrange(len(vectors))]
+        signs = torch.randint(0, 2, (target.numel,), generator=torch.Generator().manual_seed(rng.randrange(2**31)))
+        for d in VECTOR_SHIFTS:
+            shifted = bf16.params.clone()
+            step = d * c0.optimizer.lr * steps
+            shifted[target.offset : target.offset + target.numel] += (2.0 * signs - 1.0) * step
+            cheat(f"vector-shift-{d}", with_params(bf16, shifted))
 
 
 def run(steps_list: Sequence[int], samples: int, model: ToleranceModel, setup: TrainerSetup) -> dict[str, Any]:
@@ -269,6 +307,8 @@ def summarize(
         "envelope": {
             "weight_rel_l2": model.weight_bound(steps),
             "weight_rel_l2_tensor": model.tensor_bound(steps),
+            # the largest RMS change per coordinate of a vector, in lr * n, the floor lets through
+            "vector_rms_lr": model.tensor_bound(steps) * model.vector_floor / math.sqrt(steps),
             "weight_max_abs_lr": model.max_abs_lr,
             "moments_rel_l2": model.moment_bound(steps),
         },
@@ -296,7 +336,8 @@ def print_table(report: dict[str, Any]) -> None:
             f"\n-- segments of {r['steps']} steps, {r['samples']} samples ({r['fresh_samples']} from a new optimizer), "
             f"{r['seconds']} s; envelope: weights "
             f"{env['weight_rel_l2']:.4f} (per tensor {env['weight_rel_l2_tensor']:.4f}), moments "
-            f"{env['moments_rel_l2']:.4f}, max-abs {env['weight_max_abs_lr']:.2f} lr/step"
+            f"{env['moments_rel_l2']:.4f}, max-abs {env['weight_max_abs_lr']:.2f} lr/step, a vector's RMS "
+            f"{env['vector_rms_lr']:.3f} lr/step"
         )
         print(
             f"{'honest pair':<22}{'replays':>8}{'convicted':>10}{'w-L2':>9}{'w-tensor':>10}{'max-abs':>9}"
@@ -307,7 +348,7 @@ def print_table(report: dict[str, Any]) -> None:
             print(
                 f"{n:<22}{h['honest_replays']:>8}{h['false_convictions']:>10}{m['weight_rel_l2']:>9.4f}"
                 f"{m['weight_rel_l2_tensor']:>10.4f}{m['weight_max_abs_lr']:>9.3f}{m['exp_avg_rel_l2']:>9.4f}"
-                f"{m['exp_avg_sq_rel_l2']:>9.4f}"
+                f"{m['exp_avg_sq_rel_l2']:>9.4f}   {m['worst_tensor']}"
             )
         print(f"{'cheat':<22}{'trials':>8}{'detected':>10}{'w-L2':>9}{'w-tensor':>10}{'m1-L2':>9}   (minima)")
         for n, c in r["cheats"].items():
@@ -322,12 +363,30 @@ def print_table(report: dict[str, Any]) -> None:
         )
 
 
+def trainer_setup(which: str) -> TrainerSetup:
+    """``demo`` / ``tiny`` (:func:`build_trainer_setup`), or the demo's setup with the model of
+    :data:`FAMILY_MODELS` (its own initial weights and layout)."""
+    if which not in FAMILY_MODELS:
+        return build_trainer_setup(which)
+    demo = build_trainer_setup("demo")
+    config = FAMILY_MODELS[which] | {"vocab_size": demo.model_config["vocab_size"]}
+    params = {k: v.detach() for k, v in demo.adapter.build_model(config, seed=0).named_parameters()}
+    layout = ParameterLayout.from_state_dict(params)
+    initial = TrainingState.from_model_state_dict(params, layout)
+    return dataclasses.replace(demo, name=which, layout=layout, initial=initial, model_config=config)
+
+
 def main(argv: Sequence[str] | None = None, *, out: Callable[[dict[str, Any]], None] = print_table) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="segments of 10 steps only, 50 samples (< 5 min)")
     parser.add_argument("--samples", type=int, default=None, help="samples per segment length (default 100, quick 50)")
     parser.add_argument("--steps", type=int, nargs="*", default=None, help="segment lengths (default 4 10 20)")
-    parser.add_argument("--model", choices=("demo", "tiny"), default="demo", help="demo (default) or the e2e's tiny")
+    parser.add_argument(
+        "--model",
+        choices=("demo", "tiny", *FAMILY_MODELS),
+        default="demo",
+        help="demo (default), the e2e's tiny, or the demo's shape as gpt2 / qwen2",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the report as JSON here")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -337,7 +396,7 @@ def main(argv: Sequence[str] | None = None, *, out: Callable[[dict[str, Any]], N
     if samples < 1 or any(s < 1 for s in steps):
         parser.error("--samples and --steps must be positive")
     began = time.perf_counter()
-    report = run(steps, samples, DEFAULT_VERIFICATION.tolerance, build_trainer_setup(args.model))
+    report = run(steps, samples, DEFAULT_VERIFICATION.tolerance, trainer_setup(args.model))
     report["seconds"] = round(time.perf_counter() - began, 1)
     report["quick"] = bool(args.quick)
     out(report)

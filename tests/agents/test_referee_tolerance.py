@@ -64,9 +64,10 @@ class Setup:
     layout: ParameterLayout
     start: TrainingState
     shards: list[bytes]
+    config: dict[str, Any] = dataclasses.field(default_factory=lambda: MODEL)
 
     def build(self) -> torch.nn.Module:
-        return self.adapter.build_model(MODEL, seed=0)
+        return self.adapter.build_model(self.config, seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -235,7 +236,124 @@ def test_the_calibration_bench_reports_what_the_docs_quote(tmp_path: Path, monke
     for cheat in ("lazy-50%", "wrong-shard", "lr-x0.5", "noise", "scale-x1.1"):
         assert result["cheats"][cheat]["detection_rate"] == 1.0, cheat
     assert result["cheats"]["scale-x1.01"]["detection_rate"] == 0.0  # inside the tolerance: documented
+    # the cheats aimed at the vectors the floor relaxes: biases and norms left untouched, or one moved
+    # by lr per step and coordinate (or half that), are caught; a quarter of it hides under the floor
+    for cheat in ("vectors-frozen", "vector-shift-0.5", "vector-shift-1.0"):
+        assert result["cheats"][cheat]["detection_rate"] == 1.0, cheat
+    assert result["cheats"]["vector-shift-0.25"]["detection_rate"] == 0.0  # documented
+    assert result["envelope"]["vector_rms_lr"] == pytest.approx(0.162 * 5.0 / 2)
     assert report["envelope"] == dataclasses.asdict(DEFAULT_VERIFICATION.tolerance)
     assert (report["honest_replays"], report["false_convictions"]) == (10, 0)
     assert report["cheats"]["noise"]["detection_rate"] == 1.0
     assert code == (0 if result["meets_requirements"] else 1)
+
+
+# ---------------------------------------------------------------- GPT-2: biases with no gradient
+
+GPT2: dict[str, Any] = {
+    "family": "gpt2",
+    "n_layer": 1,
+    "n_embd": 32,
+    "n_head": 2,
+    "n_positions": SEQ,
+    "vocab_size": 256,
+}
+"""A 1-layer GPT-2 from a config, as a sponsor's pretrained/SFT task may name (``model.family: gpt2``)."""
+
+
+@pytest.fixture(scope="module")
+def gpt2() -> Setup:
+    adapter = LanguageAdapter(seq_len=SEQ)
+    params = {k: v.detach() for k, v in adapter.build_model(GPT2, seed=0).named_parameters()}
+    layout = ParameterLayout.from_state_dict(params)
+    start = TrainingState.from_model_state_dict(params, layout)
+    return Setup(adapter, layout, start, [_shard(1), _shard(2)], GPT2)
+
+
+@pytest.fixture(scope="module")
+def gpt2_bf16(gpt2: Setup) -> Submission:
+    return _submit(gpt2, "bf16")
+
+
+def _key_bias(layout: ParameterLayout) -> slice:
+    """The key third of GPT-2's fused ``c_attn.bias`` (query, key, value biases) in the flat vector."""
+    e = next(e for e in layout.entries if e.name.endswith("attn.c_attn.bias"))
+    third = e.numel // 3
+    return slice(e.offset + third, e.offset + 2 * third)
+
+
+def test_an_fp32_referee_finds_an_honest_bf16_gpt2_trainer_innocent(gpt2: Setup, gpt2_bf16: Submission) -> None:
+    """GPT-2's attention key bias has no gradient (the softmax cancels it): bf16 rounding noise
+    reaches it and AdamW turns that into steps of about ``lr`` that an fp32 replay does not take.
+    Measured per tensor against the segment's update alone, ``c_attn.bias`` was 0.43 away against
+    the bound 0.162: an honest GPU trainer convicted. The vector floor keeps it inside."""
+    ckpts = [Checkpoint.from_bytes(b) for b in gpt2_bf16.blobs]
+    start, end = ckpts[0].params, ckpts[1].params
+    key = _key_bias(gpt2.layout)
+    assert float((end[key] - start[key]).abs().max()) > INNER.lr / 2  # the noise really moved it in bf16
+    verdicts = _judge(gpt2, gpt2_bf16)
+    assert [v.guilty for v in verdicts] == [False] * (S + 1), [v.reason for v in verdicts]
+    assert find_faulty(gpt2_bf16.claim, gpt2_bf16.manifest, gpt2_bf16.fetch, _inputs(gpt2)) is None
+    old = dataclasses.replace(DEFAULT_VERIFICATION.tolerance, vector_floor=0.0)  # the rule before the floor
+    before = _judge(gpt2, gpt2_bf16, policy=dataclasses.replace(DEFAULT_VERIFICATION, tolerance=old))
+    assert [v.guilty for v in before] == [True, True, False]
+    assert all("weight relative L2 of transformer.h.0.attn.c_attn.bias" in v.reason for v in before[:S])
+
+
+def _forge(gpt2: Setup, honest: Submission, segment: int, edit: Any) -> Verdict:
+    """The honest bf16 checkpoints with ``c_{segment+1}``'s weights edited, committed, and judged."""
+    ckpts = [Checkpoint.from_bytes(b) for b in honest.blobs]
+    params = ckpts[segment + 1].params.clone()
+    edit(params, ckpts[segment].params)
+    ckpts[segment + 1] = dataclasses.replace(ckpts[segment + 1], params=params)
+    forged = _commit([c.to_bytes() for c in ckpts], ckpts[0].params - ckpts[-1].params)
+    verdict = check_segment(segment, forged.claim, forged.manifest, forged.fetch, _inputs(gpt2))
+    assert isinstance(verdict, Verdict)
+    return verdict
+
+
+@pytest.mark.parametrize("segment", range(S))
+def test_cheats_aimed_at_the_vectors_the_floor_relaxes_are_convicted(
+    gpt2: Setup, gpt2_bf16: Submission, segment: int
+) -> None:
+    """The floor relaxes biases and norms, so a cheater would aim there: moving one bias by ``lr``
+    per step on every coordinate (a steady push the max-abs bound, 4 ``lr`` per step, lets
+    through), or leaving every bias and norm at its start value."""
+    layout = gpt2.layout
+    bias = next(e for e in layout.entries if e.name.endswith("mlp.c_fc.bias"))
+    span = slice(bias.offset, bias.offset + bias.numel)
+
+    def push(params: torch.Tensor, start: torch.Tensor) -> None:
+        params[span] += INNER.lr * INTERVAL
+
+    # (on a model this small the whole-vector ratio shows it first; on the demo-sized GPT-2 of the
+    # bench only the per-tensor ratio does: docs/benchmarks.md)
+    verdict = _forge(gpt2, gpt2_bf16, segment, push)
+    assert verdict.guilty and "exceeds the envelope" in verdict.reason, verdict.reason
+
+    def freeze(params: torch.Tensor, start: torch.Tensor) -> None:
+        for e in layout.entries:
+            if len(e.shape) == 1:
+                params[e.offset : e.offset + e.numel] = start[e.offset : e.offset + e.numel]
+
+    verdict = _forge(gpt2, gpt2_bf16, segment, freeze)
+    assert verdict.guilty and "exceeds the envelope" in verdict.reason, verdict.reason
+
+
+QWEN2: dict[str, Any] = TINY_MODEL | {"family": "qwen2", "max_position_embeddings": SEQ, "vocab_size": 256}
+"""The e2e's tiny shape as Qwen2, whose attention projections have biases (``k_proj.bias``: no gradient)."""
+
+
+def test_an_fp32_referee_finds_an_honest_bf16_qwen2_trainer_innocent() -> None:
+    """Qwen2's ``k_proj.bias`` is all key bias: 0.38 and 0.21 per tensor against 0.162 before the floor."""
+    adapter = LanguageAdapter(seq_len=SEQ)
+    params = {k: v.detach() for k, v in adapter.build_model(QWEN2, seed=0).named_parameters()}
+    layout = ParameterLayout.from_state_dict(params)
+    assert any(e.name.endswith("k_proj.bias") for e in layout.entries)
+    qwen2 = Setup(adapter, layout, TrainingState.from_model_state_dict(params, layout), [_shard(1), _shard(2)], QWEN2)
+    honest = _submit(qwen2, "bf16")
+    verdicts = _judge(qwen2, honest)
+    assert [v.guilty for v in verdicts] == [False] * (S + 1), [v.reason for v in verdicts]
+    old = dataclasses.replace(DEFAULT_VERIFICATION.tolerance, vector_floor=0.0)  # the rule before the floor
+    before = _judge(qwen2, honest, policy=dataclasses.replace(DEFAULT_VERIFICATION, tolerance=old))
+    assert before[0].guilty and "weight relative L2 of model.layers.0.self_attn.k_proj.bias" in before[0].reason

@@ -14,9 +14,10 @@ import math
 import pytest
 import torch
 
+from syncline.errors import SpecError
 from syncline.protocol.checkpoints import Checkpoint, CheckpointError, InnerHyperparameters
 from syncline.protocol.layout import ParameterLayout
-from syncline.protocol.spec import DEFAULT_VERIFICATION, ToleranceModel
+from syncline.protocol.spec import DEFAULT_VERIFICATION, ToleranceModel, VerificationPolicy
 from syncline.protocol.tolerance import (
     SegmentDistance,
     compare,
@@ -25,6 +26,7 @@ from syncline.protocol.tolerance import (
     per_tensor_rel_l2,
     segment_distance,
     tensor_ids,
+    update_floor,
 )
 
 HP = InnerHyperparameters(lr=1e-3, beta1=0.9, beta2=0.95, weight_decay=0.01, eps=1e-8, batch_size=8)
@@ -124,14 +126,53 @@ def test_one_tensor_changed_shows_in_the_per_tensor_ratio(
     layout: ParameterLayout, pair: tuple[Checkpoint, Checkpoint]
 ) -> None:
     start, replayed = pair
-    norm = next(e for e in layout.entries if e.name == "c.norm")
+    matrix = next(e for e in layout.entries if e.name == "a.weight")
     claimed = replayed.params.clone()
-    span = slice(norm.offset, norm.offset + norm.numel)
+    span = slice(matrix.offset, matrix.offset + matrix.numel)
     claimed[span] = start.params[span]  # that tensor was not trained at all
     d = segment_distance(start, _claim(replayed, params=claimed), replayed, layout, steps=STEPS)
-    assert d.worst_tensor == "c.norm" and d.weight_rel_l2_tensor == pytest.approx(1.0, rel=1e-5)
+    assert d.worst_tensor == "a.weight" and d.weight_rel_l2_tensor == pytest.approx(1.0, rel=1e-5)
     assert d.weight_rel_l2 < d.weight_rel_l2_tensor  # diluted over the whole vector
     assert not judge(d, MODEL).within
+
+
+def test_update_floor_covers_vectors_only(layout: ParameterLayout) -> None:
+    floor = update_floor(layout, lr=HP.lr, steps=STEPS, vector_floor=2.5)
+    expected = {
+        "a.weight": 0.0,
+        "b.bias": 2.5 * HP.lr * math.sqrt(STEPS * 7),
+        "c.norm": 2.5 * HP.lr * math.sqrt(STEPS * 4),
+    }
+    assert floor.tolist() == pytest.approx([expected[e.name] for e in layout.entries], rel=1e-12)
+
+
+@pytest.mark.parametrize("floor", [0.0, 1.0, 4.0])
+def test_a_vector_is_measured_against_at_least_the_floor(
+    layout: ParameterLayout, pair: tuple[Checkpoint, Checkpoint], floor: float
+) -> None:
+    """A vector whose own update is small (here: none) is measured in units of the floor
+    ``floor * lr * sqrt(n * numel)``; a matrix keeps its update as the unit."""
+    start, replayed = pair
+    bias = next(e for e in layout.entries if e.name == "b.bias")
+    span = slice(bias.offset, bias.offset + bias.numel)
+    still = replayed.params.clone()
+    still[span] = start.params[span]  # the replay did not move the bias
+    replayed = _claim(replayed, params=still)
+    noise = torch.full((bias.numel,), 0.5 * HP.lr * math.sqrt(STEPS))  # what bf16 noise does to it
+    claimed = still.clone()
+    claimed[span] += noise
+    d = segment_distance(start, _claim(replayed, params=claimed), replayed, layout, steps=STEPS, vector_floor=floor)
+    assert d.worst_tensor == "b.bias"
+    unit = floor * HP.lr * math.sqrt(STEPS * bias.numel)
+    if floor:
+        assert d.weight_rel_l2_tensor == pytest.approx(float(noise.norm()) / unit, rel=1e-5)
+    else:  # against its own update alone, which is 0: any difference is outside
+        assert d.weight_rel_l2_tensor > 1e20
+    model = dataclasses.replace(DEFAULT_VERIFICATION.tolerance, vector_floor=floor)
+    assert (d.weight_rel_l2_tensor <= model.tensor_bound(STEPS)) == (floor == 4.0)
+    # compare() measures with the model's floor
+    via = compare(start, _claim(replayed, params=claimed), replayed, layout, model).distance
+    assert via.weight_rel_l2_tensor == d.weight_rel_l2_tensor
 
 
 @pytest.mark.parametrize("k", [0.5, 2.9, 3.1, 50.0])
@@ -248,3 +289,77 @@ def test_bad_inputs_are_one_line_checkpoint_errors(
     other = ParameterLayout.from_state_dict({"x": torch.zeros(3)})
     with pytest.raises(CheckpointError, match=r"^tolerance: expected vectors of 3 values"):
         segment_distance(start, replayed, replayed, other, steps=STEPS)
+
+
+def test_the_vector_floor_is_in_the_canonical_json_only_when_not_the_default() -> None:
+    """Policies written before the floor keep their hash (and get the default floor); another
+    floor is written, read back, and checked like every bound."""
+    default = VerificationPolicy()
+    assert "vector_floor" not in default.to_mapping()["tolerance"]
+    assert VerificationPolicy.from_mapping(default.to_mapping()) == default
+    assert VerificationPolicy.from_mapping({"tolerance": {}}).tolerance.vector_floor == 5.0
+    other = VerificationPolicy(tolerance=ToleranceModel(vector_floor=2.5))
+    assert other.to_mapping()["tolerance"]["vector_floor"] == 2.5
+    assert VerificationPolicy.from_mapping(other.to_mapping()) == other
+    with pytest.raises(SpecError, match=r"^verification\.tolerance\.vector_floor must be a finite number >= 0"):
+        VerificationPolicy.from_mapping({"tolerance": {"vector_floor": -1}})
+
+
+def _doc_within(
+    start: Checkpoint, claimed: Checkpoint, replayed: Checkpoint, layout: ParameterLayout, t: ToleranceModel
+) -> bool:
+    """docs/protocol.md §13.6, written from the page in plain float64 loops (no vectorization)."""
+    n, lr = replayed.step - start.step, start.optimizer.lr
+    s, c, r = (x.params.double().tolist() for x in (start, claimed, replayed))
+
+    def norm(values: list[float]) -> float:
+        return math.sqrt(sum(v * v for v in values))
+
+    def ratio(num: float, den: float) -> float:
+        return num / max(den, 1e-30)
+
+    weight_bound = t.weight_base + t.weight_per_step * n
+    if (
+        not ratio(norm([a - b for a, b in zip(c, r, strict=True)]), norm([a - b for a, b in zip(r, s, strict=True)]))
+        <= weight_bound
+    ):
+        return False
+    for e in layout.entries:
+        span = range(e.offset, e.offset + e.numel)
+        floor = t.vector_floor * lr * math.sqrt(n * e.numel) if len(e.shape) <= 1 else 0.0
+        den = max(norm([r[i] - s[i] for i in span]), floor)
+        if not ratio(norm([c[i] - r[i] for i in span]), den) <= t.tensor_factor * weight_bound:
+            return False
+    if not max(abs(a - b) for a, b in zip(c, r, strict=True)) / (lr * n) <= t.max_abs_lr:
+        return False
+    for m in ("exp_avg", "exp_avg_sq"):
+        cm, rm = getattr(claimed, m).double().tolist(), getattr(replayed, m).double().tolist()
+        if (
+            not ratio(norm([a - b for a, b in zip(cm, rm, strict=True)]), norm(rm))
+            <= t.moment_base + t.moment_per_step * n
+        ):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_verdict_is_the_one_docs_protocol_13_6_defines(layout: ParameterLayout, seed: int) -> None:
+    """Random claims around a replay whose vectors barely move (where the floor decides), judged
+    by ``compare`` and by an independent reading of the page: the same verdict every time."""
+    gen = torch.Generator().manual_seed(100 + seed)
+    start = _ckpt(layout, 10, seed)
+    update = torch.randn(layout.numel, generator=gen) * HP.lr * STEPS
+    for e in layout.entries:
+        if len(e.shape) <= 1:
+            update[e.offset : e.offset + e.numel] *= 0.01 * (seed % 5)  # a vector the replay hardly moves
+    replayed = _ckpt(layout, 10 + STEPS, 3, params=start.params + update)
+    scale = 10 ** (-1.5 - 2 * torch.rand((), generator=gen).item())
+    noise = torch.randn(layout.numel, generator=gen) * HP.lr * STEPS * scale
+    for e in layout.entries:
+        if len(e.shape) <= 1:  # up to about 0.15 lr per step on the vectors
+            noise[e.offset : e.offset + e.numel] *= 0.15 * torch.rand((), generator=gen).item() / scale
+    claimed = _claim(replayed, params=replayed.params + noise, exp_avg=replayed.exp_avg * (1 + 0.03 * (seed % 3)))
+    tolerance = dataclasses.replace(DEFAULT_VERIFICATION.tolerance, vector_floor=float(seed % 4 + 1))
+    assert compare(start, claimed, replayed, layout, tolerance).within == _doc_within(
+        start, claimed, replayed, layout, tolerance
+    )

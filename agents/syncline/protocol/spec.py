@@ -262,7 +262,11 @@ class ToleranceModel:
     may reach ``weight_base + weight_per_step * n`` over the whole vector and ``tensor_factor``
     times that for any single tensor, the moments' relative distance
     ``moment_base + moment_per_step * n``, and no coordinate may differ by more than
-    ``max_abs_lr * lr * n``. Defaults are calibrated by ``scripts/bench/referee_tolerance.py``."""
+    ``max_abs_lr * lr * n``. A tensor of one dimension (a bias, a norm's gain or shift) is measured
+    in units of at least ``vector_floor * lr * sqrt(n * numel)`` (the rounding noise AdamW turns
+    into steps of about ``lr`` where the gradient is ~0, e.g. attention key biases). Defaults are
+    calibrated by ``scripts/bench/referee_tolerance.py``; ``vector_floor`` is left out of the
+    canonical JSON at its default (policies written before it keep their hash)."""
 
     weight_base: float = 0.05
     weight_per_step: float = 0.001
@@ -270,6 +274,7 @@ class ToleranceModel:
     moment_base: float = 0.06
     moment_per_step: float = 0.0005
     max_abs_lr: float = 4.0
+    vector_floor: float = 5.0
 
     def weight_bound(self, steps: int) -> float:
         return self.weight_base + self.weight_per_step * steps
@@ -389,7 +394,10 @@ class VerificationPolicy:
                 raise SpecError(f"verification.spot_check_rate must be a number within (0, 1], got {rate!r}")
 
     def to_mapping(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"device_classes": list(self.device_classes), "tolerance": asdict(self.tolerance)}
+        tolerance = asdict(self.tolerance)
+        if self.tolerance.vector_floor == ToleranceModel.vector_floor:
+            del tolerance["vector_floor"]  # at its default: out of the canonical JSON
+        data: dict[str, Any] = {"device_classes": list(self.device_classes), "tolerance": tolerance}
         if self.on_demand:
             data["checkpoints"] = self.checkpoints
         if self.spot_check_rate is not None:

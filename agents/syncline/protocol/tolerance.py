@@ -10,6 +10,19 @@ checkpoint ``c_s`` (the *start*, identical for both) and measures how far the tr
   in units of the segment's own update of that tensor (so it is independent of the weights' scale
   and of the learning rate). Skipping a tenth of the steps, training on other data or with another
   learning rate moves it by a large fraction of the update; honest rounding moves it little.
+  A tensor of one dimension (a bias, a norm's gain or shift) is measured in units of at least
+  ``vector_floor * lr * sqrt(n * numel_t)`` (:func:`update_floor`): some biases have no gradient
+  at all (an attention key bias adds the same value to all of a query's logits, which the softmax
+  cancels), so only rounding noise reaches them, and AdamW, which normalizes the gradient, turns
+  that noise into steps of about ``lr`` that the two precisions do not share: ``0.4`` to
+  ``0.8 * lr * sqrt(n)`` (RMS) per coordinate after ``n`` steps measured, where an fp32 replay
+  barely moves them. In units of the
+  tensor's own update that noise is a large, honest distance (0.43 for GPT-2's fused
+  ``c_attn.bias``, whose key third is such a bias, against the bound 0.162 at ``n = 4``). The
+  floor bounds what a forger can hide in a vector: an L2 change of ``tensor_bound(n) *
+  vector_floor * lr * sqrt(n * numel_t)``, i.e. ``0.41 * lr * n`` per coordinate (RMS) at
+  ``n = 4`` and ``0.28 * lr * n`` at ``n = 10`` with the defaults (AdamW moves a coordinate by at
+  most about ``lr * n``). Matrices are measured against their update alone.
 * ``weight_max_abs_lr`` -- ``max_i |claimed_i - replayed_i| / (lr * steps)``: the largest
   coordinate difference in units of the most an AdamW step can move a coordinate (about ``lr``),
   which catches a change concentrated on a few coordinates that the L2 ratio dilutes.
@@ -90,6 +103,18 @@ def _per_tensor_sq(values: torch.Tensor, ids: torch.Tensor, n: int) -> torch.Ten
     return torch.zeros(n, dtype=torch.float64).index_add_(0, ids, values.double().square())
 
 
+_DEFAULT_VECTOR_FLOOR = ToleranceModel().vector_floor
+
+
+def update_floor(layout: ParameterLayout, *, lr: float, steps: int, vector_floor: float) -> torch.Tensor:
+    """Per layout entry, the least L2 norm a tensor's update is measured against (float64):
+    ``vector_floor * lr * sqrt(steps * numel)`` for a tensor of at most one dimension, 0 for the others."""
+    return torch.tensor(
+        [vector_floor * lr * math.sqrt(steps * e.numel) if len(e.shape) <= 1 else 0.0 for e in layout.entries],
+        dtype=torch.float64,
+    )
+
+
 def per_tensor_rel_l2(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor, layout: ParameterLayout) -> torch.Tensor:
     """``||a_t - b_t|| / ||scale_t||`` for every tensor ``t`` of ``layout`` (float64, one value per entry)."""
     ids = tensor_ids(layout)
@@ -106,11 +131,18 @@ def _check_vectors(*vectors: torch.Tensor, numel: int) -> None:
 
 
 def segment_distance(
-    start: Checkpoint, claimed: Checkpoint, replayed: Checkpoint, layout: ParameterLayout, *, steps: int
+    start: Checkpoint,
+    claimed: Checkpoint,
+    replayed: Checkpoint,
+    layout: ParameterLayout,
+    *,
+    steps: int,
+    vector_floor: float = _DEFAULT_VECTOR_FLOOR,
 ) -> SegmentDistance:
     """The distance of ``claimed`` (the trainer's ``c_{s+1}``) from ``replayed`` (the referee's
-    replay of the ``steps`` steps from ``start`` = ``c_s``). Raises CheckpointError on shapes that
-    do not fit ``layout`` or a non-positive ``steps``."""
+    replay of the ``steps`` steps from ``start`` = ``c_s``); one-dimensional tensors' updates are
+    measured against at least :func:`update_floor`. Raises CheckpointError on shapes that do not
+    fit ``layout`` or a non-positive ``steps``."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise CheckpointError(f"tolerance: a segment has at least one step, got {steps!r}")
     numel = layout.numel
@@ -120,9 +152,10 @@ def segment_distance(
     n = len(layout.entries)
     diff_sq = _per_tensor_sq(claimed.params - replayed.params, ids, n)
     update_sq = _per_tensor_sq(replayed.params - start.params, ids, n)
-    rel = diff_sq.sqrt() / update_sq.sqrt().clamp_min(_TINY)
-    worst = int(torch.argmax(rel))
     lr = start.optimizer.lr
+    floor = update_floor(layout, lr=lr, steps=steps, vector_floor=vector_floor)
+    rel = diff_sq.sqrt() / torch.maximum(update_sq.sqrt(), floor).clamp_min(_TINY)
+    worst = int(torch.argmax(rel))
     max_abs = float((claimed.params - replayed.params).abs().max()) / (lr * steps)
     return SegmentDistance(
         steps=steps,
@@ -189,7 +222,7 @@ def compare(
 ) -> ToleranceVerdict:
     """:func:`exact_fields_differ`, then :func:`segment_distance` against the envelope."""
     steps = replayed.step - start.step
-    distance = segment_distance(start, claimed, replayed, layout, steps=steps)
+    distance = segment_distance(start, claimed, replayed, layout, steps=steps, vector_floor=model.vector_floor)
     differ = exact_fields_differ(claimed, replayed)
     if differ is not None:
         return ToleranceVerdict(False, differ, distance)
