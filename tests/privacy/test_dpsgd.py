@@ -8,11 +8,20 @@ import numpy as np
 import pytest
 import torch
 
-from syncline.court.referee import PRIVATE_UNREVEALED, Claim, Outcome, ReplayInputs, Undecided, check_segment
+from syncline.court.referee import (
+    PRIVATE_UNREVEALED,
+    Claim,
+    NoiseOpenings,
+    Outcome,
+    ReplayInputs,
+    Undecided,
+    check_segment,
+)
 from syncline.modality.language import LanguageAdapter
 from syncline.modality.lora import trained_parameters
 from syncline.privacy.dpsgd import DpSgd
-from syncline.privacy.noise import RoundNoise
+from syncline.privacy.noise import Revealed, RoundNoise
+from syncline.privacy.opening import encode_opening, parse_opening
 from syncline.protocol.checkpoints import Checkpoint, CheckpointError, CheckpointManifest, checkpoint_hash
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.state import TrainingState
@@ -46,6 +55,17 @@ def setup() -> tuple[LanguageAdapter, ParameterLayout, TrainingState, list[bytes
 
 def noise_of(secret: bytes) -> RoundNoise:
     return RoundNoise.derive(secret, task_id=1, round_=0, fragment=0, interval=INTERVAL, inner_steps=H)
+
+
+def openings_of(noise: RoundNoise) -> NoiseOpenings:
+    """The referee's view of the trainer's published openings: parsed and verified against the
+    commitment the manifest binds (as ``referee.blob_openings`` does with the blob store's)."""
+
+    def opening(segment: int, commitment: bytes) -> Revealed:
+        data = encode_opening(noise, segment)
+        return parse_opening(data, interval=INTERVAL, segments=noise.segments).verify(commitment)
+
+    return opening
 
 
 def train(
@@ -108,7 +128,7 @@ def test_the_referee_replays_a_revealed_segment_and_convicts_only_the_lazy(segme
 
     def outcome(ckpts: tuple[bytes, ...], revealed: bool) -> Outcome:
         hashes = tuple(checkpoint_hash(c) for c in ckpts)
-        manifest = CheckpointManifest(INTERVAL, H, hashes, ("",) * len(hashes))
+        manifest = CheckpointManifest(INTERVAL, H, hashes, ("",) * len(hashes), noise=noise.commitment())
         claim = Claim(b"\x00" * 32, b"\x00" * 32, manifest.root)
         inputs = ReplayInputs(
             adapter=adapter,
@@ -121,7 +141,7 @@ def test_the_referee_replays_a_revealed_segment_and_convicts_only_the_lazy(segme
             gradient_bits=8,
             start_state=state,
             privacy=DP,
-            noise=noise.reveal(segment) if revealed else None,
+            openings=openings_of(noise) if revealed else None,
         )
         return check_segment(segment, claim, manifest, lambda m, i: ckpts[i], inputs)
 
@@ -146,7 +166,7 @@ def test_an_honest_bf16_dp_trainer_passes_the_fp32_referees_envelope_and_other_n
         verdicts = []
         for ckpts in (honest, other):
             hashes = tuple(checkpoint_hash(c) for c in ckpts)
-            manifest = CheckpointManifest(INTERVAL, H, hashes, ("",) * len(hashes))
+            manifest = CheckpointManifest(INTERVAL, H, hashes, ("",) * len(hashes), noise=noise.commitment())
             inputs = ReplayInputs(
                 adapter=adapter,
                 build_model=lambda: adapter.build_model(TINY_LLAMA, seed=9),
@@ -158,7 +178,7 @@ def test_an_honest_bf16_dp_trainer_passes_the_fp32_referees_envelope_and_other_n
                 gradient_bits=8,
                 start_state=state,
                 privacy=DP,
-                noise=noise.reveal(segment),
+                openings=openings_of(noise),
             )
             claim = Claim(b"\x00" * 32, b"\x00" * 32, manifest.root)
             verdicts.append(check_segment(segment, claim, manifest, lambda m, i, c=ckpts: c[i], inputs))
