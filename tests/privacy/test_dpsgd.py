@@ -19,7 +19,7 @@ from syncline.court.referee import (
 )
 from syncline.modality.language import LanguageAdapter
 from syncline.modality.lora import trained_parameters
-from syncline.privacy.dpsgd import DpSgd
+from syncline.privacy.dpsgd import DpSgd, draw_noise
 from syncline.privacy.noise import Revealed, RoundNoise
 from syncline.privacy.opening import encode_opening, parse_opening
 from syncline.protocol.checkpoints import Checkpoint, CheckpointError, CheckpointManifest, checkpoint_hash
@@ -184,3 +184,23 @@ def test_an_honest_bf16_dp_trainer_passes_the_fp32_referees_envelope_and_other_n
             verdicts.append(check_segment(segment, claim, manifest, lambda m, i, c=ckpts: c[i], inputs))
         assert not verdicts[0].guilty and "within the envelope" in verdicts[0].reason, verdicts[0]
         assert verdicts[1].guilty, verdicts[1]
+
+
+def test_the_noise_is_drawn_on_the_cpu_generator_whatever_the_device() -> None:
+    """The step's noise depends on its seed alone: drawn from a CPU generator, then moved (so a CPU
+    referee replays a CUDA trainer's noise). On CPU it is bit for bit what Opacus itself draws, and
+    a reference tensor on another device (``meta`` here; CUDA on a GPU) consumes the same CPU draws."""
+    from opacus.optimizers.optimizer import _generate_noise
+
+    reference = torch.zeros(3, 5)
+    mine, theirs = torch.Generator().manual_seed(11), torch.Generator().manual_seed(11)
+    assert torch.equal(draw_noise(0.7, reference, mine), _generate_noise(0.7, reference, theirs, False))
+    cpu_gen, other_gen = torch.Generator().manual_seed(12), torch.Generator().manual_seed(12)
+    on_cpu = draw_noise(0.7, reference, cpu_gen)
+    elsewhere = draw_noise(0.7, torch.empty(3, 5, device="meta"), other_gen)
+    assert elsewhere.device.type == "meta" and elsewhere.shape == on_cpu.shape
+    assert torch.equal(cpu_gen.get_state(), other_gen.get_state())  # the same CPU draws were taken
+    assert torch.equal(draw_noise(0.0, reference, cpu_gen), reference)
+    adapter, layout, _, _ = setup()
+    loop = InnerLoop(adapter, adapter.build_model(TINY_LLAMA, seed=0), layout, CFG, privacy=DP)
+    assert loop.private is not None and loop.private.generator.device.type == "cpu"
