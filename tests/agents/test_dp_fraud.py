@@ -54,3 +54,22 @@ def test_a_dp_trainer_with_other_noise_is_replayed_and_slashed_and_the_honest_ar
     assert "trainer.dp_opening_published" in logs["trainer-2"]
     # the honest trainers published the openings of their drawn segments and passed the replay
     assert any("trainer.dp_opening_published" in logs[n] for n in ("trainer-1", "trainer-3"))
+
+
+def test_a_dp_trainer_that_withholds_a_drawn_opening_is_convicted_like_one_that_withholds_a_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """``trainer-2`` publishes its drawn checkpoints but not the noise opening: the witnesses wait
+    until the spot-check deadline (their own fetch failing is never guilt), escalate the drawn
+    segment to a claim on chain, the trainer cannot answer it (the referees could not replay), and
+    the unanswered claim convicts it; the honest trainers are not touched."""
+    plan = dataclasses.replace(CHEAT, misbehave={"trainer-2": "withhold-opening"})  # escapes w.p. (1/6)^3
+    receipt = DpDemo(tmp_path, plan).run()
+    data = json.loads(write_receipt(receipt, tmp_path / "receipt.json").read_text())
+    slashed = {data["trainer_names"][t["trainer"].lower()]: t["slashed_wei"] for t in data["trainers"]}
+    assert slashed["trainer-2"] > 0 and slashed["trainer-1"] == slashed["trainer-3"] == 0, slashed
+    logs = {p.stem: p.read_text() for p in (tmp_path / "logs").glob("*.log")}
+    assert "mode=withhold-opening" in logs["trainer-2"] and "trainer.dp_opening_published" not in logs["trainer-2"]
+    assert "trainer.training_answered" not in logs["trainer-2"]
+    witnesses = "".join(v for k, v in logs.items() if k.startswith("witness"))
+    assert "not published" in witnesses and "witness.refereed" not in witnesses

@@ -619,8 +619,13 @@ class TrainerAgent:
         if self.cfg.misbehave == "withhold" and (ctx.spec.verification_policy.on_demand or ctx.spec.privacy):
             log.warning("trainer.misbehaving", mode="withhold", round=round_, segment=segment)
             return False
+        opened = True
         if ctx.spec.privacy is not None and segment < ctx.spec.checkpoint_segments:
-            self._publish_opening(round_, fragment, segment)
+            if self.cfg.misbehave == "withhold-opening":  # TESTS AND DEMOS ONLY: checkpoints, no opening
+                log.warning("trainer.misbehaving", mode="withhold-opening", round=round_, segment=segment)
+                opened = False
+            else:
+                self._publish_opening(round_, fragment, segment)
         if ctx.spec.verification_policy.on_demand:
             sent = self.keeper.publish_segment(self.outbox, round_, segment, ctx.spec.checkpoint_segments)
             if sent is None:
@@ -628,7 +633,7 @@ class TrainerAgent:
                 return False
             self._checkpoint_bytes_sent += sent
             self._write_throughput()
-        return self.outbox.flush() == 0
+        return self.outbox.flush() == 0 and opened
 
     def _serve_spot_checks(self, open_round: int, fragment: int) -> None:
         """Publish the segment the committee's draw names of each of this trainer's accepted
