@@ -149,6 +149,25 @@ def test_the_referee_replays_a_revealed_segment_and_convicts_only_the_lazy(segme
     assert not good.guilty and "bit-exactly" in good.reason
     bad = outcome(lazy, True)  # trained step 0 only and padded checkpoints 1 and 2 with that state
     assert bad.guilty and "does not give checkpoint" in bad.reason
+    # the trainer's root must bind its noise commitment: a DP manifest without one is guilty
+    hashes = tuple(checkpoint_hash(c) for c in honest)
+    unbound = CheckpointManifest(INTERVAL, H, hashes, ("",) * len(hashes))
+    claim = Claim(b"\x00" * 32, b"\x00" * 32, unbound.root)
+    inputs = ReplayInputs(
+        adapter=adapter,
+        build_model=lambda: adapter.build_model(TINY_LLAMA, seed=9),
+        layout=layout,
+        shards=shards,
+        seed=12345,
+        inner_steps=H,
+        interval=INTERVAL,
+        gradient_bits=8,
+        start_state=state,
+        privacy=DP,
+        openings=openings_of(noise),
+    )
+    verdict = check_segment(segment, claim, unbound, lambda m, i: honest[i], inputs)
+    assert verdict.guilty and "binds no noise commitment" in verdict.reason
     blind = outcome(honest, False)
     assert isinstance(blind, Undecided) and not blind.guilty and blind.reason.startswith(PRIVATE_UNREVEALED)
     assert Checkpoint.from_bytes(honest[1]).step == INTERVAL

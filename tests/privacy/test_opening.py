@@ -6,9 +6,14 @@ opening bytes are refused with one line naming the field."""
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
 import pytest
+from eth_account import Account
 
+from syncline.blobstore import LocalBlobStore
+from syncline.blobstore.store import put_signed
+from syncline.court.referee import blob_openings
 from syncline.privacy.noise import NoiseSeedError, RoundNoise
 from syncline.privacy.opening import MAGIC, MAX_OPENING_BYTES, encode_opening, opening_alias, parse_opening
 from syncline.protocol.checkpoints import CheckpointError, CheckpointManifest, checkpoint_root
@@ -89,3 +94,24 @@ def test_hostile_opening_bytes_are_refused_with_one_line(mutate, field) -> None:
         parse_opening(data, interval=INTERVAL, segments=3)
     assert "\n" not in str(info.value)
     assert data[:8] == MAGIC or field in ("magic", "limit")
+
+
+def test_the_referee_keeps_only_an_opening_of_the_bound_commitment(tmp_path: Path) -> None:
+    """``referee.blob_openings``: the trainer's signed slot first; a hostile candidate (another
+    round's opening, garbage, an oversized blob) in another writer's slot is skipped; nothing that
+    opens the commitment gives None (the referee then cannot judge: never a verdict)."""
+    store = LocalBlobStore(tmp_path / "blobs")
+    trainer, attacker = Account.create(), Account.create()
+    noise, other = noise_of(b"\x06" * 32), noise_of(b"\x06" * 32, round_=1)
+    alias = opening_alias(7, 0, 1, 2)
+    find = blob_openings(store, trainer=trainer.address, task_id=7, round_=0, fragment=1, interval=INTERVAL, segments=3)
+    assert find(2, noise.commitment()) is None  # nothing published yet
+    put_signed(store, encode_opening(other, 2), alias, attacker)
+    put_signed(store, b"garbage", alias, Account.create())
+    store.put(b"\x00" * (MAX_OPENING_BYTES + 1), alias=alias)
+    assert find(2, noise.commitment()) is None  # none of those opens the bound commitment
+    put_signed(store, encode_opening(noise, 2), alias, trainer)
+    opened = find(2, noise.commitment())
+    assert opened is not None and opened.segment.seed == noise.segment(2).seed
+    assert opened.batch_key == noise.batch_key
+    assert find(2, other.commitment()) is not None  # the attacker's candidate opens only its own
