@@ -8,11 +8,20 @@ import numpy as np
 import pytest
 import torch
 
-from syncline.court.referee import PRIVATE_UNREVEALED, Claim, Outcome, ReplayInputs, Undecided, check_segment
+from syncline.court.referee import (
+    PRIVATE_UNREVEALED,
+    Claim,
+    NoiseOpenings,
+    Outcome,
+    ReplayInputs,
+    Undecided,
+    check_segment,
+)
 from syncline.modality.language import LanguageAdapter
 from syncline.modality.lora import trained_parameters
-from syncline.privacy.dpsgd import DpSgd
-from syncline.privacy.noise import RoundNoise
+from syncline.privacy.dpsgd import DpSgd, draw_noise
+from syncline.privacy.noise import Revealed, RoundNoise
+from syncline.privacy.opening import encode_opening, parse_opening
 from syncline.protocol.checkpoints import Checkpoint, CheckpointError, CheckpointManifest, checkpoint_hash
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.state import TrainingState
@@ -46,6 +55,17 @@ def setup() -> tuple[LanguageAdapter, ParameterLayout, TrainingState, list[bytes
 
 def noise_of(secret: bytes) -> RoundNoise:
     return RoundNoise.derive(secret, task_id=1, round_=0, fragment=0, interval=INTERVAL, inner_steps=H)
+
+
+def openings_of(noise: RoundNoise) -> NoiseOpenings:
+    """The referee's view of the trainer's published openings: parsed and verified against the
+    commitment the manifest binds (as ``referee.blob_openings`` does with the blob store's)."""
+
+    def opening(segment: int, commitment: bytes) -> Revealed:
+        data = encode_opening(noise, segment)
+        return parse_opening(data, interval=INTERVAL, segments=noise.segments).verify(commitment)
+
+    return opening
 
 
 def train(
@@ -108,7 +128,7 @@ def test_the_referee_replays_a_revealed_segment_and_convicts_only_the_lazy(segme
 
     def outcome(ckpts: tuple[bytes, ...], revealed: bool) -> Outcome:
         hashes = tuple(checkpoint_hash(c) for c in ckpts)
-        manifest = CheckpointManifest(INTERVAL, H, hashes, ("",) * len(hashes))
+        manifest = CheckpointManifest(INTERVAL, H, hashes, ("",) * len(hashes), noise=noise.commitment())
         claim = Claim(b"\x00" * 32, b"\x00" * 32, manifest.root)
         inputs = ReplayInputs(
             adapter=adapter,
@@ -121,7 +141,7 @@ def test_the_referee_replays_a_revealed_segment_and_convicts_only_the_lazy(segme
             gradient_bits=8,
             start_state=state,
             privacy=DP,
-            noise=noise.reveal(segment) if revealed else None,
+            openings=openings_of(noise) if revealed else None,
         )
         return check_segment(segment, claim, manifest, lambda m, i: ckpts[i], inputs)
 
@@ -129,6 +149,25 @@ def test_the_referee_replays_a_revealed_segment_and_convicts_only_the_lazy(segme
     assert not good.guilty and "bit-exactly" in good.reason
     bad = outcome(lazy, True)  # trained step 0 only and padded checkpoints 1 and 2 with that state
     assert bad.guilty and "does not give checkpoint" in bad.reason
+    # the trainer's root must bind its noise commitment: a DP manifest without one is guilty
+    hashes = tuple(checkpoint_hash(c) for c in honest)
+    unbound = CheckpointManifest(INTERVAL, H, hashes, ("",) * len(hashes))
+    claim = Claim(b"\x00" * 32, b"\x00" * 32, unbound.root)
+    inputs = ReplayInputs(
+        adapter=adapter,
+        build_model=lambda: adapter.build_model(TINY_LLAMA, seed=9),
+        layout=layout,
+        shards=shards,
+        seed=12345,
+        inner_steps=H,
+        interval=INTERVAL,
+        gradient_bits=8,
+        start_state=state,
+        privacy=DP,
+        openings=openings_of(noise),
+    )
+    verdict = check_segment(segment, claim, unbound, lambda m, i: honest[i], inputs)
+    assert verdict.guilty and "binds no noise commitment" in verdict.reason
     blind = outcome(honest, False)
     assert isinstance(blind, Undecided) and not blind.guilty and blind.reason.startswith(PRIVATE_UNREVEALED)
     assert Checkpoint.from_bytes(honest[1]).step == INTERVAL
@@ -146,7 +185,7 @@ def test_an_honest_bf16_dp_trainer_passes_the_fp32_referees_envelope_and_other_n
         verdicts = []
         for ckpts in (honest, other):
             hashes = tuple(checkpoint_hash(c) for c in ckpts)
-            manifest = CheckpointManifest(INTERVAL, H, hashes, ("",) * len(hashes))
+            manifest = CheckpointManifest(INTERVAL, H, hashes, ("",) * len(hashes), noise=noise.commitment())
             inputs = ReplayInputs(
                 adapter=adapter,
                 build_model=lambda: adapter.build_model(TINY_LLAMA, seed=9),
@@ -158,9 +197,29 @@ def test_an_honest_bf16_dp_trainer_passes_the_fp32_referees_envelope_and_other_n
                 gradient_bits=8,
                 start_state=state,
                 privacy=DP,
-                noise=noise.reveal(segment),
+                openings=openings_of(noise),
             )
             claim = Claim(b"\x00" * 32, b"\x00" * 32, manifest.root)
             verdicts.append(check_segment(segment, claim, manifest, lambda m, i, c=ckpts: c[i], inputs))
         assert not verdicts[0].guilty and "within the envelope" in verdicts[0].reason, verdicts[0]
         assert verdicts[1].guilty, verdicts[1]
+
+
+def test_the_noise_is_drawn_on_the_cpu_generator_whatever_the_device() -> None:
+    """The step's noise depends on its seed alone: drawn from a CPU generator, then moved (so a CPU
+    referee replays a CUDA trainer's noise). On CPU it is bit for bit what Opacus itself draws, and
+    a reference tensor on another device (``meta`` here; CUDA on a GPU) consumes the same CPU draws."""
+    from opacus.optimizers.optimizer import _generate_noise
+
+    reference = torch.zeros(3, 5)
+    mine, theirs = torch.Generator().manual_seed(11), torch.Generator().manual_seed(11)
+    assert torch.equal(draw_noise(0.7, reference, mine), _generate_noise(0.7, reference, theirs, False))
+    cpu_gen, other_gen = torch.Generator().manual_seed(12), torch.Generator().manual_seed(12)
+    on_cpu = draw_noise(0.7, reference, cpu_gen)
+    elsewhere = draw_noise(0.7, torch.empty(3, 5, device="meta"), other_gen)
+    assert elsewhere.device.type == "meta" and elsewhere.shape == on_cpu.shape
+    assert torch.equal(cpu_gen.get_state(), other_gen.get_state())  # the same CPU draws were taken
+    assert torch.equal(draw_noise(0.0, reference, cpu_gen), reference)
+    adapter, layout, _, _ = setup()
+    loop = InnerLoop(adapter, adapter.build_model(TINY_LLAMA, seed=0), layout, CFG, privacy=DP)
+    assert loop.private is not None and loop.private.generator.device.type == "cpu"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
-from syncline.court.referee import PRIVATE_UNREVEALED, Undecided, referee_segment
+from syncline.court.referee import Undecided, referee_segment
 from syncline.errors import ChainError, SynclineError
 from syncline.observability import get_logger
 from syncline.protocol.enums import ChallengeKind, ChallengeStatus
@@ -62,12 +62,9 @@ class RefereeDuty:
             # Not a verdict on the trainer: a local problem (state not yet available, etc.). Retry later.
             log.info("witness.referee_deferred", challenge=challenge_id, reason=str(exc).splitlines()[0][:160])
             return
-        if isinstance(verdict, Undecided) and verdict.reason.startswith(PRIVATE_UNREVEALED):
-            # A DP segment without the trainer's noise opening: no retry can judge it; abstain now.
-            log.info("witness.referee_abstained", challenge=challenge_id, segment=segment, reason=verdict.reason)
-            self.decided.add(challenge_id)
-            return
         if isinstance(verdict, Undecided):
+            # A DP segment's noise opening is published with the answer to the claim, like its
+            # checkpoints (docs/privacy.md): not in hand yet is our fetch's problem, not the trainer's.
             # The data bound on chain is not in hand (our fetch failed): retry until the deadline, never vote on it.
             log.info("witness.referee_undecided", challenge=challenge_id, segment=segment, reason=verdict.reason)
             return

@@ -50,6 +50,7 @@ from syncline.observability import get_logger
 from syncline.privacy.accounting import PrivacyPlan
 from syncline.privacy.dpsgd import DpSgd
 from syncline.privacy.noise import Revealed
+from syncline.privacy.opening import MAX_OPENING_BYTES, opening_alias, parse_opening
 from syncline.protocol.checkpoints import (
     MAX_HEADER_BYTES,
     MAX_MANIFEST_BYTES,
@@ -194,15 +195,20 @@ class ReplayInputs:
     other_shards: Sequence[Sequence[bytes]] = ()
     policy: VerificationPolicy = DEFAULT_VERIFICATION
     referee: RefereeDevice = CPU_FP32
-    # A DP task's mechanism, and the trainer's opening of the disputed segment's noise seed and
-    # batch key (docs/privacy.md): without the opening a private segment cannot be replayed.
+    # A DP task's mechanism, and where the trainer's opening of a disputed segment's noise seed
+    # and batch key is found (docs/privacy.md): ``openings(segment, commitment)`` is the opening
+    # verified against the noise commitment the checkpoint root binds, or None when none that
+    # opens it is published (yet). Without it a private segment cannot be replayed.
     privacy: DpSgd | None = None
-    noise: Revealed | None = None
+    openings: NoiseOpenings | None = None
 
     @property
     def segments(self) -> int:
         return segment_count(self.inner_steps, self.interval)
 
+
+NoiseOpenings = Callable[[int, bytes], Revealed | None]
+"""``(segment, commitment) -> the verified opening of segment`` or None (none published yet)."""
 
 CheckpointFetcher = Callable[[CheckpointManifest, int], bytes]
 """``(manifest, i) -> bytes of c_i``; raises a SynclineError when the blob cannot be had."""
@@ -273,7 +279,9 @@ def opened_manifest(
         raise CheckpointError(f"manifest opens the root with {len(parsed.hashes)} hashes, the task has {expected}")
     if (parsed.inner_steps, parsed.interval) == (inner_steps, interval):
         return parsed
-    return CheckpointManifest(interval=interval, inner_steps=inner_steps, hashes=parsed.hashes, uris=parsed.uris)
+    return CheckpointManifest(
+        interval=interval, inner_steps=inner_steps, hashes=parsed.hashes, uris=parsed.uris, noise=parsed.noise
+    )
 
 
 def parse_manifest(
@@ -350,10 +358,14 @@ def _check_training(
             f"the task allows {', '.join(inputs.policy.device_classes)}",
         )
     seed = inputs.seed
+    noise: Revealed | None = None
     if inputs.privacy is not None:
-        if inputs.noise is None or inputs.noise.segment.segment != segment:
+        if manifest.noise is None:  # the trainer's own root: a DP task's must bind its noise (§12.10)
+            return _guilty(segment, total, "the checkpoint root of a DP task binds no noise commitment")
+        noise = None if inputs.openings is None else inputs.openings(segment, manifest.noise)
+        if noise is None or noise.segment.segment != segment:
             return _undecided(segment, total, f"{PRIVATE_UNREVEALED} the noise seed of {segment} is not revealed")
-        seed = inputs.noise.batch_seed
+        seed = noise.batch_seed
     exact = inputs.referee.replays_exactly(ckpt)
     claimed: Checkpoint | None = None
     if not exact:
@@ -378,7 +390,7 @@ def _check_training(
                 device=None if exact else inputs.referee.device,
                 dtype=None if exact else inputs.referee.dtype,
                 privacy=inputs.privacy,
-                noise=None if inputs.noise is None else inputs.noise.segment,
+                noise=None if noise is None else noise.segment,
             )
         except CheckpointError as exc:  # e.g. a generator state torch refuses
             return _guilty(segment, total, f"checkpoint {segment} cannot be replayed: {_one_line(exc)}")
@@ -553,6 +565,33 @@ def find_manifest(
         return None
 
 
+def blob_openings(
+    blobs: BlobStore, *, trainer: str, task_id: int, round_: int, fragment: int, interval: int, segments: int
+) -> NoiseOpenings:
+    """Find a segment's noise opening in ``trainer``'s signed slot of :func:`opening_alias` (other
+    candidates after it): the first that parses and opens the bound commitment; None when none
+    does (not published yet, or the store is out: never evidence against the trainer)."""
+
+    def find(segment: int, commitment: bytes) -> Revealed | None:
+        def check(data: bytes) -> Revealed:
+            return parse_opening(data, interval=interval, segments=segments).verify(commitment)
+
+        try:
+            return find_verified(
+                blobs,
+                (opening_alias(task_id, round_, fragment, segment),),
+                check,
+                signers=(trainer,),
+                what="noise opening",
+                max_bytes=MAX_OPENING_BYTES,
+            )
+        except SynclineError as exc:
+            log.info("referee.noise_opening_not_found", round=round_, segment=segment, reason=_one_line(exc))
+            return None
+
+    return find
+
+
 def load_case(
     ctx: TaskContext,
     round_: int,
@@ -598,6 +637,17 @@ def load_case(
         start_state=start_state,
         policy=ctx.spec.verification_policy,
         privacy=DpSgd.of(PrivacyPlan.of(ctx.spec)) if ctx.spec.privacy is not None else None,
+        openings=blob_openings(
+            ctx.blobs,
+            trainer=sub.trainer,
+            task_id=ctx.task_id,
+            round_=round_,
+            fragment=fragment,
+            interval=ctx.spec.checkpoint_interval_steps,
+            segments=ctx.spec.checkpoint_segments,
+        )
+        if ctx.spec.privacy is not None
+        else None,
     )
     return RefereeCase(claim, manifest, fetch, inputs)
 

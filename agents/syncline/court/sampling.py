@@ -15,6 +15,12 @@ draw names is ever published, so ``all`` and ``spot`` both check exactly the dra
 drawn submission (:func:`syncline.protocol.spot_checks.spot_check_draw`); a drawn segment still
 unpublished at the spot-check deadline is :class:`~syncline.court.referee.Unanswered` (the
 challenger escalates it to a claim on chain); ``off`` checks nothing.
+
+In a DP task (``privacy``) a training segment can be replayed only with its trainer's noise
+opening, which the trainer publishes for the committee's drawn segment (on demand) or a claimed
+one alone (docs/privacy.md). On demand, a drawn opening still unpublished at the spot-check
+deadline is :class:`Unanswered`, exactly as a withheld checkpoint; in an eager DP task the
+challenger's own choice of a training segment has no opening and is left alone.
 """
 
 from __future__ import annotations
@@ -53,8 +59,10 @@ def committee_spot_check(ctx: TaskContext, round_: int, fragment: int) -> Traini
     outcome = check_segment(segment, case.claim, case.manifest, case.fetch, case.inputs)
     if not isinstance(outcome, Undecided):
         return outcome if outcome.guilty else None
-    if outcome.reason.startswith(PRIVATE_UNREVEALED):  # a DP segment: unjudgeable, never escalated
-        return outcome
+    if outcome.reason.startswith(PRIVATE_UNREVEALED):
+        # a DP task: the trainer owes the drawn segment's noise opening as it owes its checkpoints
+        # (docs/privacy.md): unpublished, it is retried and escalated like a withheld checkpoint
+        outcome = Undecided(segment, outcome.segments, f"noise opening of drawn segment {segment} not published")
     deadline = spot_check_deadline(rr.closed_at, spec.challenge_window_s)
     if pending_time(ctx.market.w3) <= deadline:
         return outcome

@@ -10,7 +10,8 @@ whole market (issue 15, item 4; docs/privacy.md).
    Gaussian noise from a generator seeded per step by the trainer's secret round seed, batches
    drawn from it too); three witnesses (k=2) vote each round's validation loss; the run seals and
    everyone is paid. The committee's spot checks judge the derivation segment; a training segment
-   is not replayed without the trainer's noise opening (docs/privacy.md, what is missing).
+   is replayed with the trainer's noise opening when the draw (on-demand checkpoints) or a claim
+   names it (docs/privacy.md).
 3. **The receipt.** ``epsilon_per_round``: per trainer address, the ε spent after each round
    (cumulative, from the rounds it committed to), ``epsilon_final`` per trainer and the
    ``privacy`` plan (target, noise multiplier); every final ε is within the target.

@@ -426,6 +426,16 @@ def checkpoint_root(hashes: Sequence[bytes]) -> bytes:
 # ---------------------------------------------------------------------- manifest
 
 
+NOISE_ROOT_DOMAIN = b"syncline.dp.checkpoints"
+
+
+def noise_bound_root(root: bytes, noise: bytes | None) -> bytes:
+    """The checkpoint root itself without a noise commitment; bound with it otherwise."""
+    if noise is None:
+        return root
+    return keccak(NOISE_ROOT_DOMAIN + root + noise)
+
+
 def manifest_alias(task_id: int, round_: int, fragment: int) -> str:
     """Blob-store alias of a submission's manifest (aliases cannot contain ``/``): its candidates
     are hints, the trainer's signed slot first; keep one only if it opens the committed root."""
@@ -457,8 +467,13 @@ class CheckpointManifest:
     inner_steps: int
     hashes: tuple[bytes, ...]
     uris: tuple[str, ...]
+    noise: bytes | None = None
+    """A DP task's per-round noise commitment (``privacy/noise.py``), bound into :attr:`root`;
+    None (and absent from the JSON) in a task without ``privacy``."""
 
     def __post_init__(self) -> None:
+        if self.noise is not None and (not isinstance(self.noise, bytes) or len(self.noise) != 32):
+            raise CheckpointError("manifest noise commitment must be 32 bytes")
         count = segment_count(self.inner_steps, self.interval)
         if not isinstance(self.hashes, tuple) or len(self.hashes) != count + 1:
             got = len(self.hashes) if isinstance(self.hashes, tuple) else type(self.hashes).__name__
@@ -477,7 +492,9 @@ class CheckpointManifest:
 
     @property
     def root(self) -> bytes:
-        return checkpoint_root(self.hashes)
+        """``checkpointRoot``; with a noise commitment ``n`` (DP tasks, docs/protocol.md §12.10),
+        ``keccak256("syncline.dp.checkpoints" ‖ checkpoint_root(hashes) ‖ n)``."""
+        return noise_bound_root(checkpoint_root(self.hashes), self.noise)
 
     def digest(self, index: int) -> str:
         """Blob digest (``0x`` + hex) of checkpoint ``index``."""
@@ -508,6 +525,8 @@ class CheckpointManifest:
             "interval": self.interval,
             "uris": list(self.uris),
         }
+        if self.noise is not None:
+            data["noise"] = "0x" + self.noise.hex()
         return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
 
     @classmethod
@@ -520,8 +539,11 @@ class CheckpointManifest:
         except WireFormatError as exc:
             raise CheckpointError(str(exc)) from None
         keys = ("format", "hashes", "inner_steps", "interval", "uris")
-        if not isinstance(raw, dict) or sorted(raw) != list(keys):
-            raise CheckpointError(f"manifest must have exactly the keys {', '.join(keys)}")
+        if not isinstance(raw, dict) or sorted(k for k in raw if k != "noise") != list(keys):
+            raise CheckpointError(f"manifest must have exactly the keys {', '.join(keys)} (and noise in a DP task)")
+        noise = raw.get("noise")
+        if "noise" in raw and not (isinstance(noise, str) and _HEX32.fullmatch(noise)):
+            raise CheckpointError("manifest noise must be 0x + 64 lowercase hex")
         if raw["format"] != MANIFEST_FORMAT:
             raise CheckpointError(f"manifest format {raw['format']!r} != {MANIFEST_FORMAT!r}")
         hashes, uris = raw["hashes"], raw["uris"]
@@ -534,4 +556,5 @@ class CheckpointManifest:
             inner_steps=raw["inner_steps"],
             hashes=tuple(bytes.fromhex(h[2:]) for h in hashes),
             uris=tuple(uris),
+            noise=None if noise is None else bytes.fromhex(noise[2:]),
         )

@@ -26,7 +26,7 @@ class ConfigError(SynclineError):
     """An agent config file is missing, malformed or inconsistent."""
 
 
-TRAINER_MISBEHAVIOURS = ("fake-gradient", "lazy", "equivocate", "withhold")
+TRAINER_MISBEHAVIOURS = ("fake-gradient", "lazy", "equivocate", "withhold", "other-noise", "withhold-opening")
 WITNESS_MISBEHAVIOURS = ("bad-aggregate", "censor", "equivocate")
 """``misbehave`` values of a trainer, TESTS AND DEMOS ONLY: ``fake-gradient`` commits noise instead
 of the payload its checkpoints derive; ``lazy`` trains half the inner steps and pads its

@@ -43,6 +43,7 @@ from syncline.observability import get_logger
 from syncline.privacy.accounting import PrivacyPlan
 from syncline.privacy.dpsgd import DpSgd
 from syncline.privacy.noise import RoundNoise, load_or_create_secret
+from syncline.privacy.opening import encode_opening, opening_alias
 from syncline.protocol.checkpoints import CheckpointManifest, manifest_alias, manifest_root_alias
 from syncline.protocol.disk_round import PayloadFile, encode_payload_file
 from syncline.protocol.enums import Modality, RoundStatus, TaskStatus
@@ -65,6 +66,19 @@ from syncline.trainer.outbox import Outbox
 from syncline.trainer.segments import encode_payload
 
 log = get_logger("syncline.trainer")
+
+
+@dataclass(frozen=True)
+class _OtherNoise:
+    """TESTS AND DEMOS ONLY (``--misbehave other-noise``): a DP trainer whose noise is not drawn
+    from the seeds it commits to."""
+
+    committed: RoundNoise
+
+    def step_seed(self, step: int) -> int:
+        return self.committed.step_seed(step) ^ 1
+
+
 # While it trains ahead, a trainer still serves the committee's spot checks of the round being
 # finalized (their publication deadline is half a challenge window after the close) and any
 # availability demand (answered within a response window of many seconds), between two inner steps:
@@ -163,6 +177,8 @@ class TrainerAgent:
     _keeper: CheckpointKeeper | None = None
     # Rounds whose committee spot check of this trainer is settled (published, not drawn, not ours).
     _spot_settled: set[int] = field(default_factory=set)
+    # Aliases of the DP noise openings this trainer has put in its outbox.
+    _openings_sent: set[str] = field(default_factory=set)
     # The next round, trained ahead from the state a complete round's payloads determine.
     _ahead: TrainedAhead | None = None
     _duties_at: float = 0.0
@@ -586,34 +602,43 @@ class TrainerAgent:
                 numel=ctx.layout.numel,
                 bits=ctx.spec.gradient_bits,
                 now=lambda: pending_time(self.market.w3),
-                segment_published=self._segment_published,
+                segment_published=lambda r, s: self._segment_published(r, s, fragment),
             )
         try:
             self._availability.step()
         except (ChainError, SynclineError) as exc:
             log.info("trainer.availability_deferred", reason=str(exc).splitlines()[0][:160])
 
-    def _segment_published(self, round_: int, segment: int) -> bool:
+    def _segment_published(self, round_: int, segment: int, fragment: int) -> bool:
         """Whether a claimed segment's checkpoints are out: in an eager task they went out with the
         commitment (through the outbox, so once nothing is still waiting there); in an on-demand
-        task they are published from the keeper now."""
+        task they are published from the keeper now. In a DP task the segment's noise opening is
+        published with them (docs/privacy.md): the referees cannot replay it otherwise."""
         ctx = self.ctx
         assert ctx is not None
+        if self.cfg.misbehave == "withhold" and (ctx.spec.verification_policy.on_demand or ctx.spec.privacy):
+            log.warning("trainer.misbehaving", mode="withhold", round=round_, segment=segment)
+            return False
+        opened = True
+        if ctx.spec.privacy is not None and segment < ctx.spec.checkpoint_segments:
+            if self.cfg.misbehave == "withhold-opening":  # TESTS AND DEMOS ONLY: checkpoints, no opening
+                log.warning("trainer.misbehaving", mode="withhold-opening", round=round_, segment=segment)
+                opened = False
+            else:
+                self._publish_opening(round_, fragment, segment)
         if ctx.spec.verification_policy.on_demand:
-            if self.cfg.misbehave == "withhold":
-                log.warning("trainer.misbehaving", mode="withhold", round=round_, segment=segment)
-                return False
             sent = self.keeper.publish_segment(self.outbox, round_, segment, ctx.spec.checkpoint_segments)
             if sent is None:
                 log.warning("trainer.segment_not_kept", round=round_, segment=segment)
                 return False
             self._checkpoint_bytes_sent += sent
             self._write_throughput()
-        return self.outbox.flush() == 0
+        return self.outbox.flush() == 0 and opened
 
     def _serve_spot_checks(self, open_round: int, fragment: int) -> None:
         """Publish the segment the committee's draw names of each of this trainer's accepted
-        submissions (on-demand tasks), before the witnesses escalate it on chain."""
+        submissions (on-demand tasks; with its noise opening in a DP task), before the witnesses
+        escalate it on chain."""
         ctx = self.ctx
         assert ctx is not None
         spec = ctx.spec
@@ -636,7 +661,7 @@ class TrainerAgent:
                 self._spot_settled.add(r)
                 continue
             try:
-                published = self._segment_published(r, segment)
+                published = self._segment_published(r, segment, fragment)
             except SynclineError as exc:  # the outbox holds them through an outage; retried next tick
                 log.info("trainer.spot_check_deferred", round=r, segment=segment, reason=str(exc).splitlines()[0][:160])
                 continue
@@ -741,7 +766,8 @@ class TrainerAgent:
                 [ctx.shard(i) for i in shards],
                 # a DP task's batch order is secret (docs/privacy.md): drawn from the noise seed
                 seed=round_seed(ctx.task_id, round_, fragment) if noise is None else noise.batch_seed,
-                noise=noise,
+                # TESTS AND DEMOS ONLY: other noise than the committed seeds (e.g. noise it can subtract)
+                noise=_OtherNoise(noise) if noise is not None and self.cfg.misbehave == "other-noise" else noise,
                 progress=sys.stderr.isatty(),
                 checkpoint_interval=ctx.spec.checkpoint_interval_steps,
                 # TESTS AND DEMOS ONLY: a lazy trainer trains half the steps and pads its checkpoints.
@@ -778,20 +804,37 @@ class TrainerAgent:
                 windows=windows,
             )
 
-    def _round_noise(self, round_: int, fragment: int) -> RoundNoise:
-        """The round's DP noise seeds, from this trainer's secret; their commitment and hashes are
-        kept in ``noise/`` for a dispute (docs/privacy.md: not yet bound on chain)."""
+    def _noise_seeds(self, round_: int, fragment: int) -> RoundNoise:
         ctx = self.ctx
         assert ctx is not None
-        secret = load_or_create_secret(self.cfg.state_dir / "noise-secret")
-        noise = RoundNoise.derive(
-            secret,
+        return RoundNoise.derive(
+            load_or_create_secret(self.cfg.state_dir / "noise-secret"),
             task_id=ctx.task_id,
             round_=round_,
             fragment=fragment,
             interval=ctx.spec.checkpoint_interval_steps,
             inner_steps=ctx.spec.inner_steps,
         )
+
+    def _publish_opening(self, round_: int, fragment: int, segment: int) -> None:
+        """Put the opening of ``segment``'s noise (its seed, the round's batch key, the seed hashes)
+        in this trainer's signed slot of ``opening_alias``: whoever reads the blob store sees it
+        (docs/privacy.md: against them that round loses its protection)."""
+        ctx = self.ctx
+        assert ctx is not None
+        alias = opening_alias(ctx.task_id, round_, fragment, segment)
+        if alias in self._openings_sent:
+            return
+        put_signed(
+            self.outbox, encode_opening(self._noise_seeds(round_, fragment), segment), alias, self.signer.account
+        )
+        self._openings_sent.add(alias)
+        log.info("trainer.dp_opening_published", round=round_, fragment=fragment, segment=segment)
+
+    def _round_noise(self, round_: int, fragment: int) -> RoundNoise:
+        """The round's DP noise seeds, from this trainer's secret; their commitment (bound by the
+        checkpoint root, docs/protocol.md §12.10) and hashes are kept in ``noise/``."""
+        noise = self._noise_seeds(round_, fragment)
         record = {"commitment": "0x" + noise.commitment().hex(), "hashes": ["0x" + h.hex() for h in noise.hashes()]}
         out = self.cfg.state_dir / "noise" / f"round-{round_}-fragment-{fragment}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -1065,6 +1108,8 @@ class TrainerAgent:
             inner_steps=ctx.spec.inner_steps,
             hashes=tuple(bytes.fromhex(d[2:]) for d in staged.checkpoint_digests),  # a blob's digest is its hash
             uris=staged.checkpoint_uris,
+            # a DP task's noise commitment, bound by the root (docs/protocol.md §12.10)
+            noise=self._noise_seeds(round_, fragment).commitment() if ctx.spec.privacy is not None else None,
         )
         root = manifest.root
         data = manifest.to_json()

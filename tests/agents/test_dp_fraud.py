@@ -1,0 +1,75 @@
+"""A DP trainer whose noise is not the committed one is caught on anvil by re-executing a private
+training segment, and slashed; the honest DP trainers, spot-checked the same way, are not.
+
+``syncline demo --scenario dp`` made small (H=10 DP-SGD steps, a checkpoint every 2: 5 private
+training segments per submission), on-demand checkpoints and the committee drawing
+every submission (``spot_check_rate`` 1) and ``trainer-2`` training with noise other than the seeds it binds in its
+checkpoint root (``--misbehave other-noise``: e.g. noise it could later subtract). When the public
+draw names a training segment of a submission, its trainer publishes that segment's noise opening
+(docs/privacy.md); the witnesses' challengers verify it against the bound commitment and replay the
+segment bit for bit. The draw names the derivation segment with probability 1/6 per submission, so
+the cheat escapes all three rounds with probability (1/6)^3 < 0.5%.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from syncline.demo.dp import PLAN, DpDemo
+from syncline.demo.lifecycle import write_receipt
+
+pytestmark = [pytest.mark.chain, pytest.mark.slow]
+
+CHEAT = dataclasses.replace(
+    PLAN,
+    rounds=3,
+    inner_steps=10,
+    checkpoint_interval=2,
+    timeout_s=300.0,
+    checkpoints="on-demand",
+    spot_check_rate=1.0,
+    misbehave={"trainer-2": "other-noise"},
+)
+
+
+def test_a_dp_trainer_with_other_noise_is_replayed_and_slashed_and_the_honest_are_not(tmp_path: Path) -> None:
+    receipt = DpDemo(tmp_path, CHEAT).run()
+    data = json.loads(write_receipt(receipt, tmp_path / "receipt.json").read_text())
+    slashed = {data["trainer_names"][t["trainer"].lower()]: t["slashed_wei"] for t in data["trainers"]}
+    assert slashed["trainer-2"] > 0 and slashed["trainer-1"] == slashed["trainer-3"] == 0, slashed
+
+    logs = {p.stem: p.read_text() for p in (tmp_path / "logs").glob("*.log")}
+    witnesses = "".join(v for k, v in logs.items() if k.startswith("witness")).splitlines()
+    # the conviction is a replay of a private training segment with its opening (not the derivation
+    # check), against the cheater alone
+    faults = [line for line in witnesses if "challenger.fault_found" in line]
+    cheater = next(a for a, n in data["trainer_names"].items() if n == "trainer-2")
+    assert faults and all("does not give checkpoint" in f and cheater in f.lower() for f in faults), faults
+    votes = [line for line in witnesses if "witness.refereed" in line]
+    assert votes and all("guilty=True" in v and "does not give checkpoint" in v for v in votes), votes
+    assert "trainer.dp_opening_published" in logs["trainer-2"]
+    # the honest trainers published the openings of their drawn segments and passed the replay
+    assert any("trainer.dp_opening_published" in logs[n] for n in ("trainer-1", "trainer-3"))
+
+
+def test_a_dp_trainer_that_withholds_a_drawn_opening_is_convicted_like_one_that_withholds_a_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """``trainer-2`` publishes its drawn checkpoints but not the noise opening: the witnesses wait
+    until the spot-check deadline (their own fetch failing is never guilt), escalate the drawn
+    segment to a claim on chain, the trainer cannot answer it (the referees could not replay), and
+    the unanswered claim convicts it; the honest trainers are not touched."""
+    plan = dataclasses.replace(CHEAT, misbehave={"trainer-2": "withhold-opening"})  # escapes w.p. (1/6)^3
+    receipt = DpDemo(tmp_path, plan).run()
+    data = json.loads(write_receipt(receipt, tmp_path / "receipt.json").read_text())
+    slashed = {data["trainer_names"][t["trainer"].lower()]: t["slashed_wei"] for t in data["trainers"]}
+    assert slashed["trainer-2"] > 0 and slashed["trainer-1"] == slashed["trainer-3"] == 0, slashed
+    logs = {p.stem: p.read_text() for p in (tmp_path / "logs").glob("*.log")}
+    assert "mode=withhold-opening" in logs["trainer-2"] and "trainer.dp_opening_published" not in logs["trainer-2"]
+    assert "trainer.training_answered" not in logs["trainer-2"]
+    witnesses = "".join(v for k, v in logs.items() if k.startswith("witness"))
+    assert "not published" in witnesses and "witness.refereed" not in witnesses
