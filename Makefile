@@ -77,8 +77,12 @@ demo-dp: install
 	@$(VENV)/bin/syncline demo --scenario dp
 
 test: install $(CHROMIUM)
-	@echo "==> forge test (contracts: unit, fuzz, invariants)"
-	@$(FORGE) test
+	@echo "==> forge test (contracts: unit, fuzz, invariants); the agents' own compile of the contracts runs beside it"
+	@# Two single-threaded solc runs on two cores: the agents' artifact cache (.syncline/artifacts,
+	@# chain/toolchain.py) is filled while forge compiles. If it fails, pytest compiles and reports.
+	@mkdir -p .syncline; $(PY) -c 'from syncline.chain.toolchain import compile_contracts; compile_contracts()' \
+	  > .syncline/compile-warm.log 2>&1 & warm=$$!; \
+	  $(FORGE) test; rc=$$?; wait $$warm || echo "(agents' compile failed: see .syncline/compile-warm.log; pytest compiles again)"; exit $$rc
 	@echo "==> pytest (agents, protocol, devnet)"
 	@$(VENV)/bin/pytest
 

@@ -257,6 +257,8 @@ def test_trainer_sends_nothing_for_a_non_finite_gradient(previous: TrainingState
     poisoned[17] = float("nan")
 
     class Inner:  # the trainer's InnerLoop, diverged
+        private = None  # not a differentially private task
+
         def run(
             self, state: TrainingState, shards: list[bytes], *, seed: int, progress: bool = False, **_: object
         ) -> RoundWork:
