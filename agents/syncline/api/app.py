@@ -45,7 +45,13 @@ from syncline.api.schemas import (
     TrainerOut,
     WitnessOut,
 )
-from syncline.api.sealed import SealedManifestOut, sealed_manifest
+from syncline.api.sealed import (
+    SealedManifestBuild,
+    SealedManifestOut,
+    build_sealed_manifest,
+    seal_gate,
+    sealed_manifest,
+)
 from syncline.api.services import ApiServices
 from syncline.api.settings import ApiSettings
 from syncline.api.stream import updates
@@ -88,6 +94,7 @@ def _task_row(services: ApiServices, task_id: int) -> TaskRow:
 
 def _routes(services: ApiServices) -> APIRouter:
     api = APIRouter(prefix="/api", responses=ERRORS)
+    sealing = seal_gate(services)
 
     @api.get("/config", response_model=ApiConfig)
     def config() -> ApiConfig:
@@ -171,6 +178,16 @@ def _routes(services: ApiServices) -> APIRouter:
     def get_sealed_manifest(task_id: int) -> SealedManifestOut:
         _task_row(services, task_id)
         return sealed_manifest(services, task_id)
+
+    @api.post(
+        "/runs/{task_id}/sealed-manifest/build",
+        response_model=SealedManifestBuild,
+        responses={503: {"model": ErrorBody}},
+    )
+    def sealed_manifest_build(task_id: int, request: Request) -> SealedManifestBuild:
+        _task_row(services, task_id)
+        with sealing.build(request.client.host if request.client else "unknown"):
+            return build_sealed_manifest(services, task_id)
 
     @api.get("/accounts/{address}", response_model=Account)
     def account(address: str) -> Account:

@@ -19,10 +19,19 @@ class PrepareGate:
 
     WINDOW_S = 60.0
 
-    def __init__(self, per_minute: int, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        per_minute: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        what: str = "task preparations",
+        busy: str = "another task is being prepared",
+    ) -> None:
         if per_minute < 1:
             raise ValueError(f"per_minute must be >= 1, got {per_minute}")
         self.per_minute = per_minute
+        self.what = what
+        self.busy = busy
         self.clock = clock
         self._building = threading.Lock()
         self._recent: dict[str, deque[float]] = {}
@@ -31,7 +40,7 @@ class PrepareGate:
     def build(self, client: str) -> Iterator[None]:
         """Hold the build slot for ``client``; raises ``ApiError(429)`` when busy or over the rate."""
         if not self._building.acquire(blocking=False):
-            raise ApiError(429, "another task is being prepared; retry in a few seconds")
+            raise ApiError(429, f"{self.busy}; retry in a few seconds")
         try:
             now = self.clock()
             recent = self._recent.setdefault(client, deque())
@@ -40,7 +49,7 @@ class PrepareGate:
             if len(recent) >= self.per_minute:
                 wait = recent[0] + self.WINDOW_S - now
                 raise ApiError(
-                    429, f"at most {self.per_minute} task preparations per minute per client; retry in {wait:.0f} s"
+                    429, f"at most {self.per_minute} {self.what} per minute per client; retry in {wait:.0f} s"
                 )
             recent.append(now)
             for key in [k for k, v in self._recent.items() if not v]:

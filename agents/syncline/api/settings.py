@@ -12,6 +12,9 @@ from syncline.paths import repo_root, state_dir
 DEFAULT_PORT = 8600
 MAX_BODY_BYTES = 64 * 1024
 DATA_DIR_ENV = "SYNCLINE_API_DATA_DIR"
+SEALING_KEYS_ENV = "SYNCLINE_SEALING_KEYS"
+"""The sponsor's data-key store (a file, or the directory ``post-task`` writes them to) for
+``POST /api/runs/{id}/sealed-manifest/build``; its password is ``$SYNCLINE_SEALING_PASSWORD``."""
 MAX_SOURCE_BYTES = 64 << 20
 MAX_SOURCE_RECORDS = 200_000
 
@@ -62,6 +65,14 @@ class ApiSettings:
     client cannot make the server read any other file."""
     max_source_bytes: int = MAX_SOURCE_BYTES
     max_source_records: int = MAX_SOURCE_RECORDS
+    sealing_keys: Path | None = None
+    """The sponsor's data-key store for ``POST /api/runs/{id}/sealed-manifest/build``: one store
+    file (``syncline train post-task`` writes ``<state_dir>/sealing/<spec hash>.json``) or a
+    directory of them named by spec hash (default: ``$SYNCLINE_SEALING_KEYS``; unset: the endpoint
+    answers 503). Only a sponsor's own server holds it; the password is only ever read from
+    ``$SYNCLINE_SEALING_PASSWORD`` when a build runs."""
+    seal_builds_per_minute: int = 4
+    """Sealed-manifest builds one client address may start per minute (each one runs scrypt)."""
 
     @property
     def api_dir(self) -> Path:
@@ -83,6 +94,14 @@ class ApiSettings:
         path = configured or (self.state_dir or state_dir()) / "data"
         path.mkdir(parents=True, exist_ok=True)
         return path.resolve()
+
+    @property
+    def sealing_keys_path(self) -> Path | None:
+        """``sealing_keys``, else ``$SYNCLINE_SEALING_KEYS``; None when neither is set."""
+        if self.sealing_keys is not None:
+            return self.sealing_keys
+        configured = os.environ.get(SEALING_KEYS_ENV)
+        return Path(configured) if configured else None
 
     @property
     def database_url(self) -> str:

@@ -6,10 +6,13 @@ Sealing happens once, before the task is posted: the spec's dataset names the ci
 the measurement allow-list and the ``dataset_id``. The data keys go to the sponsor's encrypted
 store (:func:`syncline.confidential.keystore.write_data_keys`) and nowhere else.
 
-:func:`install_manifest` reads the enclaves the chain admitted (``getEnclave`` of every enrolled
-trainer and every listed witness), wraps each data key to every enclave that has no envelope yet,
-publishes the manifest blob and installs its hash (``installSealedManifest``, a new version). The
-shards are never re-encrypted: every version names the same ciphertext hashes.
+:func:`build_manifest` reads the enclaves the chain admitted (``getEnclave`` of every enrolled
+trainer and every listed witness), wraps each data key to every enclave that has no envelope yet
+and publishes the manifest blob; :func:`send_manifest` installs its hash
+(``installSealedManifest``, a new version) with the sponsor's key, or the sponsor's wallet signs
+:meth:`ManifestBuild.call` (``POST /api/runs/{id}/sealed-manifest/build``).
+:func:`install_manifest` is both steps (``syncline train install-sealed-manifest``). The shards are
+never re-encrypted: every version names the same ciphertext hashes.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from syncline.blobstore import BlobStore
+from syncline.chain.calls import ContractCall
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
 from syncline.confidential.enclave import check_binds
@@ -112,9 +116,44 @@ def current_manifest(
     return manifest, version
 
 
-def install_manifest(
+class DataKeysMismatch(ManifestError):
+    """The sponsor's data-key store holds another dataset's keys than the task's."""
+
+
+@dataclass(frozen=True)
+class ManifestBuild:
+    """The task's next sealed manifest, published to the blob store but not installed yet
+    (``install``), or the installed one when no enclave is new (``install`` False).
+
+    ``version`` is the version installing it makes (``current_version + 1``), or the current one
+    when there is nothing to install."""
+
+    task_id: int
+    manifest_hash: str
+    uri: str
+    version: int
+    current_version: int
+    envelopes: int
+    added: int
+    enclaves: int
+    install: bool
+
+    def call(self, market: MarketClient) -> ContractCall:
+        """The sponsor's ``installSealedManifest(taskId, manifestHash, uri)`` transaction, ready to sign."""
+        if not self.install:
+            raise ManifestError(f"task {self.task_id}: sealed manifest version {self.version} is current")
+        function = "installSealedManifest"
+        calldata = market.encode_call(function, [self.task_id, bytes.fromhex(self.manifest_hash[2:]), self.uri])
+        return ContractCall(target=market.address, function=function, calldata=calldata, value=0)
+
+    def installed(self, version: int) -> InstalledManifest:
+        return InstalledManifest(
+            self.task_id, self.manifest_hash, self.uri, version, self.envelopes, self.added, self.enclaves
+        )
+
+
+def build_manifest(
     market: MarketClient,
-    sponsor: Signer,
     blobs: BlobStore,
     task_id: int,
     keys_file: Path,
@@ -122,17 +161,23 @@ def install_manifest(
     password: str | None = None,
     password_env: str = SEALING_PASSWORD_ENV,
     now: int | None = None,
-) -> InstalledManifest:
-    """Wrap the data keys to every newly admitted enclave and install the new manifest version.
+    spec: TrainingTaskSpec | None = None,
+) -> ManifestBuild:
+    """Wrap the data keys to every newly admitted enclave and publish the next manifest version
+    (content-addressed) to ``blobs``; installing it on chain is the caller's (:func:`send_manifest`,
+    or a wallet signing :meth:`ManifestBuild.call`).
 
-    Installs nothing (and returns the current version) when no enclave is new.
+    Publishes nothing when no enclave is new and a version is installed. ``spec``: the task's spec
+    when the caller already read it by the on-chain hash (:func:`task_spec`).
     """
-    spec = task_spec(market, blobs, task_id)
+    spec = spec or task_spec(market, blobs, task_id)
     if spec.confidential is None:
         raise SpecError(f"task {task_id} is not a Confidential task with sealed data")
     store = load_data_keys(keys_file, password=password, password_env=password_env)
     if "0x" + store.dataset_id.hex() != spec.confidential.dataset_id:
-        raise ManifestError(f"{keys_file} holds the keys of dataset 0x{store.dataset_id.hex()}, not task {task_id}'s")
+        raise DataKeysMismatch(
+            f"{keys_file} holds the keys of dataset 0x{store.dataset_id.hex()}, not task {task_id}'s"
+        )
     manifest, version = current_manifest(market, blobs, task_id, spec)
     if manifest is None:
         manifest = SealedDatasetManifest(
@@ -145,24 +190,48 @@ def install_manifest(
     enclaves = admitted_enclaves(market, task_id, spec)
     updated = with_enclaves(manifest, store.keys, enclaves, created_at=int(time.time()) if now is None else now)
     added = len(updated.envelopes) - len(manifest.envelopes)
+    envelopes, count = len(updated.envelopes), len(updated.enclaves())
     if added == 0 and version > 0:
         h, uri, _ = market.get_sealed_manifest(task_id)
-        return InstalledManifest(
-            task_id, "0x" + h.hex(), uri, version, len(updated.envelopes), 0, len(updated.enclaves())
-        )
+        return ManifestBuild(task_id, "0x" + h.hex(), uri, version, version, envelopes, 0, count, install=False)
     ref = blobs.put(updated.canonical_bytes())
     if ref.digest != updated.manifest_hash:
         raise RuntimeError("manifest blob digest differs from the manifest hash")  # keccak of the same bytes
-    market.install_sealed_manifest(sponsor, task_id, bytes.fromhex(ref.digest[2:]), ref.uri)
-    _, _, version = market.get_sealed_manifest(task_id)
+    return ManifestBuild(task_id, ref.digest, ref.uri, version + 1, version, envelopes, added, count, install=True)
+
+
+def send_manifest(market: MarketClient, sponsor: Signer, built: ManifestBuild) -> InstalledManifest:
+    """Install a built manifest (``installSealedManifest`` from the sponsor); nothing when it is current."""
+    if not built.install:
+        return built.installed(built.current_version)
+    market.install_sealed_manifest(sponsor, built.task_id, bytes.fromhex(built.manifest_hash[2:]), built.uri)
+    _, _, version = market.get_sealed_manifest(built.task_id)
     log.info(
         "sponsor.sealed_manifest_installed",
-        task_id=task_id,
+        task_id=built.task_id,
         version=version,
-        manifest_hash=ref.digest,
-        envelopes=len(updated.envelopes),
-        added=added,
+        manifest_hash=built.manifest_hash,
+        envelopes=built.envelopes,
+        added=built.added,
     )
-    return InstalledManifest(
-        task_id, ref.digest, ref.uri, version, len(updated.envelopes), added, len(updated.enclaves())
-    )
+    return built.installed(version)
+
+
+def install_manifest(
+    market: MarketClient,
+    sponsor: Signer,
+    blobs: BlobStore,
+    task_id: int,
+    keys_file: Path,
+    *,
+    password: str | None = None,
+    password_env: str = SEALING_PASSWORD_ENV,
+    now: int | None = None,
+) -> InstalledManifest:
+    """Wrap the data keys to every newly admitted enclave and install the new manifest version
+    (:func:`build_manifest`, then :func:`send_manifest`).
+
+    Installs nothing (and returns the current version) when no enclave is new.
+    """
+    built = build_manifest(market, blobs, task_id, keys_file, password=password, password_env=password_env, now=now)
+    return send_manifest(market, sponsor, built)

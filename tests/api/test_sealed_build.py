@@ -1,0 +1,308 @@
+"""``POST /api/runs/{id}/sealed-manifest/build`` on a real anvil, blob service and API server: the
+sponsor's own server, holding its data-key store, builds the next sealed-manifest version for the
+enclaves the chain admitted, and the sponsor's key signs and sends the returned call exactly as a
+browser wallet would (a raw transaction of ``{to, data, value}``). Every refusal is one line."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from web3 import Web3
+from web3.exceptions import ContractCustomError
+
+from conftest import travel_past
+from syncline.api import ApiServer, ApiSettings
+from syncline.api.settings import SEALING_KEYS_ENV
+from syncline.blobstore import HttpBlobStore
+from syncline.chain.devnet import chain_time
+from syncline.chain.keys import Signer
+from syncline.chain.market import MarketClient
+from syncline.confidential.attestation import DevnetAttestationService, deploy_devnet_verifier, measurement_digest
+from syncline.confidential.keystore import EnclaveKey, new_enclave_key, write_data_keys
+from syncline.confidential.manifest import SealedDatasetManifest, seal_dataset
+from syncline.confidential.sponsor import SealingRequest
+from syncline.protocol.hashing import keccak
+from syncline.run.context import TaskContext
+from syncline.sponsor.task_builder import PublishedTask, cached_corpus, publish_language_task
+
+from .conftest import ETH, SEQ_LEN, SHARD_COUNT, TINY_MODEL, VOCAB_SIZE, Http, assert_error, publish_tiny_task
+
+pytestmark = pytest.mark.chain
+
+IMAGE = measurement_digest(b"syncline-api-sealed-test-image".ljust(48, b"\0"))
+PASSWORD = "sponsor's own secret"
+
+
+@pytest.fixture(scope="module")
+def keys_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("sealing")
+
+
+@pytest.fixture(scope="module")
+def sealing_server(
+    api_settings: ApiSettings, tmp_path_factory: pytest.TempPathFactory, api_server: ApiServer
+) -> Iterator[ApiServer]:
+    """A second server on the same chain and blob service: the sponsor's own, whose data-key store
+    comes from ``$SYNCLINE_SEALING_KEYS`` at request time (each test sets it)."""
+    work = tmp_path_factory.mktemp("sealing-api")
+    settings = dataclasses.replace(
+        api_settings, db_url=f"sqlite:///{work / 'index.db'}", sealing_keys=None, seal_builds_per_minute=1_000
+    )
+    with ApiServer(settings) as server:
+        yield server
+
+
+@pytest.fixture
+def sponsor_http(
+    sealing_server: ApiServer, chain_snapshot: str, keys_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> Http:
+    sealing_server.wait_indexed()
+    monkeypatch.setenv(SEALING_KEYS_ENV, str(keys_dir))
+    monkeypatch.setenv("SYNCLINE_SEALING_PASSWORD", PASSWORD)
+    return Http(sealing_server.url)
+
+
+@dataclasses.dataclass
+class Sealed:
+    task_id: int
+    published: PublishedTask
+    service: DevnetAttestationService
+    keys_file: Path
+
+
+def post_sealed_task(
+    market: MarketClient, sponsor: Signer, witnesses: list[Signer], blobs: HttpBlobStore, keys_dir: Path
+) -> Sealed:
+    """A Confidential task (devnet verifier, one allowed measurement) posted with its policy; the
+    sponsor's data keys in ``keys_dir/<spec hash>.json``, as ``post-task`` lays them out."""
+    w3 = market.w3
+    service_key = "0x" + keccak(b"api sealed-manifest build test service").hex()
+    address = DevnetAttestationService(service_key, chain_id=w3.eth.chain_id, verifier="0x" + "11" * 20).address
+    verifier = deploy_devnet_verifier(w3, sponsor, address)
+    service = DevnetAttestationService(service_key, chain_id=w3.eth.chain_id, verifier=verifier)
+    template: dict[str, Any] = {
+        "name": "api-sealed-task",
+        "aggregation": {"rule": "coordinate_median"},
+        "inner_steps": 4,
+        "checkpoint_interval": 2,
+        "rounds": 3,
+        "round_duration_s": 300,
+        "grace_window_s": 120,
+        "challenge_window_s": 600,
+        "trainer_stake_wei": ETH,
+        "min_trainers": 3,
+        "max_trainers": 3,
+        "enrollment_deadline": chain_time(w3) + 600,
+        "witnesses": [w.address for w in witnesses],
+        "threshold": 2,
+        "witness_fee_wei": ETH // 100,
+        "reward_pool_wei": 3 * ETH,
+        "witness_bond_wei": ETH // 2,
+        "challenge_bond_wei": ETH // 10,
+    }
+    published = publish_language_task(
+        blobs,
+        template=template,
+        shard_count=SHARD_COUNT,
+        vocab_size=VOCAB_SIZE,
+        seq_len=SEQ_LEN,
+        model=TINY_MODEL,
+        seal=SealingRequest(verifier, ("0x" + IMAGE.hex(),)),
+    )
+    assert published.sealed is not None and published.spec.confidential is not None
+    task_id, _ = market.post_task(sponsor, published.spec, published.spec_uri)
+    market.configure_confidential(sponsor, task_id, verifier, [IMAGE])
+    keys_file = write_data_keys(keys_dir / f"{published.spec.spec_hash[2:]}.json", published.sealed, PASSWORD)
+    return Sealed(task_id, published, service, keys_file)
+
+
+def admit_trainer(market: MarketClient, sealed: Sealed, trainer: Signer) -> EnclaveKey:
+    key = new_enclave_key()
+    report = sealed.service.issue(key.pubkey, IMAGE, trainer.address)
+    market.enroll_attested(trainer, sealed.task_id, key.pubkey, IMAGE, report)
+    return key
+
+
+def admit_witness(market: MarketClient, sealed: Sealed, witness: Signer) -> EnclaveKey:
+    key = new_enclave_key()
+    market.ensure_witness_bonded(witness, sealed.task_id)
+    report = sealed.service.issue(key.pubkey, IMAGE, witness.address)
+    market.register_witness_enclave(witness, sealed.task_id, key.pubkey, IMAGE, report)
+    return key
+
+
+def wallet_send(w3: Web3, signer: Signer, call: dict[str, Any]) -> Any:
+    """What the browser wallet does with a built call: sign ``{to, data, value}`` and send it."""
+    tx = {
+        "from": signer.address,
+        "to": Web3.to_checksum_address(call["to"]),
+        "data": call["data"],
+        "value": int(call["value_wei"]),
+        "nonce": w3.eth.get_transaction_count(signer.address),  # type: ignore[arg-type]
+        "chainId": w3.eth.chain_id,
+        "gasPrice": w3.eth.gas_price,
+    }
+    tx["gas"] = w3.eth.estimate_gas(tx)  # type: ignore[arg-type]
+    signed = signer.account.sign_transaction(tx)
+    return w3.eth.wait_for_transaction_receipt(w3.eth.send_raw_transaction(signed.raw_transaction))
+
+
+def build(http: Http, task_id: int) -> dict[str, Any]:
+    reply = http.post(f"/api/runs/{task_id}/sealed-manifest/build")
+    assert reply.status == 200, reply.body
+    return dict(reply.json())
+
+
+def test_build_returns_the_call_the_sponsor_wallet_sends(
+    sponsor_http: Http,
+    sealing_server: ApiServer,
+    market: MarketClient,
+    sponsor: Signer,
+    trainers: list[Signer],
+    witnesses: list[Signer],
+    blobs: HttpBlobStore,
+    keys_dir: Path,
+) -> None:
+    http, w3 = sponsor_http, market.w3
+    sealed = post_sealed_task(market, sponsor, witnesses, blobs, keys_dir)
+    task_id, spec = sealed.task_id, sealed.published.spec
+    first = admit_trainer(market, sealed, trainers[0])
+    witness = admit_witness(market, sealed, witnesses[0])
+    sealing_server.wait_indexed()
+    assert http.ok(f"/api/runs/{task_id}/sealed-manifest")["version"] == 0
+
+    v1 = build(http, task_id)
+    shards = SHARD_COUNT
+    assert v1["version"] == 1 and v1["current_version"] == 0 and v1["sponsor"] == sponsor.address.lower()
+    assert v1["added"] == shards + (shards + 1) and v1["enclaves"] == 2 and v1["envelopes"] == 2 * shards + 1
+    call = v1["call"]
+    assert call["function"] == "installSealedManifest" and call["to"] == market.address.lower()
+    assert call["args"] == [task_id, v1["manifest_hash"], v1["uri"]] and call["value_wei"] == "0"
+    expected = market.encode_call("installSealedManifest", [task_id, bytes.fromhex(v1["manifest_hash"][2:]), v1["uri"]])
+    assert call["data"] == "0x" + expected.hex()
+    # published, content-addressed; nothing on chain until the sponsor signs
+    m1 = SealedDatasetManifest.parse(blobs.get(v1["manifest_hash"]))
+    assert m1.manifest_hash == v1["manifest_hash"] and market.get_sealed_manifest(task_id)[2] == 0
+    # only the sponsor can install it: the same call from a trainer reverts
+    with pytest.raises(ContractCustomError) as refused:
+        w3.eth.call({"from": trainers[0].address, "to": Web3.to_checksum_address(call["to"]), "data": call["data"]})  # type: ignore[typeddict-item]
+    decoded = market.decoder.decode(refused.value.data if isinstance(refused.value.data, str) else None)
+    assert decoded is not None and decoded[0] == "SynclineNotSponsor", decoded
+    assert wallet_send(w3, sponsor, call)["status"] == 1
+    h, uri, version = market.get_sealed_manifest(task_id)
+    assert (version, "0x" + h.hex(), uri) == (1, v1["manifest_hash"], v1["uri"])
+    corpus = cached_corpus(SHARD_COUNT, VOCAB_SIZE)
+    assert TaskContext.load(market, blobs, task_id, enclave=first).shard(1) == corpus.shards[1]
+    assert TaskContext.load(market, blobs, task_id, enclave=witness).validation_shard() == corpus.validation
+
+    # a late enrollee: version 2 adds its envelopes, same ciphertexts
+    late = admit_trainer(market, sealed, trainers[1])
+    v2 = build(http, task_id)
+    assert (v2["version"], v2["current_version"], v2["added"], v2["enclaves"]) == (2, 1, shards, 3)
+    assert http.ok(f"/api/runs/{task_id}/sealed-manifest")["version"] == 1  # built, not installed
+    assert wallet_send(w3, sponsor, v2["call"])["status"] == 1
+    assert market.get_sealed_manifest(task_id)[2] == 2
+    m2 = SealedDatasetManifest.parse(blobs.get(v2["manifest_hash"]))
+    assert m2.shards == m1.shards and m2.validation == m1.validation  # nothing re-encrypted
+    assert ["0x" + s.ciphertext_hash.hex() for s in m2.shards] == list(spec.dataset.shard_hashes)
+    assert set(m1.envelopes) <= set(m2.envelopes)
+    new = [e for e in m2.envelopes if e not in m1.envelopes]
+    assert len(new) == shards and {e.enclave_pubkey for e in new} == {late.pubkey}
+    assert TaskContext.load(market, blobs, task_id, enclave=late).shard(2) == corpus.shards[2]
+
+    got = http.ok(f"/api/runs/{task_id}/sealed-manifest")
+    assert got["version"] == 2 and got["manifest_hash"] == v2["manifest_hash"] and got["envelopes"] == 3 * shards + 1
+    assert "0x" + late.pubkey.hex() in got["enclaves"]
+
+    # nothing new: 200, added 0, no call, the installed version
+    again = build(http, task_id)
+    assert again["call"] is None and again["added"] == 0
+    assert (again["version"], again["current_version"], again["manifest_hash"]) == (2, 2, v2["manifest_hash"])
+
+
+def test_build_refusals_are_one_line(
+    sponsor_http: Http,
+    sealing_server: ApiServer,
+    market: MarketClient,
+    sponsor: Signer,
+    trainers: list[Signer],
+    witnesses: list[Signer],
+    blobs: HttpBlobStore,
+    keys_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    http, w3 = sponsor_http, market.w3
+    sealed = post_sealed_task(market, sponsor, witnesses, blobs, keys_dir)
+    task_id = sealed.task_id
+    admit_trainer(market, sealed, trainers[0])
+    plain = publish_tiny_task(blobs, w3, witnesses)
+    plain_id, _ = market.post_task(sponsor, plain.spec, plain.spec_uri)
+    sealing_server.wait_indexed()
+    path = f"/api/runs/{task_id}/sealed-manifest/build"
+
+    assert_error(http.post("/api/runs/999/sealed-manifest/build"), 404, "unknown task id 999")
+    assert_error(http.post(f"/api/runs/{2**70}/sealed-manifest/build"), 404, "unknown task id")
+    assert_error(http.post(f"/api/runs/{plain_id}/sealed-manifest/build"), 404, "is not a Confidential task")
+    assert_error(http.get(path), 405)
+    assert_error(http.post(path, raw=b"x" * (65 << 10)), 413)
+
+    # the password: only from the server's environment, never named in the answer
+    monkeypatch.delenv("SYNCLINE_SEALING_PASSWORD")
+    msg = assert_error(http.post(path), 503, "needs a password: set $SYNCLINE_SEALING_PASSWORD")
+    assert str(keys_dir) not in msg
+    monkeypatch.setenv("SYNCLINE_SEALING_PASSWORD", "not it")
+    msg = assert_error(http.post(path), 503, "wrong password")
+    assert str(keys_dir) not in msg and "not it" not in msg
+    monkeypatch.setenv("SYNCLINE_SEALING_PASSWORD", PASSWORD)
+
+    # no store configured, a path that is not there, a directory without this task's store
+    monkeypatch.delenv(SEALING_KEYS_ENV)
+    assert_error(http.post(path), 503, "holds no sponsor data-key store")
+    monkeypatch.setenv(SEALING_KEYS_ENV, str(tmp_path / "nowhere"))
+    assert_error(http.post(path), 503, "names no data-key store")
+    monkeypatch.setenv(SEALING_KEYS_ENV, str(tmp_path))
+    assert_error(http.post(path), 409, f"no data-key store for task {task_id}")
+    # a store of another dataset (a single-file configuration)
+    other = seal_dataset([b"another sponsor's shard" * 4], b"another validation shard")
+    monkeypatch.setenv(SEALING_KEYS_ENV, str(write_data_keys(tmp_path / "other.json", other, PASSWORD)))
+    msg = assert_error(
+        http.post(path), 409, f"holds the keys of dataset 0x{other.dataset_id.hex()}, not task {task_id}'s"
+    )
+    assert str(tmp_path) not in msg
+    # the right store as a single file works, and nothing was installed by any refusal
+    monkeypatch.setenv(SEALING_KEYS_ENV, str(sealed.keys_file))
+    assert build(http, task_id)["call"] is not None and market.get_sealed_manifest(task_id)[2] == 0
+
+    # a cancelled task's manifest can no longer change
+    travel_past(w3, int(sealed.published.spec.enrollment_deadline))
+    market.cancel_underfilled(sponsor, task_id)
+    sealing_server.wait_indexed()
+    assert_error(http.post(path), 409, f"task {task_id} is cancelled")
+
+
+def test_build_on_a_server_without_a_store_and_its_rate_limit(
+    http: Http,
+    api: ApiServer,
+    market: MarketClient,
+    sponsor: Signer,
+    witnesses: list[Signer],
+    blobs: HttpBlobStore,
+    keys_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The package's server has no data-key store (the default): 503, counted by the same limit as
+    task preparations (``seal_builds_per_minute``, 4 per client per minute), then 429."""
+    monkeypatch.delenv(SEALING_KEYS_ENV, raising=False)
+    sealed = post_sealed_task(market, sponsor, witnesses, blobs, keys_dir)
+    api.wait_indexed()
+    path = f"/api/runs/{sealed.task_id}/sealed-manifest/build"
+    limit = api.settings.seal_builds_per_minute
+    for _ in range(limit):
+        assert_error(http.post(path), 503, f"set ${SEALING_KEYS_ENV}")
+    assert_error(http.post(path), 429, f"at most {limit} sealed-manifest builds per minute per client")
+    assert market.get_sealed_manifest(sealed.task_id)[2] == 0
