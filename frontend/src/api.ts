@@ -374,6 +374,35 @@ export interface BuiltProof {
   value_wei: Wei;
 }
 
+/** A Confidential task's sealed manifest as the chain names it (GET /api/runs/{id}/sealed-manifest). */
+export interface SealedManifest {
+  task_id: number;
+  manifest_hash: Hex;
+  uri: string;
+  /** 0: no manifest installed yet. */
+  version: number;
+  shards: number;
+  /** X25519 public keys holding envelopes. */
+  enclaves: Hex[];
+  envelopes: number;
+}
+
+/** The next sealed-manifest version the sponsor's own API server built (POST .../sealed-manifest/build). */
+export interface SealedManifestBuild {
+  task_id: number;
+  sponsor: Address;
+  manifest_hash: Hex;
+  uri: string;
+  /** The version sending `call` installs; the current one when `call` is null. */
+  version: number;
+  current_version: number;
+  envelopes: number;
+  added: number;
+  enclaves: number;
+  /** installSealedManifest(task_id, manifest_hash, uri) for the sponsor's wallet; null: no enclave is new. */
+  call: { function: string; args: (number | string)[]; to: Address; data: Hex; value_wei: Wei } | null;
+}
+
 /** An API failure: the one-line `error` of the JSON body, or the HTTP status. */
 export class ApiError extends Error {
   constructor(
@@ -440,6 +469,8 @@ export const api = {
   account: (address: string) => request<AccountInfo>("GET", `/api/accounts/${enc(address)}`),
   buildChallenge: (id: number, body: BuildRequest) =>
     request<BuiltProof>("POST", `/api/runs/${id}/challenges/build`, body),
+  sealedManifest: (id: number) => request<SealedManifest>("GET", `/api/runs/${id}/sealed-manifest`),
+  buildSealedManifest: (id: number) => request<SealedManifestBuild>("POST", `/api/runs/${id}/sealed-manifest/build`),
   modelUrl: (id: number) => `/api/runs/${id}/model`,
   stateUrl: (id: number, root: string) => `/api/runs/${id}/state/${enc(root)}`,
 };

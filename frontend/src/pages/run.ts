@@ -8,6 +8,7 @@ import {
   type Privacy,
   type Round,
   type RunDetail,
+  type SealedManifest,
   type TimelineEntry,
   type Trainer,
   type Witness,
@@ -30,8 +31,9 @@ import {
   timeEl,
   toWei,
 } from "../format";
-import { emptyRow, requestRefresh, RunGate, table, TxPanel, type Page } from "../ui";
+import { emptyRow, reportError, requestRefresh, RunGate, table, TxPanel, type Page } from "../ui";
 import { wallet } from "../wallet";
+import { SealedManifestCard } from "./sealed";
 
 const OPEN_CHALLENGE = "open";
 const AWAITING_SEAL = new Set(["awaiting_seal", "completed"]);
@@ -70,6 +72,7 @@ export function runPage(id: number): Page {
     privacyNote,
     h("div", { class: "table-wrap" }, h("table", { testid: "privacy-table" }, h("caption", { class: "sr-only" }, "ε spent per trainer and round"), privacyHead, privacyBody)),
   );
+  const sealedCard = new SealedManifestCard(id);
   const modelLink = h("a", { href: api.modelUrl(id), class: "btn", download: `syncline-run-${id}-model.tar.gz` }, "Download model");
 
   const busy = new Set<string>();
@@ -97,6 +100,7 @@ export function runPage(id: number): Page {
     ),
     meta,
     h("section", { class: "card" }, summary, sealHost, txPanel.el),
+    sealedCard.el,
     h(
       "div",
       { class: "two-col" },
@@ -457,7 +461,7 @@ export function runPage(id: number): Page {
         document.title = `No such run #${id} · Syncline`;
         return;
       }
-      const [rounds, trainers, witnesses, list, losses, privacy, chainTime] = await Promise.all([
+      const [rounds, trainers, witnesses, list, losses, privacy, chainTime, sealed] = await Promise.all([
         api.rounds(id),
         api.trainers(id),
         api.witnesses(id),
@@ -465,6 +469,12 @@ export function runPage(id: number): Page {
         api.losses(id).catch((): Losses | null => null),
         api.privacy(id).catch((): Privacy | null => null),
         wallet.chainTime().catch(() => Math.floor(Date.now() / 1000)),
+        d.summary.tier === "confidential"
+          ? api.sealedManifest(id).catch((err: unknown): SealedManifest | null => {
+              reportError(err, "load");
+              return null;
+            })
+          : Promise.resolve(null),
       ]);
       detail = d;
       challenges = list;
@@ -478,6 +488,7 @@ export function runPage(id: number): Page {
       renderChallenges(challenges);
       chart.update(losses);
       renderPrivacy(privacy);
+      sealedCard.update(d, sealed);
       if (losses?.metric && losses.metric !== metricName) {
         metricName = losses.metric;
         chartTitle.textContent = metricName === "validation_loss" ? "Loss curve" : `Training loss and ${metricLabel(metricName)}`;
@@ -491,6 +502,7 @@ export function runPage(id: number): Page {
       if (timer !== null) window.clearInterval(timer);
       timer = null;
       chart.destroy();
+      sealedCard.destroy();
     },
   };
 }
