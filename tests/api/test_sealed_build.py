@@ -235,6 +235,7 @@ def test_build_refusals_are_one_line(
     keys_dir: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     http, w3 = sponsor_http, market.w3
     sealed = post_sealed_task(market, sponsor, witnesses, blobs, keys_dir)
@@ -259,6 +260,10 @@ def test_build_refusals_are_one_line(
     msg = assert_error(http.post(path), 503, "wrong password")
     assert str(keys_dir) not in msg and "not it" not in msg
     monkeypatch.setenv("SYNCLINE_SEALING_PASSWORD", PASSWORD)
+    assert build(http, task_id)["call"] is not None  # the password is read per build, from the environment
+    logged = capfd.readouterr()
+    assert logged.out.count("api.sealed_manifest_built") == 1 and "api.upstream_error" in logged.out
+    assert PASSWORD not in logged.out + logged.err and "not it" not in logged.out + logged.err
 
     # no store configured, a path that is not there, a directory without this task's store
     monkeypatch.delenv(SEALING_KEYS_ENV)
