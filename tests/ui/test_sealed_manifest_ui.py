@@ -1,7 +1,8 @@
 """The run page of a Confidential task in Chromium, against the sponsor's own API server (holding its
 data-key store) on the session's anvil: the card shows the sealed manifest the chain names, and the
 sponsor's "Install sealed manifest" button builds the next version through the API and sends it
-from the wallet (anvil's unlocked account #0, the sponsor). Another account sees no button."""
+from the wallet (anvil's unlocked account #0, the sponsor); a server without the store shows the
+API's one-line refusal. Another account sees no button."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from syncline.api.server import ApiServer, ApiSettings
+from syncline.api.settings import SEALING_KEYS_ENV
 from syncline.blobstore import BlobService, HttpBlobStore, LocalBlobStore
 from syncline.chain.deployment import Deployment
 from syncline.chain.devnet import chain_time
@@ -139,8 +141,8 @@ def test_sponsor_installs_sealed_manifest_versions_from_the_run_page(
         frontend_dir=FRONTEND_DIST,
         poll_interval_s=0.3,
         state_dir=state_root,
-        sealing_keys=keys_dir,
     )
+    monkeypatch.setenv(SEALING_KEYS_ENV, str(keys_dir))
     with ApiServer(settings) as server:
         server.wait_indexed()
         context = browser.new_context(viewport={"width": 1280, "height": 800}, timezone_id="UTC", locale="en-GB")
@@ -183,6 +185,14 @@ def test_sponsor_installs_sealed_manifest_versions_from_the_run_page(
         assert "Nothing to install" in page.get_by_test_id("sealed-nothing").inner_text()
         assert market.get_sealed_manifest(task_id)[2] == 2
 
+        # a server without the sponsor's store: the API's one line, nothing sent
+        monkeypatch.delenv(SEALING_KEYS_ENV)
+        page.get_by_test_id("sealed-install").click()
+        assert "holds no sponsor data-key store" in page.get_by_test_id("error").inner_text()
+        assert page.get_by_test_id("sealed-result").inner_text() == ""
+        assert page.get_by_test_id("sealed-install").is_enabled()
+        assert market.get_sealed_manifest(task_id)[2] == 2
+
         # another account (anvil #1) sees the manifest but no install button
         chain_id = w3.eth.chain_id
         page.evaluate(f"localStorage.setItem('syncline.account.{chain_id}', '{trainers[0].address.lower()}')")
@@ -192,4 +202,5 @@ def test_sponsor_installs_sealed_manifest_versions_from_the_run_page(
         assert page.get_by_test_id("sealed-install").count() == 0
         assert page.get_by_test_id("sealed-version").inner_text() == "2"
         context.close()
-    assert page_errors == []
+    refused = [e for e in page_errors if "status of 503 (Service Unavailable)" in e]
+    assert len(refused) == 1 and [e for e in page_errors if e not in refused] == [], page_errors
