@@ -941,6 +941,7 @@ def api_settings_from_args(args: argparse.Namespace) -> ApiSettings:
         port=args.port,
         frontend_dir=args.frontend,
         data_dir=data_dir,
+        sealing_keys=args.sealing_keys.expanduser().resolve() if args.sealing_keys is not None else None,
     )
 
 
@@ -1045,6 +1046,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="the only directory a web client's data source or pretrained model may name "
         "(default: $SYNCLINE_API_DATA_DIR, else .syncline/data)",
+    )
+    api.add_argument(
+        "--sealing-keys",
+        type=Path,
+        default=None,
+        help="Confidential tasks: the sponsor's data-key store (a file, or the directory post-task wrote) that "
+        "POST /api/runs/{id}/sealed-manifest/build wraps from; password from $SYNCLINE_SEALING_PASSWORD "
+        "(default: $SYNCLINE_SEALING_KEYS; unset: the endpoint answers 503)",
     )
     api.set_defaults(func=cmd_api)
 

@@ -46,3 +46,14 @@ def test_a_data_dir_that_is_a_file_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(SynclineError) as exc:
         api_settings_from_args(build_parser().parse_args(["api", *BLOB, "--data-dir", str(tmp_path / "notes.txt")]))
     assert str(exc.value) == f"--data-dir {tmp_path / 'notes.txt'} is a file; give a directory (created if missing)"
+
+
+def test_sealing_keys_flag_wins_over_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from syncline.api.settings import SEALING_KEYS_ENV
+
+    monkeypatch.setenv(SEALING_KEYS_ENV, str(tmp_path / "env-keys"))
+    monkeypatch.setenv("SYNCLINE_STATE_DIR", str(tmp_path / "state"))
+    settings = api_settings_from_args(build_parser().parse_args(["api", *BLOB, "--sealing-keys", str(tmp_path / "k")]))
+    assert settings.sealing_keys_path == (tmp_path / "k").resolve()
+    settings = api_settings_from_args(build_parser().parse_args(["api", *BLOB]))
+    assert settings.sealing_keys_path == tmp_path / "env-keys"
