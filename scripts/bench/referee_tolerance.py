@@ -117,6 +117,11 @@ class Tally:
             k: max(float(getattr(d, k)) for d in self.distances) for k in SegmentDistance.MEASURES
         }
         out["worst_tensor"] = max(self.distances, key=lambda d: d.weight_rel_l2_tensor).worst_tensor
+        # the whole-vector ratio of the segments holding AdamW's first step (their bound has the floor)
+        # and of the others
+        for key, first in (("weight_rel_l2_first_step", True), ("weight_rel_l2_later", False)):
+            values = [d.weight_rel_l2 for d in self.distances if d.first_step == first]
+            out[key] = max(values) if values else float("nan")
         return out
 
     def minima(self) -> dict[str, float]:
@@ -325,6 +330,8 @@ def summarize(
         "seconds": round(seconds, 1),
         "envelope": {
             "weight_rel_l2": model.weight_bound(steps),
+            # a segment holding AdamW's first step (one sample in five here): at least weight_floor / sqrt(n)
+            "weight_rel_l2_first_step": model.weight_bound(steps, first_step=True),
             "weight_rel_l2_tensor": model.tensor_bound(steps),
             # the largest RMS change per coordinate of a vector, in lr * n, the floor lets through
             "vector_rms_lr": model.tensor_bound(steps) * model.vector_floor / math.sqrt(steps),
@@ -354,7 +361,8 @@ def print_table(report: dict[str, Any]) -> None:
         print(
             f"\n-- segments of {r['steps']} steps, {r['samples']} samples ({r['fresh_samples']} from a new optimizer), "
             f"{r['seconds']} s; envelope: weights "
-            f"{env['weight_rel_l2']:.4f} (per tensor {env['weight_rel_l2_tensor']:.4f}), moments "
+            f"{env['weight_rel_l2']:.4f} (from AdamW's first step {env['weight_rel_l2_first_step']:.4f}; "
+            f"per tensor {env['weight_rel_l2_tensor']:.4f}), moments "
             f"{env['moments_rel_l2']:.4f}, max-abs {env['weight_max_abs_lr']:.2f} lr/step, a vector's RMS "
             f"{env['vector_rms_lr']:.3f} lr/step"
         )
@@ -367,7 +375,8 @@ def print_table(report: dict[str, Any]) -> None:
             print(
                 f"{n:<22}{h['honest_replays']:>8}{h['false_convictions']:>10}{m['weight_rel_l2']:>9.4f}"
                 f"{m['weight_rel_l2_tensor']:>10.4f}{m['weight_max_abs_lr']:>9.3f}{m['exp_avg_rel_l2']:>9.4f}"
-                f"{m['exp_avg_sq_rel_l2']:>9.4f}   {m['worst_tensor']}"
+                f"{m['exp_avg_sq_rel_l2']:>9.4f}   {m['worst_tensor']}; w-L2 from a first step "
+                f"{m['weight_rel_l2_first_step']:.4f}, later {m['weight_rel_l2_later']:.4f}"
             )
         print(f"{'cheat':<22}{'trials':>8}{'detected':>10}{'w-L2':>9}{'w-tensor':>10}{'m1-L2':>9}   (minima)")
         for n, c in r["cheats"].items():

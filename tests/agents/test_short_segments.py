@@ -6,8 +6,9 @@ percent of the coordinates: over the whole vector 0.06 to 0.09 of the update at 
 0.05 to 0.06 at ``n = 2`` (``scripts/bench/referee_tolerance.py --steps 1 2``), more than the
 whole-vector bound ``weight_base + weight_per_step * n`` (0.051 / 0.052). A task with
 ``checkpoint_interval`` 1 or 2 convicted its honest GPU trainers; the bound's floor
-``weight_floor / sqrt(n)`` (docs/protocol.md section 13.6) keeps them inside, and a lazy or
-noise checkpoint is still convicted at these lengths.
+``weight_floor / sqrt(n)`` for a segment holding AdamW's first step (docs/protocol.md section
+13.6) keeps them inside, and a lazy or noise checkpoint is still convicted at these lengths; the
+later segments (from an AdamW that stepped) keep the bound without the floor.
 
 Real training and the referee's own code (``check_segment``), no chain: a 1-layer GPT-2 (the
 bench's family, ``n_embd`` 32) trains one round in bf16 with a checkpoint every 1 or 2 steps and
@@ -178,3 +179,18 @@ def test_a_forged_short_segment_is_still_convicted(honest: Round, cheat: str) ->
     ckpts[1] = dataclasses.replace(ckpts[1], params=forged.contiguous())
     verdict = honest.with_blobs([c.to_bytes() for c in ckpts]).judge()[0]
     assert verdict.guilty and "exceeds the envelope" in verdict.reason, verdict.reason
+
+
+def test_the_floor_is_only_for_the_segment_holding_adamws_first_step(honest: Round) -> None:
+    """The later segments of the round start from an AdamW that already stepped: the honest bf16
+    divergence there is small (0.02 of the update measured at n = 1), and the bound stays
+    ``weight_base + weight_per_step * n``. An update scaled by 1.1 on the second segment (a ratio
+    of about 0.1, under the floor's 0.14 / 0.099) is convicted there."""
+    verdicts = honest.judge()
+    bound = DEFAULT_VERIFICATION.tolerance.weight_bound(honest.interval)
+    assert f"<= {bound:.3g})" in verdicts[1].reason, verdicts[1].reason
+    ckpts = [Checkpoint.from_bytes(b) for b in honest.blobs]
+    start, end = ckpts[1].params, ckpts[2].params
+    ckpts[2] = dataclasses.replace(ckpts[2], params=(start + 1.1 * (end - start)).contiguous())
+    verdict = honest.with_blobs([c.to_bytes() for c in ckpts]).judge()[1]
+    assert verdict.guilty and "weight relative L2 0.1" in verdict.reason, verdict.reason

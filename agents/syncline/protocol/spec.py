@@ -259,10 +259,11 @@ DEVICE_CLASSES = ("cpu-fp32", "cpu-bf16", "cuda-fp32", "cuda-bf16")
 class ToleranceModel:
     """Honest-divergence envelope for a re-executed segment of ``n`` inner steps (see
     :mod:`syncline.protocol.tolerance`): the weights' distance in units of the segment's update
-    may reach ``weight_base + weight_per_step * n`` over the whole vector, but at least
-    ``weight_floor / sqrt(n)`` (AdamW's first steps from a new optimizer are about
-    ``lr * sign(g)``, and bf16 flips the sign of near-zero gradients: short segments diverge most),
-    and ``tensor_factor * (weight_base + weight_per_step * n)`` for any single tensor, the moments' relative distance
+    may reach ``weight_base + weight_per_step * n`` over the whole vector -- at least
+    ``weight_floor / sqrt(n)`` for a segment that holds AdamW's first step (a new optimizer's first
+    step is ``lr * sign(g)``, and bf16 flips the sign of near-zero gradients: short segments from a
+    new optimizer diverge most) -- and ``tensor_factor * (weight_base + weight_per_step * n)`` for
+    any single tensor, the moments' relative distance
     ``moment_base + moment_per_step * n``, and no coordinate may differ by more than
     ``max_abs_lr * lr * n``. A tensor of one dimension (a bias, a norm's gain or shift) is measured
     in units of at least ``vector_floor * lr * sqrt(n * numel)`` (the rounding noise AdamW turns
@@ -279,9 +280,11 @@ class ToleranceModel:
     vector_floor: float = 5.0
     weight_floor: float = 0.14
 
-    def weight_bound(self, steps: int) -> float:
-        """The whole-vector bound: ``weight_base + weight_per_step * n``, at least ``weight_floor / sqrt(n)``."""
-        return max(self.weight_base + self.weight_per_step * steps, self.weight_floor / math.sqrt(max(1, steps)))
+    def weight_bound(self, steps: int, *, first_step: bool = False) -> float:
+        """The whole-vector bound: ``weight_base + weight_per_step * n``; at least
+        ``weight_floor / sqrt(n)`` when the segment holds some tensor's first AdamW step."""
+        linear = self.weight_base + self.weight_per_step * steps
+        return max(linear, self.weight_floor / math.sqrt(max(1, steps))) if first_step else linear
 
     def tensor_bound(self, steps: int) -> float:
         """The per-tensor bound: ``tensor_factor * (weight_base + weight_per_step * n)`` (no floor)."""
