@@ -183,7 +183,7 @@ def test_a_forged_short_segment_is_still_convicted(honest: Round, cheat: str) ->
 
 def test_the_floor_is_only_for_the_segment_holding_adamws_first_step(honest: Round) -> None:
     """The later segments of the round start from an AdamW that already stepped: the honest bf16
-    divergence there is small (0.02 of the update measured at n = 1), and the bound stays
+    divergence there is small (at most 0.03 of the update measured at n = 1, 2), and the bound stays
     ``weight_base + weight_per_step * n``. An update scaled by 1.1 on the second segment (a ratio
     of about 0.1, under the floor's 0.14 / 0.099) is convicted there."""
     verdicts = honest.judge()

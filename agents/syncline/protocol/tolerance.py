@@ -36,7 +36,7 @@ is 0 at the start and not at the replay's end: a new optimizer, the round's firs
 0 or after a trainer's restart) is bounded by at least ``weight_floor / sqrt(n)``: that first step
 is ``lr * sign(g)``, bf16 flips the sign of near-zero gradients, and the ratio measured 0.06 to
 0.09 at ``n = 1`` and 0.05 to 0.06 at ``n = 2`` (1/sqrt(n) decay) against ``weight_base +
-weight_per_step * n`` = 0.051 / 0.052; from an AdamW that stepped, about 0.02 at ``n = 1``.
+weight_per_step * n`` = 0.051 / 0.052; from an AdamW that stepped, at most 0.03 at ``n = 1, 2``.
 
 Everything is vectorized over coordinates (``index_add_`` / ``scatter_reduce_`` by tensor id).
 The envelope (:class:`~syncline.protocol.spec.ToleranceModel`) grows linearly with the segment's
