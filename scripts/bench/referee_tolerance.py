@@ -28,6 +28,11 @@ Usage::
 
     .venv/bin/python scripts/bench/referee_tolerance.py --quick        # n=10, 50 samples (~3 min, 2 cores)
     .venv/bin/python scripts/bench/referee_tolerance.py --json .syncline/bench/referee_tolerance.json
+    .venv/bin/python scripts/bench/referee_tolerance.py --quick --steps 1 2 --model gpt2   # short segments
+
+Segments of 1 or 2 steps are where the whole-vector bound's floor (``weight_floor / sqrt(n)``)
+decides: a new AdamW's first steps are about ``lr * sign(g)`` and bf16 flips the sign of
+near-zero gradients, so the round's first segment diverges most.
 """
 
 from __future__ import annotations
@@ -76,6 +81,20 @@ FAMILY_MODELS: dict[str, dict[str, Any]] = {
     },
 }
 """The demo's shape in other families (``--model gpt2`` / ``qwen2``), on the demo's data and AdamW."""
+TINY_FAMILY_MODELS: dict[str, dict[str, Any]] = {
+    "tiny-gpt2": {"family": "gpt2", "n_embd": 32, "n_layer": 1, "n_head": 2, "n_positions": 32},
+    "tiny-qwen2": {
+        "family": "qwen2",
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 32,
+        "tie_word_embeddings": True,
+    },
+}
+"""The e2e's tiny shape in other families (``--model tiny-gpt2`` / ``tiny-qwen2``), on its data and AdamW (lr 3e-3)."""
 REQUIRED_HONEST = 50
 REQUIRED_DETECTION = 0.99
 FRESH_EVERY = 5  # one sample in five is a round's first segment from a new optimizer
@@ -98,6 +117,11 @@ class Tally:
             k: max(float(getattr(d, k)) for d in self.distances) for k in SegmentDistance.MEASURES
         }
         out["worst_tensor"] = max(self.distances, key=lambda d: d.weight_rel_l2_tensor).worst_tensor
+        # the whole-vector ratio of the segments holding AdamW's first step (their bound has the floor)
+        # and of the others
+        for key, first in (("weight_rel_l2_first_step", True), ("weight_rel_l2_later", False)):
+            values = [d.weight_rel_l2 for d in self.distances if d.first_step == first]
+            out[key] = max(values) if values else float("nan")
         return out
 
     def minima(self) -> dict[str, float]:
@@ -306,6 +330,8 @@ def summarize(
         "seconds": round(seconds, 1),
         "envelope": {
             "weight_rel_l2": model.weight_bound(steps),
+            # a segment holding AdamW's first step (one sample in five here): at least weight_floor / sqrt(n)
+            "weight_rel_l2_first_step": model.weight_bound(steps, first_step=True),
             "weight_rel_l2_tensor": model.tensor_bound(steps),
             # the largest RMS change per coordinate of a vector, in lr * n, the floor lets through
             "vector_rms_lr": model.tensor_bound(steps) * model.vector_floor / math.sqrt(steps),
@@ -335,7 +361,8 @@ def print_table(report: dict[str, Any]) -> None:
         print(
             f"\n-- segments of {r['steps']} steps, {r['samples']} samples ({r['fresh_samples']} from a new optimizer), "
             f"{r['seconds']} s; envelope: weights "
-            f"{env['weight_rel_l2']:.4f} (per tensor {env['weight_rel_l2_tensor']:.4f}), moments "
+            f"{env['weight_rel_l2']:.4f} (from AdamW's first step {env['weight_rel_l2_first_step']:.4f}; "
+            f"per tensor {env['weight_rel_l2_tensor']:.4f}), moments "
             f"{env['moments_rel_l2']:.4f}, max-abs {env['weight_max_abs_lr']:.2f} lr/step, a vector's RMS "
             f"{env['vector_rms_lr']:.3f} lr/step"
         )
@@ -348,7 +375,8 @@ def print_table(report: dict[str, Any]) -> None:
             print(
                 f"{n:<22}{h['honest_replays']:>8}{h['false_convictions']:>10}{m['weight_rel_l2']:>9.4f}"
                 f"{m['weight_rel_l2_tensor']:>10.4f}{m['weight_max_abs_lr']:>9.3f}{m['exp_avg_rel_l2']:>9.4f}"
-                f"{m['exp_avg_sq_rel_l2']:>9.4f}   {m['worst_tensor']}"
+                f"{m['exp_avg_sq_rel_l2']:>9.4f}   {m['worst_tensor']}; w-L2 from a first step "
+                f"{m['weight_rel_l2_first_step']:.4f}, later {m['weight_rel_l2_later']:.4f}"
             )
         print(f"{'cheat':<22}{'trials':>8}{'detected':>10}{'w-L2':>9}{'w-tensor':>10}{'m1-L2':>9}   (minima)")
         for n, c in r["cheats"].items():
@@ -365,11 +393,12 @@ def print_table(report: dict[str, Any]) -> None:
 
 def trainer_setup(which: str) -> TrainerSetup:
     """``demo`` / ``tiny`` (:func:`build_trainer_setup`), or the demo's setup with the model of
-    :data:`FAMILY_MODELS` (its own initial weights and layout)."""
-    if which not in FAMILY_MODELS:
+    :data:`FAMILY_MODELS` / the tiny one with that of :data:`TINY_FAMILY_MODELS` (its own initial
+    weights and layout)."""
+    if which not in FAMILY_MODELS and which not in TINY_FAMILY_MODELS:
         return build_trainer_setup(which)
-    demo = build_trainer_setup("demo")
-    config = FAMILY_MODELS[which] | {"vocab_size": demo.model_config["vocab_size"]}
+    demo = build_trainer_setup("demo" if which in FAMILY_MODELS else "tiny")
+    config = (FAMILY_MODELS | TINY_FAMILY_MODELS)[which] | {"vocab_size": demo.model_config["vocab_size"]}
     params = {k: v.detach() for k, v in demo.adapter.build_model(config, seed=0).named_parameters()}
     layout = ParameterLayout.from_state_dict(params)
     initial = TrainingState.from_model_state_dict(params, layout)
@@ -383,15 +412,15 @@ def main(argv: Sequence[str] | None = None, *, out: Callable[[dict[str, Any]], N
     parser.add_argument("--steps", type=int, nargs="*", default=None, help="segment lengths (default 4 10 20)")
     parser.add_argument(
         "--model",
-        choices=("demo", "tiny", *FAMILY_MODELS),
+        choices=("demo", "tiny", *FAMILY_MODELS, *TINY_FAMILY_MODELS),
         default="demo",
-        help="demo (default), the e2e's tiny, or the demo's shape as gpt2 / qwen2",
+        help="demo (default), the e2e's tiny, the demo's shape as gpt2 / qwen2, the tiny one as tiny-gpt2 / tiny-qwen2",
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the report as JSON here")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     samples = args.samples or (REQUIRED_HONEST if args.quick else 100)
-    default_steps = [4] if args.model == "tiny" else [PLAN.checkpoint_interval] if args.quick else [4, 10, 20]
+    default_steps = [4] if args.model.startswith("tiny") else [PLAN.checkpoint_interval] if args.quick else [4, 10, 20]
     steps = args.steps or default_steps
     if samples < 1 or any(s < 1 for s in steps):
         parser.error("--samples and --steps must be positive")

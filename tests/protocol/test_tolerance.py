@@ -231,12 +231,19 @@ def _distance(steps: int, weight: float) -> SegmentDistance:
 @pytest.mark.parametrize("steps", [1, 4, 10, 30, 500])
 def test_the_envelope_grows_with_segment_length_and_bounds_both_ways(steps: int) -> None:
     bound = MODEL.weight_bound(steps)
-    assert bound == pytest.approx(MODEL.weight_base + MODEL.weight_per_step * steps)
+    linear = MODEL.weight_base + MODEL.weight_per_step * steps
+    assert bound == pytest.approx(linear)
+    first = MODEL.weight_bound(steps, first_step=True)  # a segment holding AdamW's first step
+    assert first == pytest.approx(max(linear, MODEL.weight_floor / math.sqrt(steps)))
     assert MODEL.weight_bound(steps + 1) > bound
     assert MODEL.moment_bound(steps + 1) > MODEL.moment_bound(steps)
-    assert MODEL.tensor_bound(steps) == pytest.approx(MODEL.tensor_factor * bound)
+    assert MODEL.tensor_bound(steps) == pytest.approx(MODEL.tensor_factor * linear)  # the floor is the vector's only
     assert judge(_distance(steps, bound * 0.999), MODEL).within
     outside = judge(_distance(steps, bound * 1.001), MODEL)
+    tensor = min(first, MODEL.tensor_bound(steps)) * 0.999  # a single tensor as far as it may be
+    fresh = dataclasses.replace(_distance(steps, first * 0.999), weight_rel_l2_tensor=tensor, first_step=True)
+    assert judge(fresh, MODEL).within
+    assert not judge(dataclasses.replace(fresh, weight_rel_l2=first * 1.001), MODEL).within
     assert not outside.within and f"for {steps} steps" in outside.reason and "\n" not in outside.reason
 
 
@@ -248,6 +255,9 @@ def test_nan_is_never_within() -> None:
 def test_the_default_envelope_is_positive_and_grows() -> None:
     tol = DEFAULT_VERIFICATION.tolerance
     assert 0 < tol.weight_bound(1) < tol.weight_bound(10) < tol.weight_bound(100)
+    # a segment holding a new AdamW's first step (~lr * sign(g)) gets the floor, shrinking as 1/sqrt(n)
+    first = [tol.weight_bound(n, first_step=True) for n in (1, 2, 4, 10)]
+    assert first[0] == tol.weight_floor > first[1] > first[2] > tol.weight_bound(4) and first[3] == tol.weight_bound(10)
     assert 0 < tol.moment_bound(1) < tol.moment_bound(10)
     assert tol.tensor_factor >= 1 and tol.max_abs_lr > 0
 
@@ -305,6 +315,19 @@ def test_the_vector_floor_is_in_the_canonical_json_only_when_not_the_default() -
         VerificationPolicy.from_mapping({"tolerance": {"vector_floor": -1}})
 
 
+def test_the_weight_floor_is_in_the_canonical_json_only_when_not_the_default() -> None:
+    """Policies written before the whole-vector floor keep their hash and get the default floor."""
+    default = VerificationPolicy()
+    assert "weight_floor" not in default.to_mapping()["tolerance"]
+    assert VerificationPolicy.from_mapping({"tolerance": {}}).tolerance.weight_floor == 0.14
+    old = VerificationPolicy(tolerance=ToleranceModel(weight_floor=0.0))  # the rule before the floor
+    assert old.to_mapping()["tolerance"]["weight_floor"] == 0.0
+    assert VerificationPolicy.from_mapping(old.to_mapping()) == old
+    assert old.tolerance.weight_bound(1, first_step=True) == pytest.approx(0.051)
+    with pytest.raises(SpecError, match=r"^verification\.tolerance\.weight_floor must be a finite number >= 0"):
+        VerificationPolicy.from_mapping({"tolerance": {"weight_floor": math.inf}})
+
+
 def _doc_within(
     start: Checkpoint, claimed: Checkpoint, replayed: Checkpoint, layout: ParameterLayout, t: ToleranceModel
 ) -> bool:
@@ -319,9 +342,11 @@ def _doc_within(
         return num / max(den, 1e-30)
 
     weight_bound = t.weight_base + t.weight_per_step * n
+    first_step = any(a == 0 and b > 0 for a, b in zip(start.adam_steps, replayed.adam_steps, strict=True))
+    whole_bound = max(weight_bound, t.weight_floor / math.sqrt(n)) if first_step else weight_bound
     if (
         not ratio(norm([a - b for a, b in zip(c, r, strict=True)]), norm([a - b for a, b in zip(r, s, strict=True)]))
-        <= weight_bound
+        <= whole_bound
     ):
         return False
     for e in layout.entries:
@@ -348,6 +373,8 @@ def test_the_verdict_is_the_one_docs_protocol_13_6_defines(layout: ParameterLayo
     by ``compare`` and by an independent reading of the page: the same verdict every time."""
     gen = torch.Generator().manual_seed(100 + seed)
     start = _ckpt(layout, 10, seed)
+    if seed % 2:  # a new optimizer: the segment holds AdamW's first step (the whole-vector floor)
+        start = dataclasses.replace(start, adam_steps=(0,) * len(layout.entries))
     update = torch.randn(layout.numel, generator=gen) * HP.lr * STEPS
     for e in layout.entries:
         if len(e.shape) <= 1:
@@ -359,7 +386,11 @@ def test_the_verdict_is_the_one_docs_protocol_13_6_defines(layout: ParameterLayo
         if len(e.shape) <= 1:  # up to about 0.15 lr per step on the vectors
             noise[e.offset : e.offset + e.numel] *= 0.15 * torch.rand((), generator=gen).item() / scale
     claimed = _claim(replayed, params=replayed.params + noise, exp_avg=replayed.exp_avg * (1 + 0.03 * (seed % 3)))
-    tolerance = dataclasses.replace(DEFAULT_VERIFICATION.tolerance, vector_floor=float(seed % 4 + 1))
+    tolerance = dataclasses.replace(
+        DEFAULT_VERIFICATION.tolerance,
+        vector_floor=float(seed % 4 + 1),
+        weight_floor=(0.0, 0.01, 0.14, 0.5)[seed // 2 % 4],
+    )
     assert compare(start, claimed, replayed, layout, tolerance).within == _doc_within(
         start, claimed, replayed, layout, tolerance
     )

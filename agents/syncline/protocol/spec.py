@@ -259,14 +259,17 @@ DEVICE_CLASSES = ("cpu-fp32", "cpu-bf16", "cuda-fp32", "cuda-bf16")
 class ToleranceModel:
     """Honest-divergence envelope for a re-executed segment of ``n`` inner steps (see
     :mod:`syncline.protocol.tolerance`): the weights' distance in units of the segment's update
-    may reach ``weight_base + weight_per_step * n`` over the whole vector and ``tensor_factor``
-    times that for any single tensor, the moments' relative distance
+    may reach ``weight_base + weight_per_step * n`` over the whole vector -- at least
+    ``weight_floor / sqrt(n)`` for a segment that holds AdamW's first step (a new optimizer's first
+    step is ``lr * sign(g)``, and bf16 flips the sign of near-zero gradients: short segments from a
+    new optimizer diverge most) -- and ``tensor_factor * (weight_base + weight_per_step * n)`` for
+    any single tensor, the moments' relative distance
     ``moment_base + moment_per_step * n``, and no coordinate may differ by more than
     ``max_abs_lr * lr * n``. A tensor of one dimension (a bias, a norm's gain or shift) is measured
     in units of at least ``vector_floor * lr * sqrt(n * numel)`` (the rounding noise AdamW turns
     into steps of about ``lr`` where the gradient is ~0, e.g. attention key biases). Defaults are
-    calibrated by ``scripts/bench/referee_tolerance.py``; ``vector_floor`` is left out of the
-    canonical JSON at its default (policies written before it keep their hash)."""
+    calibrated by ``scripts/bench/referee_tolerance.py``; ``vector_floor`` and ``weight_floor`` are
+    left out of the canonical JSON at their defaults (policies written before them keep their hash)."""
 
     weight_base: float = 0.05
     weight_per_step: float = 0.001
@@ -275,15 +278,24 @@ class ToleranceModel:
     moment_per_step: float = 0.0005
     max_abs_lr: float = 4.0
     vector_floor: float = 5.0
+    weight_floor: float = 0.14
 
-    def weight_bound(self, steps: int) -> float:
-        return self.weight_base + self.weight_per_step * steps
+    def weight_bound(self, steps: int, *, first_step: bool = False) -> float:
+        """The whole-vector bound: ``weight_base + weight_per_step * n``; at least
+        ``weight_floor / sqrt(n)`` when the segment holds some tensor's first AdamW step."""
+        linear = self.weight_base + self.weight_per_step * steps
+        return max(linear, self.weight_floor / math.sqrt(max(1, steps))) if first_step else linear
 
     def tensor_bound(self, steps: int) -> float:
-        return self.tensor_factor * self.weight_bound(steps)
+        """The per-tensor bound: ``tensor_factor * (weight_base + weight_per_step * n)`` (no floor)."""
+        return self.tensor_factor * (self.weight_base + self.weight_per_step * steps)
 
     def moment_bound(self, steps: int) -> float:
         return self.moment_base + self.moment_per_step * steps
+
+
+_DEFAULTED_TOLERANCE_FIELDS = ("vector_floor", "weight_floor")
+"""Tolerance fields added after policies were written: left out of the canonical JSON at their defaults."""
 
 
 MAX_MEASUREMENTS = 16
@@ -395,8 +407,9 @@ class VerificationPolicy:
 
     def to_mapping(self) -> dict[str, Any]:
         tolerance = asdict(self.tolerance)
-        if self.tolerance.vector_floor == ToleranceModel.vector_floor:
-            del tolerance["vector_floor"]  # at its default: out of the canonical JSON
+        for name in _DEFAULTED_TOLERANCE_FIELDS:
+            if getattr(self.tolerance, name) == getattr(ToleranceModel, name):
+                del tolerance[name]  # at its default: out of the canonical JSON
         data: dict[str, Any] = {"device_classes": list(self.device_classes), "tolerance": tolerance}
         if self.on_demand:
             data["checkpoints"] = self.checkpoints

@@ -79,12 +79,14 @@ class _OtherNoise:
         return self.committed.step_seed(step) ^ 1
 
 
-# While it trains ahead, a trainer still serves the committee's spot checks of the round being
-# finalized (their publication deadline is half a challenge window after the close) and any
-# availability demand (answered within a response window of many seconds), between two inner steps:
-# a look at the chain at most every DUTIES_WHILE_TRAINING_S, the demands every AVAILABILITY_WHILE_TRAINING_S.
+# While it trains (the open round, or the next one ahead), a trainer still answers every training
+# claim and availability demand against it (within challengeWindow / 2 of the claim, or it is
+# convicted: the demo's window is 5 s, so 2 s) and, training ahead, serves the committee's spot
+# checks of the round being finalized (their publication deadline is half a challenge window after
+# the close), between two inner steps: one look at the chain at most every DUTIES_WHILE_TRAINING_S.
+# A response window needs at least ANSWER_WINDOW_MIN_S: one such look and one block for the answer.
 DUTIES_WHILE_TRAINING_S = 1.0
-AVAILABILITY_WHILE_TRAINING_S = 5.0
+ANSWER_WINDOW_MIN_S = 2
 # A state blob holds Q32 weights and momentum: 16 bytes per parameter. Rebuilding the state from a
 # round's payloads costs about bits/8 bytes per parameter per submission; the cheaper path wins.
 STATE_BYTES_PER_PARAM = 16
@@ -182,9 +184,10 @@ class TrainerAgent:
     # The next round, trained ahead from the state a complete round's payloads determine.
     _ahead: TrainedAhead | None = None
     _duties_at: float = 0.0
-    _availability_at: float = 0.0
     # (fragment, round awaiting its finalization) while a round is trained ahead: duties between steps
     _ahead_duty: tuple[int, int] | None = None
+    # The fragment whose claims and demands are answered between the inner steps of the round in training
+    _training_fragment: int | None = None
     # Payloads this trainer holds for the round awaiting completion, by payload hash: its own and
     # the others', fetched (hash-checked) as their commitments appear; in memory, or in files in
     # ``state_dir/payloads`` with the state on disk.
@@ -248,6 +251,9 @@ class TrainerAgent:
             self._enclave = agent_enclave(self.cfg)
             enclave_key = self._enclave.key if self._enclave is not None else None
             self.ctx = TaskContext.load(self.market, self.blobs, task_id, enclave=enclave_key)
+            answer_window = self.ctx.spec.challenge_window_s // 2
+            if answer_window < ANSWER_WINDOW_MIN_S:  # a claim could convict this trainer however it answers
+                log.warning("trainer.answer_window_short", answer_window_s=answer_window, needs_s=ANSWER_WINDOW_MIN_S)
         self._flush_outbox()
         me = self.market.trainer(task_id, self.signer.address)
         if t.status == TaskStatus.ENROLLING:
@@ -355,10 +361,10 @@ class TrainerAgent:
             return None  # a payload is not fetchable (yet): the witnesses decide; wait for them
         state, root, received, fetch_s = derived
         derive_s = time.perf_counter() - began
-        self._duties_at = self._availability_at = time.perf_counter()
+        self._duties_at = time.perf_counter()
         self._ahead_duty = (me.fragment, round_)
         training = time.perf_counter()
-        work = self._train(state, nxt, me.fragment, me.shards, duties=True)
+        work = self._train(state, nxt, me.fragment, me.shards, ahead=True)
         train_wall_s = time.perf_counter() - training
         # The in-memory AdamW state is now the one after `nxt`: a dropped run reloads the saved one.
         self._optimizer_round = nxt + 1
@@ -395,8 +401,7 @@ class TrainerAgent:
                 if self.market.round_work_complete(ctx.task_id, round_):
                     return True
                 self._prefetch_payloads(round_)
-            if self._ahead_duty is not None:
-                self._duties_now()
+            self._duties_now()
             if time.perf_counter() >= until:
                 return False
             time.sleep(poll_pause(time.perf_counter() - began))
@@ -532,11 +537,11 @@ class TrainerAgent:
         return None
 
     def _duties_beside_training(self) -> None:
-        """Between two inner steps of a round trained ahead: start :meth:`_duties_while_training`
-        in a background thread when they are due and none is under way, and go on training (the
-        steps do not wait for the chain). The duties touch neither the model, the optimizer nor
-        torch's generator, and send a transaction only while the training thread sends none: it
-        waits for them (:meth:`_join_duties`) before it does anything else."""
+        """Between two inner steps (of the open round, or of a round trained ahead): start
+        :meth:`_duties_while_training` in a background thread when they are due and none is under
+        way, and go on training (the steps do not wait for the chain). The duties touch neither the
+        model, the optimizer nor torch's generator, and send a transaction only while the training
+        thread sends none: it waits for them (:meth:`_join_duties`) before it does anything else."""
         running = self._duty_running
         if running is not None and not running.done():
             return
@@ -559,20 +564,29 @@ class TrainerAgent:
         self._duties_while_training()
 
     def _duties_while_training(self) -> None:
-        """While a round is trained ahead: the duties of the tick it skipped (:meth:`_train_ahead`:
-        outcomes, spot checks and pruning up to the round then open); once the round being
-        finalized closes, serve the committee's spot check of this trainer's submission to it (its
-        publication deadline is half a challenge window after the close); now and then,
-        availability demands. Throttled and best effort: the next tick does all of them anyway."""
+        """While a round is trained (the open one, or the next one ahead) or a round trained ahead
+        waits on the chain: first every training claim and availability demand against this
+        trainer (answered within half a challenge window, or it convicts), then, training ahead,
+        the duties of the tick it skipped (:meth:`_train_ahead`: outcomes, spot checks and pruning
+        up to the round then open) and, once the round being finalized closes, the committee's
+        spot check of this trainer's submission to it (its publication deadline is half a
+        challenge window after the close). At most one look every DUTIES_WHILE_TRAINING_S; best
+        effort: the next tick does all of them anyway."""
         now = time.perf_counter()
         if now - self._duties_at < DUTIES_WHILE_TRAINING_S:
             return
         self._duties_at = now
         ctx, duty = self.ctx, self._ahead_duty
-        assert ctx is not None and duty is not None
-        fragment, awaited = duty
-        chores, self._chores = self._chores, None
+        assert ctx is not None
+        fragment = self._training_fragment if duty is None else duty[0]
+        if fragment is None:
+            return
         try:
+            self._answer_availability(fragment)  # the only duty with a deadline of seconds
+            if duty is None:
+                return  # training the open round: the tick after it does the rest
+            awaited = duty[1]
+            chores, self._chores = self._chores, None
             if chores is not None:
                 self._record_outcomes(chores[0], chores[1])
                 self._serve_spot_checks(chores[0], chores[1])
@@ -582,9 +596,6 @@ class TrainerAgent:
                 closed = t.status != TaskStatus.RUNNING or t.current_round > awaited
                 if closed:
                     self._serve_spot_checks(awaited + 1, fragment)
-            if now - self._availability_at >= AVAILABILITY_WHILE_TRAINING_S:
-                self._availability_at = now
-                self._answer_availability(fragment)
         except Exception as exc:  # never let a duty break the training run
             log.info("trainer.duty_deferred", reason=str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__)
 
@@ -745,13 +756,18 @@ class TrainerAgent:
         self._optimizer_round = next_round
 
     def _train(
-        self, state: TrainingState | StateFile, round_: int, fragment: int, shards: list[int], *, duties: bool
+        self, state: TrainingState | StateFile, round_: int, fragment: int, shards: list[int], *, ahead: bool
     ) -> RoundWork:
         """The round's H inner steps from ``state`` (AdamW restored to the round's start). On-demand
         checkpoints are streamed into the keeper as they are captured (never held as bytes) and
-        flushed to disk by :meth:`_stage`."""
+        flushed to disk by :meth:`_stage`. Between the steps, claims and demands against this
+        trainer are answered (:meth:`_duties_beside_training`), and, ``ahead`` (the round after the
+        open one), the duties of the round awaiting finalization are done too."""
         ctx = self.ctx
         assert ctx is not None
+        self._training_fragment = fragment
+        if not ahead:
+            self._ahead_duty = None  # no round trained ahead awaits its finalization
         inner = self._ensure_inner()
         self._restore_optimizer(inner, round_)
         if self._wall_started is None:
@@ -772,7 +788,7 @@ class TrainerAgent:
                 checkpoint_interval=ctx.spec.checkpoint_interval_steps,
                 # TESTS AND DEMOS ONLY: a lazy trainer trains half the steps and pads its checkpoints.
                 train_steps=ctx.spec.inner_steps // 2 if self.cfg.misbehave == "lazy" else None,
-                between_steps=self._duties_beside_training if duties else None,
+                between_steps=self._duties_beside_training,
                 checkpoint_sink=self._keep_checkpoint(round_) if ctx.spec.verification_policy.on_demand else None,
                 wait_for_checkpoints=False,  # the last one is written while the payload is encoded (_stage)
             )
@@ -873,7 +889,7 @@ class TrainerAgent:
                 log.info("trainer.waiting_for_state", round=round_, reason=str(exc))
                 return False
             sync_s = time.perf_counter() - syncing
-            work = self._train(state, round_, fragment, shards, duties=False)
+            work = self._train(state, round_, fragment, shards, ahead=False)
             staged = self._stage(round_, work, {"sync_s": sync_s})
         finishing = time.perf_counter()
         payload, chunk_root, ref = staged.payload, staged.chunk_root, staged.ref
