@@ -78,30 +78,39 @@ demo-dp: install
 
 # Forge suites that assert gas ("fits a block", "under 3M gas", a handler's block-gas calls): they
 # run on the optimized bytecode (profile default). Every other suite runs unoptimized (profile fast
-# in foundry.toml: the via-IR optimizer on the test contracts is most of a full compile) beside
-# them, on the other core; then `forge build --sizes` checks the optimized runtime sizes against
-# EIP-170 (a cache hit: the gas suites compiled contracts/src). `make gas` and a plain
-# `forge test` still run every suite optimized.
+# in foundry.toml: the via-IR optimizer on the test contracts is most of a full compile), in the
+# background from the start (it needs node_modules only); then `forge build --sizes` checks the
+# optimized runtime sizes against EIP-170 (a cache hit: the gas suites compiled contracts/src).
+# `make gas` and a plain `forge test` still run every suite optimized.
 FORGE_GAS_SUITES := contracts/test/{RoundLedger.t.sol,court/ClosingGas.t.sol,court/AggregationProofGas.t.sol,court/CourtInvariants.t.sol,libraries/ChunkAggregation.t.sol,libraries/ChunkMerkle.t.sol}
-# `make test` fills the agents' artifact cache (.syncline/artifacts, chain/toolchain.py) first on
-# the second core; if that compile fails, pytest compiles again and reports.
+# What runs in the foreground while the unoptimized suites compile and run. For `make test`: the
+# Python venv, the web UI and Chromium, then the agents' artifact cache (.syncline/artifacts,
+# chain/toolchain.py); if that compile fails, pytest compiles again and reports.
+# (SUBMAKE: $(MAKE) by another name, so that `make -n test` does not run this line.)
+SUBMAKE := $(MAKE)
 FORGE_BESIDE :=
-test: FORGE_BESIDE := $(PY) -c 'from syncline.chain.toolchain import compile_contracts; compile_contracts()' \
-  > .syncline/compile-warm.log 2>&1 || echo "(agents' compile failed: see .syncline/compile-warm.log; pytest compiles again)";
+test: FORGE_BESIDE := $(SUBMAKE) --no-print-directory install $(CHROMIUM) || { kill $$fast; exit 1; }; \
+  echo "==> the agents' compile of the contracts (.syncline/artifacts), beside forge"; \
+  $(PY) -c 'from syncline.chain.toolchain import compile_contracts; compile_contracts()' > .syncline/compile-warm.log 2>&1 \
+  || echo "(agents' compile failed: see .syncline/compile-warm.log; pytest compiles again)";
 
 define FORGE_TESTS
 mkdir -p .syncline; \
-( $(FORGE_BESIDE) $(FORGE) test --match-path '$(FORGE_GAS_SUITES)' ) > .syncline/forge-gas.log 2>&1 & optimized=$$!; \
-FOUNDRY_PROFILE=fast $(FORGE) test --no-match-path '$(FORGE_GAS_SUITES)'; rc=$$?; \
-wait $$optimized; orc=$$?; \
-echo "==> forge test, the gas suites (optimized bytecode, profile default)"; cat .syncline/forge-gas.log; \
+FOUNDRY_PROFILE=fast $(FORGE) test --no-match-path '$(FORGE_GAS_SUITES)' > .syncline/forge-fast.log 2>&1 & fast=$$!; \
+$(FORGE_BESIDE) \
+echo "==> forge test, the gas suites (optimized bytecode, profile default), beside the others"; \
+$(FORGE) test --match-path '$(FORGE_GAS_SUITES)'; optimized=$$?; \
+wait $$fast; unoptimized=$$?; \
+echo "==> forge test, every other suite (unoptimized, profile fast; .syncline/forge-fast.log)"; \
+cat .syncline/forge-fast.log; \
 echo "==> forge build --sizes (optimized runtime code, EIP-170: 24,576 bytes)"; \
-$(FORGE) build --sizes contracts/src; src=$$?; \
-[ $$rc = 0 ] && [ $$orc = 0 ] && [ $$src = 0 ]
+$(FORGE) build --sizes contracts/src; sizes=$$?; \
+[ $$optimized = 0 ] && [ $$unoptimized = 0 ] && [ $$sizes = 0 ]
 endef
 
-test: install $(CHROMIUM)
-	@echo "==> forge test (contracts: unit, fuzz, invariants): the gas suites optimized beside the rest unoptimized, then the sizes"
+# Forge needs node_modules only: its unoptimized suites compile while the rest installs.
+test: $(NPM_STAMP)
+	@echo "==> forge test (contracts: unit, fuzz, invariants): the unoptimized suites compile in the background from now"
 	@$(FORGE_TESTS)
 	@echo "==> pytest (agents, protocol, devnet)"
 	@$(VENV)/bin/pytest
