@@ -78,18 +78,19 @@ demo-dp: install
 
 # Forge suites that assert gas ("fits a block", "under 3M gas", a handler's block-gas calls): they
 # run on the optimized bytecode (profile default). Every other suite runs unoptimized (profile fast
-# in foundry.toml: the via-IR optimizer on the test contracts is most of a full compile), in the
-# background from the start (it needs node_modules only); then `forge build --sizes` checks the
-# optimized runtime sizes against EIP-170 (a cache hit: the gas suites compiled contracts/src).
-# `make gas` and a plain `forge test` still run every suite optimized.
+# in foundry.toml: the via-IR optimizer on the test contracts is most of a full compile). Both
+# start in the background at once (forge needs node_modules only; logs in .syncline/forge-*.log,
+# printed after); then `forge build --sizes` checks the optimized runtime sizes against EIP-170 (a
+# cache hit: the gas suites compiled contracts/src). `make gas` and a plain `forge test` still run
+# every suite optimized.
 FORGE_GAS_SUITES := contracts/test/{RoundLedger.t.sol,court/ClosingGas.t.sol,court/AggregationProofGas.t.sol,court/CourtInvariants.t.sol,libraries/ChunkAggregation.t.sol,libraries/ChunkMerkle.t.sol}
-# What runs in the foreground while the unoptimized suites compile and run. For `make test`: the
-# Python venv, the web UI and Chromium, then the agents' artifact cache (.syncline/artifacts,
-# chain/toolchain.py); if that compile fails, pytest compiles again and reports.
-# (SUBMAKE: $(MAKE) by another name, so that `make -n test` does not run this line.)
+# What runs in the foreground meanwhile. For `make test`: the Python venv, the web UI and
+# Chromium, then the agents' artifact cache (.syncline/artifacts, chain/toolchain.py); if that
+# compile fails, pytest compiles again and reports. (SUBMAKE: $(MAKE) by another name, so that
+# `make -n test` runs nothing.)
 SUBMAKE := $(MAKE)
 FORGE_BESIDE :=
-test: FORGE_BESIDE := $(SUBMAKE) --no-print-directory install $(CHROMIUM) || { kill $$fast; exit 1; }; \
+test: FORGE_BESIDE := $(SUBMAKE) --no-print-directory install $(CHROMIUM) || { kill $$fast $$optimized; exit 1; }; \
   echo "==> the agents' compile of the contracts (.syncline/artifacts), beside forge"; \
   $(PY) -c 'from syncline.chain.toolchain import compile_contracts; compile_contracts()' > .syncline/compile-warm.log 2>&1 \
   || echo "(agents' compile failed: see .syncline/compile-warm.log; pytest compiles again)";
@@ -97,20 +98,22 @@ test: FORGE_BESIDE := $(SUBMAKE) --no-print-directory install $(CHROMIUM) || { k
 define FORGE_TESTS
 mkdir -p .syncline; \
 FOUNDRY_PROFILE=fast $(FORGE) test --no-match-path '$(FORGE_GAS_SUITES)' > .syncline/forge-fast.log 2>&1 & fast=$$!; \
+$(FORGE) test --match-path '$(FORGE_GAS_SUITES)' > .syncline/forge-gas.log 2>&1 & optimized=$$!; \
 $(FORGE_BESIDE) \
-echo "==> forge test, the gas suites (optimized bytecode, profile default), beside the others"; \
-$(FORGE) test --match-path '$(FORGE_GAS_SUITES)'; optimized=$$?; \
-wait $$fast; unoptimized=$$?; \
+wait $$optimized; gas=$$?; \
+echo "==> forge test, the gas suites (optimized bytecode, profile default; .syncline/forge-gas.log)"; \
+cat .syncline/forge-gas.log; \
+wait $$fast; others=$$?; \
 echo "==> forge test, every other suite (unoptimized, profile fast; .syncline/forge-fast.log)"; \
 cat .syncline/forge-fast.log; \
 echo "==> forge build --sizes (optimized runtime code, EIP-170: 24,576 bytes)"; \
 $(FORGE) build --sizes contracts/src; sizes=$$?; \
-[ $$optimized = 0 ] && [ $$unoptimized = 0 ] && [ $$sizes = 0 ]
+[ $$gas = 0 ] && [ $$others = 0 ] && [ $$sizes = 0 ]
 endef
 
-# Forge needs node_modules only: its unoptimized suites compile while the rest installs.
+# Forge needs node_modules only: its suites compile while the rest installs.
 test: $(NPM_STAMP)
-	@echo "==> forge test (contracts: unit, fuzz, invariants): the unoptimized suites compile in the background from now"
+	@echo "==> forge test (contracts: unit, fuzz, invariants) in the background from now: the gas suites optimized, the others unoptimized"
 	@$(FORGE_TESTS)
 	@echo "==> pytest (agents, protocol, devnet)"
 	@$(VENV)/bin/pytest
