@@ -96,12 +96,12 @@ class WitnessAgent:
         except KeyConfigError as exc:
             log.warning("witness.dispute_key_unavailable", task_id=self.cfg.task_id, reason=str(exc))
             self._dispute_key_settled = True
-            return
-        self.ctx.enclave = self._dispute_key  # the key the referee code unseals openings with
 
     def _ensure_dispute_key_registered(self) -> None:
         """Register the dispute key on chain once (``registerWitnessKey``), before the task runs when
-        the witness is up by then; trainers seal openings to the keys the chain has."""
+        the witness is up by then; trainers seal openings to the keys the chain has. Only once the
+        chain has it does this witness's referee and challenger use it (until then a drawn DP
+        training segment is left alone rather than escalated: the trainer could not seal to it)."""
         if self._dispute_key_settled or self._dispute_key is None:
             return
         registered, _ = self.market.get_enclave(self.cfg.task_id, self.signer.address)
@@ -121,8 +121,10 @@ class WitnessAgent:
                 keystore="0x" + key.hex(),
                 reason="the chain has another key for this witness: it cannot read the noise openings",
             )
-            assert self.ctx is not None
-            self.ctx.enclave = None
+            self._dispute_key_settled = True
+            return
+        assert self.ctx is not None
+        self.ctx.enclave = self._dispute_key  # the key the referee code unseals openings with
         self._dispute_key_settled = True
 
     def _ensure_enclave_registered(self) -> None:
