@@ -9,8 +9,8 @@ whole market (issue 15, item 4; docs/privacy.md).
 2. **The market.** Three trainers run DP-SGD in their inner loops (Opacus: per-example clipping,
    Gaussian noise from a generator seeded per step by the trainer's secret round seed, batches
    drawn from it too); three witnesses (k=2) vote each round's validation loss; the run seals and
-   everyone is paid. Checkpoints are published on demand: the committee's public draw names one
-   segment per drawn submission; a drawn training segment is replayed with the trainer's noise
+   everyone is paid. Checkpoints are published on demand: the committee's public draw (rate 0.34)
+   names one segment per drawn submission; a drawn training segment is replayed with the trainer's noise
    opening, which it publishes sealed to the witnesses' dispute keys (each witness generates one
    in its state dir, password ``$SYNCLINE_DISPUTE_PASSWORD``, and registers it on chain), and so
    is a claimed one (docs/privacy.md).
@@ -49,12 +49,22 @@ TARGET_EPSILON = 8.0
 DELTA = 1e-5
 CLIP_NORM = 1.0
 PLAN = dataclasses.replace(
-    DemoPlan(), rounds=4, inner_steps=20, checkpoint_interval=10, timeout_s=600.0, checkpoints="on-demand"
+    DemoPlan(),
+    rounds=4,
+    inner_steps=20,
+    checkpoint_interval=10,
+    timeout_s=600.0,
+    checkpoints="on-demand",
+    spot_check_rate=0.34,
+    challenge_window_s=15,
 )
 """The main demo's committee, windows, model and corpus; 4 rounds of 20 DP-SGD steps (batches of
-8 windows of 64 tokens, AdamW lr 1e-3). Checkpoints on demand: the committee's public draw names
-the segment each submission publishes, so a drawn training segment is replayed with its noise
-opening, sealed to the witnesses (docs/privacy.md); eager DP tasks check derivation segments only."""
+8 windows of 64 tokens, AdamW lr 1e-3). Checkpoints on demand, the committee drawing about a third
+of the submissions (the default rate, 0.4 % here, would almost never draw one of the 12): a
+drawn training segment is replayed with its noise opening, sealed to the witnesses
+(docs/privacy.md), and its round appears in the receipt's ``rounds_opened``. A 15 s challenge
+window (the main demo's 5 s) leaves the committee's audit of a round, and an honest trainer's
+answer to a drawn segment, time on a loaded machine."""
 
 
 def sample_rate(plan: DemoPlan) -> float:
