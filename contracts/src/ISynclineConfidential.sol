@@ -35,12 +35,21 @@ interface ISynclineConfidential {
     function registerWitnessEnclave(uint256 taskId, bytes32 enclavePubkey, bytes32 measurement, bytes calldata report)
         external;
 
+    /// @notice A listed witness of a task that is NOT Confidential registers its X25519 dispute
+    /// key (the HPKE recipient key DP noise openings are sealed to, docs/protocol.md §12.10),
+    /// without attestation: once per witness (no rotation), before the task is sealed or
+    /// cancelled. Recorded where `getEnclave` returns it, with measurement 0. A Confidential task
+    /// reverts `SynclineWitnessKeyNeedsAttestation` (its witnesses attest with
+    /// `registerWitnessEnclave`). Emits `WitnessKeyRegistered`.
+    function registerWitnessKey(uint256 taskId, bytes32 pubkey) external;
+
     /// @notice Publishes a new version of the task's sealed-data manifest (content hash and URI of
     /// the `SealedDatasetManifest` artifact). Sponsor only, Confidential only, until the task is
     /// sealed or cancelled; each call increments the version.
     function installSealedManifest(uint256 taskId, bytes32 manifestHash, string calldata manifestURI) external;
 
-    /// @notice The admitted enclave of `account` in the task (zeros if none).
+    /// @notice The admitted enclave of `account` in the task, or a witness's registered dispute
+    /// key (measurement 0) in a task that is not Confidential (zeros if none).
     function getEnclave(uint256 taskId, address account)
         external
         view

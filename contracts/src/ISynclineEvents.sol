@@ -350,11 +350,17 @@ interface ISynclineEvents {
     error SynclineEnclaveAlreadyRegistered(uint256 taskId, address account);
     /// @notice The manifest hash is zero, or the URI is empty or longer than `max` bytes.
     error SynclineManifestInvalid(bytes32 manifestHash, uint256 uriLength, uint256 max);
+    /// @notice `registerWitnessKey` on a Confidential task: its witnesses register an attested
+    /// enclave with `registerWitnessEnclave` instead.
+    error SynclineWitnessKeyNeedsAttestation(uint256 taskId);
 
     /// @notice The sponsor set a Confidential task's attestation policy.
     event ConfidentialConfigured(uint256 indexed taskId, address verifier, bytes32[] measurements);
     /// @notice An attested enclave was admitted for a trainer (at enrollment) or a witness.
     event EnclaveAdmitted(uint256 indexed taskId, address indexed account, bytes32 enclavePubkey, bytes32 measurement);
+    /// @notice A witness of a task that is not Confidential registered its X25519 dispute key
+    /// (`registerWitnessKey`: DP noise openings are sealed to it; recorded with measurement 0).
+    event WitnessKeyRegistered(uint256 indexed taskId, address indexed witness, bytes32 pubkey);
     /// @notice The sponsor published version `version` of the task's sealed-data manifest.
     event SealedManifestInstalled(uint256 indexed taskId, uint32 version, bytes32 manifestHash, string manifestURI);
 }

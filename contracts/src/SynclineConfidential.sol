@@ -8,7 +8,8 @@ import {IAttestationVerifier} from "./attestation/IAttestationVerifier.sol";
 
 /// @title SynclineConfidential
 /// @notice Confidential tasks (see `ISynclineConfidential`): the attestation policy, attested
-/// enrollment of trainers and registration of witness enclaves, and the sealed-data manifest.
+/// enrollment of trainers and registration of witness enclaves, and the sealed-data manifest;
+/// and, for every other tier, the witnesses' unattested dispute keys (DP noise openings).
 /// `SynclineCourt` creates it and forwards the selectors it does not implement to it by
 /// delegatecall, so it runs on the market's storage (its own module: the court has no room left
 /// under EIP-170).
@@ -71,6 +72,27 @@ contract SynclineConfidential is ISynclineConfidential, SynclineCourtCore {
         }
         _attest(taskId, enclavePubkey, measurement, report);
         _admit(taskId, enclavePubkey, measurement);
+    }
+
+    /// @inheritdoc ISynclineConfidential
+    /// @dev Reverts, in order: unknown task, sealed or cancelled, Confidential tier, not a listed
+    /// witness, zero key, already registered, key held by another account of the task.
+    function registerWitnessKey(uint256 taskId, bytes32 pubkey) external onlyDelegated {
+        TaskState storage t = _requireTask(taskId);
+        if (t.status == TaskStatus.Sealed || t.status == TaskStatus.Cancelled) {
+            revert SynclineWrongTaskStatus(taskId, t.status, TaskStatus.Enrolling);
+        }
+        if (_specs[taskId].tier == Tier.Confidential) revert SynclineWitnessKeyNeedsAttestation(taskId);
+        if (!_isWitness[taskId][msg.sender]) revert SynclineNotWitness(taskId, msg.sender);
+        if (pubkey == bytes32(0)) revert SynclineZeroEnclaveKey();
+        if (_enclaves[taskId][msg.sender].pubkey != bytes32(0)) {
+            revert SynclineEnclaveAlreadyRegistered(taskId, msg.sender);
+        }
+        address holder = _enclaveHolder[taskId][pubkey];
+        if (holder != address(0)) revert SynclineEnclaveInUse(taskId, pubkey, holder);
+        _enclaves[taskId][msg.sender] = Enclave(pubkey, bytes32(0));
+        _enclaveHolder[taskId][pubkey] = msg.sender;
+        emit WitnessKeyRegistered(taskId, msg.sender, pubkey);
     }
 
     /// @inheritdoc ISynclineConfidential

@@ -282,6 +282,9 @@ export interface Privacy {
   rounds?: number[];
   /** Trainer address -> cumulative ε after each round of `rounds`. */
   epsilon_per_round?: Record<string, number[]>;
+  /** Trainer address -> rounds whose noise opening the witness committee could read (a drawn or
+   * claimed training segment): no DP protection against the committee for those rounds. */
+  rounds_opened?: Record<string, number[]>;
 }
 
 export interface ReceiptTrainerLine {

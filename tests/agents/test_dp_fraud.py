@@ -6,8 +6,9 @@ training segments per submission), on-demand checkpoints and the committee drawi
 every submission (``spot_check_rate`` 1) and ``trainer-2`` training with noise other than the seeds it binds in its
 checkpoint root (``--misbehave other-noise``: e.g. noise it could later subtract). When the public
 draw names a training segment of a submission, its trainer publishes that segment's noise opening
-(docs/privacy.md); the witnesses' challengers verify it against the bound commitment and replay the
-segment bit for bit. The draw names the derivation segment with probability 1/6 per submission, so
+sealed to the witnesses' registered dispute keys (docs/privacy.md); the witnesses' challengers
+unseal it, verify it against the bound commitment and replay the segment bit for bit. The blob
+store never holds a seed in the clear. The draw names the derivation segment with probability 1/6 per submission, so
 the cheat escapes all three rounds with probability (1/6)^3 < 0.5%.
 """
 
@@ -21,6 +22,9 @@ import pytest
 
 from syncline.demo.dp import PLAN, DpDemo
 from syncline.demo.lifecycle import write_receipt
+from syncline.privacy.noise import RoundNoise
+from syncline.privacy.opening import MAGIC as CLEAR_OPENING
+from syncline.privacy.sealed import MAGIC as SEALED_OPENING
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 
@@ -33,7 +37,37 @@ CHEAT = dataclasses.replace(
     checkpoints="on-demand",
     spot_check_rate=1.0,
     misbehave={"trainer-2": "other-noise"},
+    # the committee's audit of a round (fetch, unseal, replay three drawn segments) must end within
+    # the challenge window: the demo's 5 s was missed once on a loaded 2-core machine (load ~6)
+    challenge_window_s=15,
 )
+
+
+def assert_openings_sealed(tmp_path: Path, data: dict[str, object], *, published: bool = True) -> None:
+    """The blob store holds sealed openings only: no blob is a cleartext opening, and none holds
+    any trainer's batch key or segment seed of any round (the seeds re-derived from the trainers'
+    secrets); the witnesses registered their dispute keys."""
+    blobs = [p.read_bytes() for p in (tmp_path / "blobs").rglob("*") if p.is_file()]
+    assert not any(b.startswith(CLEAR_OPENING) for b in blobs)
+    assert any(b.startswith(SEALED_OPENING) for b in blobs) == published
+    secrets = []
+    for i in (1, 2, 3):
+        secret = (tmp_path / "agents" / f"trainer-{i}" / "noise-secret").read_bytes()
+        for round_ in range(CHEAT.rounds):
+            for fragment in range(3):
+                noise = RoundNoise.derive(
+                    secret,
+                    task_id=int(str(data["task_id"])),
+                    round_=round_,
+                    fragment=fragment,
+                    interval=CHEAT.checkpoint_interval,
+                    inner_steps=CHEAT.inner_steps,
+                )
+                secrets += [noise.batch_key, *(noise.segment(s).seed for s in range(noise.segments))]
+    leaked = [s.hex() for s in secrets if any(s in b for b in blobs)]
+    assert not leaked, leaked
+    logs = "".join(p.read_text() for p in (tmp_path / "logs").glob("witness-*.log"))
+    assert logs.count("witness.dispute_key_registered") == 3
 
 
 def test_a_dp_trainer_with_other_noise_is_replayed_and_slashed_and_the_honest_are_not(tmp_path: Path) -> None:
@@ -54,6 +88,10 @@ def test_a_dp_trainer_with_other_noise_is_replayed_and_slashed_and_the_honest_ar
     assert "trainer.dp_opening_published" in logs["trainer-2"]
     # the honest trainers published the openings of their drawn segments and passed the replay
     assert any("trainer.dp_opening_published" in logs[n] for n in ("trainer-1", "trainer-3"))
+    # ... sealed to the committee: the blob store holds no seed in the clear
+    assert_openings_sealed(tmp_path, data)
+    # the receipt names the rounds whose opening the committee could read: the cheater's claimed one
+    assert cheater in data["rounds_opened"], data["rounds_opened"]
 
 
 def test_a_dp_trainer_that_withholds_a_drawn_opening_is_convicted_like_one_that_withholds_a_checkpoint(
@@ -73,3 +111,4 @@ def test_a_dp_trainer_that_withholds_a_drawn_opening_is_convicted_like_one_that_
     assert "trainer.training_answered" not in logs["trainer-2"]
     witnesses = "".join(v for k, v in logs.items() if k.startswith("witness"))
     assert "not published" in witnesses and "witness.refereed" not in witnesses
+    assert_openings_sealed(tmp_path, data, published=any("dp_opening_published" in logs[n] for n in logs))

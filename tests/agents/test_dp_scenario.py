@@ -65,11 +65,15 @@ def test_a_dp_run_reports_epsilon_per_trainer_and_round_within_the_target(tmp_pa
     assert served["noise_multiplier"] == pytest.approx(sigma, abs=1e-6)
     api_receipt = demo.api_views["receipt"]["receipt"]
     assert {k.lower(): v for k, v in api_receipt["epsilon_per_round"].items()} == ledger
+    # an eager task with no claim opened no round to the committee: every round keeps its ε
+    # against everyone, and the API recomputes the same from its index
+    assert data["rounds_opened"] == {} == served["rounds_opened"] == api_receipt["rounds_opened"]
     assert api_receipt["epsilon_target"] == TARGET_EPSILON
 
     # The audits: every private training segment was left alone as unjudgeable, no claim was made.
     witness_logs = "".join((tmp_path / "logs" / f"witness-{i}.log").read_text() for i in (1, 2, 3))
     assert "challenger.training_check_private" in witness_logs
+    assert witness_logs.count("witness.dispute_key_registered") == 3  # each in its state dir, encrypted
     assert "challenger.fault_found" not in witness_logs and "challenger.challenge_brought" not in witness_logs
 
     # Every trainer trained privately: its round's noise commitment is kept, its secret never logged.

@@ -10,6 +10,7 @@ from sqlalchemy import JSON, Boolean, Float, Integer
 from syncline.api import queries
 from syncline.api.db import Base, Database, RoundRow, SubmissionRow, TaskRow, TrainerRow
 from syncline.privacy.accounting import PrivacyPlan
+from syncline.protocol.spec import TrainingTaskSpec
 
 from .specs import dp_mapping, dp_spec
 
@@ -68,3 +69,87 @@ def test_a_task_without_privacy_or_with_a_bad_section_is_not_private() -> None:
     for artifact in (None, plain, bad):
         with database(artifact).session() as s:
             assert queries.privacy(s, 1).enabled is False
+
+
+def test_the_privacy_route_reports_the_rounds_whose_opening_the_committee_could_read() -> None:
+    """``rounds_opened``: a finalized round whose public draw names a training segment of a
+    trainer's accepted submission (recomputed from the indexed root and finalizing block), or a
+    training claim's round; the derivation segment opens nothing. The receipt route carries it."""
+    from syncline.api.db import ChallengeRow, RawEvent
+    from syncline.protocol.spot_checks import spot_check_draw
+
+    artifact = {
+        **dp_mapping(rounds=3, inner_steps=6),
+        "checkpoint_interval": 2,
+        "verification": {"checkpoints": "on-demand", "spot_check_rate": 1.0},
+    }
+    spec = TrainingTaskSpec.from_mapping(artifact).validate()
+    segments = spec.checkpoint_segments
+    db = Database("sqlite://")
+    roots = ["0x" + bytes([0x40 + r]).hex() * 32 for r in range(3)]
+    blocks = ["0x" + bytes([0x70 + r]).hex() * 32 for r in range(3)]
+    with db.transaction() as s:
+        s.add(row(TaskRow, task_id=1, spec_artifact=artifact, rounds=3))
+        for i, who in enumerate((A, B)):
+            s.add(row(TrainerRow, task_id=1, address=who, fragment=i))
+        for r in range(3):
+            s.add(row(RoundRow, task_id=1, round=r, status="finalized", state_root=roots[r], accepted_mask="3"))
+            s.add(row(SubmissionRow, task_id=1, round=r, fragment=0, trainer=A))
+            s.add(row(SubmissionRow, task_id=1, round=r, fragment=1, trainer=B))
+            s.add(
+                row(
+                    RawEvent,
+                    id=r + 1,
+                    block_number=10 + r,
+                    log_index=0,
+                    block_hash=blocks[r],
+                    tx_hash=blocks[r],
+                    name="RoundFinalized",
+                    task_id=1,
+                    round=r,
+                    args={},
+                )
+            )
+        s.add(
+            row(
+                ChallengeRow,
+                challenge_id=1,
+                task_id=1,
+                round=0,
+                fragment=1,
+                segment=1,
+                kind="training_fraud",
+                accused=B,
+                challenger=A,
+            )
+        )
+        s.add(
+            row(
+                ChallengeRow,
+                challenge_id=2,
+                task_id=1,
+                round=1,
+                fragment=1,
+                segment=segments,
+                kind="training_fraud",
+                accused=B,
+                challenger=A,
+            )
+        )
+    expected: dict[str, set[int]] = {}
+    for r in range(3):
+        for f, who in enumerate((A, B)):
+            d = spot_check_draw(
+                1, r, f, bytes.fromhex(roots[r][2:]), bytes.fromhex(blocks[r][2:]), rate=1.0, segments=segments
+            )
+            assert d is not None
+            if d < segments:
+                expected.setdefault(who, set()).add(r)
+    expected.setdefault(B, set()).add(0)  # the claim on a training segment; the derivation claim opens nothing
+    with db.session() as s:
+        out = queries.privacy(s, 1)
+    assert out.rounds_opened == {who: sorted(rs) for who, rs in sorted(expected.items())}
+    with db.session() as s:  # eager: claims only
+        eager = {**artifact, "verification": {"checkpoints": "eager"}}
+        s.get(TaskRow, 1).spec_artifact = eager
+        assert queries._rounds_opened(s, 1, eager) == {B: [0]}

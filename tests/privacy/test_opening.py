@@ -13,9 +13,11 @@ from eth_account import Account
 
 from syncline.blobstore import LocalBlobStore
 from syncline.blobstore.store import put_signed
+from syncline.confidential.keystore import new_enclave_key
 from syncline.court.referee import blob_openings
 from syncline.privacy.noise import NoiseSeedError, RoundNoise
 from syncline.privacy.opening import MAGIC, MAX_OPENING_BYTES, encode_opening, opening_alias, parse_opening
+from syncline.privacy.sealed import MAX_SEALED_OPENING_BYTES, Binding, Recipient, seal_opening
 from syncline.protocol.checkpoints import CheckpointError, CheckpointManifest, checkpoint_root
 
 H, INTERVAL = 6, 2  # 3 segments
@@ -96,22 +98,36 @@ def test_hostile_opening_bytes_are_refused_with_one_line(mutate, field) -> None:
     assert data[:8] == MAGIC or field in ("magic", "limit")
 
 
-def test_the_referee_keeps_only_an_opening_of_the_bound_commitment(tmp_path: Path) -> None:
+def test_the_referee_keeps_only_a_sealed_opening_of_the_bound_commitment_it_can_read(tmp_path: Path) -> None:
     """``referee.blob_openings``: the trainer's signed slot first; a hostile candidate (another
-    round's opening, garbage, an oversized blob) in another writer's slot is skipped; nothing that
-    opens the commitment gives None (the referee then cannot judge: never a verdict)."""
+    round's opening, garbage, an oversized blob, the opening in the clear, one sealed to other keys)
+    is skipped; nothing that this committee key unseals and that opens the commitment gives None
+    (the referee then cannot judge: never a verdict); no key at all gives None."""
     store = LocalBlobStore(tmp_path / "blobs")
     trainer, attacker = Account.create(), Account.create()
+    mine, stranger = new_enclave_key(), new_enclave_key()
+    me = Recipient.of(Account.create().address, mine.pubkey)
     noise, other = noise_of(b"\x06" * 32), noise_of(b"\x06" * 32, round_=1)
     alias = opening_alias(7, 0, 1, 2)
-    find = blob_openings(store, trainer=trainer.address, task_id=7, round_=0, fragment=1, interval=INTERVAL, segments=3)
+
+    def sealed(n: RoundNoise, to: list[Recipient]) -> bytes:
+        return seal_opening(encode_opening(n, 2), Binding(7, 0, 1, 2, n.commitment()), to)
+
+    args = {"trainer": trainer.address, "task_id": 7, "round_": 0, "fragment": 1, "interval": INTERVAL, "segments": 3}
+    find = blob_openings(store, **args, key=mine)
     assert find(2, noise.commitment()) is None  # nothing published yet
-    put_signed(store, encode_opening(other, 2), alias, attacker)
+    put_signed(store, sealed(other, [me]), alias, attacker)
     put_signed(store, b"garbage", alias, Account.create())
-    store.put(b"\x00" * (MAX_OPENING_BYTES + 1), alias=alias)
+    store.put(b"\x00" * (MAX_SEALED_OPENING_BYTES + 1), alias=alias)
     assert find(2, noise.commitment()) is None  # none of those opens the bound commitment
-    put_signed(store, encode_opening(noise, 2), alias, trainer)
+    put_signed(store, encode_opening(noise, 2), alias, trainer)  # the opening in the clear: refused
+    assert find(2, noise.commitment()) is None
+    put_signed(store, sealed(noise, [Recipient.of(Account.create().address, stranger.pubkey)]), alias, trainer)
+    assert find(2, noise.commitment()) is None  # sealed to another witness only: no envelope for me
+    put_signed(store, sealed(noise, [me]), alias, trainer)  # the trainer re-seals to the committee
     opened = find(2, noise.commitment())
     assert opened is not None and opened.segment.seed == noise.segment(2).seed
     assert opened.batch_key == noise.batch_key
     assert find(2, other.commitment()) is not None  # the attacker's candidate opens only its own
+    assert blob_openings(store, **args, key=None)(2, noise.commitment()) is None  # no committee key
+    assert blob_openings(store, **args, key=stranger)(2, noise.commitment()) is None  # not a recipient

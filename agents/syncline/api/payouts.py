@@ -92,6 +92,7 @@ def receipt(market: MarketClient, task_id: int, s: Session) -> ReceiptOut:
     private = privacy(s, task_id)
     if private.enabled:  # a DP run's receipt carries each trainer's ε per round (docs/privacy.md)
         mapping["epsilon_per_round"] = private.epsilon_per_round
+        mapping["rounds_opened"] = private.rounds_opened
         mapping["epsilon_target"] = private.target_epsilon
     return ReceiptOut(
         receipt=mapping,

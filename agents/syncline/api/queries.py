@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -374,7 +375,68 @@ def privacy(s: Session, task_id: int) -> Privacy:
         noise_multiplier=plan.noise_multiplier,
         rounds=numbers,
         epsilon_per_round=plan.ledger(trained),
+        rounds_opened=_rounds_opened(s, task_id, artifact),
     )
+
+
+def _rounds_opened(s: Session, task_id: int, artifact: dict[str, Any]) -> dict[str, list[int]]:
+    """Per DP trainer, the rounds whose noise opening the committee could read (a drawn or claimed
+    training segment, ``privacy.exposure.opened_rounds``), from the index: the draw is recomputed
+    from each finalized round's root and the hash of the block of its last ``RoundFinalized``."""
+    from syncline.errors import SpecError
+    from syncline.privacy.exposure import opened_rounds
+    from syncline.protocol.spec import TrainingTaskSpec
+    from syncline.protocol.spot_checks import spot_check_draw
+
+    try:
+        spec = TrainingTaskSpec.from_mapping(artifact)
+    except (SpecError, KeyError, TypeError, ValueError):
+        return {}
+    segments = spec.checkpoint_segments
+    trainers = {
+        (sub.round, sub.fragment): sub.trainer
+        for sub in s.scalars(select(SubmissionRow).where(SubmissionRow.task_id == task_id))
+    }
+    accepted: list[tuple[int, int, str]] = []
+    roots: dict[int, str] = {}
+    for r in s.scalars(select(RoundRow).where(RoundRow.task_id == task_id)):
+        if r.status != "finalized":
+            continue
+        roots[r.round] = r.state_root
+        mask = int(r.accepted_mask)
+        accepted += [
+            (r.round, f, trainers[(r.round, f)])
+            for f in range(mask.bit_length())
+            if mask >> f & 1 and (r.round, f) in trainers
+        ]
+    finalized_in: dict[int, str] = {}
+    for ev in s.scalars(
+        select(RawEvent)
+        .where(RawEvent.task_id == task_id, RawEvent.name == "RoundFinalized")
+        .order_by(RawEvent.block_number, RawEvent.log_index)
+    ):
+        if ev.round is not None:
+            finalized_in[ev.round] = ev.block_hash  # the last one, as the agents read it
+
+    def drawn(round_: int, fragment: int) -> int | None:
+        if round_ not in finalized_in or round_ not in roots:
+            return None
+        return spot_check_draw(
+            task_id,
+            round_,
+            fragment,
+            bytes.fromhex(roots[round_][2:]),
+            bytes.fromhex(finalized_in[round_][2:]),
+            rate=spec.spot_check_rate,
+            segments=segments,
+        )
+
+    claims = [
+        (c.round, c.fragment, c.segment, trainers.get((c.round, c.fragment), c.accused))
+        for c in s.scalars(select(ChallengeRow).where(ChallengeRow.task_id == task_id))
+        if c.kind == "training_fraud"
+    ]
+    return opened_rounds(accepted, drawn if spec.verification_policy.on_demand else None, claims, segments=segments)
 
 
 def known_state_roots(s: Session, row: TaskRow) -> set[str]:

@@ -575,6 +575,10 @@ class Privacy(BaseModel):
     rounds: list[int] = Field(default_factory=list)
     epsilon_per_round: dict[str, list[float]] = Field(default_factory=dict)
     """Trainer address -> ε spent after each round of ``rounds``."""
+    rounds_opened: dict[str, list[int]] = Field(default_factory=dict)
+    """Trainer address -> the rounds of a drawn or claimed training segment: their noise opening
+    was sealed to the witness committee, against which those rounds have no DP protection
+    (against everyone else they keep the accounted ε). Trainers with none are absent."""
 
 
 class Withdrawal(BaseModel):

@@ -755,6 +755,15 @@ class MarketClient:
             witness, "registerWitnessEnclave", task_id, _b32(enclave_pubkey), _b32(measurement), _report(report)
         )
 
+    def register_witness_key(self, witness: Signer, task_id: int, pubkey: bytes) -> TxReceipt:
+        """A listed witness of a task that is not Confidential registers its X25519 dispute key
+        (DP noise openings are sealed to it, docs/protocol.md §12.10): once, until the task is sealed
+        or cancelled; ``getEnclave`` then returns it with measurement 0."""
+        key = _b32(pubkey)
+        if key == bytes(32):
+            raise ChainError("dispute key: the zero key cannot be registered")
+        return self._send(witness, "registerWitnessKey", task_id, key)
+
     def get_enclave(self, task_id: int, account: str) -> tuple[bytes, bytes]:
         """``(enclave_pubkey, measurement)`` admitted for ``account`` in the task (zeros: none)."""
         key, measurement = self._call("getEnclave", task_id, Web3.to_checksum_address(account))

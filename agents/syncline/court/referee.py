@@ -44,13 +44,15 @@ import torch
 from syncline.blobstore import BlobStore, find_verified
 from syncline.chain.calls import ZERO_ADDRESS
 from syncline.chain.market import SubmissionView
+from syncline.confidential.keystore import EnclaveKey
 from syncline.errors import SynclineError
 from syncline.modality.base import ModalityAdapter
 from syncline.observability import get_logger
 from syncline.privacy.accounting import PrivacyPlan
 from syncline.privacy.dpsgd import DpSgd
 from syncline.privacy.noise import Revealed
-from syncline.privacy.opening import MAX_OPENING_BYTES, opening_alias, parse_opening
+from syncline.privacy.opening import opening_alias, parse_opening
+from syncline.privacy.sealed import MAX_SEALED_OPENING_BYTES, Binding, unseal_opening
 from syncline.protocol.checkpoints import (
     MAX_HEADER_BYTES,
     MAX_MANIFEST_BYTES,
@@ -566,15 +568,32 @@ def find_manifest(
 
 
 def blob_openings(
-    blobs: BlobStore, *, trainer: str, task_id: int, round_: int, fragment: int, interval: int, segments: int
+    blobs: BlobStore,
+    *,
+    trainer: str,
+    task_id: int,
+    round_: int,
+    fragment: int,
+    interval: int,
+    segments: int,
+    key: EnclaveKey | None,
 ) -> NoiseOpenings:
-    """Find a segment's noise opening in ``trainer``'s signed slot of :func:`opening_alias` (other
-    candidates after it): the first that parses and opens the bound commitment; None when none
-    does (not published yet, or the store is out: never evidence against the trainer)."""
+    """Find a segment's sealed noise opening in ``trainer``'s signed slot of :func:`opening_alias`
+    (other candidates after it): the first that this committee member's dispute ``key`` unseals
+    (bound to this task, round, fragment, segment and the commitment the root binds) and that opens
+    that commitment; None when none does: not published yet, the store is out, no envelope for
+    this key yet, or no key at all. Never evidence against the trainer. The plaintext stays in
+    memory."""
 
     def find(segment: int, commitment: bytes) -> Revealed | None:
+        if key is None:
+            log.info("referee.noise_opening_not_found", round=round_, segment=segment, reason="no committee key")
+            return None
+        binding = Binding(task_id, round_, fragment, segment, commitment)
+
         def check(data: bytes) -> Revealed:
-            return parse_opening(data, interval=interval, segments=segments).verify(commitment)
+            opening = unseal_opening(data, key.private_key, binding)
+            return parse_opening(opening, interval=interval, segments=segments).verify(commitment)
 
         try:
             return find_verified(
@@ -582,8 +601,8 @@ def blob_openings(
                 (opening_alias(task_id, round_, fragment, segment),),
                 check,
                 signers=(trainer,),
-                what="noise opening",
-                max_bytes=MAX_OPENING_BYTES,
+                what="sealed noise opening",
+                max_bytes=MAX_SEALED_OPENING_BYTES,
             )
         except SynclineError as exc:
             log.info("referee.noise_opening_not_found", round=round_, segment=segment, reason=_one_line(exc))
@@ -645,6 +664,7 @@ def load_case(
             fragment=fragment,
             interval=ctx.spec.checkpoint_interval_steps,
             segments=ctx.spec.checkpoint_segments,
+            key=ctx.enclave,
         )
         if ctx.spec.privacy is not None
         else None,

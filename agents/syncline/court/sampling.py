@@ -17,9 +17,12 @@ unpublished at the spot-check deadline is :class:`~syncline.court.referee.Unansw
 challenger escalates it to a claim on chain); ``off`` checks nothing.
 
 In a DP task (``privacy``) a training segment can be replayed only with its trainer's noise
-opening, which the trainer publishes for the committee's drawn segment (on demand) or a claimed
-one alone (docs/privacy.md). On demand, a drawn opening still unpublished at the spot-check
-deadline is :class:`Unanswered`, exactly as a withheld checkpoint; in an eager DP task the
+opening, which the trainer publishes, sealed to the committee witnesses' dispute keys, for the
+committee's drawn segment (on demand) or a claimed one alone (docs/privacy.md). On demand, a drawn
+opening that this witness cannot read (not published, or no envelope for its key yet) at the
+spot-check deadline is :class:`Unanswered`, exactly as a withheld checkpoint (the claim it
+escalates to is answered by publishing, re-sealed to the keys registered by then); a challenger
+without a committee key leaves DP training segments alone (logged); in an eager DP task the
 challenger's own choice of a training segment has no opening and is left alone.
 """
 
@@ -54,6 +57,17 @@ def committee_spot_check(ctx: TaskContext, round_: int, fragment: int) -> Traini
     rr = ctx.market.round(ctx.task_id, round_)
     segment = ctx.drawn_segment(round_, fragment, rr)
     if segment is None:
+        return None
+    if spec.privacy is not None and ctx.enclave is None and segment < spec.checkpoint_segments:
+        # the drawn segment's noise opening is sealed to the committee's keys (docs/privacy.md):
+        # a challenger holding none cannot replay it, and its failure to read is no one's fault
+        log.info(
+            "challenger.training_check_private",
+            round=round_,
+            fragment=fragment,
+            segment=segment,
+            reason="no committee key: the noise opening is sealed to the witnesses",
+        )
         return None
     case = load_case(ctx, round_, fragment)
     outcome = check_segment(segment, case.claim, case.manifest, case.fetch, case.inputs)

@@ -9,12 +9,16 @@ whole market (issue 15, item 4; docs/privacy.md).
 2. **The market.** Three trainers run DP-SGD in their inner loops (Opacus: per-example clipping,
    Gaussian noise from a generator seeded per step by the trainer's secret round seed, batches
    drawn from it too); three witnesses (k=2) vote each round's validation loss; the run seals and
-   everyone is paid. The committee's spot checks judge the derivation segment; a training segment
-   is replayed with the trainer's noise opening when the draw (on-demand checkpoints) or a claim
-   names it (docs/privacy.md).
+   everyone is paid. Checkpoints are published on demand: the committee's public draw (rate 0.34)
+   names one segment per drawn submission; a drawn training segment is replayed with the trainer's noise
+   opening, which it publishes sealed to the witnesses' dispute keys (each witness generates one
+   in its state dir, password ``$SYNCLINE_DISPUTE_PASSWORD``, and registers it on chain), and so
+   is a claimed one (docs/privacy.md).
 3. **The receipt.** ``epsilon_per_round``: per trainer address, the ε spent after each round
    (cumulative, from the rounds it committed to), ``epsilon_final`` per trainer and the
-   ``privacy`` plan (target, noise multiplier); every final ε is within the target.
+   ``privacy`` plan (target, noise multiplier); every final ε is within the target;
+   ``rounds_opened``: per trainer, the rounds whose noise opening the committee could read (a
+   drawn or claimed training segment): against the committee those rounds have no protection.
 
 Smaller than the main demo (4 rounds of 20 steps instead of 8 of 30) so the DP run, whose steps
 cost about 3x a plain step on CPU (per-example gradients), takes about as long.
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import secrets
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +38,8 @@ from syncline.chain.market import MarketClient
 from syncline.demo.training_run import DemoPlan, TrainingDemo
 from syncline.modality.language import token_count
 from syncline.privacy.accounting import PrivacyPlan
+from syncline.privacy.committee import DISPUTE_PASSWORD_ENV
+from syncline.privacy.exposure import rounds_opened
 from syncline.protocol.receipt import TrainingReceipt
 from syncline.protocol.spec import TrainingTaskSpec
 from syncline.sponsor.task_builder import PublishedTask, cached_corpus, publish_language_task
@@ -41,9 +48,23 @@ TASK_NAME = "shakespeare-llama-dp"
 TARGET_EPSILON = 8.0
 DELTA = 1e-5
 CLIP_NORM = 1.0
-PLAN = dataclasses.replace(DemoPlan(), rounds=4, inner_steps=20, checkpoint_interval=10, timeout_s=600.0)
+PLAN = dataclasses.replace(
+    DemoPlan(),
+    rounds=4,
+    inner_steps=20,
+    checkpoint_interval=10,
+    timeout_s=600.0,
+    checkpoints="on-demand",
+    spot_check_rate=0.34,
+    challenge_window_s=15,
+)
 """The main demo's committee, windows, model and corpus; 4 rounds of 20 DP-SGD steps (batches of
-8 windows of 64 tokens, AdamW lr 1e-3)."""
+8 windows of 64 tokens, AdamW lr 1e-3). Checkpoints on demand, the committee drawing about a third
+of the submissions (the default rate, 0.4 % here, would almost never draw one of the 12): a
+drawn training segment is replayed with its noise opening, sealed to the witnesses
+(docs/privacy.md), and its round appears in the receipt's ``rounds_opened``. A 15 s challenge
+window (the main demo's 5 s) leaves the committee's audit of a round, and an honest trainer's
+answer to a drawn segment, time on a loaded machine."""
 
 
 def sample_rate(plan: DemoPlan) -> float:
@@ -99,6 +120,12 @@ def api_views(demo: TrainingDemo, task_id: int) -> dict[str, Any]:
     return views
 
 
+def dispute_password(name: str, agent_dir: Path, account: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """A witness's dispute keystore password (a fresh random one per agent: a devnet's, in its
+    environment); the witness generates its key in its state dir on first use."""
+    return {}, {DISPUTE_PASSWORD_ENV: secrets.token_hex(16)} if name.startswith("witness") else {}
+
+
 class DpDemo:
     """Runs the scenario in ``workdir`` (``.syncline/demo/dp``)."""
 
@@ -128,6 +155,7 @@ class DpDemo:
         started = time.monotonic()
         demo = TrainingDemo(self.workdir, self.plan, ui_port=self.ui_port)
         demo.publish_task = self.publish
+        demo.agent_setup = dispute_password
         accounted: dict[str, Any] = {}
 
         def account(market: MarketClient, task_id: int, names: dict[str, str]) -> None:
@@ -136,6 +164,7 @@ class DpDemo:
 
             ctx = TaskContext.load(market, LocalBlobStore(self.workdir / "blobs"), task_id)
             accounted.update(epsilon_ledger(market, ctx.spec, task_id))
+            accounted["rounds_opened"] = rounds_opened(ctx)
             accounted["trainer_names"] = {a: n for a, n in names.items() if n.startswith("trainer")}
             if demo.ui_url is not None:
                 self.api_views = api_views(demo, task_id)

@@ -41,9 +41,11 @@ from syncline.errors import ChainError, KeyConfigError, SynclineError
 from syncline.modality.language import token_count
 from syncline.observability import get_logger
 from syncline.privacy.accounting import PrivacyPlan
+from syncline.privacy.committee import CommitteeKeys
 from syncline.privacy.dpsgd import DpSgd
 from syncline.privacy.noise import RoundNoise, load_or_create_secret
 from syncline.privacy.opening import encode_opening, opening_alias
+from syncline.privacy.sealed import Binding, seal_opening
 from syncline.protocol.checkpoints import CheckpointManifest, manifest_alias, manifest_root_alias
 from syncline.protocol.disk_round import PayloadFile, encode_payload_file
 from syncline.protocol.enums import Modality, RoundStatus, TaskStatus
@@ -179,8 +181,10 @@ class TrainerAgent:
     _keeper: CheckpointKeeper | None = None
     # Rounds whose committee spot check of this trainer is settled (published, not drawn, not ours).
     _spot_settled: set[int] = field(default_factory=set)
-    # Aliases of the DP noise openings this trainer has put in its outbox.
-    _openings_sent: set[str] = field(default_factory=set)
+    # The DP noise openings this trainer has put in its outbox, (round, fragment, segment) -> the
+    # committee keys each is sealed to (re-sealed when the chain has more: :meth:`_reseal_openings`).
+    _openings_sent: dict[tuple[int, int, int], frozenset[bytes]] = field(default_factory=dict)
+    _committee_keys: CommitteeKeys | None = None
     # The next round, trained ahead from the state a complete round's payloads determine.
     _ahead: TrainedAhead | None = None
     _duties_at: float = 0.0
@@ -653,6 +657,11 @@ class TrainerAgent:
         ctx = self.ctx
         assert ctx is not None
         spec = ctx.spec
+        if spec.privacy is not None:
+            try:
+                self._reseal_openings()
+            except SynclineError as exc:  # the chain or the store is out: the next tick tries again
+                log.info("trainer.dp_reseal_deferred", reason=str(exc).splitlines()[0][:160])
         if not spec.verification_policy.on_demand:
             return
         window = kept_rounds(spec.challenge_window_s, spec.round_duration_s)
@@ -834,18 +843,47 @@ class TrainerAgent:
 
     def _publish_opening(self, round_: int, fragment: int, segment: int) -> None:
         """Put the opening of ``segment``'s noise (its seed, the round's batch key, the seed hashes)
-        in this trainer's signed slot of ``opening_alias``: whoever reads the blob store sees it
-        (docs/privacy.md: against them that round loses its protection)."""
+        in this trainer's signed slot of ``opening_alias``, sealed to every committee witness whose
+        dispute key the chain has now (docs/protocol.md §12.10): they alone can read it. With no
+        key registered yet it is still published (sealed to nobody), so answering a claim is never
+        blocked; :meth:`_reseal_openings` publishes it again when more keys appear."""
         ctx = self.ctx
         assert ctx is not None
-        alias = opening_alias(ctx.task_id, round_, fragment, segment)
-        if alias in self._openings_sent:
+        keys = self._committee().recipients()
+        if self._openings_sent.get((round_, fragment, segment)) == frozenset(r.pubkey for r in keys):
             return
-        put_signed(
-            self.outbox, encode_opening(self._noise_seeds(round_, fragment), segment), alias, self.signer.account
+        noise = self._noise_seeds(round_, fragment)
+        binding = Binding(ctx.task_id, round_, fragment, segment, noise.commitment())
+        sealed = seal_opening(encode_opening(noise, segment), binding, keys)
+        put_signed(self.outbox, sealed, opening_alias(ctx.task_id, round_, fragment, segment), self.signer.account)
+        self._openings_sent[(round_, fragment, segment)] = frozenset(r.pubkey for r in keys)
+        log.info(
+            "trainer.dp_opening_published",
+            round=round_,
+            fragment=fragment,
+            segment=segment,
+            sealed_to=len(keys),
+            committee=len(ctx.spec.witnesses),
         )
-        self._openings_sent.add(alias)
-        log.info("trainer.dp_opening_published", round=round_, fragment=fragment, segment=segment)
+
+    def _committee(self) -> CommitteeKeys:
+        """The committee's dispute keys on chain (``getEnclave`` of each witness of the spec)."""
+        ctx = self.ctx
+        assert ctx is not None
+        if self._committee_keys is None:
+            self._committee_keys = CommitteeKeys(
+                ctx.spec.witnesses, lambda w: self.market.get_enclave(ctx.task_id, w)[0]
+            )
+        return self._committee_keys
+
+    def _reseal_openings(self) -> None:
+        """Re-publish every opening sent so far sealed to the committee keys registered since
+        (reads the chain only for witnesses still without a key)."""
+        if not self._openings_sent:
+            return
+        keys = frozenset(r.pubkey for r in self._committee().recipients())
+        for round_, fragment, segment in [k for k, v in self._openings_sent.items() if v != keys]:
+            self._publish_opening(round_, fragment, segment)
 
     def _round_noise(self, round_: int, fragment: int) -> RoundNoise:
         """The round's DP noise seeds, from this trainer's secret; their commitment (bound by the

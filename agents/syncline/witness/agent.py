@@ -29,11 +29,13 @@ from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient, TaskView
 from syncline.challenger.agent import Challenger
 from syncline.confidential.enclave import AgentEnclave, agent_enclave, check_task_policy
+from syncline.confidential.keystore import EnclaveKey
 from syncline.court.defence import CensorshipDefence, MalformedChunk, find_malformed_chunk
 from syncline.court.duty import RefereeDuty
 from syncline.court.sampling import make_training_checker
 from syncline.errors import ChainError, KeyConfigError, SynclineError
 from syncline.observability import get_logger
+from syncline.privacy.committee import load_or_create_dispute_key
 from syncline.protocol.chunking import num_chunks
 from syncline.protocol.disk_round import DiskRoundResult
 from syncline.protocol.enums import TaskStatus
@@ -76,6 +78,54 @@ class WitnessAgent:
     # A Confidential task's enclave (key, measurement, report) and whether the chain has admitted it.
     _enclave: AgentEnclave | None = field(default=None, repr=False)
     _enclave_registered: bool = False
+    # A DP task that is not Confidential: this witness's dispute key (the noise openings of drawn
+    # and claimed segments are sealed to it), and whether the chain has it.
+    _dispute_key: EnclaveKey | None = field(default=None, repr=False)
+    _dispute_key_settled: bool = False
+
+    def _load_dispute_key(self) -> None:
+        """A DP task that is not Confidential: this witness's dispute key, generated once in its
+        state dir's encrypted keystore (docs/privacy.md). Without a password it runs on without
+        one: it then cannot read the noise openings, so it never judges a DP training segment
+        (its challenger leaves them alone, as a referee it abstains), and says so."""
+        assert self.ctx is not None
+        if self.ctx.spec.privacy is None or self.ctx.spec.confidential is not None:
+            return
+        try:
+            self._dispute_key = load_or_create_dispute_key(self.cfg.state_dir)
+        except KeyConfigError as exc:
+            log.warning("witness.dispute_key_unavailable", task_id=self.cfg.task_id, reason=str(exc))
+            self._dispute_key_settled = True
+
+    def _ensure_dispute_key_registered(self) -> None:
+        """Register the dispute key on chain once (``registerWitnessKey``), before the task runs when
+        the witness is up by then; trainers seal openings to the keys the chain has. Only once the
+        chain has it does this witness's referee and challenger use it (until then a drawn DP
+        training segment is left alone rather than escalated: the trainer could not seal to it)."""
+        if self._dispute_key_settled or self._dispute_key is None:
+            return
+        registered, _ = self.market.get_enclave(self.cfg.task_id, self.signer.address)
+        key = self._dispute_key.pubkey
+        if registered == b"\x00" * 32:
+            try:
+                self.market.register_witness_key(self.signer, self.cfg.task_id, key)
+            except ChainError as exc:  # retried next step (a sealed task says so in the log)
+                log.info("witness.dispute_key_deferred", reason=exc.error_name or str(exc)[:160])
+                return
+            log.info("witness.dispute_key_registered", task_id=self.cfg.task_id, pubkey="0x" + key.hex())
+        elif registered != key:
+            log.error(
+                "witness.dispute_key_mismatch",
+                task_id=self.cfg.task_id,
+                registered="0x" + registered.hex(),
+                keystore="0x" + key.hex(),
+                reason="the chain has another key for this witness: it cannot read the noise openings",
+            )
+            self._dispute_key_settled = True
+            return
+        assert self.ctx is not None
+        self.ctx.enclave = self._dispute_key  # the key the referee code unseals openings with
+        self._dispute_key_settled = True
 
     def _ensure_enclave_registered(self) -> None:
         """A Confidential task's witness registers its attested enclave once (the sponsor seals the
@@ -133,6 +183,7 @@ class WitnessAgent:
             self._enclave = agent_enclave(self.cfg)
             enclave_key = self._enclave.key if self._enclave is not None else None
             self.ctx = TaskContext.load(self.market, self.blobs, task_id, enclave=enclave_key)
+            self._load_dispute_key()
             if t.status == TaskStatus.ENROLLING:
                 self._eval_model = self.ctx.build_model()
                 dataset = self.ctx.spec.dataset
@@ -141,6 +192,8 @@ class WitnessAgent:
                     self.ctx.validation_shard()
         if self.ctx.spec.confidential is not None and t.status in (TaskStatus.ENROLLING, TaskStatus.RUNNING):
             self._ensure_enclave_registered()
+        if t.status in (TaskStatus.ENROLLING, TaskStatus.RUNNING, TaskStatus.AWAITING_SEAL):
+            self._ensure_dispute_key_registered()
         if t.status == TaskStatus.ENROLLING:
             return False
         spec = self.ctx.spec

@@ -437,13 +437,25 @@ export function runPage(id: number): Page {
     privacyNote.textContent =
       `ε spent (privacy loss, unitless; (ε, δ)-DP at δ = ${p.delta ?? "—"}), cumulative per trainer after each round, ` +
       `target ε ${fmt(p.target_epsilon)}; DP-SGD with clip norm ${p.clip_norm ?? "—"} and noise multiplier ` +
-      `${fmt(p.noise_multiplier)} at sample rate ${p.sample_rate ?? "—"} (${p.accountant ?? "rdp"} accountant).`;
+      `${fmt(p.noise_multiplier)} at sample rate ${p.sample_rate ?? "—"} (${p.accountant ?? "rdp"} accountant). ` +
+      `* : a round whose noise opening was sealed to the witness committee (a drawn or claimed segment): ` +
+      `against the committee that round has no protection; against everyone else it keeps this ε.`;
     replace(privacyHead, h("tr", null, h("th", { scope: "col" }, "Trainer"), ...rounds.map((r) => h("th", { scope: "col", class: "num" }, `ε after round ${r}`))));
     const rows = Object.entries(p.epsilon_per_round ?? {});
     replace(
       privacyBody,
       ...(rows.length
-        ? rows.map(([who, eps]) => h("tr", null, h("td", null, addr(who)), ...eps.map((e) => h("td", { class: "num", "data-epsilon": String(e) }, fmt(e)))))
+        ? rows.map(([who, eps]) => {
+            const opened = new Set((p.rounds_opened ?? {})[who] ?? []);
+            return h(
+              "tr",
+              null,
+              h("td", null, addr(who)),
+              ...eps.map((e, i) =>
+                h("td", { class: "num", "data-epsilon": String(e), "data-opened": String(opened.has(rounds[i])) }, fmt(e) + (opened.has(rounds[i]) ? " *" : "")),
+              ),
+            );
+          })
         : [emptyRow(rounds.length + 1, "No trainer yet")]),
     );
   }

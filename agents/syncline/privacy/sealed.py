@@ -1,0 +1,253 @@
+"""A dispute's noise opening sealed to the task's witness committee (docs/protocol.md §12.10).
+
+The opening ``(b, g_s)`` of a drawn or claimed training segment (:mod:`syncline.privacy.opening`,
+the ``SYNCDPO1`` bytes) strips the DP noise from its round for whoever reads it. So the trainer
+never publishes it in the clear: it encrypts those bytes once with AES-256-GCM under a fresh
+random data key and wraps the data key with HPKE (RFC 9180 base mode, the Confidential tier's
+suite X25519 / HKDF-SHA256 / AES-256-GCM, ``pyhpke``: :data:`syncline.confidential.sealing.SUITE`)
+to each committee witness's X25519 key the chain records (``getEnclave``: a Confidential task's
+attested enclave key, otherwise the key registered with ``registerWitnessKey``).
+
+Both the AES-GCM associated data and the HPKE ``info`` bind the task, round, fragment, segment
+and the noise commitment the submission's ``checkpointRoot`` binds, so a sealed opening moved to
+another segment, round or submission does not open. Encoding (all integers big-endian)::
+
+    magic       8 bytes   b"SYNCDPS1"
+    task_id     32 bytes  uint256
+    round       uint32
+    fragment    uint32
+    segment     uint32
+    commitment  32 bytes  the noise commitment the checkpoint root binds
+    nonce       12 bytes  AES-GCM nonce (random)
+    count       uint16    recipients, 0..32 (MAX_WITNESSES)
+    recipients  count x (address 20 | X25519 pubkey 32 | wrapped data key 80), by address ascending,
+                addresses and keys distinct and non-zero
+    length      uint32    ciphertext bytes, 16 + 80 .. 16 + MAX_OPENING_BYTES
+    ciphertext  AES-256-GCM(data key, nonce, SYNCDPO1 opening, aad) with its 16-byte tag
+
+Exactly that many bytes; a reader bounds the size before parsing and refuses anything else with one
+line naming the field (:class:`SealedOpeningError`). Pure functions, no I/O: the plaintext exists
+only in the caller's memory.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from pyhpke import PyHPKEError
+
+from syncline.confidential.sealing import (
+    KEY_BYTES,
+    SUITE,
+    TAG_BYTES,
+    WRAPPED_KEY_BYTES,
+    X25519_KEY_BYTES,
+    enclave_public_key,
+)
+from syncline.privacy.noise import NoiseSeedError
+from syncline.privacy.opening import MAX_OPENING_BYTES
+from syncline.protocol.spec import MAX_WITNESSES
+
+MAGIC = b"SYNCDPS1"
+AAD_LABEL = b"syncline/dp-opening/v1"
+INFO_LABEL = b"syncline/dp-opening-key/v1"
+NONCE_BYTES = 12
+ADDRESS_BYTES = 20
+RECIPIENT_BYTES = ADDRESS_BYTES + X25519_KEY_BYTES + WRAPPED_KEY_BYTES
+MAX_RECIPIENTS = MAX_WITNESSES
+_HEADER = 8 + 32 + 4 + 4 + 4 + 32 + NONCE_BYTES + 2
+MIN_CIPHERTEXT = 80 + 2 * 32 + TAG_BYTES  # the smallest SYNCDPO1 opening (one segment: two hashes) and its tag
+MAX_CIPHERTEXT = MAX_OPENING_BYTES + TAG_BYTES
+MAX_SEALED_OPENING_BYTES = _HEADER + RECIPIENT_BYTES * MAX_RECIPIENTS + 4 + MAX_CIPHERTEXT
+
+
+class SealedOpeningError(NoiseSeedError):
+    """A sealed opening that is malformed, bound to something else, or not addressed to this key."""
+
+
+@dataclass(frozen=True)
+class Binding:
+    """What a sealed opening is for: a segment of one submission, under the commitment its root binds."""
+
+    task_id: int
+    round_: int
+    fragment: int
+    segment: int
+    commitment: bytes
+
+    def encode(self) -> bytes:
+        if not 0 <= self.task_id < 1 << 256:
+            raise SealedOpeningError(f"sealed opening task_id {self.task_id} does not fit uint256")
+        for name, value in (("round", self.round_), ("fragment", self.fragment), ("segment", self.segment)):
+            if not 0 <= value < 1 << 32:
+                raise SealedOpeningError(f"sealed opening {name} {value} does not fit uint32")
+        if len(self.commitment) != 32:
+            raise SealedOpeningError(f"sealed opening commitment is {len(self.commitment)} bytes, expected 32")
+        return (
+            self.task_id.to_bytes(32, "big")
+            + struct.pack(">III", self.round_, self.fragment, self.segment)
+            + bytes(self.commitment)
+        )
+
+    def aad(self) -> bytes:
+        """AES-GCM associated data: ``"syncline/dp-opening/v1" || binding``."""
+        return AAD_LABEL + self.encode()
+
+    def info(self) -> bytes:
+        """HPKE ``info`` of each wrapped data key: ``"syncline/dp-opening-key/v1" || binding``."""
+        return INFO_LABEL + self.encode()
+
+
+@dataclass(frozen=True)
+class Recipient:
+    """A committee witness the opening is sealed to: its address and its on-chain X25519 key."""
+
+    address: bytes
+    pubkey: bytes
+
+    @classmethod
+    def of(cls, address: str, pubkey: bytes) -> Recipient:
+        raw = bytes.fromhex(address.removeprefix("0x"))
+        if len(raw) != ADDRESS_BYTES:
+            raise SealedOpeningError(f"recipient address {address!r} is not 20 bytes")
+        return cls(raw, bytes(pubkey))
+
+
+@dataclass(frozen=True)
+class SealedOpening:
+    """A parsed sealed opening (its envelopes not yet opened)."""
+
+    binding: Binding
+    nonce: bytes
+    recipients: tuple[tuple[Recipient, bytes], ...]  # (recipient, wrapped data key)
+    ciphertext: bytes
+
+    def recipient_keys(self) -> frozenset[bytes]:
+        return frozenset(r.pubkey for r, _ in self.recipients)
+
+
+def seal_opening(opening: bytes, binding: Binding, recipients: Sequence[Recipient]) -> bytes:
+    """Seal the ``SYNCDPO1`` bytes of ``opening`` to ``recipients`` (possibly none: then nobody can
+    read it, which a later re-seal to the keys registered since fixes)."""
+    if not MIN_CIPHERTEXT - TAG_BYTES <= len(opening) <= MAX_OPENING_BYTES:
+        raise SealedOpeningError(f"sealed opening plaintext is {len(opening)} bytes, outside the opening sizes")
+    if len(recipients) > MAX_RECIPIENTS:
+        raise SealedOpeningError(f"sealed opening recipients: {len(recipients)} is more than {MAX_RECIPIENTS}")
+    ordered = sorted(recipients, key=lambda r: r.address)
+    _check_recipients([(r.address, r.pubkey) for r in ordered])
+    head = binding.encode()
+    data_key = AESGCM.generate_key(bit_length=256)
+    nonce = os.urandom(NONCE_BYTES)
+    rows = []
+    for r in ordered:
+        try:
+            pkr = SUITE.kem.deserialize_public_key(r.pubkey)
+        except PyHPKEError as exc:
+            raise SealedOpeningError(f"recipient 0x{r.address.hex()} pubkey: {exc}") from None
+        enc, sender = SUITE.create_sender_context(pkr, info=binding.info())
+        rows.append(r.address + r.pubkey + bytes(enc) + bytes(sender.seal(data_key)))
+    ciphertext = AESGCM(data_key).encrypt(nonce, bytes(opening), binding.aad())
+    return b"".join(
+        (
+            MAGIC,
+            head,
+            nonce,
+            struct.pack(">H", len(rows)),
+            *rows,
+            struct.pack(">I", len(ciphertext)),
+            ciphertext,
+        )
+    )
+
+
+def _check_recipients(rows: Sequence[tuple[bytes, bytes]]) -> None:
+    seen: set[bytes] = set()
+    for i, (address, pubkey) in enumerate(rows):
+        if len(address) != ADDRESS_BYTES or address == bytes(ADDRESS_BYTES):
+            raise SealedOpeningError(f"sealed opening recipient {i}: zero or malformed address")
+        if len(pubkey) != X25519_KEY_BYTES or pubkey == bytes(X25519_KEY_BYTES):
+            raise SealedOpeningError(f"sealed opening recipient {i}: zero or malformed pubkey")
+        if i and address <= rows[i - 1][0]:
+            raise SealedOpeningError(f"sealed opening recipient {i}: addresses not strictly ascending")
+        if pubkey in seen:
+            raise SealedOpeningError(f"sealed opening recipient {i}: pubkey listed twice")
+        seen.add(pubkey)
+
+
+def parse_sealed_opening(data: bytes) -> SealedOpening:
+    """Strictly decode a sealed opening (no key needed); SealedOpeningError naming the field."""
+    if not isinstance(data, bytes | bytearray):
+        raise SealedOpeningError(f"sealed opening must be bytes, got {type(data).__name__}")
+    if len(data) > MAX_SEALED_OPENING_BYTES:
+        raise SealedOpeningError(f"sealed opening is {len(data)} bytes, more than the limit {MAX_SEALED_OPENING_BYTES}")
+    if len(data) < _HEADER:
+        raise SealedOpeningError(f"sealed opening is {len(data)} bytes, shorter than its {_HEADER}-byte header")
+    data = bytes(data)
+    if data[:8] != MAGIC:
+        raise SealedOpeningError(f"sealed opening magic {data[:8]!r} != {MAGIC!r}")
+    task_id = int.from_bytes(data[8:40], "big")
+    round_, fragment, segment = struct.unpack(">III", data[40:52])
+    commitment = data[52:84]
+    nonce = data[84:96]
+    (count,) = struct.unpack(">H", data[96:98])
+    if count > MAX_RECIPIENTS:
+        raise SealedOpeningError(f"sealed opening count {count} is more than {MAX_RECIPIENTS} recipients")
+    at = _HEADER + RECIPIENT_BYTES * count
+    if len(data) < at + 4:
+        raise SealedOpeningError(f"sealed opening is {len(data)} bytes, its {count} recipients need {at + 4} or more")
+    rows = [data[_HEADER + RECIPIENT_BYTES * i : _HEADER + RECIPIENT_BYTES * (i + 1)] for i in range(count)]
+    _check_recipients([(row[:ADDRESS_BYTES], row[ADDRESS_BYTES : ADDRESS_BYTES + X25519_KEY_BYTES]) for row in rows])
+    (length,) = struct.unpack(">I", data[at : at + 4])
+    if not MIN_CIPHERTEXT <= length <= MAX_CIPHERTEXT:
+        raise SealedOpeningError(f"sealed opening length {length} is outside {MIN_CIPHERTEXT}..{MAX_CIPHERTEXT}")
+    if len(data) != at + 4 + length:
+        raise SealedOpeningError(f"sealed opening is {len(data)} bytes, its length {length} needs {at + 4 + length}")
+    recipients = tuple(
+        (
+            Recipient(row[:ADDRESS_BYTES], row[ADDRESS_BYTES : ADDRESS_BYTES + X25519_KEY_BYTES]),
+            row[ADDRESS_BYTES + X25519_KEY_BYTES :],
+        )
+        for row in rows
+    )
+    return SealedOpening(Binding(task_id, round_, fragment, segment, commitment), nonce, recipients, data[at + 4 :])
+
+
+def unseal_opening(data: bytes, private_key: bytes, expected: Binding) -> bytes:
+    """The ``SYNCDPO1`` plaintext of a sealed opening, in memory, for the holder of ``private_key``;
+    SealedOpeningError (one line) when it is malformed, bound to anything but ``expected``, has no
+    envelope for this key, or does not open under it."""
+    sealed = parse_sealed_opening(data)
+    got = sealed.binding
+    for name, want, have in (
+        ("task_id", expected.task_id, got.task_id),
+        ("round", expected.round_, got.round_),
+        ("fragment", expected.fragment, got.fragment),
+        ("segment", expected.segment, got.segment),
+    ):
+        if want != have:
+            raise SealedOpeningError(f"sealed opening {name} {have} is not the disputed {want}")
+    if got.commitment != expected.commitment:
+        raise SealedOpeningError(
+            f"sealed opening commitment 0x{got.commitment.hex()} is not the bound 0x{expected.commitment.hex()}"
+        )
+    if len(private_key) != KEY_BYTES:
+        raise SealedOpeningError("sealed opening: the dispute key must be 32 bytes")
+    mine = enclave_public_key(bytes(private_key))
+    wrapped = next((w for r, w in sealed.recipients if r.pubkey == mine), None)
+    if wrapped is None:
+        raise SealedOpeningError(f"sealed opening has no envelope for key 0x{mine.hex()}")
+    try:
+        skr = SUITE.kem.deserialize_private_key(bytes(private_key))
+        recipient = SUITE.create_recipient_context(wrapped[:X25519_KEY_BYTES], skr, info=expected.info())
+        data_key = bytes(recipient.open(wrapped[X25519_KEY_BYTES:]))
+    except PyHPKEError:
+        raise SealedOpeningError("sealed opening: this key cannot unwrap its envelope") from None
+    try:
+        return AESGCM(data_key).decrypt(sealed.nonce, sealed.ciphertext, expected.aad())
+    except InvalidTag:
+        raise SealedOpeningError("sealed opening ciphertext does not authenticate under its binding") from None
