@@ -39,7 +39,7 @@ H, INTERVAL = 6, 2  # 3 segments
 NOISE = RoundNoise.derive(b"\x09" * 32, task_id=7, round_=4, fragment=1, interval=INTERVAL, inner_steps=H)
 BINDING = Binding(7, 4, 1, 2, NOISE.commitment())
 KEYS = [new_enclave_key() for _ in range(3)]
-ADDRESSES = sorted(Account.create().address for _ in range(3))
+ADDRESSES = sorted((Account.create().address for _ in range(3)), key=str.lower)  # byte order, as sealed
 COMMITTEE = [Recipient.of(a, k.pubkey) for a, k in zip(ADDRESSES, KEYS, strict=True)]
 OPENING = encode_opening(NOISE, 2)
 
