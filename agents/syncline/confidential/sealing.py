@@ -119,25 +119,37 @@ def enclave_public_key(private_key: bytes) -> bytes:
     return X25519PrivateKey.from_private_bytes(_check32(private_key, "enclave key")).public_key().public_bytes_raw()
 
 
-def wrap_data_key(data_key: bytes, enclave_pubkey: bytes, dataset_id: bytes, index: int, ct_hash: bytes) -> bytes:
-    """HPKE base-mode seal of ``data_key`` to ``enclave_pubkey``: ``enc || ciphertext`` (80 bytes)."""
+def hpke_wrap_key(data_key: bytes, recipient_pubkey: bytes, info: bytes) -> bytes:
+    """HPKE base-mode seal of a 32-byte ``data_key`` to an X25519 ``recipient_pubkey`` under
+    ``info``: ``enc || ciphertext`` (80 bytes). Shared by sealed shards and sealed DP openings."""
     try:
-        pkr = SUITE.kem.deserialize_public_key(_check32(enclave_pubkey, "enclave_pubkey"))
+        pkr = SUITE.kem.deserialize_public_key(_check32(recipient_pubkey, "enclave_pubkey"))
     except PyHPKEError as exc:
         raise SealingError(f"enclave_pubkey: {exc}") from None
-    enc, sender = SUITE.create_sender_context(pkr, info=wrap_info(dataset_id, index, ct_hash))
+    enc, sender = SUITE.create_sender_context(pkr, info=info)
     return bytes(enc) + bytes(sender.seal(_check32(data_key, "data key")))
+
+
+def hpke_unwrap_key(wrapped: bytes, private_key: bytes, info: bytes, *, what: str) -> bytes:
+    """The data key an :func:`hpke_wrap_key` envelope wraps; SealingError (``what``: this key cannot
+    unwrap the data key) when this key or ``info`` does not open it."""
+    if len(wrapped) != WRAPPED_KEY_BYTES:
+        raise SealingError(f"wrapped_data_key: expected {WRAPPED_KEY_BYTES} bytes, got {len(wrapped)}")
+    try:
+        skr = SUITE.kem.deserialize_private_key(_check32(private_key, "enclave key"))
+        recipient = SUITE.create_recipient_context(wrapped[:X25519_KEY_BYTES], skr, info=info)
+        key = bytes(recipient.open(wrapped[X25519_KEY_BYTES:]))
+    except PyHPKEError:
+        raise SealingError(f"{what}: this key cannot unwrap the data key") from None
+    return _check32(key, "data key")
+
+
+def wrap_data_key(data_key: bytes, enclave_pubkey: bytes, dataset_id: bytes, index: int, ct_hash: bytes) -> bytes:
+    """HPKE base-mode seal of ``data_key`` to ``enclave_pubkey``: ``enc || ciphertext`` (80 bytes)."""
+    return hpke_wrap_key(data_key, enclave_pubkey, wrap_info(dataset_id, index, ct_hash))
 
 
 def unwrap_data_key(wrapped: bytes, enclave_private_key: bytes, dataset_id: bytes, index: int, ct_hash: bytes) -> bytes:
     """The data key an envelope wraps; SealingError when this enclave key or binding does not open it."""
-    if len(wrapped) != WRAPPED_KEY_BYTES:
-        raise SealingError(f"wrapped_data_key: expected {WRAPPED_KEY_BYTES} bytes, got {len(wrapped)}")
     info = wrap_info(dataset_id, index, ct_hash)
-    try:
-        skr = SUITE.kem.deserialize_private_key(_check32(enclave_private_key, "enclave key"))
-        recipient = SUITE.create_recipient_context(wrapped[:X25519_KEY_BYTES], skr, info=info)
-        key = bytes(recipient.open(wrapped[X25519_KEY_BYTES:]))
-    except PyHPKEError:
-        raise SealingError(f"shard {index}: this enclave key cannot unwrap the data key") from None
-    return _check32(key, "data key")
+    return hpke_unwrap_key(wrapped, enclave_private_key, info, what=f"shard {index}")

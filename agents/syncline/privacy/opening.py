@@ -43,6 +43,24 @@ class Opening:
         return open_reveal(commitment, self.hashes, self.revealed)
 
 
+def check_frame(
+    data: object, *, what: str, magic: bytes, header: int, limit: int, error: type[NoiseSeedError] = NoiseSeedError
+) -> bytes:
+    """``data`` as bytes once its type, its size (at most ``limit``, at least its ``header``) and
+    its ``magic`` are checked, before anything is parsed; ``error`` (one line naming ``what``)
+    otherwise."""
+    if not isinstance(data, bytes | bytearray):
+        raise error(f"{what} must be bytes, got {type(data).__name__}")
+    if len(data) > limit:
+        raise error(f"{what} is {len(data)} bytes, more than the limit {limit}")
+    if len(data) < header:
+        raise error(f"{what} is {len(data)} bytes, shorter than its {header}-byte header")
+    data = bytes(data)
+    if data[: len(magic)] != magic:
+        raise error(f"{what} magic {data[: len(magic)]!r} != {magic!r}")
+    return data
+
+
 def opening_alias(task_id: int, round_: int, fragment: int, segment: int) -> str:
     """Blob-store alias of the opening of one segment (candidates are hints, the trainer's slot first)."""
     return f"dp-opening:{task_id}:{round_}:{fragment}:{segment}"
@@ -67,15 +85,7 @@ def encode_opening(noise: RoundNoise, segment: int) -> bytes:
 def parse_opening(data: bytes, *, interval: int, segments: int) -> Opening:
     """Strictly decode an opening for a task of ``segments`` training segments of ``interval``
     steps; NoiseSeedError (one line naming the field) on anything malformed."""
-    if not isinstance(data, bytes | bytearray):
-        raise NoiseSeedError(f"noise opening must be bytes, got {type(data).__name__}")
-    if len(data) > MAX_OPENING_BYTES:
-        raise NoiseSeedError(f"noise opening is {len(data)} bytes, more than the limit {MAX_OPENING_BYTES}")
-    if len(data) < _FIXED:
-        raise NoiseSeedError(f"noise opening is {len(data)} bytes, shorter than its {_FIXED}-byte header")
-    data = bytes(data)
-    if data[:8] != MAGIC:
-        raise NoiseSeedError(f"noise opening magic {data[:8]!r} != {MAGIC!r}")
+    data = check_frame(data, what="noise opening", magic=MAGIC, header=_FIXED, limit=MAX_OPENING_BYTES)
     (segment,) = struct.unpack(">I", data[8:12])
     (count,) = struct.unpack(">I", data[76:80])
     if count != segments + 1:

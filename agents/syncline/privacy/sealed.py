@@ -39,18 +39,19 @@ from dataclasses import dataclass
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from pyhpke import PyHPKEError
 
 from syncline.confidential.sealing import (
     KEY_BYTES,
-    SUITE,
     TAG_BYTES,
     WRAPPED_KEY_BYTES,
     X25519_KEY_BYTES,
+    SealingError,
     enclave_public_key,
+    hpke_unwrap_key,
+    hpke_wrap_key,
 )
 from syncline.privacy.noise import NoiseSeedError
-from syncline.privacy.opening import MAX_OPENING_BYTES
+from syncline.privacy.opening import MAX_OPENING_BYTES, check_frame
 from syncline.protocol.spec import MAX_WITNESSES
 
 MAGIC = b"SYNCDPS1"
@@ -146,11 +147,10 @@ def seal_opening(opening: bytes, binding: Binding, recipients: Sequence[Recipien
     rows = []
     for r in ordered:
         try:
-            pkr = SUITE.kem.deserialize_public_key(r.pubkey)
-        except PyHPKEError as exc:
+            wrapped = hpke_wrap_key(data_key, r.pubkey, binding.info())
+        except SealingError as exc:
             raise SealedOpeningError(f"recipient 0x{r.address.hex()} pubkey: {exc}") from None
-        enc, sender = SUITE.create_sender_context(pkr, info=binding.info())
-        rows.append(r.address + r.pubkey + bytes(enc) + bytes(sender.seal(data_key)))
+        rows.append(r.address + r.pubkey + wrapped)
     ciphertext = AESGCM(data_key).encrypt(nonce, bytes(opening), binding.aad())
     return b"".join(
         (
@@ -181,15 +181,14 @@ def _check_recipients(rows: Sequence[tuple[bytes, bytes]]) -> None:
 
 def parse_sealed_opening(data: bytes) -> SealedOpening:
     """Strictly decode a sealed opening (no key needed); SealedOpeningError naming the field."""
-    if not isinstance(data, bytes | bytearray):
-        raise SealedOpeningError(f"sealed opening must be bytes, got {type(data).__name__}")
-    if len(data) > MAX_SEALED_OPENING_BYTES:
-        raise SealedOpeningError(f"sealed opening is {len(data)} bytes, more than the limit {MAX_SEALED_OPENING_BYTES}")
-    if len(data) < _HEADER:
-        raise SealedOpeningError(f"sealed opening is {len(data)} bytes, shorter than its {_HEADER}-byte header")
-    data = bytes(data)
-    if data[:8] != MAGIC:
-        raise SealedOpeningError(f"sealed opening magic {data[:8]!r} != {MAGIC!r}")
+    data = check_frame(
+        data,
+        what="sealed opening",
+        magic=MAGIC,
+        header=_HEADER,
+        limit=MAX_SEALED_OPENING_BYTES,
+        error=SealedOpeningError,
+    )
     task_id = int.from_bytes(data[8:40], "big")
     round_, fragment, segment = struct.unpack(">III", data[40:52])
     commitment = data[52:84]
@@ -242,11 +241,9 @@ def unseal_opening(data: bytes, private_key: bytes, expected: Binding) -> bytes:
     if wrapped is None:
         raise SealedOpeningError(f"sealed opening has no envelope for key 0x{mine.hex()}")
     try:
-        skr = SUITE.kem.deserialize_private_key(bytes(private_key))
-        recipient = SUITE.create_recipient_context(wrapped[:X25519_KEY_BYTES], skr, info=expected.info())
-        data_key = bytes(recipient.open(wrapped[X25519_KEY_BYTES:]))
-    except PyHPKEError:
-        raise SealedOpeningError("sealed opening: this key cannot unwrap its envelope") from None
+        data_key = hpke_unwrap_key(wrapped, bytes(private_key), expected.info(), what="sealed opening")
+    except SealingError as exc:
+        raise SealedOpeningError(str(exc)) from None
     try:
         return AESGCM(data_key).decrypt(sealed.nonce, sealed.ciphertext, expected.aad())
     except InvalidTag:
