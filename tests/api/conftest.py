@@ -26,6 +26,7 @@ from syncline.chain.deployment import Deployment
 from syncline.chain.devnet import chain_time
 from syncline.chain.keys import Signer
 from syncline.chain.toolchain import compile_contracts
+from syncline.confidential.sponsor import SealingRequest
 from syncline.sponsor.task_builder import PublishedTask, cached_corpus, publish_language_task
 
 SHARD_COUNT = 3
@@ -172,8 +173,11 @@ def http(api: ApiServer) -> Http:
     return Http(api.url)
 
 
-def publish_tiny_task(blobs: HttpBlobStore, w3: Web3, witnesses: list[Signer], **overrides: Any) -> PublishedTask:
-    """A real (tiny) language task: tokenizer, shards, initial Llama state and spec in the blob store."""
+def publish_tiny_task(
+    blobs: HttpBlobStore, w3: Web3, witnesses: list[Signer], *, seal: SealingRequest | None = None, **overrides: Any
+) -> PublishedTask:
+    """A real (tiny) language task: tokenizer, shards, initial Llama state and spec in the blob store
+    (with ``seal``: a Confidential one, its shards sealed: ``publish_language_task``)."""
     template: dict[str, Any] = {
         "name": "api-test-task",
         "tier": "verified",
@@ -197,5 +201,11 @@ def publish_tiny_task(blobs: HttpBlobStore, w3: Web3, witnesses: list[Signer], *
         **overrides,
     }
     return publish_language_task(
-        blobs, template=template, shard_count=SHARD_COUNT, vocab_size=VOCAB_SIZE, seq_len=SEQ_LEN, model=TINY_MODEL
+        blobs,
+        template=template,
+        shard_count=SHARD_COUNT,
+        vocab_size=VOCAB_SIZE,
+        seq_len=SEQ_LEN,
+        model=TINY_MODEL,
+        seal=seal,
     )

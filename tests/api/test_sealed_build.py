@@ -18,7 +18,6 @@ from conftest import travel_past
 from syncline.api import ApiServer, ApiSettings
 from syncline.api.settings import SEALING_KEYS_ENV
 from syncline.blobstore import HttpBlobStore
-from syncline.chain.devnet import chain_time
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
 from syncline.confidential.attestation import DevnetAttestationService, deploy_devnet_verifier, measurement_digest
@@ -27,9 +26,9 @@ from syncline.confidential.manifest import SealedDatasetManifest, seal_dataset
 from syncline.confidential.sponsor import SealingRequest
 from syncline.protocol.hashing import keccak
 from syncline.run.context import TaskContext
-from syncline.sponsor.task_builder import PublishedTask, cached_corpus, publish_language_task
+from syncline.sponsor.task_builder import PublishedTask, cached_corpus
 
-from .conftest import ETH, SEQ_LEN, SHARD_COUNT, TINY_MODEL, VOCAB_SIZE, Http, assert_error, publish_tiny_task
+from .conftest import SHARD_COUNT, VOCAB_SIZE, Http, assert_error, publish_tiny_task
 
 pytestmark = pytest.mark.chain
 
@@ -84,34 +83,8 @@ def post_sealed_task(
     address = DevnetAttestationService(service_key, chain_id=w3.eth.chain_id, verifier="0x" + "11" * 20).address
     verifier = deploy_devnet_verifier(w3, sponsor, address)
     service = DevnetAttestationService(service_key, chain_id=w3.eth.chain_id, verifier=verifier)
-    template: dict[str, Any] = {
-        "name": "api-sealed-task",
-        "aggregation": {"rule": "coordinate_median"},
-        "inner_steps": 4,
-        "checkpoint_interval": 2,
-        "rounds": 3,
-        "round_duration_s": 300,
-        "grace_window_s": 120,
-        "challenge_window_s": 600,
-        "trainer_stake_wei": ETH,
-        "min_trainers": 3,
-        "max_trainers": 3,
-        "enrollment_deadline": chain_time(w3) + 600,
-        "witnesses": [w.address for w in witnesses],
-        "threshold": 2,
-        "witness_fee_wei": ETH // 100,
-        "reward_pool_wei": 3 * ETH,
-        "witness_bond_wei": ETH // 2,
-        "challenge_bond_wei": ETH // 10,
-    }
-    published = publish_language_task(
-        blobs,
-        template=template,
-        shard_count=SHARD_COUNT,
-        vocab_size=VOCAB_SIZE,
-        seq_len=SEQ_LEN,
-        model=TINY_MODEL,
-        seal=SealingRequest(verifier, ("0x" + IMAGE.hex(),)),
+    published = publish_tiny_task(
+        blobs, w3, witnesses, name="api-sealed-task", seal=SealingRequest(verifier, ("0x" + IMAGE.hex(),))
     )
     assert published.sealed is not None and published.spec.confidential is not None
     task_id, _ = market.post_task(sponsor, published.spec, published.spec_uri)

@@ -13,6 +13,9 @@ from typing import Any
 
 import pytest
 
+from api.conftest import SHARD_COUNT as SHARDS
+from api.conftest import VOCAB_SIZE as VOCAB
+from api.conftest import publish_tiny_task
 from syncline.api.server import ApiServer, ApiSettings
 from syncline.api.settings import SEALING_KEYS_ENV
 from syncline.blobstore import BlobService, HttpBlobStore, LocalBlobStore
@@ -26,26 +29,14 @@ from syncline.confidential.keystore import EnclaveKey, new_enclave_key, write_da
 from syncline.confidential.sponsor import SealingRequest
 from syncline.protocol.hashing import keccak
 from syncline.run.context import TaskContext
-from syncline.sponsor.task_builder import cached_corpus, publish_language_task
+from syncline.sponsor.task_builder import cached_corpus
 
 from .conftest import FRONTEND_DIST, PageErrors
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 
-ETH = 10**18
 IMAGE = measurement_digest(b"syncline-ui-sealed-test-image".ljust(48, b"\0"))
 PASSWORD = "the sponsor's sealing password"
-SHARDS, VOCAB, SEQ = 3, 300, 16
-MODEL: dict[str, Any] = {
-    "family": "llama",
-    "hidden_size": 16,
-    "intermediate_size": 32,
-    "num_hidden_layers": 1,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": SEQ,
-    "tie_word_embeddings": True,
-}
 
 
 @pytest.fixture(scope="module")
@@ -97,33 +88,12 @@ def test_sponsor_installs_sealed_manifest_versions_from_the_run_page(
     service = DevnetAttestationService(
         service_key, chain_id=w3.eth.chain_id, verifier=deploy_devnet_verifier(w3, sponsor, address)
     )
-    template: dict[str, Any] = {
-        "name": "ui-sealed-run",
-        "aggregation": {"rule": "coordinate_median"},
-        "inner_steps": 4,
-        "checkpoint_interval": 2,
-        "rounds": 3,
-        "round_duration_s": 300,
-        "grace_window_s": 120,
-        "challenge_window_s": 600,
-        "trainer_stake_wei": ETH,
-        "min_trainers": 3,
-        "max_trainers": 3,
-        "enrollment_deadline": chain_time(w3) + 3600,
-        "witnesses": [w.address for w in witnesses],
-        "threshold": 2,
-        "witness_fee_wei": ETH // 100,
-        "reward_pool_wei": 3 * ETH,
-        "witness_bond_wei": ETH // 2,
-        "challenge_bond_wei": ETH // 10,
-    }
-    published = publish_language_task(
+    published = publish_tiny_task(
         blobs,
-        template=template,
-        shard_count=SHARDS,
-        vocab_size=VOCAB,
-        seq_len=SEQ,
-        model=MODEL,
+        w3,
+        witnesses,
+        name="ui-sealed-run",
+        enrollment_deadline=chain_time(w3) + 3600,
         seal=SealingRequest(service.verifier, ("0x" + IMAGE.hex(),)),
     )
     assert published.sealed is not None
