@@ -14,6 +14,7 @@ Bad input and failed calls print one line (``error: ...``) and exit with status 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -24,10 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from syncline.chain import keys
+from syncline.chain import keys, underfilled
 from syncline.chain.deployment import Deployment, deploy_market
 from syncline.chain.devnet import ANVIL, DevnetHome, local_devnet, start_anvil
 from syncline.chain.market import SPEC_MAX_TRAINERS, SPEC_MIN_TRAINERS, SPEC_ROUNDS, MarketClient, TaskView
+from syncline.chain.probe import check_market
 from syncline.chain.rpc import http_web3
 from syncline.demo.scenarios import SCENARIOS as FRAUD_SCENARIOS
 from syncline.errors import KeyConfigError, SpecError, SynclineError
@@ -95,6 +97,7 @@ def market_from_args(args: argparse.Namespace) -> MarketClient:
     w3 = http_web3(args.rpc_url or deployment.rpc_url)
     if not w3.is_connected():
         raise SynclineError(f"cannot reach {args.rpc_url or deployment.rpc_url}: is the node running?")
+    check_market(w3, deployment.market, deployment.court, source=str(args.deployment))
     return MarketClient(w3, deployment.market, deployment.abi())
 
 
@@ -646,6 +649,7 @@ def _sealing_request(raw: object) -> Any:
 
 def cmd_list_runs(args: argparse.Namespace) -> int:
     market = market_from_args(args)
+    now = pending_time(market.w3)
     rows = []
     for task_id in range(1, market.task_count() + 1):
         t = market.task(task_id)
@@ -653,7 +657,7 @@ def cmd_list_runs(args: argparse.Namespace) -> int:
             {
                 "task_id": task_id,
                 "status": t.status.name.lower(),
-                "progress": run_progress(t, market.spec_tuple(task_id)),
+                "progress": run_progress(t, market.spec_tuple(task_id), now),
                 "enrolled": t.enrolled,
                 "round": t.current_round,
                 "finalized": t.rounds_finalized,
@@ -665,10 +669,17 @@ def cmd_list_runs(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_progress(t: TaskView, onchain_spec: Sequence[Any]) -> str:
-    """Where a run stands, in words: ``enrolling: 1 of 3 trainers``, ``running: round 2 of 8``."""
+def run_progress(t: TaskView, onchain_spec: Sequence[Any], now: int | None = None) -> str:
+    """Where a run stands, in words: ``enrolling: 1 of 3 trainers``, ``running: round 2 of 8``;
+    with the chain's time ``now``, ``underfilled: cancellable`` once the enrollment deadline passed
+    with fewer than ``min_trainers`` enrolled (the task can then only be cancelled)."""
     low, high = int(onchain_spec[SPEC_MIN_TRAINERS]), int(onchain_spec[SPEC_MAX_TRAINERS])
     rounds = int(onchain_spec[SPEC_ROUNDS])
+    if now is not None and underfilled.is_cancellable(t, onchain_spec, now):
+        return (
+            f"underfilled: cancellable ({t.enrolled} of the {low} trainers needed enrolled by the deadline; "
+            f"`syncline train cancel-underfilled --task-id {t.task_id}` refunds the sponsor and every stake)"
+        )
     if t.status == TaskStatus.ENROLLING:
         wanted = str(high) if low == high else f"{low}-{high}"
         starts = (
@@ -703,7 +714,7 @@ def cmd_get_run(args: argparse.Namespace) -> int:
         }
     out = {
         "task_id": args.task_id,
-        "progress": run_progress(t, market.spec_tuple(args.task_id)),
+        "progress": run_progress(t, market.spec_tuple(args.task_id), pending_time(market.w3)),
         "state": {k: (v.name.lower() if hasattr(v, "name") else v) for k, v in t.__dict__.items()},
         "trainer_metrics": trainers,
     }
@@ -712,8 +723,40 @@ def cmd_get_run(args: argparse.Namespace) -> int:
 
 
 def cmd_get_receipt(args: argparse.Namespace) -> int:
-    print(market_from_args(args).receipt(args.task_id).to_json())
+    market = market_from_args(args)
+    receipt = market.receipt(args.task_id)
+    since = Deployment.read(args.deployment).deployed_at_block
+    print(
+        dataclasses.replace(receipt, extras={**receipt.extras, **round_metrics(market, args.task_id, since)}).to_json()
+    )
     return 0
+
+
+def round_metrics(market: MarketClient, task_id: int, since: int = 0) -> dict[str, Any]:
+    """The witnesses' validation metric per round, as the demo's receipt has it: the median of the
+    finalizing votes' ``metric / 1e6`` (``None`` for a round not finalized, or with no metric);
+    a language task's also as ``validation_loss_per_round``."""
+    from syncline.api.events import validation_loss
+    from syncline.protocol.enums import Modality, RoundStatus
+    from syncline.protocol.spec import VALIDATION_METRICS
+
+    onchain_spec = market.spec_tuple(task_id)
+    name = VALIDATION_METRICS[Modality(int(onchain_spec[5]))][0]
+    votes: dict[int, list[tuple[str, int]]] = {}
+    for e in market.get_logs("VoteCast", from_block=since, taskId=task_id):
+        votes.setdefault(int(e["args"]["round"]), []).append(
+            ("0x" + bytes(e["args"]["result"]).hex(), int(e["args"]["metric"]))
+        )
+    per_round: list[float | None] = []
+    for round_ in range(int(onchain_spec[SPEC_ROUNDS])):
+        r = market.round(task_id, round_)
+        per_round.append(
+            validation_loss(votes.get(round_, []), r.result) if r.status == RoundStatus.FINALIZED else None
+        )
+    out: dict[str, Any] = {"validation_metric": name, "validation_metric_per_round": per_round}
+    if name == "validation_loss":
+        out["validation_loss_per_round"] = per_round
+    return out
 
 
 def cmd_enroll(args: argparse.Namespace) -> int:
@@ -727,6 +770,54 @@ def cmd_seal(args: argparse.Namespace) -> int:
     market = market_from_args(args)
     market.seal(signer_from_args(args), args.task_id)
     print(market.receipt(args.task_id).to_json())
+    return 0
+
+
+def cmd_cancel_underfilled(args: argparse.Namespace) -> int:
+    """Cancel a task whose enrollment deadline passed with fewer than ``min_trainers`` enrolled
+    (anyone may): the sponsor's escrow, every stake and bond become withdrawable credit."""
+    market = market_from_args(args)
+    cancelled = underfilled.cancel(market, signer_from_args(args), args.task_id)
+    t = market.task(args.task_id)
+    print(
+        json.dumps(
+            {
+                "task_id": args.task_id,
+                "status": t.status.name.lower(),
+                "cancelled_now": cancelled,
+                "sponsor_refund_wei": t.sponsor_refund_wei,
+                "next": "each account withdraws its credit: `syncline train claim` (see `syncline account`)",
+            }
+        )
+    )
+    return 0
+
+
+def cmd_account(args: argparse.Namespace) -> int:
+    """An account's wallet balance, its withdrawable credit, and what each task credited it."""
+    from web3 import Web3
+
+    if not isinstance(args.address, str) or not Web3.is_address(args.address):
+        raise SynclineError(f"--address {args.address!r} is not an address (0x and 40 hex digits)")
+    address = Web3.to_checksum_address(args.address)
+    market = market_from_args(args)
+    since = Deployment.read(args.deployment).deployed_at_block
+    credited: dict[tuple[int, str], int] = {}
+    for e in market.get_logs("Credited", from_block=since, account=address):
+        key = (int(e["args"]["taskId"]), bytes(e["args"]["reason"]).rstrip(b"\0").decode(errors="replace"))
+        credited[key] = credited.get(key, 0) + int(e["args"]["amount"])
+    withdrawn = sum(int(e["args"]["amount"]) for e in market.get_logs("Withdrawn", from_block=since, account=address))
+    out = {
+        "address": address,
+        "chain_id": int(market.w3.eth.chain_id),
+        "balance_wei": int(market.w3.eth.get_balance(address)),
+        "withdrawable_wei": market.credit_of(address),
+        "withdrawn_wei": withdrawn,
+        "credited": [
+            {"task_id": task, "reason": reason, "wei": wei} for (task, reason), wei in sorted(credited.items())
+        ],
+    }
+    print(json.dumps(out, indent=2))
     return 0
 
 
@@ -760,6 +851,7 @@ def _agent_setup(args: argparse.Namespace) -> tuple[Any, keys.Signer, MarketClie
     w3 = http_web3(cfg.node_rpc)
     if not w3.is_connected():
         raise SynclineError(f"cannot reach node_rpc {cfg.node_rpc}")
+    check_market(w3, deployment.market, deployment.court, source=str(cfg.deployment))
     market = MarketClient(w3, deployment.market, deployment.abi())
     return cfg, signer, market, HttpBlobStore(cfg.blob_store)
 
@@ -869,7 +961,8 @@ def cmd_network_up(args: argparse.Namespace) -> int:
         trainers=sum(a.role == "trainer" for a in agents),
         witnesses=sum(a.role == "witness" for a in agents),
         logs=str(network.directory / "logs"),
-        next="`syncline train get-run --task-id N` to follow it, `syncline network wait` until it is done",
+        next=f"`syncline train get-run --task-id {args.task_id}` to follow it, "
+        "`syncline network wait` until it is done",
     )
     return 0
 
@@ -905,7 +998,7 @@ def cmd_network_wait(args: argparse.Namespace) -> int:
             return None
         if market is None:
             market = MarketClient.from_deployment(Deployment.read(default_deployment_path()))
-        return run_progress(market.task(task_id), market.spec_tuple(task_id))
+        return run_progress(market.task(task_id), market.spec_tuple(task_id), pending_time(market.w3))
 
     agents = network.wait(timeout_s=args.timeout_s, progress=progress)
     print(json.dumps([_agent_row(a) for a in agents], indent=2))
@@ -974,6 +1067,12 @@ def cmd_api(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------- parser
 
 
+DEPLOYMENT_HELP = (
+    "deployment.json naming the contracts and the chain (default: the local devnet's, "
+    ".syncline/devnet/deployment.json; `syncline deploy` writes one for another chain)"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="syncline", description="Syncline: verifiable decentralized training market")
     parser.add_argument("--log-level", default=None, help="debug, info, warning")
@@ -984,7 +1083,9 @@ def build_parser() -> argparse.ArgumentParser:
     up = dsub.add_parser(
         "up", help="start anvil + contracts + blob service, or restart whichever died (same port, same state)"
     )
-    up.add_argument("--port", type=int, default=None)
+    up.add_argument(
+        "--port", type=int, default=None, help="anvil's JSON-RPC port (default: 8545, or the port it ran on before)"
+    )
     up.set_defaults(func=cmd_devnet_up)
     dsub.add_parser("down", help="stop the devnet and discard its chain").set_defaults(func=cmd_devnet_down)
     dsub.add_parser(
@@ -1033,11 +1134,15 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
 
     api = sub.add_parser("api", help="the sponsor API and web UI (indexes the market's events)")
-    api.add_argument("--deployment", type=Path, default=default_deployment_path())
+    api.add_argument("--deployment", type=Path, default=default_deployment_path(), help=DEPLOYMENT_HELP)
     api.add_argument("--rpc-url", default=None, help="override the deployment's RPC URL")
     api.add_argument("--blob-store", default=None, help="blob service URL (default: the devnet's blobstore.json)")
     api.add_argument("--db", default=None, help="SQLAlchemy URL (default: sqlite:///.syncline/api/index.db)")
-    api.add_argument("--host", default="127.0.0.1")
+    api.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 exposes the API to the network)",
+    )
     api.add_argument("--port", type=int, default=8600, help="0 picks a free port")
     api.add_argument("--frontend", type=Path, default=None, help="built web UI (default: frontend/dist)")
     api.add_argument(
@@ -1089,10 +1194,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="start the task's trainers (free dev accounts: 1-3) and witnesses (the dev accounts it names: 4-6), "
         "detached, each with its own config, state_dir, metrics port and log under .syncline/network/",
     )
-    nup.add_argument("--task-id", type=int, default=1)
+    nup.add_argument("--task-id", type=int, default=1, help="the task the agents work on (default 1)")
     nup.add_argument("--trainers", type=int, default=None, help="how many trainers (default: the task's max_trainers)")
-    nup.add_argument("--trainer-config", type=Path, default=repo_root() / "examples" / "trainer.yaml")
-    nup.add_argument("--witness-config", type=Path, default=repo_root() / "examples" / "witness.yaml")
+    nup.add_argument(
+        "--trainer-config",
+        type=Path,
+        default=repo_root() / "examples" / "trainer.yaml",
+        help="trainer config every trainer starts from (default examples/trainer.yaml)",
+    )
+    nup.add_argument(
+        "--witness-config",
+        type=Path,
+        default=repo_root() / "examples" / "witness.yaml",
+        help="witness config every witness starts from (default examples/witness.yaml)",
+    )
     nup.set_defaults(func=cmd_network_up)
     nsub.add_parser("status", help="each agent: pid, alive, exit code, metrics URL, log").set_defaults(
         func=cmd_network_status
@@ -1104,6 +1219,14 @@ def build_parser() -> argparse.ArgumentParser:
     nwait.set_defaults(func=cmd_network_wait)
     nsub.add_parser("down", help="stop every agent of the local network").set_defaults(func=cmd_network_down)
 
+    account = sub.add_parser(
+        "account", help="an account's wallet balance, withdrawable credit, and what each task credited it"
+    )
+    account.add_argument("--address", required=True, help="the account (0x...)")
+    account.add_argument("--deployment", type=Path, default=default_deployment_path(), help=DEPLOYMENT_HELP)
+    account.add_argument("--rpc-url", default=None, help="override the deployment's RPC URL")
+    account.set_defaults(func=cmd_account)
+
     train = sub.add_parser("train", help="sponsor and trainer commands against a deployment")
     tsub = train.add_subparsers(dest="action", required=True)
 
@@ -1111,10 +1234,10 @@ def build_parser() -> argparse.ArgumentParser:
         name: str, func: Any, help_: str, *, task: bool = True, signer: bool = False
     ) -> argparse.ArgumentParser:
         p = tsub.add_parser(name, help=help_)
-        p.add_argument("--deployment", type=Path, default=default_deployment_path())
+        p.add_argument("--deployment", type=Path, default=default_deployment_path(), help=DEPLOYMENT_HELP)
         p.add_argument("--rpc-url", default=None, help="override the deployment's RPC URL")
         if task:
-            p.add_argument("--task-id", type=int, required=True)
+            p.add_argument("--task-id", type=int, required=True, help="the task's id on chain (`list-runs`)")
         if signer:
             add_key_options(p)
         p.set_defaults(func=func)
@@ -1156,6 +1279,12 @@ def build_parser() -> argparse.ArgumentParser:
     chain_cmd("enroll-trainer", cmd_enroll, "bond the stake and enroll", signer=True)
     chain_cmd("seal", cmd_seal, "seal a completed run after its challenge window", signer=True)
     chain_cmd("claim", cmd_claim, "withdraw this account's credit", task=False, signer=True)
+    chain_cmd(
+        "cancel-underfilled",
+        cmd_cancel_underfilled,
+        "cancel a task whose enrollment deadline passed under min_trainers (anyone may): refunds become credit",
+        signer=True,
+    )
     submit = chain_cmd("submit-gradient", cmd_submit_gradient, "commit a quantized gradient payload", signer=True)
     submit.add_argument("--payload", required=True, help="safetensors file from syncline.protocol.quantization")
     submit.add_argument("--blob-store", required=True, help="blob service URL to publish the payload")

@@ -32,6 +32,7 @@ import torch
 
 from syncline.blobstore import BlobStore
 from syncline.blobstore.store import BlobRef, BlobUnavailable, put_signed
+from syncline.chain import underfilled
 from syncline.chain.calls import ZERO_ADDRESS
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient, RoundView, TaskView, TrainerView
@@ -251,6 +252,10 @@ class TrainerAgent:
         if self._awaiting.waiting():
             return False
         t = self.market.task(task_id)
+        if t.status == TaskStatus.ENROLLING and underfilled.is_cancellable(
+            t, self.market.spec_tuple(task_id), pending_time(self.market.w3)
+        ):
+            return self._leave_underfilled(t)
         if self.ctx is None:
             self._enclave = agent_enclave(self.cfg)
             enclave_key = self._enclave.key if self._enclave is not None else None
@@ -300,6 +305,19 @@ class TrainerAgent:
         if self._train_and_commit(round_, me.fragment, me.shards, t.state_root, deadline):
             self._train_ahead(t, me)
         return False
+
+    def _leave_underfilled(self, t: TaskView) -> bool:
+        """The enrollment deadline passed under ``min_trainers``: the run can never start. Cancel the
+        task (anyone may; someone may have already), withdraw the stake, and exit (one line)."""
+        cancelled = underfilled.cancel(self.market, self.signer, t.task_id)
+        log.info(
+            "trainer.underfilled_cancelled",
+            task_id=t.task_id,
+            enrolled=t.enrolled,
+            cancelled_by_me=cancelled,
+            withdrawn_wei=self.market.claim(self.signer),
+        )
+        return True
 
     def _hint_enrolling(self, t: TaskView) -> None:
         """While the run waits for trainers, say so (when the count changes, else once a minute):
