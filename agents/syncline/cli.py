@@ -1093,8 +1093,13 @@ def build_parser() -> argparse.ArgumentParser:
     ).set_defaults(func=cmd_devnet_status)
 
     deploy = sub.add_parser("deploy", help="deploy the contracts (SynclineCourt, then SynclineMarket) to any EVM RPC")
-    deploy.add_argument("--rpc-url", required=True)
-    deploy.add_argument("--out", type=Path, default=Path(".syncline/deployments/custom"))
+    deploy.add_argument("--rpc-url", required=True, help="the chain's JSON-RPC URL")
+    deploy.add_argument(
+        "--out",
+        type=Path,
+        default=Path(".syncline/deployments/custom"),
+        help="directory for deployment.json and the client ABI (default .syncline/deployments/custom)",
+    )
     add_key_options(deploy)
     deploy.set_defaults(func=cmd_deploy)
 
@@ -1215,7 +1220,7 @@ def build_parser() -> argparse.ArgumentParser:
     nwait = nsub.add_parser(
         "wait", help="until every agent has exited (the run sealed and everyone claimed); fails if one failed"
     )
-    nwait.add_argument("--timeout-s", type=float, default=None)
+    nwait.add_argument("--timeout-s", type=float, default=None, help="give up after this many seconds (default: never)")
     nwait.set_defaults(func=cmd_network_wait)
     nsub.add_parser("down", help="stop every agent of the local network").set_defaults(func=cmd_network_down)
 
@@ -1274,7 +1279,7 @@ def build_parser() -> argparse.ArgumentParser:
     get_sealed.add_argument("--full", action="store_true", help="print every envelope")
     chain_cmd("list-runs", cmd_list_runs, "list every task", task=False)
     get_run = chain_cmd("get-run", cmd_get_run, "status, rounds and trainer metrics of a task")
-    get_run.add_argument("--format", choices=["json"], default="json")
+    get_run.add_argument("--format", choices=["json"], default="json", help="output format (json only)")
     chain_cmd("get-receipt", cmd_get_receipt, "the TrainingReceipt of a task")
     chain_cmd("enroll-trainer", cmd_enroll, "bond the stake and enroll", signer=True)
     chain_cmd("seal", cmd_seal, "seal a completed run after its challenge window", signer=True)
@@ -1296,9 +1301,9 @@ def build_parser() -> argparse.ArgumentParser:
         "training-fraud referees re-execute against it",
     )
     finalize = chain_cmd("finalize-round", cmd_finalize_round, "cast a witness vote by hand", signer=True)
-    finalize.add_argument("--round", type=int, required=True)
-    finalize.add_argument("--state-root", required=True)
-    finalize.add_argument("--aggregate-root", required=True)
+    finalize.add_argument("--round", type=int, required=True, help="the round voted on")
+    finalize.add_argument("--state-root", required=True, help="0x root of the state after the round")
+    finalize.add_argument("--aggregate-root", required=True, help="0x root of the aggregated update")
     finalize.add_argument("--accepted-mask", type=lambda v: int(v, 0), required=True, help="e.g. 0b111 or 7")
     download = chain_cmd("download-model", cmd_download_model, "the final model as a Hugging Face directory")
     download.add_argument("--out", required=True, help="output directory (save_pretrained layout)")

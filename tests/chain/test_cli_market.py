@@ -263,3 +263,22 @@ def test_get_receipt_lists_the_validation_metric_per_round(
     assert receipt["validation_metric"] == "validation_loss"
     assert receipt["validation_loss_per_round"] == [pytest.approx(6.925), pytest.approx(5.05), None, None]
     assert receipt["validation_metric_per_round"] == receipt["validation_loss_per_round"]
+
+
+# ---------------------------------------------------------------------- help texts
+
+
+def test_every_option_of_every_command_has_help_text() -> None:
+    """A new user reads ``--help``: no option may appear there bare (``--deployment``, ``--port``...)."""
+    bare: list[str] = []
+
+    def walk(parser: argparse.ArgumentParser, path: list[str]) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, [*path, name])
+            elif not action.help and action.dest != "help":
+                bare.append(" ".join([*path, *action.option_strings]))
+
+    walk(cli.build_parser(), ["syncline"])
+    assert bare == []

@@ -11,14 +11,19 @@ import hashlib
 import json
 import platform
 import shutil
+import signal
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from syncline.errors import ToolchainError
+from syncline.observability import get_logger
 from syncline.paths import repo_root, state_dir
+
+log = get_logger("syncline.toolchain")
 
 COMPILER_SETTINGS: dict[str, Any] = {
     "optimizer": {"enabled": True, "runs": 200},
@@ -96,7 +101,15 @@ def compile_contracts(*, force: bool = False) -> dict[str, Artifact]:
     digest = hashlib.sha256((version + json.dumps(payload, sort_keys=True)).encode()).hexdigest()[:24]
     cache = state_dir() / "artifacts" / digest
     if force or not (cache / "_complete").exists():
+        log.info(
+            "contracts.compiling",
+            contracts=len(payload["sources"]),
+            note="first run: ~1-3 min (longer on a busy machine); cached afterwards",
+            cache=str(cache),
+        )
+        started = time.monotonic()
         output = _run_solc(payload, root)
+        log.info("contracts.compiled", seconds=round(time.monotonic() - started, 1))
         cache.mkdir(parents=True, exist_ok=True)
         for source, contracts in output["contracts"].items():
             if not source.startswith("contracts/"):
@@ -156,6 +169,19 @@ def load_artifacts(directory: Path) -> dict[str, Artifact]:
     return out
 
 
+def _stopped_by_signal(return_code: int | None) -> None:
+    """A compiler killed by a signal did not fail: Ctrl-C reaches the whole process group, and the
+    compiler may die of it before Python sees it. Raise ``KeyboardInterrupt`` for SIGINT (the CLI
+    says "interrupted"), a ``ToolchainError`` naming any other signal; return for an exit code."""
+    if return_code is None:
+        return
+    signum = -return_code if return_code < 0 else return_code - 128 if return_code > 128 else 0
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    if signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGKILL):
+        raise ToolchainError(f"the compiler was stopped by {signal.Signals(signum).name} (interrupted)")
+
+
 def _run_solc(payload: dict[str, Any], root: Path) -> dict[str, Any]:
     import solcx  # py-solc-x drives the wrapper like a native solc
 
@@ -167,6 +193,7 @@ def _run_solc(payload: dict[str, Any], root: Path) -> dict[str, Any]:
             allow_paths=[str(root)],
         )
     except solcx.exceptions.SolcError as exc:
+        _stopped_by_signal(exc.return_code)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unknown error"
         raise ToolchainError(f"solc failed: {first}") from exc
     errors = [e for e in output.get("errors", []) if e.get("severity") == "error"]

@@ -17,9 +17,13 @@ cancelled and everything is claimed), or on an error no retry can fix: a configu
 from __future__ import annotations
 
 import enum
+import functools
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 from web3 import Web3
 
@@ -193,6 +197,50 @@ def _one_line(exc: Exception) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+class AgentStopped(BaseException):
+    """SIGTERM arrived (``kill``, a supervisor, ``syncline network down``): raised in the main
+    thread so the loop logs one line and exits with 128 + the signal's number. A ``BaseException``:
+    a step's ``except Exception`` never swallows it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+
+
+def _raise_stopped(signum: int, frame: object) -> None:
+    raise AgentStopped(signum)
+
+
+F = TypeVar("F", bound=Callable[..., None])
+
+
+def logs_stop_signals(loop: F) -> F:
+    """Wrap an agent's loop: SIGINT (Ctrl-C) and SIGTERM each log one ``agent.stopped`` line naming
+    the signal and the role; SIGTERM then exits with status 143 (``SystemExit``), Ctrl-C re-raises.
+    SIGTERM is caught in the main thread only (elsewhere Python cannot install a handler)."""
+
+    @functools.wraps(loop)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        role = kwargs.get("role", "agent")
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _raise_stopped) if main else None
+        try:
+            loop(*args, **kwargs)
+        except KeyboardInterrupt:
+            log.info("agent.stopped", role=role, signal="SIGINT")
+            raise
+        except AgentStopped as stop:
+            log.info("agent.stopped", role=role, signal=stop.name)
+            raise SystemExit(128 + stop.signum) from None
+        finally:
+            if main:
+                signal.signal(signal.SIGTERM, previous)
+
+    return cast(F, wrapper)
+
+
+@logs_stop_signals
 def run_forever(
     step: Callable[[], bool],
     *,
@@ -212,7 +260,8 @@ def run_forever(
     Between two successful steps the loop waits ``poll_interval_s``, or less with ``wake``: it
     checks ``wake()`` every ``wake_interval_s`` and ticks at once when it is true (a new block).
     A failed step always waits out its backoff.
-    Only :data:`FATAL_ERRORS` (and ``BaseException``: Ctrl-C, ``SystemExit``) end the loop early.
+    Only :data:`FATAL_ERRORS` (and ``BaseException``: Ctrl-C, ``SystemExit``) end the loop early;
+    Ctrl-C and SIGTERM log one line first (:func:`logs_stop_signals`).
     ``max_iterations``, ``sleep`` and ``clock`` (default ``time.sleep`` and ``time.monotonic``)
     exist for tests."""
     sleep = sleep or time.sleep
