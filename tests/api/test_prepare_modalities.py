@@ -281,7 +281,9 @@ def test_prepare_a_time_series_task_with_covariates_from_a_parquet(
     body["series_source"] = {**source, "path": "series/holes.parquet"}
     body["spec"] = _spec(http, "api-holes")
     message = assert_error(
-        http.post("/api/tasks/prepare", body), 422, "series_source: series table row 5: covariate column 'rain'"
+        http.post("/api/tasks/prepare", body),
+        422,
+        "series_source: holes.parquet row 6: missing value in covariate column 'rain'",
     )
     assert str(api.settings.source_dir) not in message
     body["series_source"] = {"type": "statsmodels", "covariates": ["rain"], "shard_count": SHARDS}

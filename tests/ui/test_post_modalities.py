@@ -33,6 +33,15 @@ VISION_ONLY = ("image_source.type", "image_source.shard_count", "vision_model.pa
 SERIES_ONLY = ("series_source.type", "windows.context_length", "series_model.family")
 
 
+STEP_RECORDER = """() => {
+  window.__steps = [];
+  const list = document.querySelector('[data-testid="post-progress"]');
+  new MutationObserver(() => list.querySelectorAll("li").forEach((li) => window.__steps.push(li.textContent)))
+    .observe(list, { childList: true, subtree: true, characterData: true });
+}"""
+"""Records every text the post form's progress list shows (a step's text is replaced when it settles)."""
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     workdir = tmp_path_factory.mktemp("ui-modalities")
@@ -193,6 +202,7 @@ def test_the_form_posts_a_time_series_task_from_a_csv(stack: Stack, new_page: An
     assert tid(page, "field-server-error-series_source.path").inner_text() == message
     fill(page, {"series_source.path": "series/sales.csv"})
 
+    page.evaluate(STEP_RECORDER)
     body = submit_and_capture(page)
     assert body["modality"] == "time_series"
     assert body["series_source"] == {
@@ -222,6 +232,9 @@ def test_the_form_posts_a_time_series_task_from_a_csv(stack: Stack, new_page: An
         "ffn_dim": 32,
     }
     _, spec = posted_spec(stack, page)
+    steps = page.evaluate("window.__steps")  # every text the progress list showed on the way
+    assert any(t.startswith("publishing artifacts") for t in steps), steps
+    assert not any("tokenizer" in t for t in steps), steps  # a time-series task has none (issue 26)
     assert spec.modality == Modality.TIME_SERIES and spec.name == "form-series"
     assert [s["id"] for s in spec.metadata["series"]] == ["s0", "s1"] and spec.metadata["context_length"] == 24
     refused = [e for e in page_errors if "status of 422 (Unprocessable Entity)" in e]

@@ -32,8 +32,9 @@ trainer sees every series.
 
 from __future__ import annotations
 
+import csv
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,7 @@ from syncline.protocol.enums import Modality
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.spec import TrainingTaskSpec
 from syncline.protocol.state import TrainingState
-from syncline.sponsor.data_sources import DataSourceError
+from syncline.sponsor.data_sources import DataSourceError, printable
 from syncline.sponsor.task_builder import PublishedTask
 
 STATSMODELS_DATASETS = ("co2", "elnino", "sunspots", "macrodata")
@@ -175,7 +176,9 @@ def _statsmodels_series(name: str) -> list[Series]:
     raise DataSourceError(f"statsmodels data set {name!r} is not one of {', '.join(STATSMODELS_DATASETS)}")
 
 
-def _read_frame(source: SeriesSource) -> Any:
+def _read_frame(source: SeriesSource) -> tuple[Any, Callable[[int], str]]:
+    """The table of a csv or parquet source, and where its row ``i`` (from 0) is for a message: the
+    file's name and, for a CSV, the line a text editor shows (header line 1, blank lines counted)."""
     import pandas as pd  # type: ignore[import-untyped]
 
     path = Path(source.path)
@@ -186,17 +189,41 @@ def _read_frame(source: SeriesSource) -> Any:
         raise DataSourceError(f"series file {str(path)!r} is {size:,} bytes; the bound is {MAX_FILE_BYTES:,}")
     data = path.read_bytes()
     try:
-        if source.type == "csv":
-            return pd.read_csv(io.BytesIO(data))
-        return pd.read_parquet(io.BytesIO(data))
+        frame = pd.read_csv(io.BytesIO(data)) if source.type == "csv" else pd.read_parquet(io.BytesIO(data))
     except Exception as exc:  # pandas and pyarrow raise many kinds on undecodable input
         raise DataSourceError(
             f"series file {str(path)!r} is not a readable {source.type}: {' '.join(str(exc).split())[:200]}"
         ) from None
+    name = printable(path.name)  # the name only: an API message never shows the server's directories
+    lines = _csv_record_lines(data) if source.type == "csv" else None
+
+    def where(row: int) -> str:
+        if lines is not None and row + 1 < len(lines):
+            return f"{name} line {lines[row + 1]}"
+        return f"{name} row {row + 1}"
+
+    return frame, where
 
 
-def frame_series(frame: Any, source: SeriesSource) -> list[Series]:
-    """The series of a ``(timestamp, id, value...)`` table (module docstring)."""
+def _csv_record_lines(data: bytes) -> list[int] | None:
+    """The line (from 1) each CSV record starts on, the header's first; blank lines are skipped as
+    pandas skips them, but counted. None when the csv module cannot split the file."""
+    starts: list[int] = []
+    previous = 0
+    try:
+        reader = csv.reader(io.StringIO(data.decode("utf-8-sig", errors="replace"), newline=""))
+        for record in reader:
+            if record:
+                starts.append(previous + 1)
+            previous = reader.line_num
+    except csv.Error:
+        return None
+    return starts
+
+
+def frame_series(frame: Any, source: SeriesSource, where: Callable[[int], str] | None = None) -> list[Series]:
+    """The series of a ``(timestamp, id, value...)`` table (module docstring); ``where(i)`` names
+    row ``i`` (from 0) in messages (default ``series table row i+1``)."""
     import pandas as pd  # type: ignore[import-untyped]
 
     numeric = [*source.value_columns, *source.covariates]
@@ -221,9 +248,15 @@ def frame_series(frame: Any, source: SeriesSource) -> list[Series]:
     bad = ~finite.all(axis=1)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        column = numeric[int(np.flatnonzero(~finite[row])[0])]
+        index = int(np.flatnonzero(~finite[row])[0])
+        column = numeric[index]
         kind = "covariate" if column in source.covariates else "value"
-        raise DataSourceError(f"series table row {row}: {kind} column {column!r} is not a finite number")
+        at = where(row) if where is not None else f"series table row {row + 1}"
+        cell = frame[numeric].iat[row, index]
+        if pd.isna(cell):
+            raise DataSourceError(f"{at}: missing value in {kind} column {column!r}")
+        shown = printable(str(cell), 40)
+        raise DataSourceError(f"{at}: {kind} column {column!r} is not a finite number ({shown!r})")
     inner = [f"v{i}" for i in range(len(numeric))]  # the table's own names: a column may be called "t" or "id"
     table = pd.DataFrame({"t": stamps, "id": frame[source.id_column].astype(str)}).join(values.set_axis(inner, axis=1))
     ids = list(dict.fromkeys(table["id"]))
@@ -263,7 +296,8 @@ def read_series(source: SeriesSource | None = None) -> list[Series]:
             raise DataSourceError("series source statsmodels names no data set")
         series = [s for name in source.datasets for s in _statsmodels_series(name)]
     else:
-        series = frame_series(_read_frame(source), source)
+        frame, where = _read_frame(source)
+        series = frame_series(frame, source, where)
     freqs = sorted({s.freq for s in series})
     if len(freqs) > 1:
         raise DataSourceError(f"the series have different frequencies ({', '.join(freqs)}): a task has one")

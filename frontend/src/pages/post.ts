@@ -990,7 +990,9 @@ export function postPage(): Page {
     replace(resultHost);
     replace(preparedHost);
     showFormError(null);
-    let current = step("publishing artifacts… (tokenizer, shards, validation shard, initial state, spec)");
+    // Only a language task has a tokenizer; the other modalities publish shards, state and spec.
+    const artifacts = modality(values) === "language" ? "tokenizer, shards" : "shards";
+    let current = step(`publishing artifacts… (${artifacts}, validation shard, initial state, spec)`);
     let preparing = true;
     try {
       const prepared: Prepared = await api.prepare(buildBody());
