@@ -118,6 +118,15 @@ def _underfilled(
     return task_id, spec
 
 
+def _cancel(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, devnet: Devnet, path: str, task_id: int
+) -> tuple[int, str, str]:
+    """``train cancel-underfilled`` sent by the outsider (account 7): anyone may."""
+    monkeypatch.setenv("OUTSIDER_KEY", devnet.private_keys()[7])
+    argv = ["train", "cancel-underfilled", "--deployment", path, "--task-id", str(task_id), "--key-env", "OUTSIDER_KEY"]
+    return _cli(capsys, *argv)
+
+
 def test_an_underfilled_task_is_shown_cancellable_and_cancelled_from_the_cli(
     tmp_path: Path,
     deployment: Deployment,
@@ -141,19 +150,7 @@ def test_an_underfilled_task_is_shown_cancellable_and_cancelled_from_the_cli(
     code, out, err = _cli(capsys, "train", "list-runs", "--deployment", path)
     assert json.loads(out)[-1]["progress"].startswith("underfilled: cancellable")
 
-    # anyone may cancel: here the outsider (account 7)
-    monkeypatch.setenv("OUTSIDER_KEY", devnet.private_keys()[7])
-    code, out, err = _cli(
-        capsys,
-        "train",
-        "cancel-underfilled",
-        "--deployment",
-        path,
-        "--task-id",
-        str(task_id),
-        "--key-env",
-        "OUTSIDER_KEY",
-    )
+    code, out, err = _cancel(capsys, monkeypatch, devnet, path, task_id)
     assert code == 0, err
     done = json.loads(out)
     assert done["status"] == "cancelled"
@@ -186,18 +183,7 @@ def test_cancel_underfilled_before_the_deadline_is_one_decoded_line(
     path = str(_deployment_file(tmp_path, deployment))
     code, out, _ = _cli(capsys, "train", "get-run", "--deployment", path, "--task-id", str(task_id))
     assert json.loads(out)["progress"].startswith("enrolling: 1 of 3")
-    monkeypatch.setenv("OUTSIDER_KEY", devnet.private_keys()[7])
-    code, out, err = _cli(
-        capsys,
-        "train",
-        "cancel-underfilled",
-        "--deployment",
-        path,
-        "--task-id",
-        str(task_id),
-        "--key-env",
-        "OUTSIDER_KEY",
-    )
+    code, out, err = _cancel(capsys, monkeypatch, devnet, path, task_id)
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "SynclineEnrollmentStillOpen" in err
 
