@@ -1043,6 +1043,10 @@ def cmd_api(args: argparse.Namespace) -> int:
     from syncline.api import ApiServer
 
     settings = api_settings_from_args(args)
+    deployment = Deployment.read(settings.deployment)
+    w3 = http_web3(settings.rpc_url or deployment.rpc_url)
+    if w3.is_connected():  # a node down at start is the indexer's to wait for; a wrong address is not
+        check_market(w3, deployment.market, deployment.court, source=str(settings.deployment))
     blob_store = settings.blob_store
     server = ApiServer(settings)
     url = server.start()

@@ -268,3 +268,22 @@ def test_every_option_of_every_command_has_help_text() -> None:
 
     walk(cli.build_parser(), ["syncline"])
     assert bare == []
+
+
+def test_the_api_refuses_a_wrong_market_address_at_start(
+    tmp_path: Path, deployment: Deployment, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``syncline api`` used to serve (and index nothing) from the court's address, for ever."""
+    import threading
+
+    path = _deployment_file(tmp_path, deployment, market=deployment.court)
+    argv = ["api", "--deployment", str(path), "--port", "0", "--blob-store", "http://127.0.0.1:1"]
+    argv += ["--db", f"sqlite:///{tmp_path / 'index.db'}"]
+    codes: list[int] = []
+    serving = threading.Thread(target=lambda: codes.append(cli.main(argv)), daemon=True)
+    serving.start()
+    serving.join(timeout=30)
+    assert not serving.is_alive(), "the API started serving a wrong market address"
+    err = capsys.readouterr().err
+    assert codes == [2] and err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert "SynclineCourt" in err
