@@ -274,7 +274,7 @@ def test_bring_your_own_csv_and_parquet_read_alike(tmp_path: Path) -> None:
         ("timestamp,id,val\n2000-01-01,a,1\n", "lacks column 'value'"),
         (
             "timestamp,id,value\n2000-01-01,a,1\n2000-02-01,a,nan\n2000-03-01,a,2\n",
-            "row 1: value column 'value' is not a finite number",
+            "bad.csv line 3: missing value in value column 'value'",
         ),
         ("timestamp,id,value\n2000-01-01,a,1\n2000-01-01,a,2\n2000-03-01,a,2\n", "two rows at"),
         ("timestamp,id,value\n2000-01-01,a,1\n2000-01-09,a,2\n2000-03-05,a,2\n", "cannot infer the frequency"),

@@ -221,12 +221,12 @@ def test_csv_and_parquet_covariates_are_read_beside_the_values(tmp_path: Path) -
         (
             "timestamp,id,value,rain\n2000-01-01,a,1,\n",
             ("rain",),
-            "row 0: covariate column 'rain' is not a finite number",
+            "bad.csv line 2: missing value in covariate column 'rain'",
         ),
         (
             "timestamp,id,value,rain\n2000-01-01,a,1,2\n2000-02-01,a,1,inf\n",
             ("rain",),
-            "row 1: covariate column 'rain'",
+            "bad.csv line 3: covariate column 'rain' is not a finite number",
         ),
         ("timestamp,id,value,rain\n2000-01-01,a,1,wet\n", ("rain",), "covariate column 'rain' is not a finite"),
         ("timestamp,id,value\n2000-01-01,a,1\n", ("rain",), "lacks column 'rain'"),
