@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from syncline.chain import keys, underfilled
+from syncline.chain import enrollment, keys
 from syncline.chain.deployment import Deployment, deploy_market
 from syncline.chain.devnet import ANVIL, DevnetHome, local_devnet, start_anvil
 from syncline.chain.market import SPEC_MAX_TRAINERS, SPEC_MIN_TRAINERS, SPEC_ROUNDS, MarketClient, TaskView
@@ -671,14 +671,20 @@ def cmd_list_runs(args: argparse.Namespace) -> int:
 
 def run_progress(t: TaskView, onchain_spec: Sequence[Any], now: int | None = None) -> str:
     """Where a run stands, in words: ``enrolling: 1 of 3 trainers``, ``running: round 2 of 8``;
-    with the chain's time ``now``, ``underfilled: cancellable`` once the enrollment deadline passed
-    with fewer than ``min_trainers`` enrolled (the task can then only be cancelled)."""
+    with the chain's time ``now``, once the enrollment deadline passed, ``underfilled: cancellable``
+    (fewer than ``min_trainers`` enrolled: it can only be cancelled) or ``enrollment closed:
+    startable`` (enough enrolled: anyone may start the run)."""
     low, high = int(onchain_spec[SPEC_MIN_TRAINERS]), int(onchain_spec[SPEC_MAX_TRAINERS])
     rounds = int(onchain_spec[SPEC_ROUNDS])
-    if now is not None and underfilled.is_cancellable(t, onchain_spec, now):
+    if now is not None and enrollment.is_cancellable(t, onchain_spec, now):
         return (
             f"underfilled: cancellable ({t.enrolled} of the {low} trainers needed enrolled by the deadline; "
             f"`syncline train cancel-underfilled --task-id {t.task_id}` refunds the sponsor and every stake)"
+        )
+    if now is not None and enrollment.is_startable(t, onchain_spec, now):
+        return (
+            f"enrollment closed: startable ({t.enrolled} of {low}-{high} trainers enrolled by the deadline; "
+            f"`syncline train start-run --task-id {t.task_id}` or any trainer agent starts the run)"
         )
     if t.status == TaskStatus.ENROLLING:
         wanted = str(high) if low == high else f"{low}-{high}"
@@ -777,7 +783,7 @@ def cmd_cancel_underfilled(args: argparse.Namespace) -> int:
     """Cancel a task whose enrollment deadline passed with fewer than ``min_trainers`` enrolled
     (anyone may): the sponsor's escrow, every stake and bond become withdrawable credit."""
     market = market_from_args(args)
-    cancelled = underfilled.cancel(market, signer_from_args(args), args.task_id)
+    cancelled = enrollment.cancel(market, signer_from_args(args), args.task_id)
     t = market.task(args.task_id)
     print(
         json.dumps(
@@ -790,6 +796,15 @@ def cmd_cancel_underfilled(args: argparse.Namespace) -> int:
             }
         )
     )
+    return 0
+
+
+def cmd_start_run(args: argparse.Namespace) -> int:
+    """Start a run whose enrollment deadline passed with at least ``min_trainers`` (anyone may)."""
+    market = market_from_args(args)
+    started = enrollment.start(market, signer_from_args(args), args.task_id)
+    t = market.task(args.task_id)
+    print(json.dumps({"task_id": args.task_id, "status": t.status.name.lower(), "started_now": started}))
     return 0
 
 
@@ -1288,6 +1303,12 @@ def build_parser() -> argparse.ArgumentParser:
     chain_cmd("enroll-trainer", cmd_enroll, "bond the stake and enroll", signer=True)
     chain_cmd("seal", cmd_seal, "seal a completed run after its challenge window", signer=True)
     chain_cmd("claim", cmd_claim, "withdraw this account's credit", task=False, signer=True)
+    chain_cmd(
+        "start-run",
+        cmd_start_run,
+        "start a run whose enrollment deadline passed with at least min_trainers (anyone may)",
+        signer=True,
+    )
     chain_cmd(
         "cancel-underfilled",
         cmd_cancel_underfilled,

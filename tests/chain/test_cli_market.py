@@ -101,6 +101,18 @@ def test_the_real_deployment_passes_the_check(
 # ---------------------------------------------------------------------- under-filled tasks (finding 11)
 
 
+def _trainer_config(tmp_path: Path, deployment: Deployment, task_id: int) -> Any:
+    return config_from_mapping(
+        {
+            "node_rpc": deployment.rpc_url,
+            "task_id": task_id,
+            "deployment": str(_deployment_file(tmp_path, deployment)),
+            "blob_store": "http://127.0.0.1:1",  # nothing to fetch: the spec artifact is not needed
+            "state_dir": str(tmp_path / "trainer"),
+        }
+    )
+
+
 def _underfilled(
     market: MarketClient,
     w3: Web3,
@@ -200,15 +212,7 @@ def test_the_trainer_agent_of_an_underfilled_task_cancels_it_and_withdraws_its_s
     from structlog.testing import capture_logs
 
     task_id, spec = _underfilled(market, w3, sponsor, trainers[0], spec_factory)
-    cfg = config_from_mapping(
-        {
-            "node_rpc": deployment.rpc_url,
-            "task_id": task_id,
-            "deployment": str(_deployment_file(tmp_path, deployment)),
-            "blob_store": "http://127.0.0.1:1",  # nothing to fetch: the spec artifact is not needed
-            "state_dir": str(tmp_path / "trainer"),
-        }
-    )
+    cfg = _trainer_config(tmp_path, deployment, task_id)
     before = w3.eth.get_balance(trainers[0].address)
     agent = TrainerAgent(cfg=cfg, signer=trainers[0], market=market, blobs=None)  # type: ignore[arg-type]
     with capture_logs() as logs:
@@ -220,6 +224,70 @@ def test_the_trainer_agent_of_an_underfilled_task_cancels_it_and_withdraws_its_s
     lines = [e for e in logs if e["event"].startswith("trainer.")]
     assert [e["event"] for e in lines] == ["trainer.underfilled_cancelled"], lines
     assert lines[0]["withdrawn_wei"] == spec.trainer_stake_wei
+
+
+def _closed_with(
+    market: MarketClient,
+    w3: Web3,
+    sponsor: Signer,
+    enrolled: list[Signer],
+    spec_factory: Callable[..., TrainingTaskSpec],
+) -> int:
+    """A task of 2 to 3 trainers with ``enrolled`` enrolled, its enrollment deadline passed."""
+    spec = spec_factory(min_trainers=2, max_trainers=3)
+    task_id, _ = market.post_task(sponsor, spec, SPEC_URI)
+    for t in enrolled:
+        market.enroll(t, task_id)
+    travel_past(w3, spec.enrollment_deadline)
+    return task_id
+
+
+def test_a_task_past_its_deadline_with_min_trainers_is_started_from_the_cli(
+    tmp_path: Path,
+    deployment: Deployment,
+    market: MarketClient,
+    w3: Web3,
+    sponsor: Signer,
+    trainers: list[Signer],
+    devnet: Devnet,
+    spec_factory: Callable[..., TrainingTaskSpec],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Nothing started a run that closed enrollment between min and max trainers: it stayed enrolling."""
+    task_id = _closed_with(market, w3, sponsor, trainers[:2], spec_factory)
+    path = str(_deployment_file(tmp_path, deployment))
+    code, out, err = _cli(capsys, "train", "get-run", "--deployment", path, "--task-id", str(task_id))
+    progress = json.loads(out)["progress"]
+    assert progress.startswith("enrollment closed: startable") and "start-run" in progress, progress
+    monkeypatch.setenv("OUTSIDER_KEY", devnet.private_keys()[7])
+    argv = ["train", "start-run", "--deployment", path, "--task-id", str(task_id), "--key-env", "OUTSIDER_KEY"]
+    code, out, err = _cli(capsys, *argv)
+    assert code == 0, err
+    assert json.loads(out)["status"] == "running"
+    t = market.task(task_id)
+    assert t.status == TaskStatus.RUNNING and t.active == 2
+
+
+def test_the_trainer_agent_starts_a_run_whose_enrollment_closed_with_enough_trainers(
+    tmp_path: Path,
+    deployment: Deployment,
+    market: MarketClient,
+    w3: Web3,
+    sponsor: Signer,
+    trainers: list[Signer],
+    spec_factory: Callable[..., TrainingTaskSpec],
+) -> None:
+    from structlog.testing import capture_logs
+
+    task_id = _closed_with(market, w3, sponsor, trainers[:2], spec_factory)
+    agent = TrainerAgent(
+        cfg=_trainer_config(tmp_path, deployment, task_id), signer=trainers[1], market=market, blobs=None
+    )  # type: ignore[arg-type]
+    with capture_logs() as logs:
+        assert agent.step() is False  # the run goes on: the next tick trains round 0
+    assert market.task(task_id).status == TaskStatus.RUNNING
+    assert [e["event"] for e in logs if e["event"].startswith("trainer.")] == ["trainer.run_started"]
 
 
 # ---------------------------------------------------------------------- the receipt's losses

@@ -32,7 +32,7 @@ import torch
 
 from syncline.blobstore import BlobStore
 from syncline.blobstore.store import BlobRef, BlobUnavailable, put_signed
-from syncline.chain import underfilled
+from syncline.chain import enrollment
 from syncline.chain.calls import ZERO_ADDRESS
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient, RoundView, TaskView, TrainerView
@@ -252,10 +252,9 @@ class TrainerAgent:
         if self._awaiting.waiting():
             return False
         t = self.market.task(task_id)
-        if t.status == TaskStatus.ENROLLING and underfilled.is_cancellable(
-            t, self.market.spec_tuple(task_id), pending_time(self.market.w3)
-        ):
-            return self._leave_underfilled(t)
+        closed = self._enrollment_closed(t) if t.status == TaskStatus.ENROLLING else None
+        if closed is not None:
+            return closed
         if self.ctx is None:
             self._enclave = agent_enclave(self.cfg)
             enclave_key = self._enclave.key if self._enclave is not None else None
@@ -306,10 +305,19 @@ class TrainerAgent:
             self._train_ahead(t, me)
         return False
 
-    def _leave_underfilled(self, t: TaskView) -> bool:
-        """The enrollment deadline passed under ``min_trainers``: the run can never start. Cancel the
-        task (anyone may; someone may have already), withdraw the stake, and exit (one line)."""
-        cancelled = underfilled.cancel(self.market, self.signer, t.task_id)
+    def _enrollment_closed(self, t: TaskView) -> bool | None:
+        """Past the enrollment deadline someone must act (anyone may; chain/enrollment.py): with at
+        least ``min_trainers`` start the run (False: not done, the next tick trains round 0);
+        under-filled, cancel the task, withdraw the stake and say so in one line (True: done).
+        None before the deadline."""
+        spec, now = self.market.spec_tuple(t.task_id), pending_time(self.market.w3)
+        if enrollment.is_startable(t, spec, now):
+            started = enrollment.start(self.market, self.signer, t.task_id)
+            log.info("trainer.run_started", task_id=t.task_id, trainers=t.enrolled, started_by_me=started)
+            return False
+        if not enrollment.is_cancellable(t, spec, now):
+            return None
+        cancelled = enrollment.cancel(self.market, self.signer, t.task_id)
         log.info(
             "trainer.underfilled_cancelled",
             task_id=t.task_id,
