@@ -8,6 +8,7 @@ import argparse
 import dataclasses
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -98,202 +99,69 @@ def test_the_real_deployment_passes_the_check(
     assert isinstance(json.loads(out), list)
 
 
-# ---------------------------------------------------------------------- under-filled tasks (finding 11)
+# ---------------------------------------------------------------------- the enrollment deadline (finding 11)
 
 
-def _trainer_config(tmp_path: Path, deployment: Deployment, task_id: int) -> Any:
-    return config_from_mapping(
-        {
-            "node_rpc": deployment.rpc_url,
-            "task_id": task_id,
-            "deployment": str(_deployment_file(tmp_path, deployment)),
-            "blob_store": "http://127.0.0.1:1",  # nothing to fetch: the spec artifact is not needed
-            "state_dir": str(tmp_path / "trainer"),
-        }
-    )
+@dataclass
+class World:
+    """The session's chain and market (reverted after each test) and the CLI pointed at them."""
+
+    tmp_path: Path
+    deployment: Deployment
+    market: MarketClient
+    w3: Web3
+    sponsor: Signer
+    trainers: list[Signer]
+    witnesses: list[Signer]
+    devnet: Devnet
+    spec_factory: Callable[..., TrainingTaskSpec]
+    monkeypatch: pytest.MonkeyPatch
+    capsys: pytest.CaptureFixture[str]
+
+    @property
+    def path(self) -> str:
+        return str(_deployment_file(self.tmp_path, self.deployment))
+
+    def cli(self, command: str, *argv: str) -> tuple[int, str, str]:
+        """``syncline [train] COMMAND --deployment PATH ARGV...``."""
+        words = command.split()
+        return _cli(self.capsys, *words, "--deployment", self.path, *argv)
+
+    def by_outsider(self, action: str, task_id: int) -> tuple[int, str, str]:
+        """``train ACTION --task-id N`` signed by the outsider (account 7): anyone may."""
+        self.monkeypatch.setenv("OUTSIDER_KEY", self.devnet.private_keys()[7])
+        return self.cli(f"train {action}", "--task-id", str(task_id), "--key-env", "OUTSIDER_KEY")
+
+    def progress(self, task_id: int) -> str:
+        code, out, err = self.cli("train get-run", "--task-id", str(task_id))
+        assert code == 0, err
+        return str(json.loads(out)["progress"])
+
+    def task(self, low: int, high: int, enrolled: int, *, past_deadline: bool = True) -> tuple[int, TrainingTaskSpec]:
+        """A task of ``low`` to ``high`` trainers with the first ``enrolled`` trainers enrolled."""
+        spec = self.spec_factory(min_trainers=low, max_trainers=high)
+        task_id, _ = self.market.post_task(self.sponsor, spec, SPEC_URI)
+        for t in self.trainers[:enrolled]:
+            self.market.enroll(t, task_id)
+        if past_deadline:
+            travel_past(self.w3, spec.enrollment_deadline)
+        return task_id, spec
+
+    def trainer_agent(self, task_id: int, signer: Signer) -> TrainerAgent:
+        cfg = config_from_mapping(
+            {
+                "node_rpc": self.deployment.rpc_url,
+                "task_id": task_id,
+                "deployment": self.path,
+                "blob_store": "http://127.0.0.1:1",  # nothing to fetch: the spec artifact is not needed
+                "state_dir": str(self.tmp_path / "trainer"),
+            }
+        )
+        return TrainerAgent(cfg=cfg, signer=signer, market=self.market, blobs=None)  # type: ignore[arg-type]
 
 
-def _underfilled(
-    market: MarketClient,
-    w3: Web3,
-    sponsor: Signer,
-    trainer: Signer,
-    spec_factory: Callable[..., TrainingTaskSpec],
-    *,
-    past_deadline: bool = True,
-) -> tuple[int, TrainingTaskSpec]:
-    spec = spec_factory(min_trainers=3, max_trainers=3)
-    task_id, _ = market.post_task(sponsor, spec, SPEC_URI)
-    market.enroll(trainer, task_id)
-    if past_deadline:
-        travel_past(w3, spec.enrollment_deadline)
-    return task_id, spec
-
-
-def _cancel(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, devnet: Devnet, path: str, task_id: int
-) -> tuple[int, str, str]:
-    """``train cancel-underfilled`` sent by the outsider (account 7): anyone may."""
-    monkeypatch.setenv("OUTSIDER_KEY", devnet.private_keys()[7])
-    argv = ["train", "cancel-underfilled", "--deployment", path, "--task-id", str(task_id), "--key-env", "OUTSIDER_KEY"]
-    return _cli(capsys, *argv)
-
-
-def test_an_underfilled_task_is_shown_cancellable_and_cancelled_from_the_cli(
-    tmp_path: Path,
-    deployment: Deployment,
-    market: MarketClient,
-    w3: Web3,
-    sponsor: Signer,
-    trainers: list[Signer],
-    outsider: Signer,
-    devnet: Devnet,
-    spec_factory: Callable[..., TrainingTaskSpec],
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    task_id, spec = _underfilled(market, w3, sponsor, trainers[0], spec_factory)
-    path = str(_deployment_file(tmp_path, deployment))
-    code, out, err = _cli(capsys, "train", "get-run", "--deployment", path, "--task-id", str(task_id))
-    assert code == 0, err
-    progress = json.loads(out)["progress"]
-    assert progress.startswith("underfilled: cancellable"), progress
-    assert "cancel-underfilled" in progress
-    code, out, err = _cli(capsys, "train", "list-runs", "--deployment", path)
-    assert json.loads(out)[-1]["progress"].startswith("underfilled: cancellable")
-
-    code, out, err = _cancel(capsys, monkeypatch, devnet, path, task_id)
-    assert code == 0, err
-    done = json.loads(out)
-    assert done["status"] == "cancelled"
-    assert market.task(task_id).status == TaskStatus.CANCELLED
-    assert market.credit_of(trainers[0].address) == spec.trainer_stake_wei
-    assert market.credit_of(sponsor.address) == spec.escrow_wei
-
-    code, out, err = _cli(capsys, "account", "--deployment", path, "--address", trainers[0].address)
-    assert code == 0, err
-    account = json.loads(out)
-    assert account["address"] == trainers[0].address
-    assert account["withdrawable_wei"] == spec.trainer_stake_wei
-    assert account["balance_wei"] == w3.eth.get_balance(trainers[0].address)
-    assert {"task_id": task_id, "reason": "stake-refund", "wei": spec.trainer_stake_wei} in account["credited"]
-
-
-def test_cancel_underfilled_before_the_deadline_is_one_decoded_line(
-    tmp_path: Path,
-    deployment: Deployment,
-    market: MarketClient,
-    w3: Web3,
-    sponsor: Signer,
-    trainers: list[Signer],
-    devnet: Devnet,
-    spec_factory: Callable[..., TrainingTaskSpec],
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    task_id, _ = _underfilled(market, w3, sponsor, trainers[0], spec_factory, past_deadline=False)
-    path = str(_deployment_file(tmp_path, deployment))
-    code, out, _ = _cli(capsys, "train", "get-run", "--deployment", path, "--task-id", str(task_id))
-    assert json.loads(out)["progress"].startswith("enrolling: 1 of 3")
-    code, out, err = _cancel(capsys, monkeypatch, devnet, path, task_id)
-    assert code == 2 and len(err.strip().splitlines()) == 1
-    assert "SynclineEnrollmentStillOpen" in err
-
-
-def test_the_trainer_agent_of_an_underfilled_task_cancels_it_and_withdraws_its_stake(
-    tmp_path: Path,
-    deployment: Deployment,
-    market: MarketClient,
-    w3: Web3,
-    sponsor: Signer,
-    trainers: list[Signer],
-    spec_factory: Callable[..., TrainingTaskSpec],
-) -> None:
-    from structlog.testing import capture_logs
-
-    task_id, spec = _underfilled(market, w3, sponsor, trainers[0], spec_factory)
-    cfg = _trainer_config(tmp_path, deployment, task_id)
-    before = w3.eth.get_balance(trainers[0].address)
-    agent = TrainerAgent(cfg=cfg, signer=trainers[0], market=market, blobs=None)  # type: ignore[arg-type]
-    with capture_logs() as logs:
-        assert agent.step() is True  # done: the agent exits
-    assert market.task(task_id).status == TaskStatus.CANCELLED
-    assert market.credit_of(trainers[0].address) == 0
-    gained = w3.eth.get_balance(trainers[0].address) - before
-    assert spec.trainer_stake_wei - 10**16 < gained <= spec.trainer_stake_wei  # the stake, less gas
-    lines = [e for e in logs if e["event"].startswith("trainer.")]
-    assert [e["event"] for e in lines] == ["trainer.underfilled_cancelled"], lines
-    assert lines[0]["withdrawn_wei"] == spec.trainer_stake_wei
-
-
-def _closed_with(
-    market: MarketClient,
-    w3: Web3,
-    sponsor: Signer,
-    enrolled: list[Signer],
-    spec_factory: Callable[..., TrainingTaskSpec],
-) -> int:
-    """A task of 2 to 3 trainers with ``enrolled`` enrolled, its enrollment deadline passed."""
-    spec = spec_factory(min_trainers=2, max_trainers=3)
-    task_id, _ = market.post_task(sponsor, spec, SPEC_URI)
-    for t in enrolled:
-        market.enroll(t, task_id)
-    travel_past(w3, spec.enrollment_deadline)
-    return task_id
-
-
-def test_a_task_past_its_deadline_with_min_trainers_is_started_from_the_cli(
-    tmp_path: Path,
-    deployment: Deployment,
-    market: MarketClient,
-    w3: Web3,
-    sponsor: Signer,
-    trainers: list[Signer],
-    devnet: Devnet,
-    spec_factory: Callable[..., TrainingTaskSpec],
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    """Nothing started a run that closed enrollment between min and max trainers: it stayed enrolling."""
-    task_id = _closed_with(market, w3, sponsor, trainers[:2], spec_factory)
-    path = str(_deployment_file(tmp_path, deployment))
-    code, out, err = _cli(capsys, "train", "get-run", "--deployment", path, "--task-id", str(task_id))
-    progress = json.loads(out)["progress"]
-    assert progress.startswith("enrollment closed: startable") and "start-run" in progress, progress
-    monkeypatch.setenv("OUTSIDER_KEY", devnet.private_keys()[7])
-    argv = ["train", "start-run", "--deployment", path, "--task-id", str(task_id), "--key-env", "OUTSIDER_KEY"]
-    code, out, err = _cli(capsys, *argv)
-    assert code == 0, err
-    assert json.loads(out)["status"] == "running"
-    t = market.task(task_id)
-    assert t.status == TaskStatus.RUNNING and t.active == 2
-
-
-def test_the_trainer_agent_starts_a_run_whose_enrollment_closed_with_enough_trainers(
-    tmp_path: Path,
-    deployment: Deployment,
-    market: MarketClient,
-    w3: Web3,
-    sponsor: Signer,
-    trainers: list[Signer],
-    spec_factory: Callable[..., TrainingTaskSpec],
-) -> None:
-    from structlog.testing import capture_logs
-
-    task_id = _closed_with(market, w3, sponsor, trainers[:2], spec_factory)
-    agent = TrainerAgent(
-        cfg=_trainer_config(tmp_path, deployment, task_id), signer=trainers[1], market=market, blobs=None
-    )  # type: ignore[arg-type]
-    with capture_logs() as logs:
-        assert agent.step() is False  # the run goes on: the next tick trains round 0
-    assert market.task(task_id).status == TaskStatus.RUNNING
-    assert [e["event"] for e in logs if e["event"].startswith("trainer.")] == ["trainer.run_started"]
-
-
-# ---------------------------------------------------------------------- the receipt's losses
-
-
-def test_get_receipt_lists_the_validation_metric_per_round(
+@pytest.fixture
+def world(
     tmp_path: Path,
     deployment: Deployment,
     market: MarketClient,
@@ -301,17 +169,100 @@ def test_get_receipt_lists_the_validation_metric_per_round(
     sponsor: Signer,
     trainers: list[Signer],
     witnesses: list[Signer],
+    devnet: Devnet,
     spec_factory: Callable[..., TrainingTaskSpec],
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-) -> None:
+) -> World:
+    return World(
+        tmp_path, deployment, market, w3, sponsor, trainers, witnesses, devnet, spec_factory, monkeypatch, capsys
+    )
 
-    task_id, _ = start_task(market, sponsor, spec_factory(), witnesses, trainers)
+
+def test_an_underfilled_task_is_shown_cancellable_and_cancelled_from_the_cli(world: World) -> None:
+    market, trainer = world.market, world.trainers[0]
+    task_id, spec = world.task(3, 3, enrolled=1)
+    progress = world.progress(task_id)
+    assert progress.startswith("underfilled: cancellable") and "cancel-underfilled" in progress, progress
+    _, out, _ = world.cli("train list-runs")
+    assert json.loads(out)[-1]["progress"].startswith("underfilled: cancellable")
+
+    code, out, err = world.by_outsider("cancel-underfilled", task_id)
+    assert code == 0, err
+    assert json.loads(out)["status"] == "cancelled"
+    assert market.task(task_id).status == TaskStatus.CANCELLED
+    assert market.credit_of(trainer.address) == spec.trainer_stake_wei
+    assert market.credit_of(world.sponsor.address) == spec.escrow_wei
+
+    code, out, err = world.cli("account", "--address", trainer.address)
+    assert code == 0, err
+    account = json.loads(out)
+    assert account["address"] == trainer.address
+    assert account["withdrawable_wei"] == spec.trainer_stake_wei
+    assert account["balance_wei"] == world.w3.eth.get_balance(trainer.address)
+    assert {"task_id": task_id, "reason": "stake-refund", "wei": spec.trainer_stake_wei} in account["credited"]
+
+
+def test_cancel_underfilled_before_the_deadline_is_one_decoded_line(world: World) -> None:
+    task_id, _ = world.task(3, 3, enrolled=1, past_deadline=False)
+    assert world.progress(task_id).startswith("enrolling: 1 of 3")
+    code, _, err = world.by_outsider("cancel-underfilled", task_id)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "SynclineEnrollmentStillOpen" in err
+
+
+def test_the_trainer_agent_of_an_underfilled_task_cancels_it_and_withdraws_its_stake(world: World) -> None:
+    from structlog.testing import capture_logs
+
+    market, w3, trainer = world.market, world.w3, world.trainers[0]
+    task_id, spec = world.task(3, 3, enrolled=1)
+    before = w3.eth.get_balance(trainer.address)
+    agent = world.trainer_agent(task_id, trainer)
+    with capture_logs() as logs:
+        assert agent.step() is True  # done: the agent exits
+    assert market.task(task_id).status == TaskStatus.CANCELLED
+    assert market.credit_of(trainer.address) == 0
+    gained = w3.eth.get_balance(trainer.address) - before
+    assert spec.trainer_stake_wei - 10**16 < gained <= spec.trainer_stake_wei  # the stake, less gas
+    lines = [e for e in logs if e["event"].startswith("trainer.")]
+    assert [e["event"] for e in lines] == ["trainer.underfilled_cancelled"], lines
+    assert lines[0]["withdrawn_wei"] == spec.trainer_stake_wei
+
+
+def test_a_task_past_its_deadline_with_min_trainers_is_started_from_the_cli(world: World) -> None:
+    """Nothing started a run that closed enrollment between min and max trainers: it stayed enrolling."""
+    task_id, _ = world.task(2, 3, enrolled=2)
+    progress = world.progress(task_id)
+    assert progress.startswith("enrollment closed: startable") and "start-run" in progress, progress
+    code, out, err = world.by_outsider("start-run", task_id)
+    assert code == 0, err
+    assert json.loads(out)["status"] == "running"
+    t = world.market.task(task_id)
+    assert t.status == TaskStatus.RUNNING and t.active == 2
+
+
+def test_the_trainer_agent_starts_a_run_whose_enrollment_closed_with_enough_trainers(world: World) -> None:
+    from structlog.testing import capture_logs
+
+    task_id, _ = world.task(2, 3, enrolled=2)
+    agent = world.trainer_agent(task_id, world.trainers[1])
+    with capture_logs() as logs:
+        assert agent.step() is False  # the run goes on: the next tick trains round 0
+    assert world.market.task(task_id).status == TaskStatus.RUNNING
+    assert [e["event"] for e in logs if e["event"].startswith("trainer.")] == ["trainer.run_started"]
+
+
+# ---------------------------------------------------------------------- the receipt's losses
+
+
+def test_get_receipt_lists_the_validation_metric_per_round(world: World) -> None:
+    market, trainers, witnesses = world.market, world.trainers, world.witnesses
+    task_id, _ = start_task(market, world.sponsor, world.spec_factory(), witnesses, trainers)
     for rnd, losses in enumerate(([6_900_000, 6_950_000], [5_100_000, 5_000_000])):
         for i, t in enumerate(trainers):
             commit(market, t, task_id, rnd, i)
-        finalize(market, w3, witnesses[:2], task_id, rnd, 0b111, metrics=losses)
-    path = str(_deployment_file(tmp_path, deployment))
-    code, out, err = _cli(capsys, "train", "get-receipt", "--deployment", path, "--task-id", str(task_id))
+        finalize(market, world.w3, witnesses[:2], task_id, rnd, 0b111, metrics=losses)
+    code, out, err = world.cli("train get-receipt", "--task-id", str(task_id))
     assert code == 0, err
     receipt = json.loads(out)
     assert receipt["validation_metric"] == "validation_loss"
