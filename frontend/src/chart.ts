@@ -97,6 +97,10 @@ export class LossChart {
       const at = rounds[validation.lastIndexOf(final)] ?? lastRound;
       this.note.textContent = `Final ${label} ${final.toFixed(4)} (round ${at}).`;
     }
+    // Losses are mean cross-entropies in nats (natural log) per predicted token (per image for
+    // vision); the axis says so.
+    const yLabel = metric === "validation_loss" ? "loss (cross-entropy, nats/token)" : metric === "top1_accuracy" ? "training loss (cross-entropy, nats)" : "training loss";
+    this.container.dataset.yLabel = yLabel;
     const key = `${metric}:${trainers.join(",")}`;
     if (this.plot && key === this.key) {
       this.plot.setData(data);
@@ -143,7 +147,7 @@ export class LossChart {
             values: (_u, ticks) => ticks.map((t) => String(t)),
           },
           {
-            label: ownAxis ? "training loss" : "loss",
+            label: yLabel,
             size: 64,
             splits: (u, _axis, min, max) => {
               const ticks = lossTicks(min, max, Math.max(2, Math.floor(u.bbox.height / devicePixelRatio / 32)), this.final);
