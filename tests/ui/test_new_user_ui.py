@@ -9,8 +9,12 @@ has not started, two under-filled tasks, and an idle devnet whose latest block i
 
 from __future__ import annotations
 
+import json
+import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,6 +41,9 @@ TEXT_HAS = "(document.querySelector('[data-testid=%s]')?.innerText || '').includ
 @dataclass
 class World:
     url: str
+    rpc_url: str
+    workdir: Path
+    blob_url: str
     w3: Web3
     market: MarketClient
     signers: list[Signer]
@@ -98,7 +105,20 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         url = server.start()
         server.wait_indexed()
         try:
-            yield World(url, w3, market, signers, running, waiting, underfilled, frontrun, deadline)
+            yield World(
+                url,
+                devnet.rpc_url,
+                workdir,
+                service.url,
+                w3,
+                market,
+                signers,
+                running,
+                waiting,
+                underfilled,
+                frontrun,
+                deadline,
+            )
         finally:
             server.stop()
             service.stop()
@@ -259,4 +279,44 @@ def test_an_idle_devnet_posts_with_the_default_deadline(world: World, browser: A
     assert tid(page, "posted-task-id").count() == 1, progress
     task_id = int(tid(page, "posted-task-id").inner_text())
     assert world.market.task(task_id).status == TaskStatus.ENROLLING
+    assert page_errors == []
+
+
+def test_an_empty_runs_list_says_when_the_index_is_catching_up(
+    world: World, browser: Any, page_errors: PageErrors
+) -> None:
+    """A market with no task yet, behind an API whose index lags the chain: the runs list says it
+    is indexing, not "No runs yet"."""
+    workdir = world.workdir / "second"
+    workdir.mkdir()
+    deploy_market(world.w3, world.signers[0], world.rpc_url, workdir)
+    server = ApiServer(
+        ApiSettings(
+            deployment=workdir / "deployment.json",
+            blob_store=world.blob_url,
+            db_url=f"sqlite:///{workdir / 'index.db'}",
+            port=0,
+            frontend_dir=FRONTEND_DIST,
+            poll_interval_s=120,  # one pass at start, then none during this test
+            state_dir=workdir / "api",
+        )
+    )
+    url = server.start()
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # the first pass (at start) reached the head
+            health = json.loads(urllib.request.urlopen(url + "/healthz", timeout=5).read())
+            if health["indexed_block"] >= health["head_block"] > 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        dev_rpc(world.w3, "anvil_mine", [50])  # the chain moves on; the index does not for 120 s
+        page = open_page(browser, page_errors)
+        page.goto(url + "/#/")
+        empty = tid(page, "runs-empty")
+        empty.wait_for()
+        assert "Indexing the chain" in empty.inner_text() and "No runs yet" not in empty.inner_text(), (
+            empty.inner_text()
+        )
+    finally:
+        server.stop()
     assert page_errors == []

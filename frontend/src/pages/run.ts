@@ -131,7 +131,7 @@ export function runPage(id: number): Page {
         "p",
         { class: "muted small", testid: "witnesses-note" },
         "Votes: the votes the contract recorded for this run. A witness's log says witness.voted for every round it computed and sent, " +
-          "but once k matching votes finalized a round the contract refuses later votes on it (the round has closed), " +
+          "but once k matching votes finalized a round the contract refuses later votes on it (the round has closed; the log then says witness.call_skipped what=finalize), " +
           "and votes on a round rolled back by a proven fault are discarded: those are not counted here. " +
           "Matched: recorded votes equal to the finalized result, each earning the witness fee. Dissents: votes against the first one cast.",
       ),
