@@ -347,6 +347,10 @@ def test_the_loss_axes_include_the_final_value(world: World, browser: Any, page_
     assert x_ticks and x_ticks[0] == 0 and x_ticks[-1] == last_round, x_ticks
     y_ticks = [float(t) for t in (chart.get_attribute("data-y-ticks") or "").split(",") if t]
     assert any(abs(t - final) < 1e-9 for t in y_ticks), y_ticks
+    # The top of the curve (round 0's loss, above every round tick) is labelled too, and the axis
+    # names its unit (issue 26: "no unit and an unlabeled top tick").
+    assert any(abs(t - METRICS[0] / 1e6) < 1e-9 for t in y_ticks), y_ticks
+    assert "nats" in (chart.get_attribute("data-y-label") or ""), chart.get_attribute("data-y-label")
     y_min, y_max = (float(v) for v in (chart.get_attribute("data-y-range") or "nan,nan").split(","))
     assert y_min < final < y_max and y_min < METRICS[0] / 1e6 < y_max
     assert f"Final validation loss {final:.4f} (round {last_round})" in tid(page, "loss-note").inner_text()
