@@ -22,8 +22,9 @@ export function roundTicks(first: number, last: number, maxTicks: number): numbe
 }
 
 /** Loss ticks: about `count` round numbers in [min, max], plus `final` (the last validation loss)
- * so the axis reads where the curve ends; a round tick too close to it gives way. */
-export function lossTicks(min: number, max: number, count: number, final: number | null): number[] {
+ * so the axis reads where the curve ends, and `top` (the highest validation loss, usually the
+ * first) so the top of the curve is labelled too; a round tick too close to either gives way. */
+export function lossTicks(min: number, max: number, count: number, final: number | null, top: number | null = null): number[] {
   const span = max - min;
   let ticks: number[] = [];
   if (span > 0 && Number.isFinite(span)) {
@@ -31,9 +32,10 @@ export function lossTicks(min: number, max: number, count: number, final: number
     const mag = 10 ** Math.floor(Math.log10(raw));
     const step = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((x) => x >= raw) ?? 10 * mag;
     for (let t = Math.ceil(min / step) * step; t <= max + step * 1e-9; t += step) ticks.push(Number(t.toPrecision(12)));
-    if (final !== null) ticks = ticks.filter((t) => Math.abs(t - final) >= step * 0.6);
+    for (const mark of [final, top]) if (mark !== null) ticks = ticks.filter((t) => Math.abs(t - mark) >= step * 0.6);
   }
   if (final !== null && final >= min && final <= max) ticks.push(final);
+  if (top !== null && top !== final && top >= min && top <= max) ticks.push(top);
   return ticks.sort((a, b) => a - b);
 }
 
@@ -51,6 +53,7 @@ export class LossChart {
   private readonly body: HTMLElement;
   private readonly note: HTMLElement;
   private final: number | null = null;
+  private top: number | null = null;
 
   constructor(readonly container: HTMLElement) {
     this.body = h("div", { class: "chart-body" });
@@ -91,12 +94,18 @@ export class LossChart {
     let final: number | null = null;
     for (let i = validation.length - 1; i >= 0 && final === null; i--) final = validation[i] ?? null;
     this.final = final;
+    const shown = validation.filter((v): v is number => v !== null);
+    this.top = shown.length ? Math.max(...shown) : null;
     const lastRound = rounds[rounds.length - 1];
     this.container.dataset.finalLoss = final === null ? "" : String(final);
     if (final !== null && lastRound !== undefined) {
       const at = rounds[validation.lastIndexOf(final)] ?? lastRound;
       this.note.textContent = `Final ${label} ${final.toFixed(4)} (round ${at}).`;
     }
+    // Losses are mean cross-entropies in nats (natural log) per predicted token (per image for
+    // vision); the axis says so.
+    const yLabel = metric === "validation_loss" ? "loss (nats/token)" : metric === "top1_accuracy" ? "training loss (nats)" : "training loss";
+    this.container.dataset.yLabel = yLabel;
     const key = `${metric}:${trainers.join(",")}`;
     if (this.plot && key === this.key) {
       this.plot.setData(data);
@@ -143,15 +152,15 @@ export class LossChart {
             values: (_u, ticks) => ticks.map((t) => String(t)),
           },
           {
-            label: ownAxis ? "training loss" : "loss",
+            label: yLabel,
             size: 64,
             splits: (u, _axis, min, max) => {
-              const ticks = lossTicks(min, max, Math.max(2, Math.floor(u.bbox.height / devicePixelRatio / 32)), this.final);
+              const ticks = lossTicks(min, max, Math.max(2, Math.floor(u.bbox.height / devicePixelRatio / 32)), this.final, ownAxis ? null : this.top);
               this.container.dataset.yTicks = ticks.join(",");
               this.container.dataset.yRange = `${min},${max}`;
               return ticks;
             },
-            values: (_u, ticks) => ticks.map((t) => (t === this.final && !ownAxis ? t.toFixed(3) : String(Number(t.toPrecision(6))))),
+            values: (_u, ticks) => ticks.map((t) => ((t === this.final || t === this.top) && !ownAxis ? t.toFixed(3) : String(Number(t.toPrecision(6))))),
           },
           ...(ownAxis
             ? [

@@ -10,12 +10,17 @@ export function toWei(value: unknown): bigint | null {
   return null;
 }
 
+/** Below this (0.000001 ETH) an amount is dust: shown in wei, not as 0.000000000000000001 ETH. */
+const DUST_WEI = 10n ** 12n;
+
 /** "3.16 ETH": exact by default (up to 18 decimals, trailing zeros removed); with fewer
- * `decimals` the value is truncated and dust shows as "<0.0001 ETH". */
+ * `decimals` the value is truncated and dust shows as "<0.0001 ETH". An amount under 0.000001 ETH
+ * shows in wei ("1 wei", "250,000 wei"), exact and readable. */
 export function eth(value: unknown, decimals = 18): string {
   const wei = toWei(value);
   if (wei === null) return "—";
   if (wei === 0n) return "0 ETH";
+  if (wei < DUST_WEI && decimals >= 18) return `${groupThousands(wei.toString())} wei`;
   const text = formatEther(wei);
   const [whole, frac = ""] = text.split(".");
   let cut = frac.slice(0, decimals).replace(/0+$/, "");

@@ -1,4 +1,6 @@
 // Shared UI pieces: the one-line error, page interface, transaction progress panels.
+import { decodeErrorResult, type AbiParameter, type Hex } from "viem";
+import { call, getTransaction, getTransactionReceipt } from "viem/actions";
 import { h, replace, spinner } from "./dom";
 import { ApiError, oneLine } from "./api";
 import { explainError, TxError, wallet } from "./wallet";
@@ -62,7 +64,87 @@ export function clearError(source?: "load" | "action"): void {
 
 export function reportError(err: unknown, source: "load" | "action" = "action"): void {
   const hash = err instanceof TxError ? err.hash : undefined;
-  showError(explainError(err, wallet.config?.abi), source, hash);
+  const line = explainError(err, wallet.config?.abi);
+  showError(line, source, hash);
+  // A transaction that reverted on chain after its simulation passed: the decoded reason comes
+  // from the chain a moment later, and replaces the line while it is still the one shown.
+  if (minedRevert(err)) {
+    void describeFailure(err).then((decoded) => {
+      if (decoded !== line && errorHost?.querySelector<HTMLElement>('[data-testid="error"]')?.title === line) showError(decoded, source, hash);
+    });
+  }
+}
+
+// ------------------------------------------------------------------ reverts on chain
+
+/** Whether `err` is a transaction that was mined and reverted (the wallet's TxError with its hash). */
+function minedRevert(err: unknown): err is TxError & { hash: Hex } {
+  return err instanceof TxError && err.hash !== undefined && /^transaction reverted in block \d+/.test(err.message);
+}
+
+function formatArg(value: unknown): string {
+  if (typeof value === "bigint") return value.toString();
+  if (Array.isArray(value)) return `[${value.map(formatArg).join(", ")}]`;
+  if (value && typeof value === "object") return JSON.stringify(value, (_k, v: unknown) => (typeof v === "bigint" ? v.toString() : v));
+  return String(value);
+}
+
+/** "SynclineDeadlineInPast(deadline=…, now=…)" for revert data the market's ABI knows, else null. */
+export function decodeRevert(data: string | null | undefined): string | null {
+  const abi = wallet.config?.abi;
+  if (!abi || typeof data !== "string" || !/^0x[0-9a-fA-F]{8,}$/.test(data)) return null;
+  try {
+    const decoded = decodeErrorResult({ abi, data: data as Hex });
+    const args = (decoded.args ?? []) as readonly unknown[];
+    if (decoded.errorName === "Error" && args.length === 1) return `reverted: ${formatArg(args[0])}`;
+    if (decoded.errorName === "Panic" && args.length === 1) return `panic ${formatArg(args[0])}`;
+    const inputs = (decoded.abiItem as { inputs?: readonly AbiParameter[] }).inputs ?? [];
+    if (args.length === 0) return decoded.errorName;
+    return `${decoded.errorName}(${args.map((a, i) => (inputs[i]?.name ? `${inputs[i]!.name}=${formatArg(a)}` : formatArg(a))).join(", ")})`;
+  } catch {
+    return `unknown error data ${data.slice(0, 10)}`;
+  }
+}
+
+/**
+ * Why a mined transaction reverted, decoded with the market's ABI: the revert data its trace
+ * returned (`debug_traceTransaction`, anvil and most nodes), else a replay of the same call at
+ * the block it was mined in (that block's time and the state after it: what made it revert after
+ * a simulation against the previous block had passed). Null when neither tells.
+ */
+export async function onChainRevert(hash: Hex): Promise<string | null> {
+  const client = wallet.publicClient;
+  if (!client) return null;
+  try {
+    const trace = (await client.request({
+      method: "debug_traceTransaction",
+      params: [hash, { tracer: "callTracer" }],
+    } as never)) as { output?: string; revertReason?: string } | null;
+    const decoded = decodeRevert(trace?.output);
+    if (decoded) return decoded;
+    if (trace?.revertReason) return `reverted: ${oneLine(trace.revertReason)}`;
+  } catch {
+    // no debug namespace on this node: replay instead
+  }
+  try {
+    const [tx, receipt] = await Promise.all([getTransaction(client, { hash }), getTransactionReceipt(client, { hash })]);
+    if (!tx.to) return null;
+    await call(client, { account: tx.from, to: tx.to, data: tx.input, value: tx.value, gas: tx.gas, blockNumber: receipt.blockNumber });
+    return null; // the replay passes: the reason is not reproducible from outside
+  } catch (err) {
+    const line = explainError(err, wallet.config?.abi);
+    return line ? line : null;
+  }
+}
+
+/** The one line for a failure, with a mined revert's reason decoded from the chain. */
+export async function describeFailure(err: unknown): Promise<string> {
+  const line = explainError(err, wallet.config?.abi);
+  if (!minedRevert(err)) return line;
+  const reason = await onChainRevert(err.hash).catch(() => null);
+  if (!reason) return line;
+  const head = /^transaction reverted in block \d+/.exec(err.message)![0];
+  return `${head}: ${reason}`;
 }
 
 // ------------------------------------------------------------------ transaction progress
@@ -84,8 +166,10 @@ export class TxPanel {
   failed(err: unknown): void {
     this.el.dataset.state = "failed";
     const hash = err instanceof TxError ? err.hash : undefined;
-    replace(this.el, h("span", { class: "bad" }, "✗ failed"), hash ? h("span", { class: "tx-hash" }, " tx ", txLink(hash)) : null);
+    const reason = h("span", { class: "tx-reason", testid: this.el.dataset.testid ? `${this.el.dataset.testid}-reason` : undefined }, explainError(err, wallet.config?.abi));
+    replace(this.el, h("span", { class: "bad" }, "✗ failed: "), reason, hash ? h("span", { class: "tx-hash" }, " tx ", txLink(hash)) : null);
     reportError(err, "action");
+    if (minedRevert(err)) void describeFailure(err).then((line) => (reason.textContent = line));
   }
   clear(): void {
     delete this.el.dataset.state;

@@ -297,7 +297,10 @@ def test_the_post_form_takes_eth_and_a_date_time(world: World, browser: Any, pag
     assert deadline.get_attribute("type") == "datetime-local"
     # A datetime-local value drops ":00" seconds (HTML's valid normalized form): compare the instants.
     shown = datetime.fromisoformat(deadline.input_value()).replace(tzinfo=UTC)
-    assert shown == datetime.fromtimestamp(int(template["spec"]["enrollment_deadline"]), UTC)
+    # The default counts from the chain's next-block time (the pending block's, which moves with the
+    # clock) when the page fetched its template: a few seconds before this test's own fetch.
+    expected = datetime.fromtimestamp(int(template["spec"]["enrollment_deadline"]), UTC)
+    assert 0 <= (expected - shown).total_seconds() <= 10, (shown, expected)
 
     for text, reason in (
         ("abc", "not an amount in ETH"),
@@ -344,6 +347,10 @@ def test_the_loss_axes_include_the_final_value(world: World, browser: Any, page_
     assert x_ticks and x_ticks[0] == 0 and x_ticks[-1] == last_round, x_ticks
     y_ticks = [float(t) for t in (chart.get_attribute("data-y-ticks") or "").split(",") if t]
     assert any(abs(t - final) < 1e-9 for t in y_ticks), y_ticks
+    # The top of the curve (round 0's loss, above every round tick) is labelled too, and the axis
+    # names its unit (issue 26: "no unit and an unlabeled top tick").
+    assert any(abs(t - METRICS[0] / 1e6) < 1e-9 for t in y_ticks), y_ticks
+    assert "nats" in (chart.get_attribute("data-y-label") or ""), chart.get_attribute("data-y-label")
     y_min, y_max = (float(v) for v in (chart.get_attribute("data-y-range") or "nan,nan").split(","))
     assert y_min < final < y_max and y_min < METRICS[0] / 1e6 < y_max
     assert f"Final validation loss {final:.4f} (round {last_round})" in tid(page, "loss-note").inner_text()

@@ -248,8 +248,15 @@ def trainers(s: Session, task_id: int) -> list[TrainerOut]:
     task = s.get(TaskRow, task_id)
     task_status = task.status if task else ""
     returned = stakes_returned(s, task_id)
+    # The open round's commits are counted in ``submitted`` at once but decided (accepted or left
+    # out) only when the round closes: the acceptance rate counts closed rounds only.
+    open_round = (
+        s.get(RoundRow, (task_id, task.current_round)) if task is not None and task_status == "running" else None
+    )
+    pending_mask = int(open_round.committed_mask) if open_round is not None and open_round.status == "pending" else 0
     for t in s.scalars(select(TrainerRow).where(TrainerRow.task_id == task_id).order_by(TrainerRow.fragment)):
         mask = int(t.shard_mask)
+        decided = t.submitted - (pending_mask >> t.fragment & 1)
         out.append(
             TrainerOut(
                 address=t.address,
@@ -264,7 +271,7 @@ def trainers(s: Session, task_id: int) -> list[TrainerOut]:
                 submitted=t.submitted,
                 accepted=t.accepted,
                 missed=t.missed,
-                acceptance_rate=t.accepted / t.submitted if t.submitted else None,
+                acceptance_rate=t.accepted / decided if decided > 0 else None,
                 accepted_weight=t.accepted_weight,
                 reward_wei=t.reward_wei,
             )

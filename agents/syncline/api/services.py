@@ -100,7 +100,14 @@ class ApiServices:
         return [str(a).lower() for a in self.w3.eth.accounts]
 
     def chain_time(self) -> int:
-        return chain_time(self.w3)
+        """The time the next block will carry: the pending block's, never before the latest's. An
+        idle devnet mines nothing, so its latest block can be an hour old; a deadline computed or
+        checked against that would already be past when the transaction is mined."""
+        latest = chain_time(self.w3)
+        try:
+            return max(latest, int(self.w3.eth.get_block("pending")["timestamp"]))
+        except Exception:  # a node without a pending block: the latest one's time
+            return latest
 
     def task_context(self, task_id: int) -> TaskContext:
         """The task's verified context (spec artifact, tokenizer, layout), cached per task and spec

@@ -4,6 +4,7 @@ so the browser can validate as it types."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -253,13 +254,19 @@ def modalities() -> dict[str, Any]:
 
 def template(dev_accounts: Sequence[str], now: int, *, data_dir_configured: bool = False) -> dict[str, Any]:
     """``GET /api/template``: the default task's spec, corpus and model, the limits, the data
-    sources and methods the form offers, and the chain time."""
+    sources and methods the form offers, and the chain time.
+
+    ``now`` is the time the chain's next block will carry (``ApiServices.chain_time``). The default
+    enrollment deadline counts from it or from this machine's clock, whichever is later: an idle
+    devnet's latest block can be an hour old, and a deadline computed from it is already past when
+    the ``postTask`` is mined (``SynclineDeadlineInPast``)."""
     defaults = TaskDefaults()
+    start = max(now, int(time.time()))
     witnesses = (
         [dev_accounts[i] for i in DEVNET_WITNESS_ACCOUNTS] if len(dev_accounts) > max(DEVNET_WITNESS_ACCOUNTS) else []
     )
     return {
-        "spec": default_spec(defaults, witnesses, now),
+        "spec": default_spec(defaults, witnesses, start),
         "corpus": defaults.corpus,
         "model": dict(defaults.model),
         "limits": limits(now),

@@ -2,7 +2,7 @@
 // from public data, then send it with the challenge bond from the selected account.
 import { api, type BuiltProof, type JsonValue, type Round, type RunDetail } from "../api";
 import { h, replace, spinner } from "../dom";
-import { eth, humanize, relative, shortHex, time, timeEl, txLink } from "../format";
+import { eth, humanize, relative, shortHex, time, timeEl, toWei, txLink } from "../format";
 import { clearError, reportError, requestRefresh, RunGate, TxPanel, type Page } from "../ui";
 import { wallet } from "../wallet";
 
@@ -58,6 +58,8 @@ export function challengePage(id: number, initialRound?: number): Page {
   // Shown instead of the form (run settled) or of the build button (this round's window passed).
   const closedNotice = h("div", { class: "notice", testid: "challenge-closed", role: "status" });
   const proofHost = h("div");
+  // What the challenger risks, shown before anything is built or sent.
+  const stakes = h("div", { class: "notice stakes", testid: "challenge-stakes" });
   const resultHost = h("div");
   const txPanel = new TxPanel("challenge-tx-status");
 
@@ -77,6 +79,7 @@ export function challengePage(id: number, initialRound?: number): Page {
         h("div", { class: "field" }, h("label", { for: "challenge-kind" }, "Fault"), kindSelect, kindBlurb),
       ),
       extraFields,
+      stakes,
       buildRow,
       proofHost,
       txPanel.el,
@@ -185,8 +188,41 @@ export function challengePage(id: number, initialRound?: number): Page {
     renderWindow();
   }
 
+  function renderStakes(): void {
+    const bond = toWei(detail?.spec.challenge_bond_wei);
+    const k = info();
+    const sync = k.value === "aggregation_fraud" || k.value === "trainer_equivocation" || k.value === "witness_equivocation";
+    replace(
+      stakes,
+      h("strong", null, "At stake: "),
+      "sending this claim puts up the challenge bond of ",
+      h("strong", { testid: "challenge-bond", "data-wei": bond?.toString() ?? "", title: bond === null ? "" : `${bond} wei` }, bond === null ? "—" : eth(bond)),
+      wallet.selected ? ` from ${wallet.label(wallet.selected)}` : "",
+      ", plus gas.",
+      h(
+        "ul",
+        null,
+        h("li", { testid: "stakes-proven" }, h("strong", null, "If the fault is proven: "), "the bond comes back with a bounty of half of what is slashed, credited to you (claim it on the receipt page)."),
+        sync
+          ? h("li", { testid: "stakes-failed" }, h("strong", null, "If the proof does not hold: "), "this fault is decided in the same transaction: the contract refuses a proof it cannot verify (the transaction reverts), so the bond is not taken; you lose only the gas.")
+          : h(
+              "li",
+              { testid: "stakes-failed" },
+              h("strong", null, "If the claim fails, the bond is lost: "),
+              k.value === "censorship"
+                ? "if a voter of the round shows the left-out submission was malformed (rightly left out), that voter takes the whole bond."
+                : "when the referees vote the trainer innocent, the bond is shared among them.",
+              k.value === "training_fraud"
+                ? " If the referees do not decide in time, the claim expires and the bond comes back, less a share for each referee that re-executed the segment."
+                : "",
+            ),
+      ),
+    );
+  }
+
   function renderFields(): void {
     const k = info();
+    renderStakes();
     kindBlurb.textContent = k.blurb;
     const nodes: HTMLElement[] = [];
     const r = round();

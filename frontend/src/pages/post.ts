@@ -7,8 +7,8 @@ import { isAddress } from "viem";
 import { api, ApiError, oneLine, type JsonObject, type JsonValue, type Modalities, type Prepared, type Sources, type Template } from "../api";
 import { h, replace, spinner } from "../dom";
 import { eth, fromLocalInput, humanize, parseEth, relative, shortHex, time, toLocalInput, toWei, weiToEthText } from "../format";
-import { reportError, clearError, requestRefresh, type Page } from "../ui";
-import { wallet } from "../wallet";
+import { describeFailure, reportError, clearError, requestRefresh, type Page } from "../ui";
+import { explainError, wallet } from "../wallet";
 
 type Kind = "text" | "int" | "wei" | "float" | "number" | "select" | "addresses" | "list" | "bool" | "deadline";
 type Values = Record<string, string | boolean>;
@@ -311,7 +311,22 @@ export function postPage(): Page {
     }
     return [lo, hi];
   };
-  const chainNow = () => (template ? template.chain_time + Math.floor((performance.now() - fetchedAt) / 1000) : Math.floor(Date.now() / 1000));
+  // The time the chain's next block will carry: the template's (the API reads the pending block),
+  // resynchronized from the chain on every refresh, advancing with this page's clock in between.
+  let chainBase: number | null = null;
+  const chainNow = () => (chainBase !== null ? chainBase + Math.floor((performance.now() - fetchedAt) / 1000) : Math.floor(Date.now() / 1000));
+  function syncChainTime(): void {
+    void wallet.chainTime().then(
+      (t) => {
+        // Never backwards: a node answering with its stale latest block must not undo the API's pending time.
+        if (t > chainNow()) {
+          chainBase = t;
+          fetchedAt = performance.now();
+        }
+      },
+      () => undefined,
+    );
+  }
   /** The wei of an amount field (typed in ETH), or null while it is not a valid amount. */
   const weiOf = (name: string): bigint | null => {
     const parsed = parseEth(String(values[name] ?? ""));
@@ -404,7 +419,7 @@ export function postPage(): Page {
       const deadline = ts === null ? null : BigInt(ts);
       const now = BigInt(chainNow());
       if (deadline === null) e.set("enrollment_deadline", "pick a date and a time");
-      else if (deadline <= now) e.set("enrollment_deadline", `must be after the chain's current time (${time(Number(now))})`);
+      else if (deadline <= now + DEADLINE_MARGIN_S) e.set("enrollment_deadline", `must be at least ${DEADLINE_MARGIN_S} s after the chain's current time (${time(Number(now))}): the transaction takes time to be mined`);
       else if (deadline - now > maxWindow) e.set("enrollment_deadline", "at most 365 days from now");
     }
 
@@ -1032,7 +1047,11 @@ export function postPage(): Page {
       );
       requestRefresh();
     } catch (err) {
-      settle(current, current.textContent?.replace(/…$/, "") + " — failed", "failed");
+      // The step says why, decoded (a revert on chain: its custom error, read back from the chain).
+      const failedStep = current;
+      const stageText = (failedStep.textContent ?? "").replace(/…$/, "");
+      settle(failedStep, `${stageText} — failed: ${explainError(err, wallet.config?.abi)}`, "failed");
+      void describeFailure(err).then((line) => settle(failedStep, `${stageText} — failed: ${line}`, "failed"));
       // The API's refusal (a path outside the data directory, a missing column, a bad model
       // directory…) is one line next to the form; a wallet or chain failure goes to the error bar.
       if (preparing && err instanceof ApiError && err.status >= 400 && err.status < 500) showFormError(err.message);
@@ -1046,6 +1065,8 @@ export function postPage(): Page {
   function render(t: Template): void {
     template = t;
     fetchedAt = performance.now();
+    chainBase = t.chain_time;
+    syncChainTime();
     defs = fieldsFor(t);
     for (const def of defs) values[def.name] = initialValue(def, getPath(t, def.name));
     const src = t.sources;
@@ -1106,6 +1127,7 @@ export function postPage(): Page {
       if (!template) {
         render(await api.template());
       } else {
+        syncChainTime();
         updateSubmit();
       }
     },
@@ -1114,6 +1136,9 @@ export function postPage(): Page {
     },
   };
 }
+
+/** Seconds a deadline must lie beyond the chain's time now: preparing and mining the postTask take a while. */
+const DEADLINE_MARGIN_S = 60n;
 
 const PARAM_NAMES: Record<string, true> = {
   "aggregation.trim_fraction": true,

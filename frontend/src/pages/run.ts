@@ -73,7 +73,10 @@ export function runPage(id: number): Page {
     h("div", { class: "table-wrap" }, h("table", { testid: "privacy-table" }, h("caption", { class: "sr-only" }, "ε spent per trainer and round"), privacyHead, privacyBody)),
   );
   const sealedCard = new SealedManifestCard(id);
-  const modelLink = h("a", { href: api.modelUrl(id), class: "btn", download: `syncline-run-${id}-model.tar.gz` }, "Download model");
+  const modelLink = h("a", { href: api.modelUrl(id), class: "btn", download: `syncline-run-${id}-model.tar.gz`, testid: "link-model" }, "Download model");
+  const challengeLink = h("a", { href: `#/runs/${id}/challenge`, class: "btn", testid: "link-challenge" }, "Challenge a round");
+  const challengeLinkHost = h("span", { class: "link-host" }, challengeLink);
+  const modelLinkHost = h("span", { class: "link-host" }, modelLink);
 
   const busy = new Set<string>();
   let detail: RunDetail | null = null;
@@ -93,9 +96,9 @@ export function runPage(id: number): Page {
       h(
         "div",
         { class: "head-links" },
-        h("a", { href: `#/runs/${id}/challenge`, class: "btn", testid: "link-challenge" }, "Challenge a round"),
+        challengeLinkHost,
         h("a", { href: `#/runs/${id}/receipt`, class: "btn", testid: "link-receipt" }, "Receipt & claims"),
-        modelLink,
+        modelLinkHost,
       ),
     ),
     meta,
@@ -124,6 +127,14 @@ export function runPage(id: number): Page {
       { class: "card" },
       h("h2", null, "Witnesses"),
       table("witnesses-table", ["Witness", "Bonded", "#Bond", "#Slashed", "#Votes", "#Matched", "#Dissents", "#Fees"], witnessesBody, "Witnesses"),
+      h(
+        "p",
+        { class: "muted small", testid: "witnesses-note" },
+        "Votes: the votes the contract recorded for this run. A witness's log says witness.voted for every round it computed and sent, " +
+          "but once k matching votes finalized a round the contract refuses later votes on it (the round has closed; the log then says witness.call_skipped what=finalize), " +
+          "and votes on a round rolled back by a proven fault are discarded: those are not counted here. " +
+          "Matched: recorded votes equal to the finalized result, each earning the witness fee. Dissents: votes against the first one cast.",
+      ),
     ),
     h(
       "section",
@@ -180,7 +191,21 @@ export function runPage(id: number): Page {
       const lastClosed = num(state.last_closed_at) ?? 0;
       const until = lastClosed + windowS;
       const open = detail.summary.open_challenges;
-      if (AWAITING_SEAL.has(status)) {
+      replace(statusHost, pill(underfilled(detail) ? "underfilled" : status, "run-status"));
+      if (underfilled(detail)) {
+        const s = detail.summary;
+        replace(
+          sealHost,
+          h(
+            "div",
+            { class: "notice", testid: "underfilled" },
+            h("strong", null, "Under-filled: can be cancelled. "),
+            `Only ${s.trainers_enrolled} of the ${s.min_trainers} trainers needed enrolled by the deadline (${time(num(detail.spec.enrollment_deadline))}), so the run cannot start. `,
+            "Anyone may cancel it: the sponsor's reward pool and fee budget, every trainer's stake and every witness's bond go back to their owners' credit, to claim on the receipt page.",
+          ),
+          actionButton("cancel", "Cancel and refund", "cancel-underfilled", () => void act("cancel", "cancelUnderfilled", id, `cancel run #${id}`)),
+        );
+      } else if (AWAITING_SEAL.has(status)) {
         if (open > 0) {
           replace(sealHost, h("span", { class: "muted" }, `Awaiting seal: ${open} open challenge${open > 1 ? "s" : ""} must be resolved first.`));
         } else if (now() < until) {
@@ -219,14 +244,18 @@ export function runPage(id: number): Page {
 
   // ---------------------------------------------------------------- sections
 
-  function renderSummary(d: RunDetail): void {
+  function renderSummary(d: RunDetail, witnesses: Witness[]): void {
     const s = d.summary;
     titleText.textContent = `Run #${id} · ${s.name || "unnamed"}`;
-    replace(statusHost, pill(s.status, "run-status"));
+    replace(statusHost, pill(underfilled(d) ? "underfilled" : s.status, "run-status"));
     const closed = s.rounds_finalized + s.rounds_carried + s.rounds_invalidated;
     meta.textContent = `${s.tier} tier · ${humanize(s.rule)} · ${s.rounds} rounds · posted ${time(s.posted_at)}`;
     const fraction = Math.max(0, Math.min(1, s.progress ?? (s.rounds ? closed / s.rounds : 0)));
     const st = d.state;
+    const hasClosed = closed > 0;
+    const noRounds = hasClosed ? null : s.status === "running" ? "no round has closed yet" : "the run has not started: no round to challenge or model to download";
+    replace(challengeLinkHost, noRounds ? disabledLink("Challenge a round", "link-challenge", `Nothing to challenge: ${noRounds}`) : challengeLink);
+    replace(modelLinkHost, noRounds && s.status !== "sealed" ? disabledLink("Download model", "link-model", `No trained model yet: ${noRounds}`) : modelLink);
     replace(
       summary,
       kv("Progress", h("div", { class: "progress" }, h("div", { class: "progress-bar" }, h("div", { class: "progress-fill", style: `width:${(fraction * 100).toFixed(1)}%` })), h("span", { class: "progress-text" }, `${closed}/${s.rounds} rounds closed`))),
@@ -234,12 +263,15 @@ export function runPage(id: number): Page {
       kv("Current round", s.status === "running" ? String(s.current_round) : "—"),
       kv("State root", hashWithCopy(s.state_root)),
       kv("Reward pool", ethCell(s.reward_pool_wei)),
-      kv("Escrow held", ethCell(s.escrow_wei)),
+      kv(
+        h("span", { title: ESCROW_HELP, testid: "escrow-label" }, "Escrow held (pool, fees, stakes, bonds) ", h("span", { class: "info", "aria-hidden": "true" }, "ⓘ")),
+        h("span", { title: ESCROW_HELP, testid: "escrow-held" }, ethCell(s.escrow_wei)),
+      ),
       kv("Trainers", `${s.trainers_enrolled} enrolled (min ${s.min_trainers}, max ${s.max_trainers})`),
       num(d.spec.enrollment_deadline) !== null ? kv("Enrollment deadline", h("span", { testid: "run-enrollment-deadline" }, timeEl(num(d.spec.enrollment_deadline), now()), s.status === "enrolling" ? ` (${relative(num(d.spec.enrollment_deadline)! - now())})` : "")) : null,
       kv("Open challenges", s.open_challenges > 0 ? h("span", { class: "warn" }, String(s.open_challenges)) : "0"),
       kv("Sponsor", addr(s.sponsor)),
-      st.fee_budget_wei !== undefined ? kv("Witness fee budget", ethCell(st.fee_budget_wei)) : null,
+      st.fee_budget_wei !== undefined ? kv("Witness fee budget", feeBudget(d, witnesses)) : null,
       st.stake_held_wei !== undefined ? kv("Stakes held", ethCell(st.stake_held_wei)) : null,
       d.spec.spec_hash ? kv("Spec hash", hashWithCopy(String(d.spec.spec_hash))) : null,
     );
@@ -254,8 +286,12 @@ export function runPage(id: number): Page {
     );
   }
 
+  let timelineShown = false;
   function renderTimeline(entries: TimelineEntry[]): void {
-    const atBottom = timelineWrap.scrollTop + timelineWrap.clientHeight >= timelineWrap.scrollHeight - 8;
+    // The first render shows the run from its start (the first entry whole, not scrolled out of
+    // the box); after that the list follows new entries only while the reader is at its bottom.
+    const atBottom = timelineShown && timelineWrap.scrollHeight > timelineWrap.clientHeight && timelineWrap.scrollTop + timelineWrap.clientHeight >= timelineWrap.scrollHeight - 8;
+    timelineShown = entries.length > 0;
     if (entries.length === 0) {
       replace(timeline, h("li", { class: "muted" }, "Nothing yet."));
       return;
@@ -492,7 +528,9 @@ export function runPage(id: number): Page {
       challenges = list;
       chainNow = chainTime;
       chainFetchedAt = performance.now();
-      renderSummary(d);
+      chainClock.base = chainTime;
+      chainClock.at = chainFetchedAt;
+      renderSummary(d, witnesses);
       renderTimeline(d.timeline ?? []);
       renderRounds(rounds);
       renderTrainers(trainers);
@@ -525,7 +563,49 @@ function returnedCell(held: string, returned: string | undefined, who: string): 
   return h("span", { class: "stake-returned", title: `credited back to the ${who}; claim it from the receipt page` }, ethCell(returned), " returned");
 }
 
-function kv(label: string, value: Node | string | null): HTMLElement[] {
+function kv(label: Node | string, value: Node | string | null): HTMLElement[] {
   return [h("dt", null, label), h("dd", null, value ?? "—")];
 }
 
+
+const ESCROW_HELP =
+  "Everything the contract holds for this run: the reward pool, the witness fee budget not yet spent, fees earned and not yet paid, " +
+  "the trainers' stakes and the witnesses' bonds. Stakes and bonds go back to their owners at seal or cancel.";
+
+/** An action link that cannot be followed now: a disabled button saying why. */
+function disabledLink(text: string, testid: string, reason: string): HTMLElement {
+  return h("span", { class: "btn btn-disabled", testid, "aria-disabled": "true", title: reason, "data-reason": reason }, text);
+}
+
+/** Enrolling past its deadline with fewer than min_trainers: the run can never start, anyone may cancel it. */
+function underfilled(d: RunDetail, nowS = Math.floor(Date.now() / 1000)): boolean {
+  const deadline = num(d.spec.enrollment_deadline);
+  return d.summary.status === "enrolling" && deadline !== null && chainClock.now(nowS) > deadline && d.summary.trainers_enrolled < d.summary.min_trainers;
+}
+
+/** The chain's clock as last read by the run page (module-level so `underfilled` can read it). */
+const chainClock = {
+  base: null as number | null,
+  at: 0,
+  now(fallback: number): number {
+    return this.base === null ? fallback : this.base + Math.floor((performance.now() - this.at) / 1000);
+  },
+};
+
+/** "spent 0.02 ETH of 0.06 ETH · 0.04 ETH left": the fee budget is witness_fee × threshold × rounds at posting. */
+function feeBudget(d: RunDetail, witnesses: Witness[]): HTMLElement {
+  const fee = toWei(d.spec.witness_fee_wei) ?? 0n;
+  const total = fee * BigInt(num(d.spec.threshold) ?? 0) * BigInt(num(d.spec.rounds) ?? 0);
+  const spent = witnesses.reduce((sum, w) => sum + (toWei(w.fees_wei) ?? 0n), 0n);
+  const left = toWei(d.state.fee_budget_wei) ?? 0n;
+  const settled = d.summary.status === "sealed" || d.summary.status === "cancelled";
+  return h(
+    "span",
+    { testid: "fee-budget", title: `witness fee ${fee} wei × threshold × rounds = ${total} wei` },
+    "spent ",
+    ethCell(spent.toString()),
+    " of ",
+    ethCell(total.toString()),
+    settled ? (total > spent ? [" · the unspent ", ethCell((total - spent).toString()), " went back to the sponsor"] : null) : [" · ", ethCell(left.toString()), " left"],
+  );
+}

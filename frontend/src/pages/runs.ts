@@ -1,6 +1,6 @@
 // #/ : every run, newest first.
 import { api, type RunSummary } from "../api";
-import { h, replace } from "../dom";
+import { h, replace, spinner } from "../dom";
 import { addr, ethCell, humanize, pill, timeEl } from "../format";
 import { emptyRow, table, type Page } from "../ui";
 
@@ -65,7 +65,18 @@ export function runsPage(): Page {
       const runs = await api.runs();
       count.textContent = runs.length ? `(${runs.length})` : "";
       if (runs.length === 0) {
-        replace(body, h("tr", { class: "empty" }, h("td", { colspan: HEADERS.length, class: "muted" }, "No runs yet. ", h("a", { href: "#/post" }, "Post a task"), " to start one.")));
+        // Nothing indexed is not "nothing posted" while the index is still catching up with the chain.
+        const health = await api.health().catch(() => null);
+        const lag = health ? Math.max(0, health.head_block - health.indexed_block) : 0;
+        const text =
+          health && lag > 1
+            ? [spinner(`Indexing the chain: block ${health.indexed_block} of ${health.head_block}. Runs appear here as the index catches up.`)]
+            : [
+                "No runs yet. ",
+                h("a", { href: "#/post" }, "Post a task"),
+                " to start one. A demo (make demo) posts its task once its data and model are prepared, a minute or two after it starts; this list updates by itself.",
+              ];
+        replace(body, h("tr", { class: "empty" }, h("td", { colspan: HEADERS.length, class: "muted", testid: "runs-empty", "data-lag": String(lag) }, ...text)));
         return;
       }
       replace(body, ...runs.map(row));
