@@ -16,6 +16,7 @@ from syncline.confidential.sealing import (
     check_x25519_public_key,
     generate_enclave_keypair,
     hpke_wrap_key,
+    unwrap_data_key,
     wrap_data_key,
 )
 from syncline.privacy.committee import CommitteeKeys
@@ -70,6 +71,16 @@ def test_wrapping_to_a_bad_key_is_a_one_line_sealing_error(bad: bytes) -> None:
         hpke_wrap_key(b"\x01" * 32, bad, b"info")
     with pytest.raises(SealingError, match="X25519"):
         wrap_data_key(b"\x01" * 32, bad, b"\x02" * 32, 0, b"\x03" * 32)
+
+
+def test_unwrapping_a_shard_key_whose_enc_is_low_order_is_a_one_line_sealing_error() -> None:
+    priv, pub = generate_enclave_keypair()
+    binding = (b"\x02" * 32, 0, b"\x03" * 32)
+    wrapped = wrap_data_key(b"\x01" * 32, pub, *binding)
+    assert unwrap_data_key(wrapped, priv, *binding) == b"\x01" * 32
+    for bad in BAD_KEYS[:5]:
+        with pytest.raises(SealingError, match="shard 0: wrapped key's enc"):
+            unwrap_data_key(bad + wrapped[32:], priv, *binding)
 
 
 def _addresses(n: int) -> list[str]:
