@@ -15,6 +15,12 @@ pragma solidity ^0.8.24;
 /// the key is not admitted for another account of the task. The sponsor then seals the shards to
 /// the admitted keys and publishes the manifest (`installSealedManifest`), in versions.
 interface ISynclineConfidential {
+    /// @notice `pubkey` is no usable X25519 public key: read as RFC 7748 does (the little-endian
+    /// u-coordinate: byte 0 of the bytes32 is the least significant), it is non-canonical
+    /// (u >= p = 2^255 - 19, the top bit included) or a small-order point (u in {0, 1, p - 1, the
+    /// two order-8 u-coordinates}: libsodium's blocklist), to which no shared secret can be agreed.
+    error SynclineX25519KeyInvalid(bytes32 pubkey);
+
     /// @notice Sets the task's attestation policy: its verifier and measurement allow-list (1 to
     /// `MAX_MEASUREMENTS` distinct non-zero digests). Sponsor only, Confidential tier only, while
     /// Enrolling and before the first enrollment, once.
@@ -40,7 +46,10 @@ interface ISynclineConfidential {
     /// without attestation: once per witness (no rotation), before the task is sealed or
     /// cancelled. Recorded where `getEnclave` returns it, with measurement 0. A Confidential task
     /// reverts `SynclineWitnessKeyNeedsAttestation` (its witnesses attest with
-    /// `registerWitnessEnclave`). Emits `WitnessKeyRegistered`.
+    /// `registerWitnessEnclave`); a small-order or non-canonical key `SynclineX25519KeyInvalid`
+    /// (as do the attested paths). The key need not be unique: each witness's key is its own slot,
+    /// so registering another witness's key locks that witness out of nothing and reads nothing
+    /// (an opening sealed to a key opens only with its private key). Emits `WitnessKeyRegistered`.
     function registerWitnessKey(uint256 taskId, bytes32 pubkey) external;
 
     /// @notice Publishes a new version of the task's sealed-data manifest (content hash and URI of

@@ -21,6 +21,13 @@ contract SynclineConfidential is ISynclineConfidential, SynclineCourtCore {
     uint256 public constant MAX_REPORT_BYTES = 16_384;
     /// @notice Longest manifest URI, in bytes.
     uint256 public constant MAX_MANIFEST_URI_BYTES = 512;
+    /// @dev The field prime of Curve25519, 2^255 - 19.
+    uint256 private constant X25519_P = 2 ** 255 - 19;
+    /// @dev The two u-coordinates of Curve25519's points of order 8 (RFC 7748, libsodium's blocklist).
+    uint256 private constant X25519_ORDER8_A =
+        325606250916557431795983626356110631294008115727848805560023387167927233504;
+    uint256 private constant X25519_ORDER8_B =
+        39382357235489614581723060781553021112529911719440698176882885853963445705823;
 
     /// @inheritdoc ISynclineConfidential
     function configureConfidential(uint256 taskId, address verifier, bytes32[] calldata measurements)
@@ -76,7 +83,10 @@ contract SynclineConfidential is ISynclineConfidential, SynclineCourtCore {
 
     /// @inheritdoc ISynclineConfidential
     /// @dev Reverts, in order: unknown task, sealed or cancelled, Confidential tier, not a listed
-    /// witness, zero key, already registered, key held by another account of the task.
+    /// witness, zero key, small-order or non-canonical key, already registered. The key need not
+    /// be unique in the task: each witness's key is its own slot, so a witness that registers
+    /// another's key (no proof of possession of an X25519 key is possible here) locks nobody out,
+    /// and gains nothing: an opening sealed to that key opens only with its private key.
     function registerWitnessKey(uint256 taskId, bytes32 pubkey) external onlyDelegated {
         TaskState storage t = _requireTask(taskId);
         if (t.status == TaskStatus.Sealed || t.status == TaskStatus.Cancelled) {
@@ -85,13 +95,11 @@ contract SynclineConfidential is ISynclineConfidential, SynclineCourtCore {
         if (_specs[taskId].tier == Tier.Confidential) revert SynclineWitnessKeyNeedsAttestation(taskId);
         if (!_isWitness[taskId][msg.sender]) revert SynclineNotWitness(taskId, msg.sender);
         if (pubkey == bytes32(0)) revert SynclineZeroEnclaveKey();
+        _requireX25519(pubkey);
         if (_enclaves[taskId][msg.sender].pubkey != bytes32(0)) {
             revert SynclineEnclaveAlreadyRegistered(taskId, msg.sender);
         }
-        address holder = _enclaveHolder[taskId][pubkey];
-        if (holder != address(0)) revert SynclineEnclaveInUse(taskId, pubkey, holder);
         _enclaves[taskId][msg.sender] = Enclave(pubkey, bytes32(0));
-        _enclaveHolder[taskId][pubkey] = msg.sender;
         emit WitnessKeyRegistered(taskId, msg.sender, pubkey);
     }
 
@@ -166,6 +174,7 @@ contract SynclineConfidential is ISynclineConfidential, SynclineCourtCore {
         address verifier = _confidential[taskId].verifier;
         if (verifier == address(0)) revert SynclineConfidentialNotConfigured(taskId);
         if (enclavePubkey == bytes32(0)) revert SynclineZeroEnclaveKey();
+        _requireX25519(enclavePubkey);
         if (report.length > MAX_REPORT_BYTES) revert SynclineReportTooLarge(report.length, MAX_REPORT_BYTES);
         if (!_measurementAllowed[taskId][measurement]) revert SynclineMeasurementNotAllowed(taskId, measurement);
         address holder = _enclaveHolder[taskId][enclavePubkey];
@@ -178,6 +187,28 @@ contract SynclineConfidential is ISynclineConfidential, SynclineCourtCore {
             revert SynclineAttestationMeasurementMismatch(measurement, attestedMeasurement);
         }
         if (operator != msg.sender) revert SynclineAttestationOperatorMismatch(msg.sender, operator);
+    }
+
+    /// @dev Reverts `SynclineX25519KeyInvalid` unless `key` is a usable X25519 public key: its
+    /// u-coordinate, the key bytes read little-endian (RFC 7748: byte 0 least significant, so
+    /// the bytes32 is byte-reversed first), is canonical (below p, top bit clear) and not a
+    /// small-order point (0, 1, p - 1 and the two order-8 points: libsodium's blocklist, whose
+    /// p and p + 1 entries are non-canonical here). Honest keys (clamped-scalar multiples of the
+    /// base point) always pass.
+    function _requireX25519(bytes32 key) private pure {
+        uint256 u = uint256(key);
+        u = ((u >> 8) & 0x00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff)
+            | ((u & 0x00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff) << 8);
+        u = ((u >> 16) & 0x0000ffff0000ffff0000ffff0000ffff0000ffff0000ffff0000ffff0000ffff)
+            | ((u & 0x0000ffff0000ffff0000ffff0000ffff0000ffff0000ffff0000ffff0000ffff) << 16);
+        u = ((u >> 32) & 0x00000000ffffffff00000000ffffffff00000000ffffffff00000000ffffffff)
+            | ((u & 0x00000000ffffffff00000000ffffffff00000000ffffffff00000000ffffffff) << 32);
+        u = ((u >> 64) & 0x0000000000000000ffffffffffffffff0000000000000000ffffffffffffffff)
+            | ((u & 0x0000000000000000ffffffffffffffff0000000000000000ffffffffffffffff) << 64);
+        u = (u >> 128) | (u << 128);
+        if (u < 2 || u >= X25519_P - 1 || u == X25519_ORDER8_A || u == X25519_ORDER8_B) {
+            revert SynclineX25519KeyInvalid(key);
+        }
     }
 
     /// @dev Records the attested enclave of `msg.sender`.

@@ -24,6 +24,7 @@ from syncline.confidential.attestation import (
     deploy_devnet_verifier,
     measurement_digest,
 )
+from syncline.confidential.sealing import enclave_public_key
 from syncline.errors import ChainError, SpecError
 from syncline.protocol.enums import Tier
 from syncline.protocol.hashing import keccak
@@ -38,7 +39,8 @@ BAD = measurement_digest(b"debug-image".ljust(48, b"\0"))
 
 
 def enclave_key(label: str) -> bytes:
-    return keccak(b"enclave-x25519-" + label.encode())
+    """A real X25519 public key per label (the market refuses small-order and non-canonical ones)."""
+    return enclave_public_key(keccak(b"enclave-x25519-" + label.encode()))
 
 
 @pytest.fixture

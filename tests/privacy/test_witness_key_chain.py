@@ -1,6 +1,7 @@
 """``registerWitnessKey`` on a real anvil, through the Python client: a DP task's witness registers
 its dispute key (``getEnclave`` then returns it, measurement 0) and every refusal is one decoded
-line naming its custom error; the transaction's gas (docs/gas.md)."""
+line naming its custom error (a small-order key included); a key another witness registered first
+does not lock its holder out; the transaction's gas (docs/gas.md)."""
 
 from __future__ import annotations
 
@@ -41,13 +42,15 @@ def test_a_witness_registers_its_dispute_key_once_and_every_refusal_names_its_er
     refused(
         "SynclineEnclaveAlreadyRegistered", {"taskId": task, "account": w.address}, w, task, new_enclave_key().pubkey
     )
-    refused(
-        "SynclineEnclaveInUse",
-        {"taskId": task, "enclavePubkey": "0x" + key.hex(), "holder": w.address},
-        witnesses[1],
-        task,
-        key,
-    )
+    # Small-order and non-canonical keys (little-endian u: 1, p - 1, p) are refused by name.
+    for u in (1, 2**255 - 20, 2**255 - 19):
+        bad = u.to_bytes(32, "little")
+        refused("SynclineX25519KeyInvalid", {"pubkey": "0x" + bad.hex()}, witnesses[1], task, bad)
+    # No lock-out: a witness copying w's key is not refused (each key is its own slot; the copy
+    # reads nothing) and w, had it come second, would have been accepted the same way.
+    market.register_witness_key(witnesses[1], task, key)
+    assert market.get_enclave(task, witnesses[1].address) == (key, bytes(32))
+    assert market.get_enclave(task, w.address) == (key, bytes(32))
     refused("SynclineNotWitness", {"taskId": task, "caller": trainers[0].address}, trainers[0], task, key)
     confidential, _ = market.post_task(sponsor, spec_factory(tier=Tier.CONFIDENTIAL), SPEC_URI)
     bond_witnesses(market, confidential, witnesses)

@@ -14,6 +14,11 @@ Pure functions, no I/O (docs/protocol.md §12.8):
   a wrapped key is ``enc (32 B) || sealed data key (48 B)``.
 
 Re-wrapping a data key for a late enclave leaves the shard's ciphertext (and its hash) unchanged.
+
+Every X25519 public key that comes from outside (an enclave or dispute key read from the chain, a
+recipient row or an ``enc`` of a sealed blob) passes :func:`check_x25519_public_key` before any
+Diffie-Hellman with it: a small-order or non-canonical u-coordinate is refused with
+:class:`X25519KeyError` (a :class:`SealingError`), never a library's bare ``ValueError``.
 """
 
 from __future__ import annotations
@@ -45,9 +50,45 @@ WRAP_INFO_LABEL = b"syncline/sealed-key/v1"
 
 SUITE = CipherSuite.new(KEMId.DHKEM_X25519_HKDF_SHA256, KDFId.HKDF_SHA256, AEADId.AES256_GCM)
 
+X25519_P = 2**255 - 19
+"""The field prime of Curve25519; a canonical u-coordinate is below it (RFC 7748 §5)."""
+X25519_SMALL_ORDER_U = frozenset(
+    {
+        0,
+        1,
+        X25519_P - 1,
+        325606250916557431795983626356110631294008115727848805560023387167927233504,
+        39382357235489614581723060781553021112529911719440698176882885853963445705823,
+    }
+)
+"""The canonical u-coordinates of the points of order 1, 2, 4 and 8 on Curve25519 and its twist
+(libsodium's ``has_small_order`` blocklist, whose ``p`` and ``p + 1`` entries are non-canonical
+here): a Diffie-Hellman with one yields the all-zero secret whatever the scalar."""
+
 
 class SealingError(SynclineError):
     """A sealed shard or a wrapped key does not open: wrong key, wrong binding or tampered bytes."""
+
+
+class X25519KeyError(SealingError):
+    """Bytes that are no usable X25519 public key: not 32 bytes, non-canonical or small-order."""
+
+
+def check_x25519_public_key(pubkey: object, name: str = "X25519 public key") -> bytes:
+    """``pubkey`` as bytes if it is a usable X25519 public key, else X25519KeyError (one line).
+
+    The one check every recipient key and ``enc`` passes (the contract's ``_requireX25519`` is
+    the same rule): 32 bytes whose little-endian u-coordinate (RFC 7748: byte 0 least
+    significant) is canonical, below ``2^255 - 19`` (the top bit included: an honest key never
+    sets it), and not in :data:`X25519_SMALL_ORDER_U`."""
+    if not isinstance(pubkey, bytes | bytearray) or len(pubkey) != X25519_KEY_BYTES:
+        raise X25519KeyError(f"{name}: expected {X25519_KEY_BYTES} bytes of an X25519 public key")
+    u = int.from_bytes(pubkey, "little")
+    if u >= X25519_P:
+        raise X25519KeyError(f"{name} 0x{bytes(pubkey).hex()}: non-canonical X25519 u-coordinate (>= 2^255 - 19)")
+    if u in X25519_SMALL_ORDER_U:
+        raise X25519KeyError(f"{name} 0x{bytes(pubkey).hex()}: small-order X25519 point (no shared secret)")
+    return bytes(pubkey)
 
 
 def _check32(value: bytes, name: str) -> bytes:
@@ -121,25 +162,31 @@ def enclave_public_key(private_key: bytes) -> bytes:
 
 def hpke_wrap_key(data_key: bytes, recipient_pubkey: bytes, info: bytes) -> bytes:
     """HPKE base-mode seal of a 32-byte ``data_key`` to an X25519 ``recipient_pubkey`` under
-    ``info``: ``enc || ciphertext`` (80 bytes). Shared by sealed shards and sealed DP openings."""
+    ``info``: ``enc || ciphertext`` (80 bytes). Shared by sealed shards and sealed DP openings.
+    SealingError (X25519KeyError for a bad key) when it cannot be sealed to that key."""
+    pubkey = check_x25519_public_key(recipient_pubkey, "enclave_pubkey")
+    key = _check32(data_key, "data key")
     try:
-        pkr = SUITE.kem.deserialize_public_key(_check32(recipient_pubkey, "enclave_pubkey"))
-    except PyHPKEError as exc:
-        raise SealingError(f"enclave_pubkey: {exc}") from None
-    enc, sender = SUITE.create_sender_context(pkr, info=info)
-    return bytes(enc) + bytes(sender.seal(_check32(data_key, "data key")))
+        pkr = SUITE.kem.deserialize_public_key(pubkey)
+        enc, sender = SUITE.create_sender_context(pkr, info=info)
+        return bytes(enc) + bytes(sender.seal(key))
+    except (PyHPKEError, ValueError) as exc:  # the DH failed all the same (the check above should catch it)
+        raise SealingError(f"enclave_pubkey 0x{pubkey.hex()}: {str(exc).splitlines()[0][:120]}") from None
 
 
 def hpke_unwrap_key(wrapped: bytes, private_key: bytes, info: bytes, *, what: str) -> bytes:
     """The data key an :func:`hpke_wrap_key` envelope wraps; SealingError (``what``: this key cannot
     unwrap the data key) when this key or ``info`` does not open it."""
+    if not isinstance(wrapped, bytes | bytearray):
+        raise SealingError(f"wrapped_data_key: expected {WRAPPED_KEY_BYTES} bytes, got {type(wrapped).__name__}")
     if len(wrapped) != WRAPPED_KEY_BYTES:
         raise SealingError(f"wrapped_data_key: expected {WRAPPED_KEY_BYTES} bytes, got {len(wrapped)}")
+    enc = check_x25519_public_key(wrapped[:X25519_KEY_BYTES], f"{what}: wrapped key's enc")
     try:
         skr = SUITE.kem.deserialize_private_key(_check32(private_key, "enclave key"))
-        recipient = SUITE.create_recipient_context(wrapped[:X25519_KEY_BYTES], skr, info=info)
-        key = bytes(recipient.open(wrapped[X25519_KEY_BYTES:]))
-    except PyHPKEError:
+        recipient = SUITE.create_recipient_context(enc, skr, info=info)
+        key = bytes(recipient.open(bytes(wrapped[X25519_KEY_BYTES:])))
+    except (PyHPKEError, ValueError):
         raise SealingError(f"{what}: this key cannot unwrap the data key") from None
     return _check32(key, "data key")
 

@@ -10,7 +10,9 @@
   process only; nothing writes it in the clear.
 * :class:`CommitteeKeys` reads ``getEnclave`` for each of the spec's witnesses (what a trainer
   seals to). A witness registers at most once (no rotation), so a key once read is final: only the
-  witnesses still without one are read again.
+  witnesses still without one are read again. A key that is no usable X25519 key
+  (:func:`syncline.confidential.sealing.check_x25519_public_key`: small-order or non-canonical,
+  which the contract refuses too) is final as well: that witness is left out, logged once.
 """
 
 from __future__ import annotations
@@ -21,8 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from syncline.confidential.keystore import EnclaveKey, load_enclave_key, new_enclave_key, write_enclave_keystore
+from syncline.confidential.sealing import X25519KeyError, check_x25519_public_key
 from syncline.errors import KeyConfigError
+from syncline.observability import get_logger
 from syncline.privacy.sealed import Recipient
+
+log = get_logger("syncline.privacy")
 
 DISPUTE_PASSWORD_ENV = "SYNCLINE_DISPUTE_PASSWORD"
 DISPUTE_KEYSTORE = "dispute-keystore.json"
@@ -63,18 +69,24 @@ class CommitteeKeys:
     witnesses: Sequence[str]
     key_of: KeyOf
     _known: dict[str, bytes] = field(default_factory=dict)
+    _unusable: set[str] = field(default_factory=set)
 
     def recipients(self) -> tuple[Recipient, ...]:
-        """Every witness whose key the chain has now (its address and key)."""
+        """Every witness whose usable key the chain has now (its address and key)."""
         for w in self.witnesses:
             address = w.lower()
-            if address in self._known:
+            if address in self._known or address in self._unusable:
                 continue
             key = bytes(self.key_of(w))
-            if key != ZERO_KEY:
-                self._known[address] = key
+            if key == ZERO_KEY:
+                continue
+            try:
+                self._known[address] = check_x25519_public_key(key, f"witness {address}'s dispute key")
+            except X25519KeyError as exc:  # final (no rotation): left out of every seal, said once
+                self._unusable.add(address)
+                log.warning("privacy.dispute_key_unusable", witness=address, reason=str(exc))
         return tuple(Recipient.of(a, k) for a, k in sorted(self._known.items()))
 
     @property
     def complete(self) -> bool:
-        return len(self._known) == len({w.lower() for w in self.witnesses})
+        return len(self._known) + len(self._unusable) == len({w.lower() for w in self.witnesses})

@@ -21,13 +21,20 @@ another segment, round or submission does not open. Encoding (all integers big-e
     nonce       12 bytes  AES-GCM nonce (random)
     count       uint16    recipients, 0..32 (MAX_WITNESSES)
     recipients  count x (address 20 | X25519 pubkey 32 | wrapped data key 80), by address ascending,
-                addresses and keys distinct and non-zero
+                addresses distinct and non-zero, keys distinct and usable X25519 keys
+                (``check_x25519_public_key``: canonical, not small-order)
     length      uint32    ciphertext bytes, 16 + 80 .. 16 + MAX_OPENING_BYTES
     ciphertext  AES-256-GCM(data key, nonce, SYNCDPO1 opening, aad) with its 16-byte tag
 
 Exactly that many bytes; a reader bounds the size before parsing and refuses anything else with one
 line naming the field (:class:`SealedOpeningError`). Pure functions, no I/O: the plaintext exists
 only in the caller's memory.
+
+A witness registers whatever 32 bytes it likes as its key, so the sealer treats each recipient on
+its own: one whose key is no usable X25519 key, or whose envelope fails for any reason, is left out
+(logged) and the opening is still sealed to every other; a key two witnesses registered (one copied
+the other's: the chain does not refuse it, so nobody is locked out) gets one envelope, which only
+the holder of its private key opens.
 """
 
 from __future__ import annotations
@@ -46,10 +53,13 @@ from syncline.confidential.sealing import (
     WRAPPED_KEY_BYTES,
     X25519_KEY_BYTES,
     SealingError,
+    X25519KeyError,
+    check_x25519_public_key,
     enclave_public_key,
     hpke_unwrap_key,
     hpke_wrap_key,
 )
+from syncline.observability import get_logger
 from syncline.privacy.noise import NoiseSeedError
 from syncline.privacy.opening import MAX_OPENING_BYTES, check_frame
 from syncline.protocol.spec import MAX_WITNESSES
@@ -65,6 +75,8 @@ _HEADER = 8 + 32 + 4 + 4 + 4 + 32 + NONCE_BYTES + 2
 MIN_CIPHERTEXT = 80 + 2 * 32 + TAG_BYTES  # the smallest SYNCDPO1 opening (one segment: two hashes) and its tag
 MAX_CIPHERTEXT = MAX_OPENING_BYTES + TAG_BYTES
 MAX_SEALED_OPENING_BYTES = _HEADER + RECIPIENT_BYTES * MAX_RECIPIENTS + 4 + MAX_CIPHERTEXT
+
+log = get_logger("syncline.privacy")
 
 
 class SealedOpeningError(NoiseSeedError):
@@ -134,22 +146,38 @@ class SealedOpening:
 
 def seal_opening(opening: bytes, binding: Binding, recipients: Sequence[Recipient]) -> bytes:
     """Seal the ``SYNCDPO1`` bytes of ``opening`` to ``recipients`` (possibly none: then nobody can
-    read it, which a later re-seal to the keys registered since fixes)."""
+    read it, which a later re-seal to the keys registered since fixes).
+
+    A recipient whose key is no usable X25519 key or whose envelope fails for any reason is left
+    out (a ``privacy.sealed_recipient_skipped`` warning) and the others are still sealed to; a key
+    an earlier recipient (by address) already has gets no second envelope. SealedOpeningError only
+    for what the caller must not pass: a plaintext of no opening's size, too many recipients, a zero
+    or repeated address."""
     if not MIN_CIPHERTEXT - TAG_BYTES <= len(opening) <= MAX_OPENING_BYTES:
         raise SealedOpeningError(f"sealed opening plaintext is {len(opening)} bytes, outside the opening sizes")
     if len(recipients) > MAX_RECIPIENTS:
         raise SealedOpeningError(f"sealed opening recipients: {len(recipients)} is more than {MAX_RECIPIENTS}")
     ordered = sorted(recipients, key=lambda r: r.address)
-    _check_recipients([(r.address, r.pubkey) for r in ordered])
+    _check_addresses([r.address for r in ordered])
     head = binding.encode()
+    info = binding.info()
     data_key = AESGCM.generate_key(bit_length=256)
     nonce = os.urandom(NONCE_BYTES)
     rows = []
+    sealed_to: set[bytes] = set()
     for r in ordered:
+        if r.pubkey in sealed_to:  # a copied key: its one envelope opens for its holder only
+            continue
         try:
-            wrapped = hpke_wrap_key(data_key, r.pubkey, binding.info())
-        except SealingError as exc:
-            raise SealedOpeningError(f"recipient 0x{r.address.hex()} pubkey: {exc}") from None
+            wrapped = hpke_wrap_key(data_key, r.pubkey, info)
+        except Exception as exc:  # any failure of one recipient is a bad recipient, never a failed seal
+            log.warning(
+                "privacy.sealed_recipient_skipped",
+                recipient="0x" + r.address.hex(),
+                reason=(str(exc).splitlines() or [type(exc).__name__])[0][:160],
+            )
+            continue
+        sealed_to.add(r.pubkey)
         rows.append(r.address + r.pubkey + wrapped)
     ciphertext = AESGCM(data_key).encrypt(nonce, bytes(opening), binding.aad())
     return b"".join(
@@ -165,15 +193,22 @@ def seal_opening(opening: bytes, binding: Binding, recipients: Sequence[Recipien
     )
 
 
-def _check_recipients(rows: Sequence[tuple[bytes, bytes]]) -> None:
-    seen: set[bytes] = set()
-    for i, (address, pubkey) in enumerate(rows):
-        if len(address) != ADDRESS_BYTES or address == bytes(ADDRESS_BYTES):
+def _check_addresses(addresses: Sequence[bytes]) -> None:
+    for i, address in enumerate(addresses):
+        if not isinstance(address, bytes) or len(address) != ADDRESS_BYTES or address == bytes(ADDRESS_BYTES):
             raise SealedOpeningError(f"sealed opening recipient {i}: zero or malformed address")
-        if len(pubkey) != X25519_KEY_BYTES or pubkey == bytes(X25519_KEY_BYTES):
-            raise SealedOpeningError(f"sealed opening recipient {i}: zero or malformed pubkey")
-        if i and address <= rows[i - 1][0]:
+        if i and address <= addresses[i - 1]:
             raise SealedOpeningError(f"sealed opening recipient {i}: addresses not strictly ascending")
+
+
+def _check_recipients(rows: Sequence[tuple[bytes, bytes]]) -> None:
+    _check_addresses([address for address, _ in rows])
+    seen: set[bytes] = set()
+    for i, (_, pubkey) in enumerate(rows):
+        try:
+            check_x25519_public_key(pubkey, f"sealed opening recipient {i} pubkey")
+        except X25519KeyError as exc:
+            raise SealedOpeningError(str(exc)) from None
         if pubkey in seen:
             raise SealedOpeningError(f"sealed opening recipient {i}: pubkey listed twice")
         seen.add(pubkey)
@@ -234,7 +269,7 @@ def unseal_opening(data: bytes, private_key: bytes, expected: Binding) -> bytes:
         raise SealedOpeningError(
             f"sealed opening commitment 0x{got.commitment.hex()} is not the bound 0x{expected.commitment.hex()}"
         )
-    if len(private_key) != KEY_BYTES:
+    if not isinstance(private_key, bytes | bytearray) or len(private_key) != KEY_BYTES:
         raise SealedOpeningError("sealed opening: the dispute key must be 32 bytes")
     mine = enclave_public_key(bytes(private_key))
     wrapped = next((w for r, w in sealed.recipients if r.pubkey == mine), None)

@@ -51,8 +51,10 @@ abstract contract ConfidentialTestBase is SynclineTest {
         conf.configureConfidential(taskId, address(verifier), _allowList());
     }
 
+    /// @dev A canonical X25519 key per account: the top bit of its last (most significant) byte
+    /// cleared, so its little-endian u-coordinate is below 2^255 (and, for a hash, not small-order).
     function _enclaveKey(address account) internal pure returns (bytes32) {
-        return keccak256(abi.encodePacked("enclave-x25519", account));
+        return bytes32(uint256(keccak256(abi.encodePacked("enclave-x25519", account))) & ~uint256(0x80));
     }
 
     /// @dev The EIP-712 digest of a report under the domain of `verifyingContract` on `chainId`.
