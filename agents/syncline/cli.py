@@ -340,6 +340,7 @@ def cmd_demo_lifecycle_any_chain(args: argparse.Namespace) -> int:
         if known.chain_id != chain_id:
             raise SynclineError(f"{args.deployment} is for chain {known.chain_id}, but {rpc_url} is chain {chain_id}")
         deployment = known
+        check_market(w3, deployment.market, deployment.court, source=str(args.deployment))
     market = MarketClient(w3, deployment.market, deployment.abi())
     cast = derived_cast(funder)
     funded = fund_cast(w3, cast, unit)

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from web3 import Web3
 
-from conftest import SPEC_URI, commit, finalize, start_task, travel_past
+from conftest import SPEC_URI, bond_witnesses, commit, finalize, start_task, travel_past
 from syncline import cli
 from syncline.chain.deployment import Deployment
 from syncline.chain.devnet import Devnet
@@ -25,7 +25,7 @@ from syncline.chain.market import MarketClient
 from syncline.errors import SynclineError
 from syncline.protocol.enums import TaskStatus
 from syncline.protocol.spec import TrainingTaskSpec
-from syncline.run.agent_config import config_from_mapping
+from syncline.run.agent_config import AgentConfig, config_from_mapping
 from syncline.trainer.agent import TrainerAgent
 
 pytestmark = [pytest.mark.chain]
@@ -147,16 +147,19 @@ class World:
             travel_past(self.w3, spec.enrollment_deadline)
         return task_id, spec
 
-    def trainer_agent(self, task_id: int, signer: Signer) -> TrainerAgent:
-        cfg = config_from_mapping(
+    def agent_config(self, task_id: int, role: str) -> AgentConfig:
+        return config_from_mapping(
             {
                 "node_rpc": self.deployment.rpc_url,
                 "task_id": task_id,
                 "deployment": self.path,
                 "blob_store": "http://127.0.0.1:1",  # nothing to fetch: the spec artifact is not needed
-                "state_dir": str(self.tmp_path / "trainer"),
+                "state_dir": str(self.tmp_path / role),
             }
         )
+
+    def trainer_agent(self, task_id: int, signer: Signer) -> TrainerAgent:
+        cfg = self.agent_config(task_id, "trainer")
         return TrainerAgent(cfg=cfg, signer=signer, market=self.market, blobs=None)  # type: ignore[arg-type]
 
 
@@ -227,6 +230,29 @@ def test_the_trainer_agent_of_an_underfilled_task_cancels_it_and_withdraws_its_s
     lines = [e for e in logs if e["event"].startswith("trainer.")]
     assert [e["event"] for e in lines] == ["trainer.underfilled_cancelled"], lines
     assert lines[0]["withdrawn_wei"] == spec.trainer_stake_wei
+
+
+def test_the_witness_agent_of_an_underfilled_task_cancels_it_and_withdraws_its_bond(world: World) -> None:
+    """The witness's bond stayed locked: its agent waited in ``enrolling`` for ever."""
+    from structlog.testing import capture_logs
+
+    from syncline.witness.agent import WitnessAgent
+
+    market, w3, witness = world.market, world.w3, world.witnesses[0]
+    task_id, spec = world.task(3, 3, enrolled=1, past_deadline=False)
+    bond_witnesses(market, task_id, [witness])
+    travel_past(w3, spec.enrollment_deadline)
+    before = w3.eth.get_balance(witness.address)
+    agent = WitnessAgent(cfg=world.agent_config(task_id, "witness"), signer=witness, market=market, blobs=None)  # type: ignore[arg-type]
+    with capture_logs() as logs:
+        assert agent.step() is True  # done: the agent exits
+    assert market.task(task_id).status == TaskStatus.CANCELLED
+    assert market.credit_of(witness.address) == 0
+    gained = w3.eth.get_balance(witness.address) - before
+    assert spec.witness_bond_wei - 10**16 < gained <= spec.witness_bond_wei  # the bond, less gas
+    lines = [e for e in logs if e["event"].startswith("witness.")]
+    assert [e["event"] for e in lines] == ["witness.underfilled_cancelled"], lines
+    assert lines[0]["withdrawn_wei"] == spec.witness_bond_wei
 
 
 def test_a_task_past_its_deadline_with_min_trainers_is_started_from_the_cli(world: World) -> None:

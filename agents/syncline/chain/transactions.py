@@ -26,6 +26,10 @@ HINTS: dict[str, str] = {
     "SynclineChallengeWindowOpen": "seal after the last round's challenge window",
     "SynclineNothingToWithdraw": "nothing is owed to this account yet",
     "SynclineUnknownTask": "check the task id (`syncline train list-runs`)",
+    "SynclineX25519KeyInvalid": (
+        "use a key from X25519PrivateKey.generate(): 32 bytes, little-endian u below 2^255 - 19, "
+        "not a small-order point"
+    ),
     "ConflictingFinalize": "this witness computed a different result than the finalized one: fork detected",
 }
 
