@@ -288,7 +288,9 @@ export class Wallet {
     }
     onStage("checking the transaction…");
     try {
-      await call(this.publicClient, { account, to: req.to, data: req.data, value });
+      // against the pending block: the time and state the transaction will be mined with (an
+      // idle devnet's latest block can be an hour old, and a deadline check passes there)
+      await call(this.publicClient, { account, to: req.to, data: req.data, value, blockTag: "pending" });
     } catch (err) {
       throw new TxError(`would revert: ${explainError(err, this.abi)}`);
     }
