@@ -69,7 +69,7 @@ from syncline.protocol.hashing import Keccak256
 
 log = structlog.get_logger("syncline.blobstore")
 
-_RACY_NS = 100_000_000
+_RACY_NS = 20_000_000
 """A directory modified less than this long before it was indexed is indexed again on the next
 lookup: a write in the same tick of the file system's clock would not change its stamp."""
 _MAX_INDEXED_ALIASES = 4096
