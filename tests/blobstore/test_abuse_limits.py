@@ -294,3 +294,15 @@ def test_a_new_signer_of_a_full_alias_gets_409_over_http(tmp_path: Path) -> None
             put_signed(client, b"one too many", alias, first[3])
         put_signed(client, b"v0 again", alias, first[0])
         assert client.candidates(alias, signers=[first[0].address])[0] == digest_of(b"v0 again")
+
+
+def test_every_limit_is_a_flag_and_an_environment_variable(tmp_path: Path) -> None:
+    from syncline.blobstore.__main__ import build_parser, main
+
+    env = {"SYNCLINE_BLOBSTORE_CLIENT_QUOTA_BYTES": "12345", "SYNCLINE_BLOBSTORE_EXEMPT_CLIENTS": ""}
+    args = build_parser(env).parse_args(["--root", str(tmp_path)])
+    assert args.client_quota_bytes == 12345 and args.exempt_clients == ""
+    assert args.max_signer_slots == MAX_SIGNER_SLOTS and args.max_upload_s == 3600.0
+    args = build_parser(env).parse_args(["--root", str(tmp_path), "--client-quota-bytes", "7"])
+    assert args.client_quota_bytes == 7  # the flag wins
+    assert main(["--root", str(tmp_path), "--exempt-clients", "not-an-address"]) == 1

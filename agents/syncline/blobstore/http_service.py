@@ -10,8 +10,16 @@ Endpoints
     writer can replace another's candidate. The server hashes the body itself and answers 200 with
     the JSON :class:`~syncline.blobstore.store.BlobRef` (``uri`` = ``<public url>/blobs/<digest>``).
     Uploads share ``max_concurrent_uploads`` slots, at most ``max_uploads_per_client`` per client
-    address (503 with ``Retry-After`` when none frees up in time); an upload slower than
-    ``min_upload_bytes_per_s`` after ``request_timeout_s`` is cut with 408.
+    address and ``max_uploads_per_network`` per /24 (IPv4) or /64 (IPv6) network; a waiting upload
+    gets 503 with ``Retry-After`` when none frees up in time, and a freed slot goes to the waiting
+    client that used one least recently. While one waits with every slot taken, the slowest upload
+    under ``contended_min_upload_bytes_per_s`` after ``slow_upload_grace_s`` is cut with 503. An
+    upload slower than ``min_upload_bytes_per_s`` after ``request_timeout_s``, or longer than
+    ``max_upload_s``, is cut with 408. Each client address and network may upload
+    ``client_quota_bytes`` / ``network_quota_bytes`` per ``quota_window_s`` (429 with
+    ``Retry-After`` beyond; 413 for a blob larger than a quota). ``exempt_clients`` (default the
+    loopback addresses) have no per-client or per-network limit. A new signer of an alias that
+    already holds its ``max_signer_slots`` signers' slots gets 409.
     The body is streamed to a temporary file and hashed as it arrives (never held in memory), then
     renamed to its digest; an upload larger than the free disk space (less ``min_free_bytes``) gets
     507.
