@@ -29,6 +29,7 @@ from syncline.blobstore.local import LocalBlobStore
 from syncline.blobstore.store import (
     DEFAULT_MAX_BLOB_BYTES,
     MAX_ANONYMOUS_CANDIDATES,
+    AliasFull,
     BlobBackend,
     BlobIntegrityError,
     BlobNotFound,
@@ -56,6 +57,7 @@ from syncline.blobstore.store import (
 __all__ = [
     "DEFAULT_MAX_BLOB_BYTES",
     "MAX_ANONYMOUS_CANDIDATES",
+    "AliasFull",
     "BlobBackend",
     "BlobIntegrityError",
     "BlobNotFound",

@@ -7,17 +7,21 @@ digests are recomputed locally and downloads are verified.
 
 from __future__ import annotations
 
+import itertools
+import random
+import time
 import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from syncline.blobstore.fetch import Deadline, default_deadline_s, fetch_uri_to_file, http_request
+from syncline.blobstore.fetch import Deadline, HttpAnswer, default_deadline_s, fetch_uri_to_file, http_request
 from syncline.blobstore.http_service import ALIAS_HEADER, ALIAS_SIGNATURE_HEADER
 from syncline.blobstore.store import (
     DEFAULT_MAX_BLOB_BYTES,
     MAX_ALIAS_SIGNERS,
     MAX_LISTED_CANDIDATES,
+    AliasFull,
     BlobIntegrityError,
     BlobRef,
     BlobStoreBase,
@@ -34,6 +38,12 @@ from syncline.blobstore.store import (
 from syncline.protocol.wire import WireFormatError, load_bounded_json
 
 _MAX_JSON_BYTES = 64 * 1024
+RETRY_STATUSES = (429, 503)
+"""Answers to an upload that mean "busy, try again" (an over-quota client, every slot taken)."""
+UPLOAD_BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+"""The least pause before the 1st, 2nd, ... retry of a busy upload (the last one repeats); a longer
+``Retry-After`` from the service wins."""
+DEFAULT_MAX_RETRY_WAIT_S = 120.0
 
 
 class HttpBlobStore(BlobStoreBase):
@@ -49,9 +59,20 @@ class HttpBlobStore(BlobStoreBase):
     max_bytes : int, optional
         Largest blob :meth:`put` uploads and :meth:`get` downloads when the caller names no smaller
         cap (default :data:`~syncline.blobstore.store.DEFAULT_MAX_BLOB_BYTES`, a 2e9-parameter state).
+    max_retry_wait_s : float, optional
+        How long an upload the service answers 429 or 503 ("busy") keeps being retried, pausing for
+        the answer's ``Retry-After`` or the growing :data:`UPLOAD_BACKOFF_S`, whichever is longer
+        (with jitter); a ``Retry-After`` beyond what is left of it fails at once.
     """
 
-    def __init__(self, base_url: str, *, timeout_s: float = 30.0, max_bytes: int = DEFAULT_MAX_BLOB_BYTES) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 30.0,
+        max_bytes: int = DEFAULT_MAX_BLOB_BYTES,
+        max_retry_wait_s: float = DEFAULT_MAX_RETRY_WAIT_S,
+    ) -> None:
         super().__init__(fetch_timeout_s=timeout_s)
         parts = urllib.parse.urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -59,6 +80,7 @@ class HttpBlobStore(BlobStoreBase):
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
+        self.max_retry_wait_s = max_retry_wait_s
 
     def __repr__(self) -> str:
         return f"HttpBlobStore({self.base_url!r})"
@@ -109,7 +131,7 @@ class HttpBlobStore(BlobStoreBase):
             headers[ALIAS_HEADER] = validate_alias(alias)
         if alias_signature is not None:
             headers[ALIAS_SIGNATURE_HEADER] = "0x" + bytes(alias_signature).hex()
-        answer = self._json("PUT", "/blobs", data=body, size=size, headers=headers)
+        answer = self._put_retrying(body, size, headers)
         try:
             ref = BlobRef.from_json(answer)
         except InvalidBlobName as exc:
@@ -186,11 +208,30 @@ class HttpBlobStore(BlobStoreBase):
 
     # ------------------------------------------------------------------ transport
 
-    def _json(
-        self, method: str, path: str, *, data: bytes | BinaryIO | None = None, size: int = 0, headers: dict[str, str]
-    ) -> Any:
-        _, body = self._request(method, path, data=data, size=size, headers=headers, ok=(200, 201))
-        return _parse_json(body, f"{method} {path}", self.base_url)
+    def _put_retrying(self, body: bytes | BinaryIO, size: int, headers: dict[str, str]) -> Any:
+        """``PUT /blobs``, retried while the service answers busy (429 / 503), honouring ``Retry-After``."""
+        start = 0 if isinstance(body, bytes) else body.tell()
+        waited = 0.0
+        for attempt in itertools.count():
+            if not isinstance(body, bytes):
+                body.seek(start)
+            answer = self._send("PUT", "/blobs", data=body, size=size, headers=headers)
+            if answer.status not in RETRY_STATUSES:
+                break
+            pause = max(
+                _retry_after_s(answer.headers.get("retry-after")),
+                UPLOAD_BACKOFF_S[min(attempt, len(UPLOAD_BACKOFF_S) - 1)] * random.uniform(1.0, 1.25),
+            )
+            if waited + pause > self.max_retry_wait_s:
+                raise BlobUnavailable(
+                    f"PUT {self.base_url}/blobs: the service stayed busy (HTTP {answer.status}: "
+                    f"{answer.error_message()}) after {attempt + 1} tries over {waited:.1f} s; next retry in "
+                    f"{pause:.0f} s is past max_retry_wait_s={self.max_retry_wait_s:g}"
+                )
+            time.sleep(pause)
+            waited += pause
+        _, body_bytes = self._check("PUT", "/blobs", answer, ok=(200, 201))
+        return _parse_json(body_bytes, "PUT /blobs", self.base_url)
 
     def _request(
         self,
@@ -202,15 +243,38 @@ class HttpBlobStore(BlobStoreBase):
         size: int = 0,
         headers: dict[str, str] | None = None,
     ) -> tuple[int, bytes]:
+        answer = self._send(method, path, data=data, size=size, headers=headers)
+        return self._check(method, path, answer, ok=ok)
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        data: bytes | BinaryIO | None = None,
+        size: int = 0,
+        headers: dict[str, str] | None = None,
+    ) -> HttpAnswer:
         url = self.base_url + path
         limit = max(size, len(data) if isinstance(data, bytes) else 0, _MAX_JSON_BYTES)
         deadline = Deadline.after(default_deadline_s(self.timeout_s, limit), timeout_s=self.timeout_s)
-        answer = http_request(method, url, deadline=deadline, max_bytes=_MAX_JSON_BYTES, body=data, headers=headers)
+        return http_request(method, url, deadline=deadline, max_bytes=_MAX_JSON_BYTES, body=data, headers=headers)
+
+    def _check(self, method: str, path: str, answer: HttpAnswer, *, ok: tuple[int, ...]) -> tuple[int, bytes]:
+        url = self.base_url + path
         if answer.status not in ok:
             if answer.status == 413:
                 raise BlobTooLarge(f"{method} {url} refused: {answer.error_message()}")
+            if answer.status == 409:
+                raise AliasFull(f"{method} {url} refused: {answer.error_message()}")
             raise BlobUnavailable(f"{method} {url} failed with HTTP {answer.status}: {answer.error_message()}")
         return answer.status, answer.body if 200 <= answer.status < 300 else b""
+
+
+def _retry_after_s(value: str | None) -> float:
+    """A ``Retry-After`` in seconds (delta-seconds only; an HTTP date or garbage counts as 0)."""
+    text = (value or "").strip()
+    return float(min(int(text), 86_400)) if text.isascii() and text.isdigit() and len(text) <= 9 else 0.0
 
 
 def _parse_json(body: bytes, what: str, base_url: str) -> Any:

@@ -10,8 +10,16 @@ Endpoints
     writer can replace another's candidate. The server hashes the body itself and answers 200 with
     the JSON :class:`~syncline.blobstore.store.BlobRef` (``uri`` = ``<public url>/blobs/<digest>``).
     Uploads share ``max_concurrent_uploads`` slots, at most ``max_uploads_per_client`` per client
-    address (503 with ``Retry-After`` when none frees up in time); an upload slower than
-    ``min_upload_bytes_per_s`` after ``request_timeout_s`` is cut with 408.
+    address and ``max_uploads_per_network`` per /24 (IPv4) or /64 (IPv6) network; a waiting upload
+    gets 503 with ``Retry-After`` when none frees up in time, and a freed slot goes to the waiting
+    client that used one least recently. While one waits with every slot taken, the slowest upload
+    under ``contended_min_upload_bytes_per_s`` after ``slow_upload_grace_s`` is cut with 503. An
+    upload slower than ``min_upload_bytes_per_s`` after ``request_timeout_s``, or longer than
+    ``max_upload_s``, is cut with 408. Each client address and network may upload
+    ``client_quota_bytes`` / ``network_quota_bytes`` per ``quota_window_s`` (429 with
+    ``Retry-After`` beyond; 413 for a blob larger than a quota). ``exempt_clients`` (default the
+    loopback addresses) have no per-client or per-network limit. A new signer of an alias that
+    already holds its ``max_signer_slots`` signers' slots gets 409.
     The body is streamed to a temporary file and hashed as it arrives (never held in memory), then
     renamed to its digest; an upload larger than the free disk space (less ``min_free_bytes``) gets
     507.
@@ -40,7 +48,9 @@ as one structured line on the ``syncline.blobstore`` logger.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
+import math
 import os
 import re
 import shutil
@@ -49,10 +59,11 @@ import socketserver
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeAlias
 
 import structlog
 
@@ -60,6 +71,7 @@ from syncline.blobstore.local import LocalBlobStore
 from syncline.blobstore.store import (
     CHUNK_BYTES,
     DEFAULT_MAX_BLOB_BYTES,
+    AliasFull,
     BlobIntegrityError,
     BlobNotFound,
     BlobRef,
@@ -85,6 +97,27 @@ _DRAIN_LIMIT = 64 * 1024 * 1024
 """An unread request body up to this size is read and dropped after an error answer, so the client
 (which sends its whole body before reading) sees the answer rather than a connection reset."""
 _MAX_LOGGED_PATH = 200
+_MAX_TRACKED = 4096
+"""Clients and networks whose recent use is remembered beyond what they hold now (the oldest
+are forgotten first)."""
+IPNetwork: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+DEFAULT_MAX_CONCURRENT_UPLOADS = 8
+DEFAULT_MIN_UPLOAD_BYTES_PER_S = 256 * 1024
+"""Every upload averages at least this after the request timeout (408 otherwise)."""
+DEFAULT_CONTENDED_MIN_BYTES_PER_S = 1 << 20
+"""While an upload waits for a slot, the slowest upload under this average is cut (503)."""
+DEFAULT_SLOW_UPLOAD_GRACE_S = 10.0
+"""How long an upload has a slot before the contended floor applies to it."""
+DEFAULT_MAX_UPLOAD_S = 3600.0
+"""The longest one upload may take in all (408 after)."""
+DEFAULT_QUOTA_WINDOW_S = 3600.0
+MAX_DEFAULT_CLIENT_QUOTA_BYTES = 64 << 30
+"""The default per-client quota is an eighth of the store's volume, at most this (the per-network
+one twice that): one client cannot fill the disk within a window."""
+DEFAULT_EXEMPT_CLIENTS = "127.0.0.1/32,::1/128"
+"""Clients free of the per-client and per-network limits: the service's own machine (see
+:class:`BlobService`)."""
 
 
 class _HttpError(Exception):
@@ -97,64 +130,279 @@ class _HttpError(Exception):
         self.headers = headers or {}
 
 
-class _UploadGate:
-    """Upload slots shared fairly: at most ``total`` uploads are buffered at once and at most
-    ``per_client`` of them from one client address, so one slow or greedy client cannot take
-    every slot. An upload over its client's share waits for that share (it holds no global slot
-    meanwhile); waits end after ``wait_s``."""
+def client_network(client: str) -> str:
+    """The network a client address belongs to, for the per-network limits: its /24 (IPv4) or its
+    /64 (IPv6); an IPv4-mapped IPv6 address counts as IPv4, anything unparsable as itself."""
+    try:
+        address = ipaddress.ip_address(client.split("%", 1)[0])
+    except ValueError:
+        return client
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    prefix = 24 if address.version == 4 else 64
+    return str(ipaddress.ip_network(f"{address}/{prefix}", strict=False))
 
-    def __init__(self, *, total: int, per_client: int, wait_s: float) -> None:
-        self.total = threading.BoundedSemaphore(total)
-        self.per_client = per_client
-        self.wait_s = wait_s
-        self._active: dict[str, int] = {}
-        self._changed = threading.Condition()
+
+def _canonical_client(client: str) -> str:
+    try:
+        address = ipaddress.ip_address(client.split("%", 1)[0])
+    except ValueError:
+        return client
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(address)
+
+
+def parse_networks(text: str | Sequence[str]) -> tuple[IPNetwork, ...]:
+    """``"127.0.0.1/32,::1"`` (or a sequence of such items) as networks; empty for none.
+
+    Raises
+    ------
+    ValueError
+        An item is not an IP address or network.
+    """
+    items = text.split(",") if isinstance(text, str) else list(text)
+    return tuple(ipaddress.ip_network(item.strip(), strict=False) for item in items if item.strip())
+
+
+class _Upload:
+    """One upload that holds, or waits for, a slot: who sends it and how far it got."""
+
+    def __init__(self, client: str, network: str, *, exempt: bool, sock: socket.socket | None, seq: int) -> None:
+        self.client, self.network, self.exempt, self.sock, self.seq = client, network, exempt, sock, seq
+        self.started = time.monotonic()
+        self.received = 0
+        self.cut = False
+
+    def rate(self, now: float) -> float:
+        return self.received / max(now - self.started, 1e-9)
+
+
+class _UploadGate:
+    """The upload slots, shared so that no client or network can take them all.
+
+    * At most ``total`` uploads at once; at most ``per_client`` of them from one client address
+      and ``per_network`` from one network (:func:`client_network`); ``exempt`` clients have no
+      per-client or per-network cap (they still share the ``total`` slots).
+    * An upload over a cap, or with every slot taken, waits (holding nothing) at most ``wait_s``,
+      then gets 503 with ``Retry-After``. When a slot frees up it goes to the waiting client that
+      used a slot least recently (a new client first), so a client that keeps every slot busy
+      queues behind everyone else.
+    * While an upload waits only because every slot is taken, the slowest upload that has had a
+      slot for ``grace_s`` and averages below ``min_rate`` bytes/s is cut (503), one at a time.
+    """
+
+    def __init__(
+        self,
+        *,
+        total: int,
+        per_client: int,
+        per_network: int,
+        wait_s: float,
+        min_rate: int,
+        grace_s: float,
+        exempt: tuple[IPNetwork, ...] = (),
+    ) -> None:
+        self.total, self.per_client, self.per_network = total, per_client, per_network
+        self.wait_s, self.min_rate, self.grace_s = wait_s, min_rate, grace_s
+        self.exempt = exempt
+        self.cuts = 0
+        self._cond = threading.Condition()
+        self._active: set[_Upload] = set()
+        self._waiting: list[_Upload] = []
+        self._clients: Counter[str] = Counter()
+        self._networks: Counter[str] = Counter()
+        self._last_use: dict[str, float] = {}
+        self._seq = 0
+
+    def is_exempt(self, client: str) -> bool:
+        try:
+            address = ipaddress.ip_address(client)
+        except ValueError:
+            return False
+        return any(address.version == net.version and address in net for net in self.exempt)
+
+    def _fits(self, upload: _Upload) -> bool:
+        """Whether ``upload`` may take a slot now, leaving its place in the queue aside."""
+        if len(self._active) >= self.total:
+            return False
+        return upload.exempt or (
+            self._clients[upload.client] < self.per_client and self._networks[upload.network] < self.per_network
+        )
+
+    def _priority(self, upload: _Upload) -> tuple[float, int]:
+        return (self._last_use.get(upload.client, -math.inf), upload.seq)
+
+    def _my_turn(self, upload: _Upload) -> bool:
+        if not self._fits(upload):
+            return False
+        mine = self._priority(upload)
+        return not any(self._priority(w) < mine and self._fits(w) for w in self._waiting if w is not upload)
+
+    def _blocked_by_total_only(self, upload: _Upload) -> bool:
+        return len(self._active) >= self.total and (
+            upload.exempt
+            or (self._clients[upload.client] < self.per_client and self._networks[upload.network] < self.per_network)
+        )
+
+    def _cut_slowest(self) -> None:
+        """Cut the slowest upload under the rate floor (none while an earlier cut is under way)."""
+        if any(u.cut for u in self._active):
+            return
+        now = time.monotonic()
+        slow = [
+            u for u in self._active if not u.exempt and now - u.started >= self.grace_s and u.rate(now) < self.min_rate
+        ]
+        if not slow:
+            return
+        victim = min(slow, key=lambda u: u.rate(now))
+        victim.cut = True
+        self.cuts += 1
+        log.info(
+            "upload.cut",
+            client=victim.client,
+            received=victim.received,
+            bytes_per_s=round(victim.rate(now)),
+            reason="slowest upload under the rate floor while others wait",
+        )
+        if victim.sock is not None:
+            with contextlib.suppress(OSError):
+                victim.sock.shutdown(socket.SHUT_RD)  # wakes its reader with an end of file
 
     @contextlib.contextmanager
-    def slot(self, client: str) -> Iterator[None]:
+    def slot(self, client: str, sock: socket.socket | None = None) -> Iterator[_Upload]:
         """Hold one upload slot for ``client``; raises ``_HttpError`` 503 when none frees up in time."""
+        client = _canonical_client(client)
         give_up = time.monotonic() + self.wait_s
-        with self._changed:
-            if not self._changed.wait_for(lambda: self._active.get(client, 0) < self.per_client, self.wait_s):
-                raise _HttpError(
-                    HTTPStatus.SERVICE_UNAVAILABLE,
-                    f"this client already has {self.per_client} uploads in progress; retry later",
-                    headers={"Retry-After": "1"},
-                )
-            self._active[client] = self._active.get(client, 0) + 1
-        try:
-            if not self.total.acquire(timeout=max(0.0, give_up - time.monotonic())):
-                raise _HttpError(
-                    HTTPStatus.SERVICE_UNAVAILABLE,
-                    "too many concurrent uploads; retry later",
-                    headers={"Retry-After": "1"},
-                )
+        with self._cond:
+            self._seq += 1
+            upload = _Upload(client, client_network(client), exempt=self.is_exempt(client), sock=sock, seq=self._seq)
+            self._waiting.append(upload)
             try:
-                yield
+                while not self._my_turn(upload):
+                    left = give_up - time.monotonic()
+                    if left <= 0:
+                        raise _HttpError(
+                            HTTPStatus.SERVICE_UNAVAILABLE,
+                            self._busy_reason(upload),
+                            headers={"Retry-After": "1"},
+                        )
+                    if self._blocked_by_total_only(upload):
+                        self._cut_slowest()
+                    self._cond.wait(min(left, 0.25))
             finally:
-                self.total.release()
+                self._waiting.remove(upload)
+                self._cond.notify_all()
+            upload.started = time.monotonic()
+            self._active.add(upload)
+            self._clients[upload.client] += 1
+            self._networks[upload.network] += 1
+            self._last_use[upload.client] = upload.started
+            if len(self._last_use) > 4 * _MAX_TRACKED:
+                oldest = sorted(self._last_use, key=self._last_use.__getitem__)
+                for stale in oldest[: len(oldest) - _MAX_TRACKED]:
+                    del self._last_use[stale]
+        try:
+            yield upload
         finally:
-            with self._changed:
-                self._active[client] -= 1
-                if not self._active[client]:
-                    del self._active[client]
-                self._changed.notify_all()
+            with self._cond:
+                self._active.discard(upload)
+                self._clients[upload.client] -= 1
+                self._networks[upload.network] -= 1
+                if not self._clients[upload.client]:
+                    del self._clients[upload.client]
+                if not self._networks[upload.network]:
+                    del self._networks[upload.network]
+                self._last_use[upload.client] = time.monotonic()
+                self._cond.notify_all()
+
+    def _busy_reason(self, upload: _Upload) -> str:
+        if not upload.exempt and self._clients[upload.client] >= self.per_client:
+            return f"this client already has {self.per_client} uploads in progress; retry later"
+        if not upload.exempt and self._networks[upload.network] >= self.per_network:
+            return f"the network {upload.network} already has {self.per_network} uploads in progress; retry later"
+        return "too many concurrent uploads; retry later"
+
+
+class _ByteQuota:
+    """Bytes a client, and a network, may upload per ``window_s``: token buckets that hold
+    ``per_client`` (``per_network``) bytes and refill at that much per window. Uploads are charged
+    by their ``Content-Length`` when they start; what never arrives is refunded. 0 disables a limit."""
+
+    def __init__(self, *, per_client: int, per_network: int, window_s: float) -> None:
+        self.per_client, self.per_network, self.window_s = per_client, per_network, window_s
+        self._lock = threading.Lock()
+        self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, when)
+
+    def _level(self, key: str, capacity: int, now: float) -> float:
+        tokens, when = self._buckets.get(key, (float(capacity), now))
+        return min(float(capacity), tokens + (now - when) * capacity / self.window_s)
+
+    def _limits(self, client: str, network: str) -> list[tuple[str, int, str]]:
+        limits = []
+        if self.per_client > 0:
+            limits.append((f"c:{client}", self.per_client, "this client"))
+        if self.per_network > 0:
+            limits.append((f"n:{network}", self.per_network, f"the network {network}"))
+        return limits
+
+    def charge(self, client: str, network: str, size: int) -> None:
+        """Take ``size`` bytes from both buckets, or raise ``_HttpError`` 429 (with ``Retry-After``:
+        when they will hold enough) or 413 (more than a bucket ever holds)."""
+        now = time.monotonic()
+        with self._lock:
+            limits = self._limits(client, network)
+            for key, capacity, who in limits:
+                if size > capacity:
+                    raise _HttpError(
+                        HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                        f"blob of {size} bytes exceeds the upload quota of {who} ({capacity} bytes per "
+                        f"{self.window_s:g} s)",
+                    )
+                level = self._level(key, capacity, now)
+                if level < size:
+                    wait = math.ceil((size - level) * self.window_s / capacity)
+                    raise _HttpError(
+                        HTTPStatus.TOO_MANY_REQUESTS,
+                        f"upload quota of {who} used up ({capacity} bytes per {self.window_s:g} s); retry in {wait} s",
+                        headers={"Retry-After": str(max(1, wait))},
+                    )
+            for key, capacity, _ in limits:
+                self._buckets[key] = (self._level(key, capacity, now) - size, now)
+            if len(self._buckets) > _MAX_TRACKED:  # forget full buckets: they hold no state
+                for key in [k for k in self._buckets if self._level(k, self._capacity(k), now) >= self._capacity(k)]:
+                    del self._buckets[key]
+
+    def _capacity(self, key: str) -> int:
+        return self.per_client if key.startswith("c:") else self.per_network
+
+    def refund(self, client: str, network: str, size: int) -> None:
+        """Give back ``size`` bytes charged but never received."""
+        if size <= 0:
+            return
+        now = time.monotonic()
+        with self._lock:
+            for key, capacity, _ in self._limits(client, network):
+                if key in self._buckets:
+                    self._buckets[key] = (min(float(capacity), self._level(key, capacity, now) + size), now)
 
 
 class _UploadPace:
-    """The slowest acceptable upload: after ``grace_s``, at least ``min_bytes_per_s`` on average."""
+    """The slowest acceptable upload: after ``grace_s``, at least ``min_bytes_per_s`` on average,
+    and done within ``max_s`` in all."""
 
-    def __init__(self, *, grace_s: float, min_bytes_per_s: int) -> None:
+    def __init__(self, *, grace_s: float, min_bytes_per_s: int, max_s: float) -> None:
         self.started = time.monotonic()
         self.grace_s = grace_s
         self.min_bytes_per_s = min_bytes_per_s
+        self.max_s = max_s
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self.started
 
     def wait_s(self, received: int) -> float:
         """Seconds the next byte may still take before the client is too slow (<= 0: cut it now)."""
-        due = self.grace_s + (received + 1) / self.min_bytes_per_s
+        due = min(self.grace_s + (received + 1) / self.min_bytes_per_s, self.max_s)
         return due - self.elapsed_s()
 
 
@@ -198,7 +446,16 @@ class _Server(ThreadingHTTPServer):
         self.upload_gate = _UploadGate(
             total=service.max_concurrent_uploads,
             per_client=service.max_uploads_per_client,
+            per_network=service.max_uploads_per_network,
             wait_s=service.request_timeout_s,
+            min_rate=service.contended_min_upload_bytes_per_s,
+            grace_s=service.slow_upload_grace_s,
+            exempt=service.exempt_clients,
+        )
+        self.quota = _ByteQuota(
+            per_client=service.client_quota_bytes,
+            per_network=service.network_quota_bytes,
+            window_s=service.quota_window_s,
         )
         self.connections = _ConnectionLimit(service.max_connections_per_client)
         super().__init__(address, _Handler)
@@ -225,6 +482,8 @@ class _Server(ThreadingHTTPServer):
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind resolves the FQDN of the host, which can block on DNS.
+        with contextlib.suppress(OSError):  # small answers go out at once (accepted sockets inherit it)
+            self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         socketserver.TCPServer.server_bind(self)
         host, port = self.server_address[:2]
         self.server_name = str(host)
@@ -245,6 +504,8 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         self.connection.settimeout(self.server.service.request_timeout_s)  # a stalled client is dropped
+        with contextlib.suppress(OSError):
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def handle_one_request(self) -> None:
         self._started = time.perf_counter()
@@ -449,11 +710,26 @@ class _Handler(BaseHTTPRequestHandler):
         length, alias = self._check_upload_headers()
         signature = self._alias_signature(alias)
         service = self.server.service
-        with self.server.upload_gate.slot(_client_key(self.client_address)):
-            try:
-                ref = service.store.put_stream(self._body_chunks(length), alias=alias, alias_signature=signature)
-            except InvalidBlobName as exc:  # a signature that does not recover
-                raise _HttpError(HTTPStatus.BAD_REQUEST, str(exc)) from None
+        gate, quota = self.server.upload_gate, self.server.quota
+        client = _canonical_client(_client_key(self.client_address))
+        network = client_network(client)
+        charged = 0 if gate.is_exempt(client) else length
+        if charged:
+            quota.charge(client, network, charged)
+        received_before = self._bytes_in
+        try:
+            with gate.slot(client, self.connection) as upload:
+                try:
+                    ref = service.store.put_stream(
+                        self._body_chunks(length, upload), alias=alias, alias_signature=signature
+                    )
+                except InvalidBlobName as exc:  # a signature that does not recover
+                    raise _HttpError(HTTPStatus.BAD_REQUEST, str(exc)) from None
+                except AliasFull as exc:
+                    raise _HttpError(HTTPStatus.CONFLICT, str(exc)) from None
+        finally:
+            if charged:
+                quota.refund(client, network, charged - (self._bytes_in - received_before))
         self._note["digest"] = ref.digest
         if alias is not None:
             self._note["alias"] = alias
@@ -507,16 +783,36 @@ class _Handler(BaseHTTPRequestHandler):
                 HTTPStatus.BAD_REQUEST, f"{ALIAS_SIGNATURE_HEADER} must be 0x + 130 hex characters"
             ) from None
 
-    def _body_chunks(self, length: int) -> Iterator[bytes]:
-        """The upload's bytes as they arrive, cutting a client slower than the service's floor."""
+    def _body_chunks(self, length: int, upload: _Upload | None = None) -> Iterator[bytes]:
+        """The upload's bytes as they arrive, cutting a client slower than the service's floor, one
+        past the total upload deadline, and one the upload gate cut for others (``upload.cut``)."""
         service = self.server.service
-        floor = _UploadPace(grace_s=service.request_timeout_s, min_bytes_per_s=service.min_upload_bytes_per_s)
+        floor = _UploadPace(
+            grace_s=service.request_timeout_s,
+            min_bytes_per_s=service.min_upload_bytes_per_s,
+            max_s=service.max_upload_s,
+        )
         remaining = length
         try:
             while remaining > 0:
+                if upload is not None and upload.cut:
+                    self._unread = -1
+                    raise _HttpError(
+                        HTTPStatus.SERVICE_UNAVAILABLE,
+                        f"upload cut: {length - remaining} of {length} bytes after {floor.elapsed_s():.1f} s, "
+                        f"the slowest upload under {service.contended_min_upload_bytes_per_s} bytes/s while "
+                        "others waited for a slot; retry later",
+                        headers={"Retry-After": "1"},
+                    )
                 wait = floor.wait_s(length - remaining)
                 if wait <= 0:
                     self._unread = -1
+                    if floor.elapsed_s() >= service.max_upload_s:
+                        raise _HttpError(
+                            HTTPStatus.REQUEST_TIMEOUT,
+                            f"upload too long: {length - remaining} of {length} bytes after "
+                            f"{floor.elapsed_s():.1f} s (an upload may take at most {service.max_upload_s:g} s)",
+                        )
                     raise _HttpError(
                         HTTPStatus.REQUEST_TIMEOUT,
                         f"upload too slow: {length - remaining} of {length} bytes after {floor.elapsed_s():.1f} s "
@@ -533,6 +829,8 @@ class _Handler(BaseHTTPRequestHandler):
                         f"{floor.elapsed_s():.1f} s (at least {service.min_upload_bytes_per_s} bytes/s after "
                         f"{service.request_timeout_s:g} s)",
                     ) from None
+                if not chunk and upload is not None and upload.cut:
+                    continue  # answered at the top of the loop
                 if not chunk:
                     self._unread = -1
                     raise _HttpError(
@@ -542,6 +840,8 @@ class _Handler(BaseHTTPRequestHandler):
                 remaining -= len(chunk)
                 self._unread = remaining
                 self._bytes_in += len(chunk)
+                if upload is not None:
+                    upload.received += len(chunk)
                 yield chunk
         finally:
             self.connection.settimeout(service.request_timeout_s)  # keep-alive requests get the usual timeout
@@ -686,10 +986,33 @@ class BlobService:
     max_concurrent_uploads : int, optional
         Uploads in progress at once (each streams to a temporary file: memory stays bounded).
     max_uploads_per_client : int, optional
-        Of those, how many one client address may hold (default half); its further uploads wait.
+        Of those, how many one client address may hold (default a quarter); its further uploads wait.
+    max_uploads_per_network : int, optional
+        How many one network (/24 for IPv4, /64 for IPv6) may hold (default half).
     min_upload_bytes_per_s : int, optional
         After ``request_timeout_s``, an upload slower than this on average is cut with 408, so slow
         clients cannot keep the slots from others.
+    contended_min_upload_bytes_per_s : int, optional
+        While another upload waits for a slot, the slowest upload that has had its slot for
+        ``slow_upload_grace_s`` and averages less than this is cut with 503 (default 1 MiB/s).
+    slow_upload_grace_s : float, optional
+        See ``contended_min_upload_bytes_per_s`` (default 10 s).
+    max_upload_s : float, optional
+        The longest one upload may take (408 after; default an hour).
+    client_quota_bytes, network_quota_bytes : int, optional
+        Bytes one client address (one network) may upload per ``quota_window_s``; beyond, 429 with
+        ``Retry-After``. Default: an eighth (a quarter) of the store's volume, at most 64 GiB
+        (128 GiB); 0 switches the limit off.
+    quota_window_s : float, optional
+        The quota window (default an hour).
+    exempt_clients : str or sequence of str, optional
+        Client addresses or networks free of the per-client and per-network limits (slots, quota,
+        the contended floor); they still share the ``max_concurrent_uploads`` slots. Default the
+        loopback addresses ``127.0.0.1`` and ``::1``: a process on the service's own machine can
+        fill its disk without the service anyway, and every agent of a devnet connects from
+        ``127.0.0.1``, so a per-client cap there would make them queue behind each other. Behind
+        a reverse proxy on the same machine every client is ``127.0.0.1``: pass ``""`` and limit
+        at the proxy.
     max_connections_per_client : int, optional
         Open connections one client address may hold; more are closed unanswered.
     verify_bytes : int, optional
@@ -713,9 +1036,17 @@ class BlobService:
         max_bytes: int = DEFAULT_MAX_BLOB_BYTES,
         public_url: str | None = None,
         request_timeout_s: float = 30.0,
-        max_concurrent_uploads: int = 8,
+        max_concurrent_uploads: int = DEFAULT_MAX_CONCURRENT_UPLOADS,
         max_uploads_per_client: int | None = None,
-        min_upload_bytes_per_s: int = 256 * 1024,
+        max_uploads_per_network: int | None = None,
+        min_upload_bytes_per_s: int = DEFAULT_MIN_UPLOAD_BYTES_PER_S,
+        contended_min_upload_bytes_per_s: int = DEFAULT_CONTENDED_MIN_BYTES_PER_S,
+        slow_upload_grace_s: float = DEFAULT_SLOW_UPLOAD_GRACE_S,
+        max_upload_s: float = DEFAULT_MAX_UPLOAD_S,
+        client_quota_bytes: int | None = None,
+        network_quota_bytes: int | None = None,
+        quota_window_s: float = DEFAULT_QUOTA_WINDOW_S,
+        exempt_clients: str | Sequence[str] = DEFAULT_EXEMPT_CLIENTS,
         max_connections_per_client: int = 64,
         verify_bytes: int = DEFAULT_VERIFY_BYTES,
         min_free_bytes: int = DEFAULT_MIN_FREE_BYTES,
@@ -730,8 +1061,21 @@ class BlobService:
         self.max_bytes = max_bytes
         self.request_timeout_s = request_timeout_s
         self.max_concurrent_uploads = max_concurrent_uploads
-        self.max_uploads_per_client = max_uploads_per_client or max(1, max_concurrent_uploads // 2)
+        self.max_uploads_per_client = max_uploads_per_client or max(1, max_concurrent_uploads // 4)
+        self.max_uploads_per_network = max_uploads_per_network or max(1, max_concurrent_uploads // 2)
         self.min_upload_bytes_per_s = min_upload_bytes_per_s
+        self.contended_min_upload_bytes_per_s = contended_min_upload_bytes_per_s
+        self.slow_upload_grace_s = slow_upload_grace_s
+        self.max_upload_s = max_upload_s
+        if client_quota_bytes is None or network_quota_bytes is None:
+            volume = shutil.disk_usage(store.root).total
+            auto = min(MAX_DEFAULT_CLIENT_QUOTA_BYTES, max(volume // 8, 1 << 30))
+            client_quota_bytes = auto if client_quota_bytes is None else client_quota_bytes
+            network_quota_bytes = 2 * auto if network_quota_bytes is None else network_quota_bytes
+        self.client_quota_bytes = client_quota_bytes
+        self.network_quota_bytes = network_quota_bytes
+        self.quota_window_s = quota_window_s
+        self.exempt_clients = parse_networks(exempt_clients)
         self.max_connections_per_client = max_connections_per_client
         self.verify_bytes = verify_bytes
         self.min_free_bytes = min_free_bytes
@@ -739,8 +1083,18 @@ class BlobService:
             raise ValueError(
                 f"max_uploads_per_client must be in 1..{max_concurrent_uploads}, got {max_uploads_per_client}"
             )
-        if min_upload_bytes_per_s < 1 or max_connections_per_client < 1:
-            raise ValueError("min_upload_bytes_per_s and max_connections_per_client must be >= 1")
+        if not 1 <= self.max_uploads_per_network <= max_concurrent_uploads:
+            raise ValueError(
+                f"max_uploads_per_network must be in 1..{max_concurrent_uploads}, got {max_uploads_per_network}"
+            )
+        if min(min_upload_bytes_per_s, contended_min_upload_bytes_per_s, max_connections_per_client) < 1:
+            raise ValueError(
+                "min_upload_bytes_per_s, contended_min_upload_bytes_per_s and max_connections_per_client must be >= 1"
+            )
+        if min(client_quota_bytes, network_quota_bytes) < 0 or min(quota_window_s, max_upload_s) <= 0:
+            raise ValueError("quotas must be >= 0 (0: none), quota_window_s and max_upload_s > 0")
+        if slow_upload_grace_s < 0:
+            raise ValueError(f"slow_upload_grace_s must be >= 0, got {slow_upload_grace_s}")
         self._public_url = public_url.rstrip("/") if public_url else None
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None

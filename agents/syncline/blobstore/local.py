@@ -16,6 +16,15 @@ concurrently all leave the same complete file behind. Candidates are ordered by 
 modification time (newest first). A store written before aliases held candidates has a plain file
 ``aliases/<alias>`` holding one digest: it reads as one anonymous candidate and becomes a directory
 on the next write.
+
+Lookups go through an in-memory index of each alias directory (its signers' slots by address and
+its other candidates newest first), so naming a signer is a dictionary lookup and listing the
+others reads at most :data:`~syncline.blobstore.store.MAX_LISTED_CANDIDATES` entries, whatever the
+alias holds. The index is shared by every store object of the process, dropped on each write, and
+reloaded when the directory's modification time changes (a write by another process) or was too
+recent to tell two writes apart. An alias holds at most ``max_signer_slots`` signers' slots
+(:data:`~syncline.blobstore.store.MAX_SIGNER_SLOTS`); a further signer is refused with
+:class:`~syncline.blobstore.store.AliasFull`.
 """
 
 from __future__ import annotations
@@ -23,8 +32,12 @@ from __future__ import annotations
 import contextlib
 import heapq
 import os
+import stat
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -35,6 +48,8 @@ from syncline.blobstore.store import (
     MAX_ALIAS_SIGNERS,
     MAX_ANONYMOUS_CANDIDATES,
     MAX_LISTED_CANDIDATES,
+    MAX_SIGNER_SLOTS,
+    AliasFull,
     BlobIntegrityError,
     BlobNotFound,
     BlobRef,
@@ -54,6 +69,29 @@ from syncline.protocol.hashing import Keccak256
 
 log = structlog.get_logger("syncline.blobstore")
 
+_RACY_NS = 20_000_000
+"""A directory modified less than this long before it was indexed is indexed again on the next
+lookup: a write in the same tick of the file system's clock would not change its stamp."""
+_MAX_INDEXED_ALIASES = 4096
+
+
+@dataclass(frozen=True)
+class _AliasIndex:
+    """What an alias directory held when it was read: the stamp it had, its signers' slots
+    (address to digest), its other candidates newest first (entry name, digest) and the digests of
+    its pinned first candidates."""
+
+    stamp: tuple[int, int]
+    racy: bool
+    signed: dict[str, str]
+    newest: tuple[tuple[str, str], ...]
+    pinned: tuple[str, ...]
+
+
+_index_lock = threading.Lock()
+_indexes: OrderedDict[str, _AliasIndex] = OrderedDict()
+_write_locks = tuple(threading.Lock() for _ in range(64))
+
 
 class LocalBlobStore(BlobStoreBase):
     """Content-addressed blobs and aliases as files under ``root``.
@@ -66,12 +104,24 @@ class LocalBlobStore(BlobStoreBase):
         Flush each written file to disk before renaming it into place (default True).
     fetch_timeout_s : float, optional
         Timeout of network operations in :meth:`fetch`.
+    max_signer_slots : int, optional
+        Owner-signed slots one alias holds at most (:data:`~syncline.blobstore.store.MAX_SIGNER_SLOTS`).
     """
 
-    def __init__(self, root: Path, *, fsync: bool = True, fetch_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        fsync: bool = True,
+        fetch_timeout_s: float = 30.0,
+        max_signer_slots: int = MAX_SIGNER_SLOTS,
+    ) -> None:
         super().__init__(fetch_timeout_s=fetch_timeout_s)
+        if max_signer_slots < 1:
+            raise ValueError(f"max_signer_slots must be >= 1, got {max_signer_slots}")
         self.root = Path(root).resolve()
         self.fsync = fsync
+        self.max_signer_slots = max_signer_slots
         self.blobs_dir = self.root / "blobs"
         self.aliases_dir = self.root / "aliases"
         self.tmp_dir = self.root / "tmp"
@@ -331,32 +381,101 @@ class LocalBlobStore(BlobStoreBase):
         directory = self.aliases_dir / validate_alias(alias)
         if len(signers) > MAX_ALIAS_SIGNERS:
             raise InvalidBlobName(f"{len(signers)} signers named; at most {MAX_ALIAS_SIGNERS}")
-        owners = [f"signed-{normalize_address(s)}" for s in signers]
+        owners = [normalize_address(s) for s in signers]
         if directory.is_file():  # a store written before aliases held candidates
             legacy = self._read_digest(directory)
             return (legacy,) if legacy else ()
-        found: list[str] = []
-        for name in owners:
-            digest = self._read_digest(directory / name)
-            if digest:
+        index = self._index(directory)
+        if index is None:
+            return ()
+        found = [index.signed[owner] for owner in owners if owner in index.signed]
+        skip = {f"signed-{owner}" for owner in owners}
+        listed = 0
+        for name, digest in index.newest:
+            if listed >= MAX_LISTED_CANDIDATES:
+                break
+            if name not in skip:
                 found.append(digest)
-        try:
-            entries = [e for e in os.scandir(directory) if e.name not in owners and e.is_file()]
-        except (FileNotFoundError, NotADirectoryError):
-            entries = []
-        pinned = [e for e in entries if e.name.startswith("first-")]
-        rest = [e for e in entries if not e.name.startswith("first-")]
-        for entry in heapq.nlargest(MAX_LISTED_CANDIDATES, rest, key=_mtime) + pinned:
-            digest = self._read_digest(Path(entry.path))
-            if digest:
-                found.append(digest)
+                listed += 1
+        found.extend(index.pinned)
         return tuple(dict.fromkeys(found))
+
+    def signer_slots(self, alias: str) -> int:
+        """How many owner-signed slots ``alias`` holds."""
+        index = self._index(self.aliases_dir / validate_alias(alias))
+        return 0 if index is None else len(index.signed)
 
     # ------------------------------------------------------------------ internals
 
+    def _index(self, directory: Path) -> _AliasIndex | None:
+        """The index of an alias directory (None when there is none), read again only when the
+        directory changed since (or changed too recently to tell)."""
+        try:
+            st = os.stat(directory)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if not stat.S_ISDIR(st.st_mode):
+            return None
+        key, stamp = str(directory), (st.st_mtime_ns, st.st_ino)
+        with _index_lock:
+            index = _indexes.get(key)
+            if index is not None and index.stamp == stamp and not index.racy:
+                _indexes.move_to_end(key)
+                return index
+        index = self._load_index(directory, stamp)
+        with _index_lock:
+            _indexes[key] = index
+            _indexes.move_to_end(key)
+            while len(_indexes) > _MAX_INDEXED_ALIASES:
+                _indexes.popitem(last=False)
+        return index
+
+    def _load_index(self, directory: Path, stamp: tuple[int, int]) -> _AliasIndex:
+        racy = time.time_ns() - stamp[0] < _RACY_NS
+        signed: dict[str, str] = {}
+        dated: list[tuple[int, str, str]] = []
+        pinned: list[str] = []
+        try:
+            entries = [e for e in os.scandir(directory) if e.is_file()]
+        except (FileNotFoundError, NotADirectoryError):
+            entries = []
+        for entry in entries:
+            digest = self._read_digest(Path(entry.path))
+            if not digest:
+                continue
+            if entry.name.startswith("first-"):
+                pinned.append(digest)
+                continue
+            if entry.name.startswith("signed-"):
+                signed[entry.name[len("signed-") :]] = digest
+            dated.append((_mtime(entry), entry.name, digest))
+        dated.sort(key=lambda item: (item[0], item[1]), reverse=True)
+        newest = tuple((name, digest) for _, name, digest in dated)
+        return _AliasIndex(stamp=stamp, racy=racy, signed=signed, newest=newest, pinned=tuple(sorted(pinned)))
+
+    @staticmethod
+    def _forget_index(directory: Path) -> None:
+        with _index_lock:
+            _indexes.pop(str(directory), None)
+
     def _add_candidate(self, alias: str, digest: str, signer: str | None, signature: bytes | None) -> None:
-        """Add ``digest`` to the alias: the signer's slot, or the anonymous ring (oldest evicted)."""
+        """Add ``digest`` to the alias: the signer's slot, or the anonymous ring (oldest evicted).
+
+        Raises
+        ------
+        AliasFull
+            ``signer`` has no slot and the alias already holds ``max_signer_slots`` of them.
+        """
         directory = self.aliases_dir / alias
+        with _write_locks[hash(str(directory)) % len(_write_locks)]:
+            try:
+                self._add_candidate_locked(directory, alias, digest, signer, signature)
+            finally:
+                self._forget_index(directory)
+
+    def _add_candidate_locked(
+        self, directory: Path, alias: str, digest: str, signer: str | None, signature: bytes | None
+    ) -> None:
         if directory.is_file():  # convert a pre-candidates alias file, keeping its digest as a candidate
             legacy = self._read_digest(directory)
             with contextlib.suppress(FileNotFoundError):
@@ -370,6 +489,14 @@ class LocalBlobStore(BlobStoreBase):
             _touch(directory / f"first-{digest[2:]}")
             return
         if signer is not None and signature is not None:
+            if not (directory / f"signed-{signer}").exists():
+                index = self._index(directory)
+                held = 0 if index is None else len(index.signed)
+                if held >= self.max_signer_slots:
+                    raise AliasFull(
+                        f"alias {alias!r} already holds {held} signers' slots (at most {self.max_signer_slots}); "
+                        f"no slot for a new signer {signer}"
+                    )
             body = f"{digest}\n0x{signature.hex()}\n".encode("ascii")
             self._write_atomic(directory / f"signed-{signer}", body)
             _touch(directory / f"signed-{signer}")
@@ -377,9 +504,8 @@ class LocalBlobStore(BlobStoreBase):
         if (directory / f"first-{digest[2:]}").exists():
             return
         path = directory / f"anon-{digest[2:]}"
-        if not path.exists():
-            self._write_atomic(path, digest.encode("ascii"))
-        _touch(path)  # (seen again:) the newest
+        self._write_atomic(path, digest.encode("ascii"))  # (seen again:) rewritten, so the directory's stamp moves
+        _touch(path)  # the newest
         anonymous = [e for e in os.scandir(directory) if e.name.startswith("anon-")]
         if len(anonymous) > MAX_ANONYMOUS_CANDIDATES:
             for old in heapq.nsmallest(len(anonymous) - MAX_ANONYMOUS_CANDIDATES, anonymous, key=_mtime):

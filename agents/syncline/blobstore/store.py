@@ -73,6 +73,11 @@ MAX_LISTED_CANDIDATES = 32
 MAX_ALIAS_SIGNERS = 32
 """Signers one :meth:`BlobBackend.candidates` call may name."""
 
+MAX_SIGNER_SLOTS = 256
+"""Owner-signed slots one alias holds at most (a new signer beyond them is refused with
+:class:`AliasFull`; a signer that has a slot can always replace its own candidate). The readers of
+an alias name at most :data:`MAX_ALIAS_SIGNERS` owners; the bound keeps every lookup cheap."""
+
 _DIGEST_RE = re.compile(r"0x[0-9a-fA-F]{64}")
 _ALIAS_RE = re.compile(r"[0-9A-Za-z_.:-]{1,128}")
 _ADDRESS_RE = re.compile(r"0x[0-9a-fA-F]{40}")
@@ -104,6 +109,10 @@ class BlobUnavailable(BlobStoreError):
 
 class InvalidBlobName(BlobStoreError, ValueError):
     """A digest or an alias is malformed."""
+
+
+class AliasFull(BlobStoreError):
+    """An alias already holds its :data:`MAX_SIGNER_SLOTS` owner-signed slots and the signer has none."""
 
 
 # ---------------------------------------------------------------------- names
