@@ -735,6 +735,7 @@ def test_withheld_eager_checkpoints_are_claimed_once_and_only_silence_convicts(
             initial_state_root=start.state_root_hex,
             min_trainers=3,
             max_trainers=3,
+            rounds=1,  # the trainers' next tick answers claims and trains nothing more
             round_duration_s=600,
             gradient_bits=8,
             metadata={"tokenizer": {"digest": tokenizer.digest, "uri": tokenizer.uri}, "seq_len": SEQ},
