@@ -73,8 +73,8 @@ from syncline.protocol.checkpoints import (
 from syncline.protocol.enums import ChallengeStatus, RoundStatus, TaskStatus
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.seeds import round_seed
-from syncline.protocol.spot_checks import checkpoints_for_segment, spot_check_deadline
 from syncline.protocol.spec import DatasetManifest, ModelArchitecture, TrainingTaskSpec
+from syncline.protocol.spot_checks import checkpoints_for_segment, spot_check_deadline
 from syncline.protocol.state import TrainingState
 from syncline.run.agent_config import InnerOptimizerConfig, config_from_mapping
 from syncline.run.context import TaskContext
@@ -793,7 +793,7 @@ def test_withheld_eager_checkpoints_are_claimed_once_and_only_silence_convicts(
             for challenger in challengers:
                 challenger.step()
         claims = [market.challenge(i) for i in range(before + 1, market.challenge_count() + 1)]
-        assert sorted(c.accused.lower() for c in claims) == sorted([addresses["withhold"], addresses["upload-on-claim"]])
+        assert sorted(c.accused.lower() for c in claims) == sorted(addresses[m] for m in modes[1:])
         assert {c.challenger.lower() for c in claims} == {witnesses[0].address.lower()}
         by_mode = {mode: next(c for c in claims if c.accused.lower() == addresses[mode]) for mode in modes[1:]}
         for mode, c in by_mode.items():

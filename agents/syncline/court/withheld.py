@@ -89,9 +89,7 @@ def withheld_segments(tries: Iterable[FetchTry], *, segments: int, deadline: int
     withheld = failed_late - fetched
     if MANIFEST in withheld:
         return tuple(range(segments + 1))
-    return tuple(
-        s for s in range(segments + 1) if any(c in withheld for c in checkpoints_for_segment(s, segments))
-    )
+    return tuple(s for s in range(segments + 1) if any(c in withheld for c in checkpoints_for_segment(s, segments)))
 
 
 def withheld_claim_segment(
