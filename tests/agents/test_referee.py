@@ -59,6 +59,7 @@ from syncline.court.referee import (
     referee_segment,
 )
 from syncline.court.sampling import make_training_checker
+from syncline.court.withheld import MANIFEST, FetchTry, withheld_claim_segment, withheld_segments
 from syncline.modality.language import LanguageAdapter
 from syncline.protocol.checkpoints import (
     Checkpoint,
@@ -69,10 +70,11 @@ from syncline.protocol.checkpoints import (
     manifest_root_alias,
     segment_count,
 )
-from syncline.protocol.enums import RoundStatus, TaskStatus
+from syncline.protocol.enums import ChallengeStatus, RoundStatus, TaskStatus
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.seeds import round_seed
 from syncline.protocol.spec import DatasetManifest, ModelArchitecture, TrainingTaskSpec
+from syncline.protocol.spot_checks import checkpoints_for_segment, spot_check_deadline
 from syncline.protocol.state import TrainingState
 from syncline.run.agent_config import InnerOptimizerConfig, config_from_mapping
 from syncline.run.context import TaskContext
@@ -666,3 +668,162 @@ def test_dropout_models_replay_bit_exactly() -> None:
     )
     torch.manual_seed(99)  # the referee's own generator state must not matter
     assert find_faulty(claim, manifest, lambda m, i: blobs[i], inputs) is None
+
+
+# ---------------------------------------------------------------------- eager checkpoints withheld (issue 26 #6)
+
+
+def test_withheld_segments_needs_a_failure_after_the_deadline_and_no_success() -> None:
+    """The pure rule: an item is withheld iff no try fetched it and a try after the deadline failed."""
+    deadline, s = 100, 3
+    early = [FetchTry(MANIFEST, 50, True)] + [FetchTry(i, 50, False) for i in range(s + 1)]
+    assert withheld_segments(early, segments=s, deadline=deadline) == ()  # our failure before: never evidence
+    assert withheld_segments([FetchTry(1, 100, False)], segments=s, deadline=deadline) == ()  # at it: not past
+    late = [FetchTry(1, 101, False)]
+    assert withheld_segments(late, segments=s, deadline=deadline) == (0, 1)  # c_1 ends segment 0, starts 1
+    assert withheld_segments([FetchTry(3, 101, False)], segments=s, deadline=deadline) == (2, 3)  # c_S: derivation
+    assert withheld_segments([*late, FetchTry(1, 60, True)], segments=s, deadline=deadline) == ()  # fetched once
+    assert withheld_segments([*late, FetchTry(1, 200, True)], segments=s, deadline=deadline) == ()  # published late
+    assert withheld_segments([FetchTry(MANIFEST, 101, False)], segments=s, deadline=deadline) == (0, 1, 2, 3)
+    assert withheld_segments([], segments=s, deadline=deadline) == ()  # never tried: nothing
+    # the claimed segment is one of the withheld ones, the same for every witness
+    r, b = keccak(b"state"), keccak(b"block")
+    picks = {withheld_claim_segment(1, 2, f, r, b, (0, 1)) for f in range(16)}
+    assert picks == {0, 1}
+    assert withheld_claim_segment(1, 2, 5, r, b, (2, 3)) == withheld_claim_segment(1, 2, 5, r, b, [3, 2, 3])
+    with pytest.raises(ValueError):
+        withheld_claim_segment(1, 2, 5, r, b, ())
+
+
+@pytest.mark.chain
+def test_withheld_eager_checkpoints_are_claimed_once_and_only_silence_convicts(
+    tmp_path: Path,
+    w3: Web3,
+    session_market: MarketClient,
+    sponsor: Signer,
+    trainers: list[Signer],
+    witnesses: list[Signer],
+    spec_factory: Any,
+) -> None:
+    """Issue 26 #6: in an eager task two trainers commit checkpoint roots and upload no checkpoint.
+    The witnesses' challengers used to log ``training_check_undecided`` round after round and file
+    nothing. Now, before the availability deadline (half a challenge window after the close) their
+    failure to fetch is no evidence (no claim); after it, the first challenger files exactly one
+    claim per withheld submission, the second finds it on chain and files none, and neither files
+    again on later ticks. The trainer that answers by uploading the claimed segment is refereed
+    innocent and keeps its stake; the silent one is convicted when its response window ends. The
+    honest trainer is never claimed."""
+    market = session_market
+    modes = ("honest", "withhold", "upload-on-claim")
+    store = LocalBlobStore(tmp_path / "blobs", fsync=False)
+    adapter = LanguageAdapter(seq_len=SEQ)
+    net = adapter.build_model({"family": "llama", **MODEL}, seed=0)
+    layout = ParameterLayout.from_state_dict(dict(net.named_parameters()))
+    start = TrainingState.from_model_state_dict(dict(net.named_parameters()), layout)
+    store.put(start.to_bytes(), alias=start.state_root_hex)
+    shards = [store.put(_shard(i)) for i in range(3)]
+    tokenizer = store.put(b"{}")
+    with chain_snapshot_ctx(w3):
+        spec: TrainingTaskSpec = spec_factory(
+            model=ModelArchitecture(family="llama", config=MODEL),
+            dataset=DatasetManifest(
+                shard_hashes=tuple(r.digest for r in shards), shard_uris=tuple(r.uri for r in shards)
+            ),
+            inner_steps=H,
+            checkpoint_interval=INTERVAL,
+            param_count=layout.numel,
+            initial_state_root=start.state_root_hex,
+            min_trainers=3,
+            max_trainers=3,
+            rounds=1,  # the trainers' next tick answers claims and trains nothing more
+            round_duration_s=600,
+            gradient_bits=8,
+            metadata={"tokenizer": {"digest": tokenizer.digest, "uri": tokenizer.uri}, "seq_len": SEQ},
+        )
+        assert not spec.verification_policy.on_demand
+        task_id, _ = market.post_task(sponsor, spec, store.put(spec.canonical_bytes()).uri)
+        agents = {
+            mode: _agent(mode, signer, task_id, tmp_path, market, store)
+            for mode, signer in zip(modes, trainers, strict=True)
+        }
+        for agent in agents.values():
+            agent.step()  # enroll
+        for agent in agents.values():
+            agent.step()  # train round 0 and commit
+        ctx = TaskContext.load(market, store, task_id)
+        result = ctx.compute_round(start, ctx.committed_submissions(0))
+        assert result.accepted_mask == 0b111
+        ctx.publish_state(result.state)
+        set_next_timestamp(w3, market.round_deadline(task_id) + 1)
+        for witness in witnesses:
+            market.ensure_witness_bonded(witness, task_id)
+        for witness in witnesses[: spec.threshold]:
+            market.finalize_round(witness, task_id, 0, result.state_root, result.aggregate_root, result.accepted_mask)
+        rr = market.round(task_id, 0)
+        assert rr.status == RoundStatus.FINALIZED
+        fragment = {mode: market.trainer(task_id, a.signer.address).fragment for mode, a in agents.items()}
+        addresses = {mode: a.signer.address.lower() for mode, a in agents.items()}
+        manifests = {
+            mode: CheckpointManifest.from_json(store.get(store.resolve(manifest_alias(task_id, 0, f)) or ""))
+            for mode, f in fragment.items()
+        }
+        for mode in ("withhold", "upload-on-claim"):  # committed, never uploaded (c_0 is the shared start)
+            assert not any(store.has(manifests[mode].digest(i)) for i in range(1, S + 1))
+
+        challengers = [
+            Challenger(
+                task_id=task_id,
+                signer=w,
+                market=market,
+                blobs=store,
+                training_checker=make_training_checker("spot", seed=int(w.address, 16)),
+                withdraw=False,
+                ctx=TaskContext.load(market, store, task_id),
+            )
+            for w in witnesses[:2]
+        ]
+        before = market.challenge_count()
+        for challenger in challengers:
+            challenger.step()  # before the availability deadline: our failure is no evidence
+        assert market.challenge_count() == before
+        assert 0 not in challengers[0].audited  # audited again
+
+        set_next_timestamp(w3, spot_check_deadline(rr.closed_at, spec.challenge_window_s) + 1)
+        for _ in range(2):  # two ticks each: remembered, and the chain is read before filing
+            for challenger in challengers:
+                challenger.step()
+        claims = [market.challenge(i) for i in range(before + 1, market.challenge_count() + 1)]
+        assert sorted(c.accused.lower() for c in claims) == sorted(addresses[m] for m in modes[1:])
+        assert {c.challenger.lower() for c in claims} == {witnesses[0].address.lower()}
+        by_mode = {mode: next(c for c in claims if c.accused.lower() == addresses[mode]) for mode in modes[1:]}
+        for mode, c in by_mode.items():
+            assert (c.round, c.fragment) == (0, fragment[mode])
+            block_hash = market.finalization_block_hash(task_id, 0)
+            assert block_hash is not None
+            expected = withheld_claim_segment(
+                task_id, 0, fragment[mode], bytes.fromhex(rr.state_root[2:]), block_hash, range(S + 1)
+            )
+            assert c.segment == expected
+
+        # The accused answer: one publishes the claimed segment's checkpoints, the other stays silent.
+        for agent in agents.values():
+            agent.step()
+        assert market.availability_demand(by_mode["upload-on-claim"].challenge_id).answered
+        assert not market.availability_demand(by_mode["withhold"].challenge_id).answered
+        answered = by_mode["upload-on-claim"]
+        assert all(
+            store.has(manifests["upload-on-claim"].digest(i)) for i in checkpoints_for_segment(answered.segment, S)
+        )
+        for witness in witnesses:
+            RefereeDuty(TaskContext.load(market, store, task_id), witness).step()
+        assert market.challenge(answered.challenge_id).status == ChallengeStatus.REJECTED
+
+        set_next_timestamp(w3, market.availability_demand(by_mode["withhold"].challenge_id).deadline + 1)
+        challengers[0].step()  # follows up its claim: the silent trainer is convicted
+        assert market.challenge(by_mode["withhold"].challenge_id).status == ChallengeStatus.UPHELD
+        assert market.trainer(task_id, addresses["withhold"]).evicted
+        assert market.trainer(task_id, addresses["withhold"]).slashed_wei > 0
+        for mode in ("honest", "upload-on-claim"):
+            assert market.trainer(task_id, addresses[mode]).slashed_wei == 0
+            assert not market.trainer(task_id, addresses[mode]).evicted
+        assert market.challenge_count() == before + 2

@@ -7,6 +7,8 @@
 - :mod:`~syncline.court.sampling`: how much inner-loop re-execution an auditor spends.
 - :mod:`~syncline.court.referee`: re-executes one segment of a trainer's inner loop.
 - :mod:`~syncline.court.duty`: a witness refereeing training-fraud claims against its task.
+- :mod:`~syncline.court.withheld`: an eager task's checkpoints withheld past the availability
+  deadline, claimed once per submission.
 - :mod:`~syncline.court.defence`: voters defending censorship claims, trainers answering
   availability demands.
 

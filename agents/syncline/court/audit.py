@@ -12,7 +12,9 @@ trusts nothing a witness says. For each closed round it reports, cheapest check 
 - training fraud: an accepted submission whose inner-loop segment does not re-execute to its
   committed checkpoint (or whose payload does not derive from its last checkpoint), or, in an
   on-demand task, whose drawn segment its trainer did not publish by the spot-check deadline (a
-  claim the trainer must answer on chain, see :mod:`syncline.protocol.spot_checks`).
+  claim the trainer must answer on chain, see :mod:`syncline.protocol.spot_checks`), or, in an
+  eager task, whose committed checkpoints stayed unavailable past the same deadline
+  (:mod:`syncline.court.withheld`: one claim per submission).
 
 Nothing the auditor could not fetch is ever a finding: a check whose data (a state, a payload, a
 manifest, a checkpoint) is not in hand ends :class:`~syncline.court.referee.Undecided`, marks the

@@ -23,8 +23,9 @@ a checkpoint or manifest that cannot be fetched (connection refused, timeout, 40
 not match their committed hash, manifests (found through untrusted aliases) that do not open the
 committed root. The referee's or challenger's own fetch failure is never an accusation nor a
 guilty vote: a challenger audits again later, a referee retries until the claim's deadline and
-abstains. (A trainer that withholds its checkpoints is therefore never convicted by re-execution;
-see the report in ``docs/fraud-proofs.md`` on what that leaves trusted.)
+abstains. (A trainer that withholds its checkpoints is therefore never convicted by re-execution:
+past the availability deadline the auditor claims the submission on chain instead, and only the
+trainer's silence on that claim convicts, :mod:`syncline.court.withheld`.)
 
 :func:`check_segment` and :func:`find_faulty` take explicit inputs (no chain, no blob store);
 :func:`referee_segment` and :func:`find_faulty_segment` read them from a :class:`TaskContext`.
@@ -149,7 +150,8 @@ Outcome = Verdict | Undecided
 @dataclass(frozen=True)
 class Unanswered:
     """An on-demand task's drawn segment that its trainer has not published by the spot-check
-    deadline (:func:`~syncline.protocol.spot_checks.spot_check_deadline`).
+    deadline (:func:`~syncline.protocol.spot_checks.spot_check_deadline`), or an eager task's
+    committed checkpoints still unavailable after it (:mod:`syncline.court.withheld`).
 
     Not a verdict: it warrants a claim on chain (``challengeTraining`` on the segment), which the
     trainer answers by publishing; only silence past that claim's response window convicts.

@@ -24,6 +24,10 @@ spot-check deadline is :class:`Unanswered`, exactly as a withheld checkpoint (th
 escalates to is answered by publishing, re-sealed to the keys registered by then); a challenger
 without a committee key leaves DP training segments alone (logged); in an eager DP task the
 challenger's own choice of a training segment has no opening and is left alone.
+
+In an eager task a check left :class:`Undecided` for want of checkpoints is retried; once the
+committed checkpoints stayed unavailable past the availability deadline, the submission is claimed
+once on chain (:mod:`syncline.court.withheld`), as an unpublished drawn segment of an on-demand task.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from syncline.court.referee import (
     load_case,
     training_checker,
 )
+from syncline.court.withheld import WithheldWatch
 from syncline.observability import get_logger
 from syncline.protocol.spot_checks import spot_check_deadline
 from syncline.run.context import TaskContext
@@ -110,10 +115,12 @@ def make_training_checker(mode: str, *, seed: int = 0, rate: float = 0.5) -> Tra
         return undecided
 
     eager = training_checker if mode == "all" else eager_spot
+    watch = WithheldWatch()
 
     def check(ctx: TaskContext, round_: int, fragment: int) -> TrainingCheck:
         if ctx.spec.verification_policy.on_demand:
             return committee_spot_check(ctx, round_, fragment)
-        return eager(ctx, round_, fragment)
+        # checkpoints not in hand: audited again, and claimed once withheld past the deadline
+        return watch.check(ctx, round_, fragment, eager(ctx, round_, fragment))
 
     return check

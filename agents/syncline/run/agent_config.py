@@ -26,12 +26,22 @@ class ConfigError(SynclineError):
     """An agent config file is missing, malformed or inconsistent."""
 
 
-TRAINER_MISBEHAVIOURS = ("fake-gradient", "lazy", "equivocate", "withhold", "other-noise", "withhold-opening")
+TRAINER_MISBEHAVIOURS = (
+    "fake-gradient",
+    "lazy",
+    "equivocate",
+    "withhold",
+    "other-noise",
+    "withhold-opening",
+    "upload-on-claim",
+)
 WITNESS_MISBEHAVIOURS = ("bad-aggregate", "censor", "equivocate")
 """``misbehave`` values of a trainer, TESTS AND DEMOS ONLY: ``fake-gradient`` commits noise instead
 of the payload its checkpoints derive; ``lazy`` trains half the inner steps and pads its
 checkpoints; ``equivocate`` (equivocation proofs) signs two different commitments for one round;
-``withhold`` (on-demand tasks) trains honestly but never publishes a checkpoint it is asked for."""
+``withhold`` trains honestly but never publishes a checkpoint it is asked for (in an eager task it
+uploads none with its commitment either); ``upload-on-claim`` (eager tasks) uploads no checkpoint
+with its commitment, keeps them, and publishes a segment only when a claim names it."""
 
 
 @dataclass(frozen=True)

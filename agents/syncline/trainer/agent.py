@@ -657,7 +657,7 @@ class TrainerAgent:
         published with them (docs/privacy.md): the referees cannot replay it otherwise."""
         ctx = self.ctx
         assert ctx is not None
-        if self.cfg.misbehave == "withhold" and (ctx.spec.verification_policy.on_demand or ctx.spec.privacy):
+        if self.cfg.misbehave == "withhold":  # TESTS AND DEMOS ONLY: never publishes what a claim names
             log.warning("trainer.misbehaving", mode="withhold", round=round_, segment=segment)
             return False
         opened = True
@@ -667,7 +667,7 @@ class TrainerAgent:
                 opened = False
             else:
                 self._publish_opening(round_, fragment, segment)
-        if ctx.spec.verification_policy.on_demand:
+        if self._keeps_checkpoints:
             sent = self.keeper.publish_segment(self.outbox, round_, segment, ctx.spec.checkpoint_segments)
             if sent is None:
                 log.warning("trainer.segment_not_kept", round=round_, segment=segment)
@@ -714,6 +714,14 @@ class TrainerAgent:
             if published:
                 log.info("trainer.spot_check_answered", round=r, fragment=fragment, segment=segment)
                 self._spot_settled.add(r)
+
+    @property
+    def _keeps_checkpoints(self) -> bool:
+        """Whether checkpoints stay in the keeper (published only when asked) instead of being
+        uploaded with the commitment: on-demand tasks; in an eager task, TESTS AND DEMOS ONLY, a
+        trainer that withholds them (``withhold``, ``upload-on-claim``: issue 26 item 6)."""
+        assert self.ctx is not None
+        return self.ctx.spec.verification_policy.on_demand or self.cfg.misbehave in ("withhold", "upload-on-claim")
 
     @property
     def keeper(self) -> CheckpointKeeper:
@@ -824,7 +832,7 @@ class TrainerAgent:
                 # TESTS AND DEMOS ONLY: a lazy trainer trains half the steps and pads its checkpoints.
                 train_steps=ctx.spec.inner_steps // 2 if self.cfg.misbehave == "lazy" else None,
                 between_steps=self._duties_beside_training,
-                checkpoint_sink=self._keep_checkpoint(round_) if ctx.spec.verification_policy.on_demand else None,
+                checkpoint_sink=self._keep_checkpoint(round_) if self._keeps_checkpoints else None,
                 wait_for_checkpoints=False,  # the last one is written while the payload is encoded (_stage)
             )
         finally:
@@ -1122,7 +1130,7 @@ class TrainerAgent:
         work = work.checkpoints_written()
         timings["checkpoints_s"] = work.checkpoint_seconds
         flushing: Future[None] | None = None
-        if ctx.spec.verification_policy.on_demand:
+        if self._keeps_checkpoints:
             # Streamed into the keeper during training, not yet flushed: flushed to disk in the
             # background while the commitment is prepared; the commitment waits for the flush
             # (StagedWork.wait_durable).
@@ -1202,7 +1210,7 @@ class TrainerAgent:
             fragment=fragment,
             checkpoints=checkpoints,
             published_kib=round(staged.checkpoint_bytes / 1024, 1),
-            kept=ctx.spec.verification_policy.on_demand,
+            kept=self._keeps_checkpoints,
             root="0x" + root.hex(),
         )
         return root
