@@ -823,6 +823,12 @@ class _Handler(BaseHTTPRequestHandler):
                     chunk = self.rfile.read1(min(_READ_CHUNK, remaining))
                 except TimeoutError:
                     self._unread = -1
+                    if floor.elapsed_s() >= service.max_upload_s:  # the read waited out the total deadline
+                        raise _HttpError(
+                            HTTPStatus.REQUEST_TIMEOUT,
+                            f"upload too long: {length - remaining} of {length} bytes after "
+                            f"{floor.elapsed_s():.1f} s (an upload may take at most {service.max_upload_s:g} s)",
+                        ) from None
                     raise _HttpError(
                         HTTPStatus.REQUEST_TIMEOUT,
                         f"upload too slow or stalled: {length - remaining} of {length} bytes after "
