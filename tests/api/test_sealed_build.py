@@ -6,11 +6,13 @@ browser wallet would (a raw transaction of ``{to, data, value}``). Every refusal
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from eth_account.messages import encode_defunct
 from web3 import Web3
 from web3.exceptions import ContractCustomError
 
@@ -124,8 +126,32 @@ def wallet_send(w3: Web3, signer: Signer, call: dict[str, Any]) -> Any:
     return w3.eth.wait_for_transaction_receipt(w3.eth.send_raw_transaction(signed.raw_transaction))
 
 
-def build(http: Http, task_id: int) -> dict[str, Any]:
-    reply = http.post(f"/api/runs/{task_id}/sealed-manifest/build")
+def build_message(chain_id: int, market: str, task_id: int, version: int, expires: int) -> str:
+    """The text the sponsor's wallet signs (EIP-191 ``personal_sign``) to authorise one build; the
+    web UI signs exactly this (frontend/src/pages/sealed.ts)."""
+    return (
+        "Syncline: build the sealed manifest of a Confidential task\n"
+        f"chain id: {chain_id}\n"
+        f"market: {market.lower()}\n"
+        f"task: {task_id}\n"
+        f"version: {version}\n"
+        f"expires: {expires}"
+    )
+
+
+def signed_body(
+    market: MarketClient, signer: Signer, task_id: int, *, version: int | None = None, expires: int | None = None
+) -> dict[str, Any]:
+    """``{version, expires, signature}``: ``signer`` authorises building the task's next version."""
+    version = market.get_sealed_manifest(task_id)[2] + 1 if version is None else version
+    expires = int(time.time()) + 300 if expires is None else expires
+    text = build_message(market.w3.eth.chain_id, market.address, task_id, version, expires)
+    signature = signer.account.sign_message(encode_defunct(text=text)).signature
+    return {"version": version, "expires": expires, "signature": "0x" + bytes(signature).hex()}
+
+
+def build(http: Http, task_id: int, market: MarketClient, signer: Signer) -> dict[str, Any]:
+    reply = http.post(f"/api/runs/{task_id}/sealed-manifest/build", signed_body(market, signer, task_id))
     assert reply.status == 200, reply.body
     return dict(reply.json())
 
@@ -284,3 +310,49 @@ def test_build_on_a_server_without_a_store_and_its_rate_limit(
         assert_error(http.post(path), 503, f"set ${SEALING_KEYS_ENV}")
     assert_error(http.post(path), 429, f"at most {limit} sealed-manifest builds per minute per client")
     assert market.get_sealed_manifest(sealed.task_id)[2] == 0
+
+
+def test_an_outsider_reposting_the_spec_gets_no_data_keys(
+    sponsor_http: Http,
+    sealing_server: ApiServer,
+    market: MarketClient,
+    sponsor: Signer,
+    trainers: list[Signer],
+    witnesses: list[Signer],
+    outsider: Signer,
+    blobs: HttpBlobStore,
+    keys_dir: Path,
+) -> None:
+    """The victim's exact spec (same hash), re-posted by an outsider with its own verifier and
+    enclave, signed by the outsider for its own task: the victim's server wraps nothing to it."""
+    w3 = market.w3
+    victim = post_sealed_task(market, sponsor, witnesses, blobs, keys_dir)
+    spec = victim.published.spec
+    # the outsider's own attestation service and verifier, admitting its own image
+    service_key = "0x" + keccak(b"the outsider's own attestation service").hex()
+    address = DevnetAttestationService(service_key, chain_id=w3.eth.chain_id, verifier="0x" + "11" * 20).address
+    verifier = deploy_devnet_verifier(w3, outsider, address)
+    service = DevnetAttestationService(service_key, chain_id=w3.eth.chain_id, verifier=verifier)
+    own_image = measurement_digest(b"the outsider's own enclave image".ljust(48, b"\0"))
+    task_id, _ = market.post_task(outsider, spec, victim.published.spec_uri)
+    assert "0x" + bytes(market.spec_tuple(task_id)[0]).hex() == spec.spec_hash  # the same spec hash
+    market.configure_confidential(outsider, task_id, verifier, [own_image])
+    enclave = new_enclave_key()
+    report = service.issue(enclave.pubkey, own_image, trainers[2].address)
+    market.enroll_attested(trainers[2], task_id, enclave.pubkey, own_image, report)
+    sealing_server.wait_indexed()
+
+    reply = sponsor_http.post(f"/api/runs/{task_id}/sealed-manifest/build", signed_body(market, outsider, task_id))
+    msg = assert_error(reply, 403, "the data-key store belongs to sponsor")
+    assert sponsor.address.lower() in msg and outsider.address.lower() in msg and str(keys_dir) not in msg
+    assert market.get_sealed_manifest(task_id)[2] == 0
+    # nor through the CLI's build step, with the outsider's own key
+    with pytest.raises(BuildRefused, match="belongs to sponsor"):
+        build_manifest(market, blobs, task_id, victim.keys_file, caller=outsider.address, password=PASSWORD)
+
+    # the victim itself re-posting its spec under another policy: the spec's policy or nothing
+    again, _ = market.post_task(sponsor, spec, victim.published.spec_uri)
+    market.configure_confidential(sponsor, again, verifier, [own_image])
+    sealing_server.wait_indexed()
+    reply = sponsor_http.post(f"/api/runs/{again}/sealed-manifest/build", signed_body(market, sponsor, again))
+    assert_error(reply, 403, f"task {again}'s attestation policy on chain is not its spec's")
