@@ -324,7 +324,9 @@ def test_build_on_a_server_without_a_store_and_its_rate_limit(
     path = f"/api/runs/{sealed.task_id}/sealed-manifest/build"
     limit = api.settings.seal_builds_per_minute
     for _ in range(2 * limit):
-        assert_error(http.post("/api/runs/999/sealed-manifest/build", {}), 404, "unknown task id 999")
+        body = signed_body(market, sponsor, sealed.task_id)
+        assert_error(http.post("/api/runs/999/sealed-manifest/build", body), 404, "unknown task id 999")
+        assert_error(http.post(path, {}), 422, "required field missing")
         assert_error(http.post(path), 401, "must be signed by the task's sponsor")
         assert_error(http.post(path, signed_body(market, trainers[0], sealed.task_id)), 403, "not by task")
     for _ in range(limit):
@@ -389,6 +391,7 @@ def test_an_outsider_reposting_the_spec_gets_no_data_keys(
     w3 = market.w3
     victim = post_sealed_task(market, sponsor, witnesses, blobs, keys_dir)
     spec = victim.published.spec
+    assert spec.confidential is not None
     # the outsider's own attestation service and verifier, admitting its own image
     service_key = "0x" + keccak(b"the outsider's own attestation service").hex()
     address = DevnetAttestationService(service_key, chain_id=w3.eth.chain_id, verifier="0x" + "11" * 20).address
@@ -404,16 +407,18 @@ def test_an_outsider_reposting_the_spec_gets_no_data_keys(
     sealing_server.wait_indexed()
 
     reply = sponsor_http.post(f"/api/runs/{task_id}/sealed-manifest/build", signed_body(market, outsider, task_id))
+    assert_error(reply, 403, f"task {task_id}'s attestation policy on chain is not its spec's")
+    assert market.get_sealed_manifest(task_id)[2] == 0
+
+    # the same with the spec's own policy (the victim's verifier and measurements): not its store
+    copy, _ = market.post_task(outsider, spec, victim.published.spec_uri)
+    market.configure_confidential(outsider, copy, spec.confidential.verifier, [IMAGE])
+    sealing_server.wait_indexed()
+    reply = sponsor_http.post(f"/api/runs/{copy}/sealed-manifest/build", signed_body(market, outsider, copy))
     msg = assert_error(reply, 403, "the data-key store belongs to sponsor")
     assert sponsor.address.lower() in msg and outsider.address.lower() in msg and str(keys_dir) not in msg
-    assert market.get_sealed_manifest(task_id)[2] == 0
+    assert market.get_sealed_manifest(copy)[2] == 0
     # nor through the CLI's build step, with the outsider's own key
-    with pytest.raises(BuildRefused, match="belongs to sponsor"):
-        build_manifest(market, blobs, task_id, victim.keys_file, caller=outsider.address, password=PASSWORD)
-
-    # the victim itself re-posting its spec under another policy: the spec's policy or nothing
-    again, _ = market.post_task(sponsor, spec, victim.published.spec_uri)
-    market.configure_confidential(sponsor, again, verifier, [own_image])
-    sealing_server.wait_indexed()
-    reply = sponsor_http.post(f"/api/runs/{again}/sealed-manifest/build", signed_body(market, sponsor, again))
-    assert_error(reply, 403, f"task {again}'s attestation policy on chain is not its spec's")
+    for task in (task_id, copy):
+        with pytest.raises(BuildRefused):
+            build_manifest(market, blobs, task, victim.keys_file, caller=outsider.address, password=PASSWORD)

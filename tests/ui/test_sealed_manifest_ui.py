@@ -25,7 +25,7 @@ from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
 from syncline.chain.toolchain import compile_contracts
 from syncline.confidential.attestation import DevnetAttestationService, deploy_devnet_verifier, measurement_digest
-from syncline.confidential.keystore import EnclaveKey, new_enclave_key, write_data_keys
+from syncline.confidential.keystore import EnclaveKey, StoreBinding, new_enclave_key, write_data_keys
 from syncline.confidential.sponsor import SealingRequest
 from syncline.protocol.hashing import keccak
 from syncline.run.context import TaskContext
@@ -100,7 +100,8 @@ def test_sponsor_installs_sealed_manifest_versions_from_the_run_page(
     task_id, _ = market.post_task(sponsor, published.spec, published.spec_uri)
     market.configure_confidential(sponsor, task_id, service.verifier, [IMAGE])
     keys_dir = tmp_path / "sealing"
-    write_data_keys(keys_dir / f"{published.spec.spec_hash[2:]}.json", published.sealed, PASSWORD)
+    binding = StoreBinding.of(sponsor.address, service.verifier, ["0x" + IMAGE.hex()])
+    write_data_keys(keys_dir / f"{published.spec.spec_hash[2:]}.json", published.sealed, PASSWORD, binding=binding)
     first = admit(market, service, task_id, trainers[0])
 
     settings = ApiSettings(
