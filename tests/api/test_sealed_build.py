@@ -251,6 +251,9 @@ def test_build_refusals_are_one_line(
     sealing_server.wait_indexed()
     path = f"/api/runs/{task_id}/sealed-manifest/build"
 
+    def signed() -> dict[str, Any]:
+        return signed_body(market, sponsor, task_id)
+
     assert_error(http.post("/api/runs/999/sealed-manifest/build"), 404, "unknown task id 999")
     assert_error(http.post(f"/api/runs/{2**70}/sealed-manifest/build"), 404, "unknown task id")
     assert_error(http.post(f"/api/runs/{plain_id}/sealed-manifest/build"), 404, "is not a Confidential task")
@@ -259,35 +262,36 @@ def test_build_refusals_are_one_line(
 
     # the password: only from the server's environment, never named in the answer
     monkeypatch.delenv("SYNCLINE_SEALING_PASSWORD")
-    msg = assert_error(http.post(path, signed_body(market, sponsor, task_id)), 503, "needs a password: set $SYNCLINE_SEALING_PASSWORD")
+    msg = assert_error(http.post(path, signed()), 503, "needs a password: set $SYNCLINE_SEALING_PASSWORD")
     assert str(keys_dir) not in msg
     monkeypatch.setenv("SYNCLINE_SEALING_PASSWORD", "not it")
-    msg = assert_error(http.post(path, signed_body(market, sponsor, task_id)), 503, "wrong password")
+    msg = assert_error(http.post(path, signed()), 503, "wrong password")
     assert str(keys_dir) not in msg and "not it" not in msg
     monkeypatch.setenv("SYNCLINE_SEALING_PASSWORD", PASSWORD)
-    assert build(http, task_id, market, sponsor)["call"] is not None  # the password is read per build, from the environment
+    # the password is read per build, from the environment
+    assert build(http, task_id, market, sponsor)["call"] is not None
     logged = capfd.readouterr()
     assert logged.out.count("api.sealed_manifest_built") == 1 and "api.upstream_error" in logged.out
     assert PASSWORD not in logged.out + logged.err and "not it" not in logged.out + logged.err
 
     # no store configured, a path that is not there, a directory without this task's store
     monkeypatch.delenv(SEALING_KEYS_ENV)
-    assert_error(http.post(path, signed_body(market, sponsor, task_id)), 503, "holds no sponsor data-key store")
+    assert_error(http.post(path, signed()), 503, "holds no sponsor data-key store")
     monkeypatch.setenv(SEALING_KEYS_ENV, str(tmp_path / "nowhere"))
-    assert_error(http.post(path, signed_body(market, sponsor, task_id)), 503, "names no data-key store")
+    assert_error(http.post(path, signed()), 503, "names no data-key store")
     monkeypatch.setenv(SEALING_KEYS_ENV, str(tmp_path))
-    assert_error(http.post(path, signed_body(market, sponsor, task_id)), 409, f"no data-key store for task {task_id}")
+    assert_error(http.post(path, signed()), 409, f"no data-key store for task {task_id}")
     # a store of another dataset (a single-file configuration)
     other = seal_dataset([b"another sponsor's shard" * 4], b"another validation shard")
     monkeypatch.setenv(SEALING_KEYS_ENV, str(write_data_keys(tmp_path / "other.json", other, PASSWORD)))
     msg = assert_error(
-        http.post(path, signed_body(market, sponsor, task_id)), 409, f"holds the keys of dataset 0x{other.dataset_id.hex()}, not task {task_id}'s"
+        http.post(path, signed()), 409, f"holds the keys of dataset 0x{other.dataset_id.hex()}, not task {task_id}'s"
     )
     assert str(tmp_path) not in msg
     # a store written unbound (before stores were bound): refused until the sponsor binds it
     unbound = write_data_keys(tmp_path / "unbound.json", sealed.published.sealed, PASSWORD)
     monkeypatch.setenv(SEALING_KEYS_ENV, str(unbound))
-    assert_error(http.post(path, signed_body(market, sponsor, task_id)), 409, "bound to no sponsor")
+    assert_error(http.post(path, signed()), 409, "bound to no sponsor")
     with pytest.raises(BuildRefused, match="is not task"):  # only the sponsor's key binds it
         bind_keys_to_task(market, blobs, task_id, unbound, trainers[0].address, password=PASSWORD)
     binding = bind_keys_to_task(market, blobs, task_id, unbound, sponsor.address, password=PASSWORD)
@@ -301,7 +305,7 @@ def test_build_refusals_are_one_line(
     travel_past(w3, int(sealed.published.spec.enrollment_deadline))
     market.cancel_underfilled(sponsor, task_id)
     sealing_server.wait_indexed()
-    assert_error(http.post(path, signed_body(market, sponsor, task_id)), 409, f"task {task_id} is cancelled")
+    assert_error(http.post(path, signed()), 409, f"task {task_id} is cancelled")
 
 
 def test_build_on_a_server_without_a_store_and_its_rate_limit(
