@@ -1,7 +1,9 @@
 """The run page of a Confidential task in Chromium, against the sponsor's own API server (holding its
 data-key store) on the session's anvil: the card shows the sealed manifest the chain names, and the
-sponsor's "Install sealed manifest" button builds the next version through the API and sends it
-from the wallet (anvil's unlocked account #0, the sponsor); a server without the store shows the
+sponsor's "Install sealed manifest" button has the wallet sign the build authorisation (EIP-191
+text, anvil's personal_sign: the server refuses an unsigned build), builds the next version through
+the API and sends it from the wallet (anvil's unlocked account #0, the sponsor, whose store is
+bound to it); a server without the store shows the
 API's one-line refusal. Another account sees no button."""
 
 from __future__ import annotations
