@@ -324,12 +324,16 @@ def test_build_on_a_server_without_a_store_and_its_rate_limit(
     the limit's own 404s and the unsigned, expired or foreign requests it refuses do not."""
     monkeypatch.delenv(SEALING_KEYS_ENV, raising=False)
     sealed = post_sealed_task(market, sponsor, witnesses, blobs, keys_dir)
+    plain = publish_tiny_task(blobs, market.w3, witnesses)
+    plain_id, _ = market.post_task(sponsor, plain.spec, plain.spec_uri)
     api.wait_indexed()
     path = f"/api/runs/{sealed.task_id}/sealed-manifest/build"
     limit = api.settings.seal_builds_per_minute
     for _ in range(2 * limit):
         body = signed_body(market, sponsor, sealed.task_id)
         assert_error(http.post("/api/runs/999/sealed-manifest/build", body), 404, "unknown task id 999")
+        plain_path = f"/api/runs/{plain_id}/sealed-manifest/build"
+        assert_error(http.post(plain_path, signed_body(market, sponsor, plain_id)), 404, "not a Confidential task")
         assert_error(http.post(path, {}), 422, "required field missing")
         assert_error(http.post(path), 401, "must be signed by the task's sponsor")
         assert_error(http.post(path, signed_body(market, trainers[0], sealed.task_id)), 403, "not by task")
