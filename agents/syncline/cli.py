@@ -423,12 +423,15 @@ def cmd_install_sealed_manifest(args: argparse.Namespace) -> int:
     """Wrap a Confidential task's data keys to every enclave admitted since the last version and
     install the new sealed manifest on chain (nothing when no enclave is new)."""
     from syncline.blobstore import HttpBlobStore
-    from syncline.confidential.sponsor import install_manifest
+    from syncline.confidential.sponsor import bind_keys_to_task, install_manifest
 
     market = market_from_args(args)
     signer = signer_from_args(args)
     blobs = HttpBlobStore(blob_store_from_args(args, "the sealed manifest is published"))
     keys_file = args.keys or sealing_keys_path("0x" + bytes(market.spec_tuple(args.task_id)[0]).hex())
+    if args.bind_keys:
+        binding = bind_keys_to_task(market, blobs, args.task_id, Path(keys_file), signer.address)
+        log.info("sponsor.data_keys_bound", task_id=args.task_id, sponsor=binding.sponsor, verifier=binding.verifier)
     installed = install_manifest(market, signer, blobs, args.task_id, Path(keys_file))
     print(json.dumps(installed.to_mapping()))
     return 0
@@ -609,11 +612,13 @@ def _publish_from_source(
         lora=lora,
         seal=seal,
     )
-    if published.sealed is not None:
-        from syncline.confidential.keystore import write_data_keys
+    if published.sealed is not None and published.spec.confidential is not None:
+        from syncline.confidential.keystore import StoreBinding, write_data_keys
 
         keys_path = sealing_keys_path(published.spec.spec_hash)
-        write_data_keys(keys_path, published.sealed, _sealing_password())
+        c = published.spec.confidential  # bound to this sponsor and policy: no one else's task gets the keys
+        binding = StoreBinding.of(sponsor, c.verifier, c.measurements)
+        write_data_keys(keys_path, published.sealed, _sealing_password(), binding=binding)
         log.info("sponsor.sealed", shards=published.spec.dataset.shard_count, data_keys=str(keys_path))
     log.info("sponsor.published", spec_hash=published.spec.spec_hash, params=published.initial_state.layout.numel)
     return published.spec, published.spec_uri
@@ -1051,6 +1056,7 @@ def api_settings_from_args(args: argparse.Namespace) -> ApiSettings:
         frontend_dir=args.frontend,
         data_dir=data_dir,
         sealing_keys=args.sealing_keys.expanduser().resolve() if args.sealing_keys is not None else None,
+        allowed_hosts=tuple(getattr(args, "allowed_host", None) or ()),
     )
 
 
@@ -1185,6 +1191,15 @@ def build_parser() -> argparse.ArgumentParser:
         "POST /api/runs/{id}/sealed-manifest/build wraps from; password from $SYNCLINE_SEALING_PASSWORD "
         "(default: $SYNCLINE_SEALING_KEYS; unset: the endpoint answers 503)",
     )
+    api.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]",
+        help="another Host a state-changing request may name (a reverse proxy's name, the vite dev server "
+        "127.0.0.1:5173); repeatable; also $SYNCLINE_API_ALLOWED_HOSTS (default: only 127.0.0.1/localhost "
+        "with this server's port: other Hosts get 421, foreign Origins 403)",
+    )
     api.set_defaults(func=cmd_api)
 
     for role, func, modes in (
@@ -1294,6 +1309,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--keys", type=Path, default=None, help="the sponsor's data-key store (default: the one post-task wrote)"
     )
     install_sealed.add_argument("--blob-store", default=None, help="blob service URL (default: the devnet's)")
+    install_sealed.add_argument(
+        "--bind-keys",
+        action="store_true",
+        help="first bind an unbound data-key store (written before stores were bound) to this task's "
+        "on-chain sponsor (your key) and attestation policy; a build refuses an unbound store",
+    )
     get_sealed = chain_cmd("get-sealed-manifest", cmd_get_sealed_manifest, "Confidential task: the sealed manifest")
     get_sealed.add_argument("--blob-store", default=None, help="blob service URL (default: the devnet's)")
     get_sealed.add_argument("--full", action="store_true", help="print every envelope")

@@ -390,6 +390,14 @@ export interface SealedManifest {
   envelopes: number;
 }
 
+/** The body of POST .../sealed-manifest/build: the task sponsor's wallet signature (personal_sign) of the
+ * build message for `version` (the installed version + 1), valid until `expires` (unix s, at most 600 s ahead). */
+export interface SealedBuildAuthorisation {
+  version: number;
+  expires: number;
+  signature: Hex;
+}
+
 /** The next sealed-manifest version the sponsor's own API server built (POST .../sealed-manifest/build). */
 export interface SealedManifestBuild {
   task_id: number;
@@ -473,7 +481,9 @@ export const api = {
   buildChallenge: (id: number, body: BuildRequest) =>
     request<BuiltProof>("POST", `/api/runs/${id}/challenges/build`, body),
   sealedManifest: (id: number) => request<SealedManifest>("GET", `/api/runs/${id}/sealed-manifest`),
-  buildSealedManifest: (id: number) => request<SealedManifestBuild>("POST", `/api/runs/${id}/sealed-manifest/build`),
+  /** The sponsor's EIP-191 authorisation (see buildMessage in pages/sealed.ts) travels as the body. */
+  buildSealedManifest: (id: number, auth: SealedBuildAuthorisation) =>
+    request<SealedManifestBuild>("POST", `/api/runs/${id}/sealed-manifest/build`, auth),
   modelUrl: (id: number) => `/api/runs/${id}/model`,
   stateUrl: (id: number, root: string) => `/api/runs/${id}/state/${enc(root)}`,
 };

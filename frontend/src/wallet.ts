@@ -29,6 +29,7 @@ import {
   getChainId,
   requestAddresses,
   sendTransaction,
+  signMessage,
   switchChain,
   waitForTransactionReceipt,
 } from "viem/actions";
@@ -319,6 +320,21 @@ export class Wallet {
     }
     onStage(`mined in block ${receipt.blockNumber}`);
     return { hash, receipt };
+  }
+
+  /**
+   * Sign `message` as text (EIP-191 personal_sign) with the selected account: the injected wallet
+   * asks the user; anvil signs for its unlocked development accounts. Throws TxError (one line).
+   */
+  async signText(message: string, onStage: (stage: string) => void): Promise<Hex> {
+    const from = this.selected;
+    if (!this.walletClient || !from) throw new TxError(this.notReadyReason ?? "signing needs a wallet");
+    onStage(this.kind === "dev" ? `signing as ${this.label(from)} (anvil signs)…` : "waiting for your signature in the wallet…");
+    try {
+      return await signMessage(this.walletClient, { account: getAddress(from), message });
+    } catch (err) {
+      throw new TxError(explainError(err, this.abi));
+    }
   }
 
   /** Decoded `eventName` logs of the market in a receipt. */

@@ -62,12 +62,22 @@ class Http:
         self.base = base
 
     def request(
-        self, method: str, path: str, body: Any = None, *, raw: bytes | None = None, timeout: float = 120
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        raw: bytes | None = None,
+        timeout: float = 120,
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
     ) -> Reply:
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
         req = urllib.request.Request(self.base + path, data=data, method=method)
         if data is not None:
-            req.add_header("Content-Type", "application/json")
+            req.add_header("Content-Type", content_type)
+        for name, value in (headers or {}).items():
+            req.add_header(name, value)
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 return Reply(resp.status, resp.read(), {k.lower(): v for k, v in resp.headers.items()})

@@ -52,6 +52,35 @@ def test_data_key_store_round_trip(tmp_path: Path) -> None:
         keystore.load_data_keys(path, password="nope")
 
 
+def test_data_key_store_binding_is_authenticated_and_set_once(tmp_path: Path) -> None:
+    """The StoreBinding lives inside the AES-GCM ciphertext: readable only with the password, not
+    swappable by editing the file (the tag fails), bound once."""
+    dataset = seal_dataset([b"a" * 40], b"v" * 30)
+    mine = keystore.StoreBinding.of("0x" + "AB" * 20, "0x" + "11" * 20, ["0x" + "22" * 32, b"\x01" * 32])
+    assert mine.sponsor == "0x" + "ab" * 20 and mine.measurements == ("0x" + "01" * 32, "0x" + "22" * 32)
+    path = keystore.write_data_keys(tmp_path / "keys.json", dataset, "pw", binding=mine)
+    assert mine.sponsor.encode() not in path.read_bytes()
+    assert keystore.load_data_keys(path, password="pw").binding == mine
+    doc = json.loads(path.read_text())
+    ct = bytearray(bytes.fromhex(doc["ciphertext"]))
+    ct[-40] ^= 1  # any byte of the binding (or anything else) flipped: refused
+    (tmp_path / "edited.json").write_text(json.dumps({**doc, "ciphertext": ct.hex()}))
+    with pytest.raises(KeyConfigError, match="wrong password or corrupt"):
+        keystore.load_data_keys(tmp_path / "edited.json", password="pw")
+    # bound once: the same binding is a no-op, another is refused; an unbound store binds
+    assert keystore.bind_data_keys(path, mine, password="pw").binding == mine
+    theirs = keystore.StoreBinding.of("0x" + "cd" * 20, "0x" + "11" * 20, ["0x" + "22" * 32])
+    with pytest.raises(KeyConfigError, match="already bound to sponsor 0xabab"):
+        keystore.bind_data_keys(path, theirs, password="pw")
+    unbound = keystore.write_data_keys(tmp_path / "old.json", dataset, "pw")
+    assert keystore.load_data_keys(unbound, password="pw").binding is None
+    assert keystore.bind_data_keys(unbound, theirs, password="pw").binding == theirs
+    loaded = keystore.load_data_keys(unbound, password="pw")
+    assert loaded.binding == theirs and loaded.keys == dict(dataset.data_keys)
+    with pytest.raises(KeyConfigError, match="not 20 bytes"):
+        keystore.StoreBinding.of("0x1234", "0x" + "11" * 20, [])
+
+
 def test_agent_enclave_from_config_files(tmp_path: Path, monkeypatch) -> None:
     from syncline.confidential.enclave import AgentEnclave, write_attestation_file
 

@@ -151,10 +151,22 @@ def test_sealed_task_install_get_and_late_enrollee(
     deployment_file = str(Path(deployment.abi_path).with_name("deployment.json"))
     monkeypatch.setenv("SPONSOR_KEY", devnet.private_keys()[0])
     common = ("--task-id", str(task_id), "--deployment", deployment_file, "--blob-store", blob_service.url)
+    # a store written unbound: refused until the sponsor binds it to the task's sponsor and policy
     code, out, err = cli(
         "train", "install-sealed-manifest", *common, "--keys", str(keys_file), "--key-env", "SPONSOR_KEY"
     )
+    assert code != 0 and out == "" and "bound to no sponsor" in err.strip().splitlines()[-1]
+    monkeypatch.setenv("TRAINER_KEY", devnet.private_keys()[1])  # not the sponsor: cannot bind it
+    code, out, err = cli(
+        "train", "install-sealed-manifest", *common, "--keys", str(keys_file), "--key-env", "TRAINER_KEY", "--bind-keys"
+    )
+    assert code != 0 and "is not task" in err.strip().splitlines()[-1]
+    code, out, err = cli(
+        "train", "install-sealed-manifest", *common, "--keys", str(keys_file), "--key-env", "SPONSOR_KEY", "--bind-keys"
+    )
     assert code == 0, err
+    bound = load_data_keys(keys_file, password="sponsor secret").binding
+    assert bound is not None and bound.sponsor == sponsor.address.lower() and bound.verifier == verifier.lower()
     v1 = json.loads(out)
     assert v1["version"] == 1 and v1["added"] == 6 + 7 and v1["enclaves"] == 2  # witness: + validation
 
@@ -275,6 +287,9 @@ def test_post_task_seals_a_dataset_source_and_configures_the_policy(
     assert market.get_confidential_config(task_id) == (verifier_service.verifier, [IMAGE])
     keys = load_data_keys(state / "sealing" / f"{spec_hash[2:]}.json", password="sponsor secret")
     assert len(keys.keys) == 6 + 1 and len(keys.shards) == 6
+    # bound where it is written: this sponsor, the spec's policy (a build for anyone else's task refuses)
+    assert keys.binding is not None and keys.binding.sponsor == market.task(task_id).sponsor.lower()
+    assert keys.binding.policy() == (verifier_service.verifier.lower(), ("0x" + IMAGE.hex(),))
     corpus = cached_corpus(6, 512)
     stored = b"".join(p.read_bytes() for p in (tmp_path / "blobs").rglob("*") if p.is_file())
     assert all(s[:64] not in stored and s[-64:] not in stored for s in (*corpus.shards, corpus.validation))

@@ -1,7 +1,9 @@
 """The run page of a Confidential task in Chromium, against the sponsor's own API server (holding its
 data-key store) on the session's anvil: the card shows the sealed manifest the chain names, and the
-sponsor's "Install sealed manifest" button builds the next version through the API and sends it
-from the wallet (anvil's unlocked account #0, the sponsor); a server without the store shows the
+sponsor's "Install sealed manifest" button has the wallet sign the build authorisation (EIP-191
+text, anvil's personal_sign: the server refuses an unsigned build), builds the next version through
+the API and sends it from the wallet (anvil's unlocked account #0, the sponsor, whose store is
+bound to it); a server without the store shows the
 API's one-line refusal. Another account sees no button."""
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
 from syncline.chain.toolchain import compile_contracts
 from syncline.confidential.attestation import DevnetAttestationService, deploy_devnet_verifier, measurement_digest
-from syncline.confidential.keystore import EnclaveKey, new_enclave_key, write_data_keys
+from syncline.confidential.keystore import EnclaveKey, StoreBinding, new_enclave_key, write_data_keys
 from syncline.confidential.sponsor import SealingRequest
 from syncline.protocol.hashing import keccak
 from syncline.run.context import TaskContext
@@ -100,7 +102,8 @@ def test_sponsor_installs_sealed_manifest_versions_from_the_run_page(
     task_id, _ = market.post_task(sponsor, published.spec, published.spec_uri)
     market.configure_confidential(sponsor, task_id, service.verifier, [IMAGE])
     keys_dir = tmp_path / "sealing"
-    write_data_keys(keys_dir / f"{published.spec.spec_hash[2:]}.json", published.sealed, PASSWORD)
+    binding = StoreBinding.of(sponsor.address, service.verifier, ["0x" + IMAGE.hex()])
+    write_data_keys(keys_dir / f"{published.spec.spec_hash[2:]}.json", published.sealed, PASSWORD, binding=binding)
     first = admit(market, service, task_id, trainers[0])
 
     settings = ApiSettings(

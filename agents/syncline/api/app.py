@@ -23,6 +23,7 @@ from syncline.api.errors import ApiError, error_response, install_error_handlers
 from syncline.api.health import health
 from syncline.api.metrics import CONTENT_TYPE_LATEST
 from syncline.api.middleware import BodyLimit, RequestMetrics
+from syncline.api.origin import OriginGuard, configured_hosts
 from syncline.api.prepare import prepare_task
 from syncline.api.schemas import (
     Account,
@@ -46,9 +47,12 @@ from syncline.api.schemas import (
     WitnessOut,
 )
 from syncline.api.sealed import (
+    SealedBuildRequest,
     SealedManifestBuild,
     SealedManifestOut,
+    authorised_sponsor,
     build_sealed_manifest,
+    confidential_spec,
     seal_gate,
     sealed_manifest,
 )
@@ -182,12 +186,16 @@ def _routes(services: ApiServices) -> APIRouter:
     @api.post(
         "/runs/{task_id}/sealed-manifest/build",
         response_model=SealedManifestBuild,
-        responses={503: {"model": ErrorBody}},
+        responses={code: {"model": ErrorBody} for code in (401, 403, 503)},
     )
-    def sealed_manifest_build(task_id: int, request: Request) -> SealedManifestBuild:
+    def sealed_manifest_build(
+        task_id: int, request: Request, body: SealedBuildRequest | None = None
+    ) -> SealedManifestBuild:
         _task_row(services, task_id)
+        spec = confidential_spec(services, task_id)  # 404s and refusals below are not counted by the limit
+        sponsor = authorised_sponsor(services, task_id, body)  # 401 / 403 / 409
         with sealing.build(request.client.host if request.client else "unknown"):
-            return build_sealed_manifest(services, task_id)
+            return build_sealed_manifest(services, task_id, sponsor, spec)
 
     @api.get("/accounts/{address}", response_model=Account)
     def account(address: str) -> Account:
@@ -281,5 +289,7 @@ def create_app(settings: ApiSettings, services: ApiServices | None = None) -> Fa
             )
 
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    # every state-changing route: this server's Host (DNS rebinding, 421) and Origin (CSRF, 403)
+    app.add_middleware(OriginGuard, bind_host=settings.host, extra=configured_hosts(settings.allowed_hosts))
     app.add_middleware(RequestMetrics, metrics=services.metrics)
     return app

@@ -11,6 +11,12 @@ version and publish the next manifest (:func:`syncline.confidential.sponsor.buil
 build step ``syncline train install-sealed-manifest`` runs too); the answer carries the
 ``installSealedManifest`` call, which the sponsor's wallet signs and sends. The server never holds
 a signing key; without a configured store the endpoint answers 503.
+
+Only the task's on-chain sponsor may ask: the body ``{version, expires, signature}`` is its wallet's
+EIP-191 signature (:mod:`syncline.confidential.authorise`; 401 without a valid, current one, 403
+from another account, 409 for another version than the next). ``build_manifest`` then also refuses
+(403) unless the store is bound to that sponsor and the on-chain policy is the spec's and the
+store's. Only authorised builds count towards ``seal_builds_per_minute``.
 """
 
 from __future__ import annotations
@@ -18,15 +24,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 from syncline.api.errors import ApiError
 from syncline.api.limits import PrepareGate
 from syncline.api.services import ApiServices
 from syncline.api.settings import SEALING_KEYS_ENV
 from syncline.blobstore import BlobStoreError
+from syncline.confidential.authorise import BuildAuthorisation, BuildUnauthorised, recover_signer
 from syncline.confidential.manifest import ManifestError
-from syncline.confidential.sponsor import DataKeysMismatch, build_manifest, current_manifest, task_spec
+from syncline.confidential.sponsor import BuildRefused, DataKeysMismatch, build_manifest, current_manifest, task_spec
 from syncline.errors import ChainError, KeyConfigError, SynclineError
 from syncline.observability import get_logger
 from syncline.protocol.enums import TaskStatus
@@ -48,6 +55,20 @@ class SealedManifestOut(BaseModel):
     envelopes: int = 0
     manifest: dict[str, Any] | None = None
     """The whole manifest (canonical mapping), or None before the first install."""
+
+
+class SealedBuildRequest(BaseModel):
+    """The sponsor's authorisation of one build (docs/api.md): an EIP-191 signature over the text
+    ``syncline.confidential.authorise.build_message(chain_id, market, task_id, version, expires)``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = Field(ge=1, le=2**63 - 1)
+    """The version the build installs: the installed version + 1."""
+    expires: int = Field(ge=0, le=2**63 - 1)
+    """Unix seconds; in the future and at most 600 s ahead of the server's clock."""
+    signature: str = Field(max_length=200)
+    """0x and 65 bytes: the task sponsor's ``personal_sign`` of the build message."""
 
 
 class SealedManifestCall(BaseModel):
@@ -139,10 +160,39 @@ def _keys_file(services: ApiServices, task_id: int, spec: TrainingTaskSpec) -> P
     return configured
 
 
-def build_sealed_manifest(services: ApiServices, task_id: int) -> SealedManifestBuild:
-    """Build (and publish) the task's next sealed-manifest version; the call is the wallet's to send."""
+def authorised_sponsor(services: ApiServices, task_id: int, body: SealedBuildRequest | None) -> str:
+    """The task's on-chain sponsor, once ``body`` is its valid, current signature for the task's next
+    version (401 unsigned/expired/invalid, 403 another signer, 409 another version). Cheap: no
+    store is read; the rate limit counts only requests that pass."""
     market = services.market
-    spec = confidential_spec(services, task_id)
+    if body is None:
+        raise ApiError(
+            401,
+            "a sealed-manifest build must be signed by the task's sponsor: body {version, expires, signature} "
+            "(EIP-191, docs/api.md)",
+        )
+    auth = BuildAuthorisation(body.version, body.expires, body.signature)
+    try:
+        signer = recover_signer(auth, services.chain_id, market.address, task_id)
+    except BuildUnauthorised as exc:
+        raise ApiError(exc.status, str(exc)) from None
+    sponsor = market.task(task_id).sponsor.lower()
+    if signer != sponsor:
+        raise ApiError(403, f"signed by {signer}, not by task {task_id}'s sponsor {sponsor}")
+    _, _, installed = market.get_sealed_manifest(task_id)
+    if body.version != installed + 1:
+        raise ApiError(
+            409, f"signed for version {body.version}, but task {task_id}'s next version is {installed + 1}: sign again"
+        )
+    return sponsor
+
+
+def build_sealed_manifest(
+    services: ApiServices, task_id: int, sponsor: str, spec: TrainingTaskSpec
+) -> SealedManifestBuild:
+    """Build (and publish) the task's next sealed-manifest version for its authorised ``sponsor``
+    (``spec``: :func:`confidential_spec`); the call is the wallet's to send."""
+    market = services.market
     task = market.task(task_id)
     if task.status in (TaskStatus.SEALED, TaskStatus.CANCELLED):
         raise ApiError(409, f"task {task_id} is {task.status.name.lower()}: its sealed manifest can no longer change")
@@ -152,7 +202,10 @@ def build_sealed_manifest(services: ApiServices, task_id: int) -> SealedManifest
         return str(exc).replace(str(path), "the data-key store")
 
     try:
-        built = build_manifest(market, services.blobs, task_id, path, spec=spec)
+        built = build_manifest(market, services.blobs, task_id, path, caller=sponsor, spec=spec)
+    except BuildRefused as exc:
+        log.warning("api.sealed_build_refused", task_id=task_id, reason=clean(exc))
+        raise ApiError(403, clean(exc)) from None
     except DataKeysMismatch as exc:
         raise ApiError(409, clean(exc)) from None
     except KeyConfigError as exc:

@@ -72,7 +72,11 @@ class ApiSettings:
     answers 503). Only a sponsor's own server holds it; the password is only ever read from
     ``$SYNCLINE_SEALING_PASSWORD`` when a build runs."""
     seal_builds_per_minute: int = 4
-    """Sealed-manifest builds one client address may start per minute (each one runs scrypt)."""
+    """Authorised sealed-manifest builds one client address may start per minute (each runs scrypt)."""
+    allowed_hosts: tuple[str, ...] = ()
+    """Host names (``host`` or ``host:port``) a state-changing request may name besides 127.0.0.1 /
+    localhost with the server's port (``--allowed-host``; plus ``$SYNCLINE_API_ALLOWED_HOSTS``):
+    ``syncline.api.origin.OriginGuard``."""
 
     @property
     def api_dir(self) -> Path:

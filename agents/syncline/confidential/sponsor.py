@@ -13,6 +13,12 @@ and publishes the manifest blob; :func:`send_manifest` installs its hash
 :meth:`ManifestBuild.call` (``POST /api/runs/{id}/sealed-manifest/build``).
 :func:`install_manifest` is both steps (``syncline train install-sealed-manifest``). The shards are
 never re-encrypted: every version names the same ciphertext hashes.
+
+Whose keys for which task: the spec names no sponsor, so anyone can re-post a sponsor's exact spec
+(same hash) under its own verifier. :func:`build_manifest` therefore wraps only for a task whose
+on-chain sponsor is the caller that authorised the build and the store's bound sponsor
+(:class:`~syncline.confidential.keystore.StoreBinding`), and whose on-chain attestation policy
+(``getConfidentialConfig``: verifier, measurements) is both the spec's and the store's.
 """
 
 from __future__ import annotations
@@ -27,7 +33,13 @@ from syncline.chain.calls import ContractCall
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
 from syncline.confidential.enclave import check_binds
-from syncline.confidential.keystore import SEALING_PASSWORD_ENV, load_data_keys
+from syncline.confidential.keystore import (
+    SEALING_PASSWORD_ENV,
+    SealingKeys,
+    StoreBinding,
+    bind_data_keys,
+    load_data_keys,
+)
 from syncline.confidential.manifest import (
     MAX_MANIFEST_BYTES,
     Enclave,
@@ -120,6 +132,73 @@ class DataKeysMismatch(ManifestError):
     """The sponsor's data-key store holds another dataset's keys than the task's."""
 
 
+class DataKeysUnbound(DataKeysMismatch):
+    """The store was written without a :class:`StoreBinding` (bind it: ``install-sealed-manifest --bind-keys``)."""
+
+
+class BuildRefused(ManifestError):
+    """The build would wrap the keys for someone who does not own them: the caller or the store's
+    sponsor is not the task's on-chain sponsor, or the on-chain policy is not the spec's or the store's."""
+
+
+def task_binding(market: MarketClient, task_id: int, spec: TrainingTaskSpec, caller: str) -> StoreBinding:
+    """The task's on-chain sponsor and attestation policy, once they are ``caller`` and the spec's
+    (BuildRefused otherwise; DataKeysMismatch before ``configureConfidential``)."""
+    if spec.confidential is None:
+        raise SpecError(f"task {task_id} is not a Confidential task with sealed data")
+    sponsor = market.task(task_id).sponsor.lower()
+    if caller.lower() != sponsor:
+        raise BuildRefused(f"{caller.lower()} is not task {task_id}'s sponsor ({sponsor}): only the sponsor builds")
+    verifier, measurements = market.get_confidential_config(task_id)
+    if int(verifier, 16) == 0:
+        raise DataKeysMismatch(f"task {task_id} has no attestation policy on chain yet (configureConfidential)")
+    onchain = StoreBinding.of(sponsor, verifier, measurements)
+    wanted = StoreBinding.of(sponsor, spec.confidential.verifier, spec.confidential.measurements)
+    if onchain != wanted:
+        raise BuildRefused(
+            f"task {task_id}'s attestation policy on chain is not its spec's (verifier {onchain.verifier}, "
+            f"{len(onchain.measurements)} measurement(s); the spec names verifier {wanted.verifier}): "
+            "no keys are wrapped"
+        )
+    return onchain
+
+
+def check_store_binding(store: SealingKeys, task_id: int, binding: StoreBinding) -> None:
+    """The store is bound to the task's on-chain sponsor and policy (``binding``)."""
+    bound = store.binding
+    if bound is None:
+        raise DataKeysUnbound(
+            f"the data-key store is bound to no sponsor: bind it with `syncline train install-sealed-manifest "
+            f"--task-id {task_id} --bind-keys` (the sponsor's key)"
+        )
+    if bound.sponsor != binding.sponsor:
+        raise BuildRefused(
+            f"the data-key store belongs to sponsor {bound.sponsor}, not task {task_id}'s sponsor {binding.sponsor}"
+        )
+    if bound.policy() != binding.policy():
+        raise BuildRefused(
+            f"the data-key store is bound to verifier {bound.verifier} and {len(bound.measurements)} measurement(s), "
+            f"not task {task_id}'s on-chain policy (verifier {binding.verifier})"
+        )
+
+
+def bind_keys_to_task(
+    market: MarketClient,
+    blobs: BlobStore,
+    task_id: int,
+    keys_file: Path,
+    caller: str,
+    *,
+    password: str | None = None,
+    password_env: str = SEALING_PASSWORD_ENV,
+) -> StoreBinding:
+    """Bind an unbound store (one written before stores were bound) to the task's on-chain sponsor
+    (``caller``, the sponsor's key) and policy, once they are the spec's."""
+    binding = task_binding(market, task_id, task_spec(market, blobs, task_id), caller)
+    bind_data_keys(keys_file, binding, password=password, password_env=password_env)
+    return binding
+
+
 @dataclass(frozen=True)
 class ManifestBuild:
     """The task's next sealed manifest, published to the blob store but not installed yet
@@ -158,6 +237,7 @@ def build_manifest(
     task_id: int,
     keys_file: Path,
     *,
+    caller: str,
     password: str | None = None,
     password_env: str = SEALING_PASSWORD_ENV,
     now: int | None = None,
@@ -167,17 +247,21 @@ def build_manifest(
     (content-addressed) to ``blobs``; installing it on chain is the caller's (:func:`send_manifest`,
     or a wallet signing :meth:`ManifestBuild.call`).
 
+    ``caller``: the address that authorised the build (the CLI's key, the API request's signer); it,
+    the store's bound sponsor and the task's on-chain sponsor must be one, and the on-chain policy
+    the spec's and the store's (:func:`task_binding`, :func:`check_store_binding`): BuildRefused.
     Publishes nothing when no enclave is new and a version is installed. ``spec``: the task's spec
     when the caller already read it by the on-chain hash (:func:`task_spec`).
     """
     spec = spec or task_spec(market, blobs, task_id)
-    if spec.confidential is None:
-        raise SpecError(f"task {task_id} is not a Confidential task with sealed data")
+    binding = task_binding(market, task_id, spec, caller)  # before the store is even decrypted
+    assert spec.confidential is not None
     store = load_data_keys(keys_file, password=password, password_env=password_env)
     if "0x" + store.dataset_id.hex() != spec.confidential.dataset_id:
         raise DataKeysMismatch(
             f"{keys_file} holds the keys of dataset 0x{store.dataset_id.hex()}, not task {task_id}'s"
         )
+    check_store_binding(store, task_id, binding)
     manifest, version = current_manifest(market, blobs, task_id, spec)
     if manifest is None:
         manifest = SealedDatasetManifest(
@@ -233,5 +317,7 @@ def install_manifest(
 
     Installs nothing (and returns the current version) when no enclave is new.
     """
-    built = build_manifest(market, blobs, task_id, keys_file, password=password, password_env=password_env, now=now)
+    built = build_manifest(
+        market, blobs, task_id, keys_file, caller=sponsor.address, password=password, password_env=password_env, now=now
+    )
     return send_manifest(market, sponsor, built)

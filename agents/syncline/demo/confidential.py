@@ -38,6 +38,7 @@ from syncline.confidential.attestation import DevnetAttestationService, deploy_d
 from syncline.confidential.enclave import write_attestation_file
 from syncline.confidential.keystore import (
     ENCLAVE_PASSWORD_ENV,
+    StoreBinding,
     new_enclave_key,
     write_data_keys,
     write_enclave_keystore,
@@ -88,6 +89,7 @@ class ConfidentialDemo:
         self._service_key = "0x" + secrets.token_hex(32)
         self._service: DevnetAttestationService | None = None
         self._sponsor: Signer | None = None
+        self._sponsor_address: str | None = None
         self._blobs: BlobStore | None = None
         self._admitted = 0
         self.versions: list[dict[str, Any]] = []
@@ -110,7 +112,10 @@ class ConfidentialDemo:
             seal=SealingRequest(self._service.verifier, ("0x" + TRAINER_IMAGE.hex(),)),
         )
         assert published.sealed is not None
-        write_data_keys(self.keys_file, published.sealed, self._sealing_password)
+        assert published.spec.confidential is not None and self._sponsor_address is not None
+        c = published.spec.confidential
+        binding = StoreBinding.of(self._sponsor_address, c.verifier, c.measurements)
+        write_data_keys(self.keys_file, published.sealed, self._sealing_password, binding=binding)
         corpus = cached_corpus(self.plan.shard_count, self.plan.vocab_size, None, None, "pretrain")
         self.plaintext_shards = [*corpus.shards, corpus.validation]
         return published
@@ -178,6 +183,7 @@ class ConfidentialDemo:
         address = DevnetAttestationService(self._service_key, chain_id=chain_id, verifier="0x" + "11" * 20).address
         verifier = deploy_devnet_verifier(market.w3, sponsor, address)
         self._service = DevnetAttestationService(self._service_key, chain_id=chain_id, verifier=verifier)
+        self._sponsor_address = sponsor.address
         log.info("demo.verifier_deployed", verifier=verifier, service=address)
 
     def run(self) -> TrainingReceipt:

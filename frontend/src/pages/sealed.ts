@@ -1,7 +1,8 @@
 // The run page's card for a Confidential task: the sealed manifest the chain names (version, hash,
 // envelopes) and, for the sponsor, "Install sealed manifest": the sponsor's own API server wraps the
 // data keys to the enclaves admitted since the last version and publishes the next manifest
-// (POST /api/runs/{id}/sealed-manifest/build); the wallet signs and sends installSealedManifest.
+// (POST /api/runs/{id}/sealed-manifest/build, authorised by the sponsor's wallet signing buildMessage);
+// the wallet then signs and sends installSealedManifest.
 import { api, type RunDetail, type SealedManifest } from "../api";
 import { h, replace, spinner } from "../dom";
 import { hashWithCopy, shortHex } from "../format";
@@ -9,6 +10,21 @@ import { clearError, reportError, requestRefresh, TxPanel } from "../ui";
 import { wallet } from "../wallet";
 
 const SETTLED = new Set(["sealed", "cancelled"]);
+/** How long a build authorisation stays valid (the server accepts at most 600 s). */
+const AUTH_TTL_S = 300;
+
+/** The text the sponsor signs (EIP-191) to authorise one build; the server checks the same text
+ * (syncline.confidential.authorise.build_message). */
+export function buildMessage(chainId: number, market: string, taskId: number, version: number, expires: number): string {
+  return [
+    "Syncline: build the sealed manifest of a Confidential task",
+    `chain id: ${chainId}`,
+    `market: ${market.toLowerCase()}`,
+    `task: ${taskId}`,
+    `version: ${version}`,
+    `expires: ${expires}`,
+  ].join("\n");
+}
 
 export class SealedManifestCard {
   readonly el: HTMLElement;
@@ -88,7 +104,7 @@ export class SealedManifestCard {
         { type: "button", class: "btn btn-primary", testid: "sealed-install", disabled: this.busy || reason !== null, title: reason ?? undefined, onclick: () => void this.install() },
         this.busy ? "Installing sealed manifest…" : "Install sealed manifest",
       ),
-      h("span", { class: "muted small" }, " Wraps the data keys to newly admitted enclaves and installs the next version (your wallet signs)."),
+      h("span", { class: "muted small" }, " Your wallet signs to authorise the build (your API server checks you are the task's sponsor), then wraps the data keys to newly admitted enclaves; the wallet then sends the next version."),
     );
   }
 
@@ -100,8 +116,13 @@ export class SealedManifestCard {
     this.txPanel.clear();
     this.renderActions();
     try {
+      const current = await api.sealedManifest(this.id);
+      const version = current.version + 1;
+      const expires = Math.floor(Date.now() / 1000) + AUTH_TTL_S;
+      const message = buildMessage(wallet.config.chain_id, wallet.config.market, this.id, version, expires);
+      const signature = await wallet.signText(message, (stage) => replace(this.result, spinner(`authorising the build: ${stage}`)));
       replace(this.result, spinner("wrapping the data keys to the admitted enclaves and publishing the manifest…"));
-      const built = await api.buildSealedManifest(this.id);
+      const built = await api.buildSealedManifest(this.id, { version, expires, signature });
       if (!built.call) {
         replace(this.result, h("p", { class: "muted", testid: "sealed-nothing" }, `Nothing to install: every admitted enclave already holds its envelopes (version ${built.version}).`));
         return;
