@@ -28,7 +28,8 @@ import torch
 from eth_account import Account
 
 from syncline.blobstore.http_client import HttpBlobStore
-from syncline.blobstore.store import BlobRef, BlobStoreError, BlobUnavailable, InvalidBlobName
+from syncline.blobstore.store import BlobRef, BlobStoreError, InvalidBlobName
+from syncline.chain.keys import from_private_key
 from syncline.confidential.keystore import (
     load_data_keys,
     load_enclave_key,
@@ -45,7 +46,6 @@ from syncline.confidential.manifest import (
     with_enclaves,
 )
 from syncline.confidential.sealing import generate_enclave_keypair
-from syncline.chain.keys import from_private_key
 from syncline.errors import KeyConfigError, SpecError
 from syncline.privacy.noise import NoiseSeedError, RoundNoise
 from syncline.privacy.opening import encode_opening, parse_opening
@@ -200,7 +200,9 @@ def test_safetensors_headers_of_payloads_states_and_state_files(tmp_path: Path) 
     expected = {"values": (torch.int8, (LAYOUT.numel,)), "exponents": (torch.uint8, (1,))}
     n += fuzz_json(
         header,
-        lambda h: safetensors_spans(_join_safetensors(json.loads(h), body), len(_join_safetensors(json.loads(h), body)), expected),
+        lambda h: safetensors_spans(
+            _join_safetensors(json.loads(h), body), len(_join_safetensors(json.loads(h), body)), expected
+        ),
         ValueError,
         "safetensors_spans",
     )
@@ -306,10 +308,10 @@ def test_commitment_vote_and_report_records() -> None:
 class _Answers(BaseHTTPRequestHandler):
     body = b"{}"
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self._answer()
 
-    def do_PUT(self) -> None:  # noqa: N802
+    def do_PUT(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", "0") or 0))
         self._answer()
 
@@ -367,7 +369,9 @@ def test_openings_and_sealed_openings() -> None:
     opening = encode_opening(noise, 2)
     n = fuzz_binary(opening, lambda d: parse_opening(d, interval=2, segments=3), NoiseSeedError, "opening")
     key = new_enclave_key()
-    sealed = seal_opening(opening, Binding(7, 4, 1, 2, noise.commitment()), [Recipient.of(Account.create().address, key.pubkey)])
+    sealed = seal_opening(
+        opening, Binding(7, 4, 1, 2, noise.commitment()), [Recipient.of(Account.create().address, key.pubkey)]
+    )
     n += fuzz_binary(sealed, parse_sealed_opening, SealedOpeningError, "sealed opening")
     assert n > 100
 
@@ -425,6 +429,7 @@ def test_jsonl_and_csv_records() -> None:
         writer = csv.writer(out)
         writer.writerow(list(mutant))
         writer.writerow([json.dumps(v) if not isinstance(v, str) else v for v in mutant.values()])
-        only(lambda t=out.getvalue(): list(parse_csv(t.encode(), "data.csv", fields)), DataSourceError, "csv")
+        text = out.getvalue().encode()
+        only(lambda t=text: list(parse_csv(t, "data.csv", fields)), DataSourceError, "csv")
         n += 1
     assert n > 50

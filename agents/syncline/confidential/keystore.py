@@ -21,8 +21,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 from eth_account import Account
 
-from syncline.confidential import sealing
 from syncline.chain.keys import decrypt_keystore
+from syncline.confidential import sealing
 from syncline.confidential.manifest import SealedDataset, SealedShard
 from syncline.errors import KeyConfigError
 from syncline.protocol.wire import WireFormatError, load_bounded_json
