@@ -5,7 +5,8 @@ anonymously under a task's state-root alias after the sponsor published its (the
 initial state, was the first candidate every agent tried (unsigned candidates: newest first):
 ``fixed_point.safetensors_spans`` raised ``TypeError`` and ``TaskContext.fetch_state_file``
 caught only ``SynclineError`` and ``ValueError``, so ``syncline trainer run`` logged
-``agent.step_failed`` on every tick. Now the sponsor signs its slot (tried first) and any failure of a candidate only skips it.
+``agent.step_failed`` on every tick. Now the sponsor signs its slot (tried first) and any
+failure of a candidate only skips it.
 
 Item 3: a staked trainer committing a payload with the same header stalled every witness; the
 witness's payload checks now reject that submission with a reason.

@@ -101,6 +101,7 @@ def decrypt_keystore(doc: object, password: str, path: Path, what: str = "keysto
     """The private key in a Web3 Secret Storage keystore ``doc`` (its types and KDF cost checked
     first); any failure is one KeyConfigError line."""
     check_keystore_shape(doc, path)
+    assert isinstance(doc, dict)
     try:
         return bytes(Account.decrypt(doc, password))
     except ValueError:
