@@ -310,7 +310,7 @@ def safetensors_spans(
         assert isinstance(entry, dict)
         code, width = _ST_DTYPES[dtype]
         if entry["dtype"] != code:
-            raise ValueError(f"tensor {name!r}: dtype {entry['dtype']!r} != expected {code}")
+            raise ValueError(f"tensor {name!r}: dtype {entry['dtype']} != expected {code}")
         if entry["shape"] != list(shape):
             raise ValueError(f"tensor {name!r}: shape {entry['shape']} != expected {list(shape)}")
         begin, end = entry["data_offsets"]
