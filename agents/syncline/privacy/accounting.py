@@ -38,13 +38,13 @@ def noise_multiplier_for(epsilon: float, delta: float, sample_rate: float, steps
     ``epsilon``: Opacus's ``get_noise_multiplier`` (the same doubling, then bisection to
     ``EPSILON_TOLERANCE``), with both loops bounded so that no target can make it spin; SpecError
     (one line) when the search does not settle."""
-    from opacus.accountants import create_accountant
-    from opacus.accountants.utils import MAX_SIGMA
-
     if steps <= 0:
         raise SpecError(f"privacy: the task trains {steps} steps; need at least one")
     if not (math.isfinite(epsilon) and 0 < epsilon <= MAX_PRIVACY_EPSILON):
         raise SpecError(f"privacy.epsilon must be within (0, {MAX_PRIVACY_EPSILON:g}], got {epsilon!r}")
+    from opacus.accountants import create_accountant
+    from opacus.accountants.utils import MAX_SIGMA
+
     acc = create_accountant(mechanism=accountant)
 
     def eps_of(sigma: float) -> float:

@@ -976,7 +976,9 @@ def _float(value: object, name: str) -> float:
 
 def _clip(value: object, limit: int = 40) -> str:
     """A value for a one-line error, shortened (a hostile spec may hold a 400-digit number)."""
-    text = repr(value) if not isinstance(value, int) else f"{value}"[:4300]
+    if isinstance(value, int) and value.bit_length() > 128:  # str() of a huge int is slow or refused
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
 
 
