@@ -113,3 +113,14 @@ def test_spec_hash_of_a_spec_built_in_code_never_raises_unicode_errors() -> None
     spec = build_spec(witnesses=OFFLINE_WITNESSES, enrollment_deadline=OFFLINE_DEADLINE, name="x\ud800")
     with pytest.raises(SpecError, match="not valid Unicode"):
         _ = spec.spec_hash
+
+
+def test_the_bisection_stops_at_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop Opacus leaves unbounded: with a bound of 2 steps the search gives up in one line."""
+    from syncline.privacy import accounting
+
+    monkeypatch.setattr(accounting, "MAX_SIGMA_BISECTIONS", 2)
+    noise_multiplier_for.cache_clear()
+    with pytest.raises(SpecError, match="did not reach the tolerance in 2 steps"):
+        noise_multiplier_for(3.0, 1e-5, 0.05, 77, "rdp")
+    noise_multiplier_for.cache_clear()
