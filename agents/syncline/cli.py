@@ -41,6 +41,8 @@ from syncline.run.agent_config import TRAINER_MISBEHAVIOURS, WITNESS_MISBEHAVIOU
 from syncline.run.loop import pending_time
 
 if TYPE_CHECKING:
+    from eth_account.signers.local import LocalAccount
+
     from syncline.api.settings import ApiSettings
     from syncline.demo.lifecycle import Timing
 
@@ -393,9 +395,9 @@ def cmd_post_task(args: argparse.Namespace) -> int:
             "model.lora: name the training data in dataset_source (the tooling then publishes the base model)"
         )
     if isinstance(raw, dict) and ("image_source" in raw or "series_source" in raw):
-        spec, spec_uri = _publish_other_modality(args, raw, now=now, sponsor=signer.address)
+        spec, spec_uri = _publish_other_modality(args, raw, now=now, sponsor=signer.address, account=signer.account)
     elif isinstance(raw, dict) and "dataset_source" in raw:
-        spec, spec_uri = _publish_from_source(args, raw, now=now, sponsor=signer.address)
+        spec, spec_uri = _publish_from_source(args, raw, now=now, sponsor=signer.address, account=signer.account)
     else:
         spec = TrainingTaskSpec.from_mapping(raw).validate(now=now, sponsor=signer.address)
         spec_path = state_dir() / "specs" / f"{spec.spec_hash[2:]}.json"
@@ -484,7 +486,7 @@ def _publish_spec(args: argparse.Namespace, spec: TrainingTaskSpec) -> str:
 
 
 def _publish_other_modality(
-    args: argparse.Namespace, raw: dict[str, Any], *, now: int, sponsor: str
+    args: argparse.Namespace, raw: dict[str, Any], *, now: int, sponsor: str, account: LocalAccount | None = None
 ) -> tuple[TrainingTaskSpec, str]:
     """A vision spec (``image_source``) or a time-series spec (``series_source`` and ``windows``):
     checked, its artifacts built from the source and published; returns the spec. A relative
@@ -526,6 +528,7 @@ def _publish_other_modality(
             source=images,
             image_size=int(sizes["image_size"]) if "image_size" in sizes else None,
             num_channels=int(sizes["num_channels"]) if "num_channels" in sizes else None,
+            sponsor=account,
         )
     else:
         from syncline.sponsor.timeseries_task import (
@@ -553,14 +556,14 @@ def _publish_other_modality(
             sponsor=sponsor,
         )
         published = publish_timeseries_task(
-            blobs, template=template, model=model, source=series, plan=plan, shard_count=shard_count
+            blobs, template=template, model=model, source=series, plan=plan, shard_count=shard_count, sponsor=account
         )
     log.info("sponsor.published", spec_hash=published.spec.spec_hash, params=published.initial_state.layout.numel)
     return published.spec, published.spec_uri
 
 
 def _publish_from_source(
-    args: argparse.Namespace, raw: dict[str, Any], *, now: int, sponsor: str
+    args: argparse.Namespace, raw: dict[str, Any], *, now: int, sponsor: str, account: LocalAccount | None = None
 ) -> tuple[TrainingTaskSpec, str]:
     """A sponsor spec that names its data source: check it, build and publish the artifacts, return the spec."""
     from syncline.blobstore import HttpBlobStore
@@ -611,6 +614,7 @@ def _publish_from_source(
         method=method,
         lora=lora,
         seal=seal,
+        sponsor=account,
     )
     if published.sealed is not None and published.spec.confidential is not None:
         from syncline.confidential.keystore import StoreBinding, write_data_keys

@@ -94,3 +94,13 @@ def test_prepare_refuses_paths_outside_the_data_directory(api: ApiServer, http: 
         "wrong-field.jsonl line 1: no field 'text' (fields present: 'body')",
     )
     assert str(data_dir) not in message
+
+
+def test_a_nul_or_a_lone_surrogate_in_a_request_is_a_422_not_a_500(api: ApiServer, http: Http) -> None:
+    """Issue 26 item 9: ``corpus.path`` with a NUL byte raised ValueError in ``Path.resolve`` (a
+    500); a lone surrogate in a spec string made ``spec_hash`` raise UnicodeEncodeError."""
+    for corpus in ({"type": "jsonl", "path": "a\x00b.jsonl"}, {"type": "jsonl", "path": "x\ud800.jsonl"}):
+        assert_error(http.post("/api/tasks/prepare", _body(http, corpus)), 422, "corpus.path")
+    body = _body(http, {"type": "jsonl", "path": "sums.jsonl"})
+    body["spec"]["name"] = "name\ud800"
+    assert_error(http.post("/api/tasks/prepare", body), 422, "surrogate")

@@ -26,8 +26,9 @@ def test_the_privacy_section_round_trips_and_is_in_the_spec_hash() -> None:
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("epsilon", 0, "privacy.epsilon must be > 0"),
-        ("epsilon", -1.0, "privacy.epsilon must be > 0"),
+        ("epsilon", 0, r"privacy.epsilon must be within \(0, 100\]"),
+        ("epsilon", -1.0, r"privacy.epsilon must be within \(0, 100\]"),
+        ("epsilon", 1e300, r"privacy.epsilon must be within \(0, 100\]"),
         ("epsilon", float("inf"), "privacy.epsilon must be a finite number"),
         ("delta", 0, r"privacy.delta must be within \(0, 1\)"),
         ("delta", 1, r"privacy.delta must be within \(0, 1\)"),

@@ -8,6 +8,8 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from syncline.api.metrics import ApiMetrics
+from syncline.errors import SpecError
+from syncline.protocol.spec import check_spec_strings
 from syncline.protocol.wire import WireFormatError, check_bounded_json
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
@@ -25,6 +27,22 @@ async def _send_error(send: Send, status: int, message: str) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+def _text_problem(body: bytes) -> str | None:
+    """Why a JSON request body's strings cannot be used (a NUL character or a lone surrogate, in
+    any key or value), or None; bodies that are not JSON are left to the route."""
+    if not body.strip():
+        return None
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return None
+    try:
+        check_spec_strings(value, "request body")
+    except SpecError as exc:
+        return str(exc)
+    return None
 
 
 class BodyLimit:
@@ -64,6 +82,10 @@ class BodyLimit:
             check_bounded_json(body, max_bytes=self.max_bytes, max_depth=MAX_BODY_DEPTH, what="request body")
         except WireFormatError as exc:  # refused before FastAPI parses it (deep JSON overflows the C stack)
             await _send_error(send, 422, str(exc))
+            return
+        problem = _text_problem(body)
+        if problem is not None:  # a NUL or a lone surrogate reaches paths and hashes as a 500 otherwise
+            await _send_error(send, 422, problem)
             return
         replayed = False
 

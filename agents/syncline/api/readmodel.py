@@ -32,7 +32,7 @@ from syncline.api.events import Changes, validation_loss
 from syncline.api.specs import fetch_artifact, onchain_spec
 from syncline.blobstore import BlobStore
 from syncline.chain.market import MarketClient, TaskView
-from syncline.errors import ChainError, SynclineError
+from syncline.errors import ChainError, SynclineError, candidate_failure
 from syncline.observability import get_logger
 from syncline.protocol.enums import ChallengeStatus, RoundStatus, TaskStatus
 from syncline.run.gossip import TrainerReport, read_report
@@ -367,8 +367,8 @@ def fetch_spec_artifacts(db: Database, blobs: BlobStore, now: float | None = Non
             break
         try:
             results.append((int(task_id), str(spec_hash), fetch_artifact(blobs, spec_uri, spec_hash), None))
-        except (SynclineError, ValueError) as exc:
-            failure = str(exc).splitlines()[0][:500] if str(exc) else type(exc).__name__
+        except Exception as exc:  # any failure marks this task's artifact bad, never the pass
+            failure = candidate_failure(exc)
             results.append((int(task_id), str(spec_hash), None, failure))
     arrived = 0
     with db.transaction() as s:

@@ -43,7 +43,7 @@ from eth_account import Account
 from eth_account.messages import encode_defunct
 from eth_account.signers.local import LocalAccount
 
-from syncline.errors import SynclineError
+from syncline.errors import SynclineError, candidate_failure
 from syncline.protocol.hashing import Keccak256, keccak
 from syncline.protocol.spec import MAX_PARAM_COUNT
 
@@ -565,7 +565,8 @@ def find_verified(
         Tried in order; each one's candidates with the slots of ``signers`` first.
     check
         Decodes the bytes and checks them against what the chain binds (a state root, a checkpoint
-        root); raises (a :class:`SynclineError` or ``ValueError``) when they do not match.
+        root); raises (a :class:`SynclineError` or ``ValueError``) when they do not match. Any
+        other exception it raises (a type confusion in a parser) also only skips that candidate.
     signers
         The owners the reader expects (e.g. the trainer of a submission).
     what
@@ -592,6 +593,6 @@ def find_verified(
             tried += 1
             try:
                 return check(store.get(digest, max_bytes=max_bytes))
-            except (SynclineError, ValueError) as exc:
-                last = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
+            except Exception as exc:  # any failure of one candidate's bytes: a bad candidate, never the caller's
+                last = candidate_failure(exc)
     raise BlobNotFound(f"no {what} found under {', '.join(aliases)} ({tried} candidates tried; last: {last})")

@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 from eth_account import Account
 
+from syncline.chain.keys import decrypt_keystore
 from syncline.confidential import sealing
 from syncline.confidential.manifest import SealedDataset, SealedShard
 from syncline.errors import KeyConfigError
@@ -108,13 +109,7 @@ def load_enclave_key(
     data = _read_json(path, "enclave keystore")
     if data.get("kind") != ENCLAVE_KIND:
         raise KeyConfigError(f"{path} is not an enclave keystore (kind {ENCLAVE_KIND})")
-    try:
-        private = bytes(Account.decrypt(data, secret))
-    except (KeyError, TypeError, AttributeError):
-        raise KeyConfigError(f"{path} is not an eth-account keystore file") from None
-    except ValueError:
-        raise KeyConfigError(f"cannot decrypt enclave keystore {path}: wrong password or corrupt file") from None
-    key = EnclaveKey(private)
+    key = EnclaveKey(decrypt_keystore(data, secret, path, "enclave keystore"))
     if data.get("enclave_pubkey") != "0x" + key.pubkey.hex():
         raise KeyConfigError(f"{path}: the stored enclave_pubkey is not the key's public key")
     return key

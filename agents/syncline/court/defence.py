@@ -26,7 +26,7 @@ import torch
 
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
-from syncline.errors import ChainError
+from syncline.errors import ChainError, candidate_failure
 from syncline.observability import get_logger
 from syncline.protocol import merkle
 from syncline.protocol.chunking import gradient_chunk_contents, num_chunks
@@ -94,7 +94,8 @@ def payload_chunks(payload: bytes, *, numel: int, bits: int) -> list[bytes] | No
         tensors, _ = read_safetensors(
             payload, {"values": (dtype, (numel,)), "exponents": (torch.uint8, (num_chunks(numel),))}, max_bytes=None
         )
-    except (ValueError, KeyError, RecursionError):
+    except Exception as exc:  # any decoding failure of a trainer's bytes: not decodable
+        candidate_failure(exc)
         return None
     raw = object.__new__(QuantizedGradient)
     object.__setattr__(raw, "bits", bits)

@@ -46,7 +46,7 @@ from syncline.blobstore import BlobStore, find_verified
 from syncline.chain.calls import ZERO_ADDRESS
 from syncline.chain.market import SubmissionView
 from syncline.confidential.keystore import EnclaveKey
-from syncline.errors import SynclineError
+from syncline.errors import SynclineError, candidate_failure
 from syncline.modality.base import ModalityAdapter
 from syncline.observability import get_logger
 from syncline.privacy.accounting import PrivacyPlan
@@ -268,6 +268,8 @@ def _load(
         return Checkpoint.from_bytes(data, layout=layout, max_bytes=max_checkpoint_bytes(layout))
     except CheckpointError as exc:
         return _guilty(index, total, f"committed checkpoint {index} is malformed: {_one_line(exc)}")
+    except Exception as exc:  # a decoder failure outside its declared error: judged undecided, never a crash
+        return _undecided(index, total, f"checkpoint {index} could not be decoded: {candidate_failure(exc)}")
 
 
 def opened_manifest(
@@ -315,8 +317,8 @@ def check_segment(
         raise RefereeError(f"segment {segment!r} out of range 0..{total} ({total} is the derivation segment)")
     try:
         parsed = parse_manifest(manifest, claim, inputs)
-    except CheckpointError as exc:
-        return _undecided(segment, total, f"manifest: {_one_line(exc)}")
+    except Exception as exc:  # CheckpointError, or any other failure decoding the trainer's bytes
+        return _undecided(segment, total, f"manifest: {candidate_failure(exc)}")
     if segment == total:
         return _check_derivation(parsed, claim, fetch, inputs)
     return _check_training(segment, parsed, fetch, inputs)
@@ -509,7 +511,8 @@ def _round_start_state(
     try:
         data = fetch(manifest, 0)
         first = Checkpoint.from_bytes(data, layout=ctx.layout, max_bytes=max_checkpoint_bytes(ctx.layout))
-    except (SynclineError, ValueError):
+    except Exception as exc:  # a bad checkpoint 0: judged from the first legitimate start state
+        candidate_failure(exc)
         return states[0], None
     return next((s for s in states if holds_start_state(first, s)), states[0]), data
 

@@ -35,7 +35,7 @@ from syncline.observability import get_logger
 from syncline.protocol.enums import Modality, RoundStatus, TaskStatus
 from syncline.protocol.receipt import TrainingReceipt
 from syncline.run.context import TaskContext
-from syncline.sponsor.task_builder import PublishedTask, export_model, publish_language_task
+from syncline.sponsor.task_builder import PublishedTask, export_model, publish_initial_state, publish_language_task
 from syncline.sponsor.task_defaults import ETH, TaskDefaults, default_task
 
 log = get_logger("syncline.demo")
@@ -147,6 +147,7 @@ class TrainingDemo:
         template = default_task(self.plan, [from_private_key(k).address for k in witness_keys], chain_time(w3))
         if self.publish_task is not None:
             published = self.publish_task(blobs, template)
+            publish_initial_state(blobs, published.initial_state, sponsor.account)  # the sponsor's signed slot
         else:
             published = publish_language_task(
                 blobs,
@@ -155,6 +156,7 @@ class TrainingDemo:
                 vocab_size=self.plan.vocab_size,
                 seq_len=self.plan.seq_len,
                 model=self.plan.model,
+                sponsor=sponsor.account,
             )
         task_id, _ = market.post_task(sponsor, published.spec, published.spec_uri)
         self.metric_name = adapter_for(published.spec).metric_name  # what the witnesses' votes carry

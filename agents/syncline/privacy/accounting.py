@@ -10,38 +10,69 @@ sample rate over the steps of the rounds it trained in.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 from syncline.errors import SpecError
-from syncline.protocol.spec import PrivacySpec, TrainingTaskSpec, check_private_steps
+from syncline.protocol.spec import MAX_PRIVACY_EPSILON, PrivacySpec, TrainingTaskSpec, check_private_steps
 
 EPSILON_TOLERANCE = 0.01
 """How far below the target the noise multiplier's search may leave the final ε (Opacus's
 ``epsilon_tolerance``)."""
 
 
+MAX_SIGMA_DOUBLINGS = 64
+"""Most doublings of the search's upper σ (Opacus stops at σ > 1e6, i.e. after 17)."""
+
+MAX_SIGMA_BISECTIONS = 200
+"""Most bisection steps of the σ search (Opacus's loop has no bound: a huge ε never reached its
+tolerance and spun forever, issue 26 item 4). A spec target within ``MAX_PRIVACY_EPSILON`` needs
+far fewer, so the σ found is Opacus's to the bit."""
+
+
 @lru_cache(maxsize=64)
 def noise_multiplier_for(epsilon: float, delta: float, sample_rate: float, steps: int, accountant: str) -> float:
     """The smallest noise multiplier σ whose ε over ``steps`` steps at ``sample_rate`` is at most
-    ``epsilon`` (Opacus's ``get_noise_multiplier``)."""
-    from opacus.accountants.utils import get_noise_multiplier
-
+    ``epsilon``: Opacus's ``get_noise_multiplier`` (the same doubling, then bisection to
+    ``EPSILON_TOLERANCE``), with both loops bounded so that no target can make it spin; SpecError
+    (one line) when the search does not settle."""
     if steps <= 0:
         raise SpecError(f"privacy: the task trains {steps} steps; need at least one")
+    if not (math.isfinite(epsilon) and 0 < epsilon <= MAX_PRIVACY_EPSILON):
+        raise SpecError(f"privacy.epsilon must be within (0, {MAX_PRIVACY_EPSILON:g}], got {epsilon!r}")
+    from opacus.accountants import create_accountant
+    from opacus.accountants.utils import MAX_SIGMA
+
+    acc = create_accountant(mechanism=accountant)
+
+    def eps_of(sigma: float) -> float:
+        acc.history = [(sigma, sample_rate, steps)]
+        return float(acc.get_epsilon(delta=delta))
+
     try:
-        return float(
-            get_noise_multiplier(
-                target_epsilon=epsilon,
-                target_delta=delta,
-                sample_rate=sample_rate,
-                steps=steps,
-                accountant=accountant,
-                epsilon_tolerance=EPSILON_TOLERANCE,
-            )
-        )
-    except ValueError as exc:
+        eps_high, sigma_low, sigma_high = float("inf"), 0.0, 10.0
+        for _ in range(MAX_SIGMA_DOUBLINGS):
+            if not eps_high > epsilon:
+                break
+            sigma_high *= 2
+            eps_high = eps_of(sigma_high)
+            if sigma_high > MAX_SIGMA:
+                raise ValueError("The privacy budget is too low.")
+        else:
+            raise ValueError("the search for an upper noise multiplier did not settle")
+        for _ in range(MAX_SIGMA_BISECTIONS):
+            if not epsilon - eps_high > EPSILON_TOLERANCE:
+                return float(sigma_high)
+            sigma = (sigma_low + sigma_high) / 2
+            eps = eps_of(sigma)
+            if eps < epsilon:
+                sigma_high, eps_high = sigma, eps
+            else:
+                sigma_low = sigma
+        raise ValueError(f"the search did not reach the tolerance in {MAX_SIGMA_BISECTIONS} steps")
+    except (ValueError, ArithmeticError) as exc:
         raise SpecError(
             f"privacy: no noise multiplier reaches epsilon {epsilon} ({' '.join(str(exc).split())})"
         ) from None

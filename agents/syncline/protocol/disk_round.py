@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from syncline.errors import candidate_failure
 from syncline.protocol import merkle
 from syncline.protocol.chunking import gradient_chunk_buffer, hash_rows, state_chunk_buffer
 from syncline.protocol.enums import AggregationRule
@@ -123,8 +124,8 @@ def open_payload(
         prefix = f.read(8 + MAX_SAFETENSORS_HEADER)
     try:
         got_bits, _, spans = payload_layout(prefix, size, expected_numel=numel, max_bytes=max_bytes)
-    except ValueError as exc:
-        return None, f"malformed payload: {exc}"
+    except Exception as exc:  # any decoding failure of a trainer's bytes rejects that submission only
+        return None, f"malformed payload: {candidate_failure(exc)}"
     begin, end = spans["exponents"]
     with open(sub.path, "rb") as f:
         f.seek(begin)

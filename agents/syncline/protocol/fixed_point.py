@@ -250,7 +250,36 @@ def _parse_header(
     metadata = header.pop("__metadata__", {})
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise ValueError("safetensors metadata must map strings to strings")
+    for name, entry in header.items():
+        _check_entry(name, entry, size - 8 - header_len)
     return header, {str(k): v for k, v in metadata.items()}, header_len
+
+
+def _is_index(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_entry(name: str, entry: object, data_len: int) -> None:
+    """Raise ValueError unless ``entry`` is a well-typed tensor record: ``dtype`` a string,
+    ``shape`` a list of non-negative ints, ``data_offsets`` two ints within the data section
+    (network bytes: every type is checked before any value is used)."""
+    if not isinstance(entry, dict):
+        raise ValueError(f"tensor {name!r}: header entry is {type(entry).__name__}, not an object")
+    if set(entry) != {"dtype", "shape", "data_offsets"}:
+        raise ValueError(f"tensor {name!r}: header entry must have exactly dtype, shape and data_offsets")
+    if not isinstance(entry["dtype"], str):
+        raise ValueError(f"tensor {name!r}: dtype is {type(entry['dtype']).__name__}, not a string")
+    shape = entry["shape"]
+    if not isinstance(shape, list) or len(shape) > 16 or not all(_is_index(d) for d in shape):
+        raise ValueError(f"tensor {name!r}: shape must be a list of non-negative integers")
+    offsets = entry["data_offsets"]
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(_is_index(o) for o in offsets)
+        or not offsets[0] <= offsets[1] <= data_len
+    ):
+        raise ValueError(f"tensor {name!r}: data_offsets must be two integers within the data section")
 
 
 def safetensors_metadata(data: bytes, *, max_bytes: int | None = None, total_len: int | None = None) -> dict[str, str]:
@@ -277,16 +306,16 @@ def safetensors_spans(
         raise ValueError(f"payload tensors {sorted(header)} != expected {sorted(expected)}")
     spans: dict[str, tuple[int, int]] = {}
     for name, (dtype, shape) in expected.items():
-        entry = header[name]
+        entry = header[name]  # type-checked by _parse_header
+        assert isinstance(entry, dict)
         code, width = _ST_DTYPES[dtype]
-        if not isinstance(entry, dict) or entry.get("dtype") != code:
-            got = entry.get("dtype") if isinstance(entry, dict) else entry
-            raise ValueError(f"tensor {name!r}: dtype {got} != expected {code}")
-        if entry.get("shape") != list(shape):
-            raise ValueError(f"tensor {name!r}: shape {entry.get('shape')} != expected {list(shape)}")
-        begin, end = entry.get("data_offsets", (None, None))
-        if not isinstance(begin, int) or not isinstance(end, int) or end - begin != width * math.prod(shape):
-            raise ValueError(f"tensor {name!r}: data offsets {entry.get('data_offsets')} do not match its shape")
+        if entry["dtype"] != code:
+            raise ValueError(f"tensor {name!r}: dtype {entry['dtype']} != expected {code}")
+        if entry["shape"] != list(shape):
+            raise ValueError(f"tensor {name!r}: shape {entry['shape']} != expected {list(shape)}")
+        begin, end = entry["data_offsets"]
+        if end - begin != width * math.prod(shape):
+            raise ValueError(f"tensor {name!r}: data offsets {entry['data_offsets']} do not match its shape")
         spans[name] = (begin, end)
     cursor = 0
     for begin, end in sorted(spans.values()):

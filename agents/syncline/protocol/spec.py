@@ -106,8 +106,49 @@ def _hex32(value: object, field_name: str) -> str:
 
 
 def canonical_json(data: Any) -> bytes:
-    """Deterministic JSON: sorted keys, no whitespace, UTF-8."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    """Deterministic JSON: sorted keys, no whitespace, UTF-8 (SpecError for a string UTF-8 cannot
+    encode, such as a lone surrogate)."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError as exc:
+        raise SpecError(f"spec holds a string that is not valid Unicode text ({exc.reason})") from None
+
+
+MAX_SPEC_STRING_NODES = 100_000
+"""Most strings, numbers and containers :func:`check_spec_strings` walks (a spec artifact is
+bounded in size and depth before, this bounds a mapping built in memory)."""
+
+
+def check_spec_strings(data: object, where: str = "spec") -> None:
+    """Raise SpecError (one line naming the field) unless every string in ``data`` (keys and
+    values, at any depth) is text a spec may hold: no NUL character and no lone surrogate (which
+    UTF-8 cannot encode, so the spec hash could not be computed)."""
+    stack: list[tuple[object, str]] = [(data, where)]
+    seen = 0
+    while stack:
+        value, path = stack.pop()
+        seen += 1
+        if seen > MAX_SPEC_STRING_NODES:
+            raise SpecError(f"{where}: more than {MAX_SPEC_STRING_NODES} values")
+        if isinstance(value, str):
+            _check_text(value, path)
+        elif isinstance(value, Mapping):
+            for key, item in value.items():
+                if isinstance(key, str):
+                    _check_text(key, f"{path} key")
+                stack.append((item, f"{path}.{key}" if isinstance(key, str) and len(key) < 64 else path))
+        elif isinstance(value, list | tuple):
+            stack.extend((item, f"{path}[{i}]") for i, item in enumerate(value))
+
+
+def _check_text(text: str, path: str) -> None:
+    if "\x00" in text:
+        raise SpecError(f"{path}: contains a NUL character")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SpecError(f"{path}: contains a lone surrogate (not valid Unicode text)") from None
 
 
 VALIDATION_METRICS: dict[Modality, tuple[str, bool]] = {
@@ -462,6 +503,11 @@ def check_private_steps(accountant: str, steps: int) -> None:
         )
 
 
+MAX_PRIVACY_EPSILON = 100.0
+"""Largest ``privacy.epsilon`` a spec may target: far beyond any meaningful guarantee, and it
+keeps the noise-multiplier search (privacy/accounting.py) bounded."""
+
+
 @dataclass(frozen=True)
 class PrivacySpec:
     """Differentially private training (DP-SGD in every trainer's inner loop, docs/privacy.md).
@@ -485,8 +531,8 @@ class PrivacySpec:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
                 raise SpecError(f"privacy.{name} must be a finite number, got {value!r}")
-        if not self.epsilon > 0:
-            raise SpecError(f"privacy.epsilon must be > 0, got {self.epsilon!r}")
+        if not 0 < self.epsilon <= MAX_PRIVACY_EPSILON:
+            raise SpecError(f"privacy.epsilon must be within (0, {MAX_PRIVACY_EPSILON:g}], got {self.epsilon!r}")
         if not 0 < self.delta < 1:
             raise SpecError(f"privacy.delta must be within (0, 1), got {self.delta!r}")
         if not self.clip_norm > 0:
@@ -809,6 +855,7 @@ class TrainingTaskSpec:
         """Build from a YAML/JSON mapping; every problem is one ``SpecError`` line naming the field."""
         if not isinstance(data, Mapping):
             raise SpecError("spec must be a mapping of fields")
+        check_spec_strings(data)
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -920,11 +967,19 @@ def _mapping(value: object, name: str) -> Mapping[str, Any]:
 
 def _float(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise SpecError(f"{name}: expected a number, got {value!r}")
+        raise SpecError(f"{name}: expected a number, got {_clip(value)}")
     try:
         return float(value)
-    except ValueError:
-        raise SpecError(f"{name}: expected a number, got {value!r}") from None
+    except (ValueError, OverflowError):  # OverflowError: an integer too large for a float
+        raise SpecError(f"{name}: expected a number, got {_clip(value)}") from None
+
+
+def _clip(value: object, limit: int = 40) -> str:
+    """A value for a one-line error, shortened (a hostile spec may hold a 400-digit number)."""
+    if isinstance(value, int) and value.bit_length() > 128:  # str() of a huge int is slow or refused
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
 
 
 def _address(value: object, name: str = "witnesses") -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from syncline.errors import candidate_failure
 from syncline.protocol import merkle
 from syncline.protocol.aggregation import AggregationRuleImpl, CoordinateMedian, Krum, make_rule
 from syncline.protocol.chunking import gradient_chunk_root, hash_rows
@@ -83,8 +84,8 @@ def validate_submission(
         return None, HASH_MISMATCH
     try:
         qg = QuantizedGradient.from_safetensors_bytes(sub.payload, expected_numel=numel, max_bytes=max_bytes)
-    except ValueError as exc:
-        return None, f"malformed payload: {exc}"
+    except Exception as exc:  # any decoding failure of a trainer's bytes rejects that submission only
+        return None, f"malformed payload: {candidate_failure(exc)}"
     if qg.bits != bits:
         return None, wrong_bits(qg.bits, bits)
     if gradient_chunk_root(qg) != sub.chunk_root:

@@ -36,7 +36,7 @@ from syncline.chain.market import MarketClient, RoundView, SubmissionView
 from syncline.confidential.enclave import EnclaveSession
 from syncline.confidential.keystore import EnclaveKey
 from syncline.confidential.sealing import VALIDATION_INDEX
-from syncline.errors import SpecError, SynclineError
+from syncline.errors import SpecError, SynclineError, candidate_failure
 from syncline.modality import ModalityAdapter, adapter_for
 from syncline.modality.language import MAX_TOKENIZER_BYTES
 from syncline.modality.lora import apply_lora, trained_parameters
@@ -239,8 +239,8 @@ class TaskContext:
                     last = f"a candidate holds state {state.state_root_hex}, not {root}"
                 except BlobUnavailable:
                     raise
-                except (SynclineError, ValueError) as exc:
-                    last = _one_line(exc)
+                except Exception as exc:  # any failure of one candidate: a bad candidate, not a failed step
+                    last = candidate_failure(exc)
         except BlobUnavailable as exc:
             raise StateUnavailable(f"cannot look up state root {state_root}: {_one_line(exc)}", outage=True) from None
         finally:

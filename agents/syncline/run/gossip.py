@@ -10,6 +10,7 @@ signatures by one key for one slot with different contents are an equivocation t
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -240,7 +241,13 @@ def _report_message(body: dict[str, Any]) -> Any:
 def _number(value: Any, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise GossipError(f"gossip report field {what} must be a number")
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer too large for a float
+        raise GossipError(f"gossip report field {what} is out of range") from None
+    if not math.isfinite(number):
+        raise GossipError(f"gossip report field {what} must be finite")
+    return number
 
 
 def encode_report(report: TrainerReport, signer: Signer) -> bytes:

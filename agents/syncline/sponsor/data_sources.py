@@ -250,9 +250,15 @@ def _positive(raw: Mapping[str, Any], name: str, default: int, label: str) -> in
 
 def _resolve(text: str, *, base_dir: Path | None, root: Path | None, label: str) -> Path:
     """``text`` as an absolute path; under ``root`` (resolved, symlinks followed) when confined."""
-    raw = Path(text).expanduser() if root is None else Path(text)
-    anchor = root if root is not None else (base_dir or Path.cwd())
-    path = (anchor / raw).resolve()
+    if "\x00" in text:
+        raise DataSourceError(f"{label}.path contains a NUL character")
+    try:
+        raw = Path(text).expanduser() if root is None else Path(text)
+        anchor = root if root is not None else (base_dir or Path.cwd())
+        path = (anchor / raw).resolve()
+        path.exists()  # raises for a name the OS refuses
+    except (OSError, ValueError, RuntimeError) as exc:  # e.g. an unknown ~user, a name too long
+        raise DataSourceError(f"{label}.path {printable(text, 80)!r} is not a usable path: {exc}") from None
     if root is not None:
         if not path.is_relative_to(root.resolve()):
             raise DataSourceError(

@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from eth_account.signers.local import LocalAccount
 
 from syncline.blobstore import BlobStore
-from syncline.blobstore.store import digest_of_file
+from syncline.blobstore.store import BlobRef, digest_of_file, put_signed
 from syncline.confidential.manifest import SealedDataset, seal_dataset
 from syncline.confidential.sponsor import SealingRequest
 from syncline.errors import SpecError
@@ -232,6 +233,7 @@ def publish_language_task(
     method: str = "pretrain",
     lora: Mapping[str, Any] | None = None,
     seal: SealingRequest | None = None,
+    sponsor: LocalAccount | None = None,
 ) -> PublishedTask:
     """Publish every artifact of a language task and return its spec (not yet posted on chain).
 
@@ -291,7 +293,7 @@ def publish_language_task(
     else:
         shard_refs = [blobs.put(s) for s in corpus.shards]
         validation = blobs.put(corpus.validation)
-    blobs.put(initial.to_bytes(), alias=initial.state_root_hex)
+    publish_initial_state(blobs, initial, sponsor)
     side_files: dict[str, dict[str, str]] = {}
     if pretrained is not None:
         for name, content in sorted(pretrained.tokenizer_files.items()):
@@ -333,6 +335,18 @@ def publish_language_task(
     if ref.digest != spec.spec_hash:
         raise RuntimeError("spec blob digest differs from the spec hash")  # keccak of the same bytes
     return PublishedTask(spec=spec, spec_uri=ref.uri, initial_state=initial, sealed=sealed)
+
+
+def publish_initial_state(blobs: BlobStore, state: TrainingState, sponsor: LocalAccount | None) -> BlobRef:
+    """Store the task's initial state under its state-root alias, in ``sponsor``'s signed slot
+    (like every other alias an agent relies on: readers try the slots of the task's on-chain
+    sponsor and witnesses first, so an anonymous upload under the same alias is never tried
+    before it). ``sponsor=None`` (a task prepared for a browser wallet, which signs no alias) leaves
+    the candidate unsigned: readers then verify every candidate against the root, and skip bad ones."""
+    data = state.to_bytes()
+    if sponsor is None:
+        return blobs.put(data, alias=state.state_root_hex)
+    return put_signed(blobs, data, state.state_root_hex, sponsor)
 
 
 def sponsor_lora(lora: Mapping[str, Any], *, base_digest: str, base_uri: str = "") -> LoraSpec:

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from eth_account.signers.local import LocalAccount
 
 from syncline.blobstore import BlobStore
 from syncline.errors import SpecError
@@ -62,7 +63,7 @@ from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.spec import TrainingTaskSpec
 from syncline.protocol.state import TrainingState
 from syncline.sponsor.data_sources import DataSourceError, printable
-from syncline.sponsor.task_builder import PublishedTask
+from syncline.sponsor.task_builder import PublishedTask, publish_initial_state
 
 STATSMODELS_DATASETS = ("co2", "elnino", "sunspots", "macrodata")
 DEFAULT_DATASETS = ("co2", "elnino")
@@ -563,6 +564,7 @@ def publish_timeseries_task(
     plan: WindowPlan | None = None,
     shard_count: int = 6,
     seed: int = 0,
+    sponsor: LocalAccount | None = None,
 ) -> PublishedTask:
     """Publish every artifact of a time-series task and return its spec (not yet posted on chain).
 
@@ -597,7 +599,7 @@ def publish_timeseries_task(
         )
     shard_refs = [blobs.put(s) for s in prepared.shards]
     validation = blobs.put(prepared.validation)
-    blobs.put(initial.to_bytes(), alias=initial.state_root_hex)
+    publish_initial_state(blobs, initial, sponsor)
     data.update(
         modality=Modality.TIME_SERIES.name.lower(),
         model=described,

@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+from eth_account.signers.local import LocalAccount
 
 from syncline.blobstore import BlobStore
 from syncline.errors import SpecError
@@ -51,7 +52,7 @@ from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.spec import TrainingTaskSpec
 from syncline.protocol.state import TrainingState
 from syncline.sponsor.data_sources import DataSourceError
-from syncline.sponsor.task_builder import PublishedTask
+from syncline.sponsor.task_builder import PublishedTask, publish_initial_state
 
 ImageSourceType = Literal["digits", "image_folder", "npz"]
 IMAGE_SOURCE_TYPES: tuple[ImageSourceType, ...] = ("digits", "image_folder", "npz")
@@ -490,6 +491,7 @@ def publish_vision_task(
     num_channels: int | None = None,
     validation_every: int = DEFAULT_VALIDATION_EVERY,
     seed: int = 0,
+    sponsor: LocalAccount | None = None,
 ) -> PublishedTask:
     """Publish every artifact of a vision task and return its spec (not yet posted on chain).
 
@@ -525,7 +527,7 @@ def publish_vision_task(
         )
     shard_refs = [blobs.put(s) for s in prepared.shards]
     validation = blobs.put(prepared.validation)
-    blobs.put(initial.to_bytes(), alias=initial.state_root_hex)
+    publish_initial_state(blobs, initial, sponsor)
     spec_data.update(
         modality="vision",
         model={"family": family, "config": config},
