@@ -174,7 +174,7 @@ def test_an_upload_ends_by_the_total_deadline(tmp_path: Path, stop: threading.Ev
         upload.join(10)
         assert upload.status_line.startswith(b"HTTP/1.1 408"), upload.answer
         assert b"upload too long" in upload.answer
-        assert upload.ended - upload.started < 4.0
+        assert upload.ended - upload.started < 10.0  # not the 512 s the upload would take (slack for a loaded machine)
 
 
 def test_loopback_agents_are_not_capped_per_client(tmp_path: Path) -> None:
