@@ -106,7 +106,7 @@ abstract contract RoundLedger is TrainerStaking {
         }
         // Nobody committed by the extended deadline: nothing to vote on (no vote, no fee);
         // `carryForward` closes the round empty.
-        if (rr.committedMask == 0) revert SynclineNothingToVote(taskId, round);
+        if (rr.committedMask == 0) revert SynclineNothingToVote();
         uint256 stray = acceptedMask & ~rr.committedMask;
         if (stray != 0) revert SynclineAcceptedNotCommitted(taskId, round, stray);
         bytes32 prevStateRoot = t.stateRoot;
@@ -212,7 +212,7 @@ abstract contract RoundLedger is TrainerStaking {
             if (block.timestamp <= t.roundOpenedAt + _specs[taskId].roundDuration) return;
         }
         rr.lateMask |= uint256(1) << fragment;
-        emit SubmissionLate(taskId, round, trainer, fragment);
+        emit SubmissionLate(taskId, round, trainer);
     }
 
     function _finalize(

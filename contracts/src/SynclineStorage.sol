@@ -33,8 +33,9 @@ abstract contract SynclineStorage is ISynclineEvents, ReentrancyGuard, EIP712 {
     uint16 public constant MAX_TRAINERS = 64;
     /// @notice Most witnesses a task may have.
     uint256 public constant MAX_WITNESSES = 32;
-    /// @notice Round durations a round's commit deadline extends by, once, when nobody committed.
-    uint64 public constant ROUND_EXTENSION = 3;
+    /// @dev Round durations a round's commit deadline extends by, once, when nobody committed
+    /// (internal: no getter, the market is at its size limit; `commitDeadline` answers).
+    uint64 internal constant ROUND_EXTENSION = 3;
     /// @notice Longest round duration, grace window, challenge window or enrollment period.
     uint64 public constant MAX_WINDOW = 365 days;
     /// @notice Share of a proven fault's slash paid to the challenger, in basis points; the rest
