@@ -192,6 +192,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         receipt=str(path),
         validation_loss_first=round(extras["validation_loss_first"], 4),
         validation_loss_last=round(extras["validation_loss_last"], 4),
+        late_commits=receipt.late_commits,
+        verdict=receipt.verdict(),
         seconds=round(time.monotonic() - started, 1),
     )
     return 0
@@ -745,6 +747,8 @@ def cmd_get_receipt(args: argparse.Namespace) -> int:
     print(
         dataclasses.replace(receipt, extras={**receipt.extras, **round_metrics(market, args.task_id, since)}).to_json()
     )
+    # In plain words beside the JSON: a sealed run that trained nothing is not a success.
+    print(f"task {args.task_id} {receipt.verdict()}", file=sys.stderr)
     return 0
 
 
@@ -764,12 +768,18 @@ def round_metrics(market: MarketClient, task_id: int, since: int = 0) -> dict[st
             ("0x" + bytes(e["args"]["result"]).hex(), int(e["args"]["metric"]))
         )
     per_round: list[float | None] = []
+    late: list[int] = []
     for round_ in range(int(onchain_spec[SPEC_ROUNDS])):
         r = market.round(task_id, round_)
+        late.append(r.late_mask.bit_count())
         per_round.append(
             validation_loss(votes.get(round_, []), r.result) if r.status == RoundStatus.FINALIZED else None
         )
-    out: dict[str, Any] = {"validation_metric": name, "validation_metric_per_round": per_round}
+    out: dict[str, Any] = {
+        "validation_metric": name,
+        "validation_metric_per_round": per_round,
+        "late_commits_per_round": late,
+    }
     if name == "validation_loss":
         out["validation_loss_per_round"] = per_round
     return out

@@ -7,6 +7,10 @@ class SynclineError(Exception):
     """Base class: ``str(err)`` is a complete one-line explanation for the user."""
 
 
+class TrainedNothing(SynclineError):
+    """A run ended with no round having accepted any work: its model is the initial one."""
+
+
 class SpecError(SynclineError):
     """A task spec is malformed or violates a rule the contract enforces."""
 

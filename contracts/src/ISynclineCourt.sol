@@ -138,6 +138,11 @@ interface ISynclineCourt is ISynclineEvents {
     /// (`RoundWorkComplete`). False for any other round, and while no trainer is active.
     function roundWorkComplete(uint256 taskId, uint32 round) external view returns (bool);
 
+    /// @notice The open round's commit deadline (a running task): `roundOpenedAt + roundDuration`,
+    /// or, once that passed with nobody committed, `ROUND_EXTENSION` round durations later (once).
+    /// Agents follow this, not their own sum. Served by the court module.
+    function commitDeadline(uint256 taskId) external view returns (uint64);
+
     /// @notice Fragments of the task's active (enrolled, non-evicted) trainers (bit i = fragment i).
     function activeMask(uint256 taskId) external view returns (uint256);
 

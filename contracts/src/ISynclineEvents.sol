@@ -82,6 +82,9 @@ interface ISynclineEvents {
     error ConflictingFinalize(uint32 round, bytes32 finalized, bytes32 offered);
     /// @notice The witness already voted `previous` in this round and cannot change its vote.
     error SynclineAlreadyVoted(uint256 taskId, uint32 round, address witness, bytes32 previous);
+    /// @notice Nobody committed to the round by its (extended) deadline: there is nothing to vote
+    /// on; `carryForward` closes it empty (`SynclineRoundEmpty`).
+    error SynclineNothingToVote();
     /// @notice The round was carried forward; it takes no more votes.
     error SynclineRoundCarriedForward(uint256 taskId, uint32 round);
     /// @notice Carry-forward is possible only once the grace window has ended, strictly after `earliest`
@@ -165,6 +168,12 @@ interface ISynclineEvents {
     );
     /// @notice No quorum within the grace window: the round closed with the previous state root.
     event RoundCarriedForward(uint256 indexed taskId, uint32 indexed round, bytes32 stateRoot, address caller);
+    /// @notice A trainer committed after the round's first deadline, within its one extension
+    /// (nobody had committed by then): recorded and paid like any commitment, counted as late.
+    event SubmissionLate(uint256 indexed taskId, uint32 indexed round, address indexed trainer);
+    /// @notice Nobody committed by the round's extended deadline: the round carried the state
+    /// forward with no vote, no witness fee and no miss for anyone.
+    event SynclineRoundEmpty(uint256 indexed taskId, uint32 indexed round, bytes32 stateRoot);
     /// @notice A trainer missed a round (it did not commit).
     event RoundMissed(uint256 indexed taskId, uint32 indexed round, address indexed trainer, uint32 consecutive);
     /// @notice A trainer was evicted for missing more than `maxMissedRounds` consecutive rounds.

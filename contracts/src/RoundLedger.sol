@@ -48,11 +48,14 @@ abstract contract RoundLedger is TrainerStaking {
         TrainerRecord storage r = _trainerRecords[taskId][trainer];
         if (r.evicted) revert SynclineNotActiveTrainer(taskId, trainer);
         if (round != t.currentRound) revert SynclineWrongRound(taskId, round, t.currentRound);
-        uint64 deadline = t.roundOpenedAt + _specs[taskId].roundDuration;
-        if (block.timestamp > deadline) revert SynclineSubmissionLate(taskId, round, deadline);
+        {
+            uint64 deadline = _commitDeadline(t, _specs[taskId].roundDuration, rr);
+            if (block.timestamp > deadline) revert SynclineSubmissionLate(taskId, round, deadline);
+        }
         if (c.payloadHash == bytes32(0) || c.chunkRoot == bytes32(0) || c.checkpointRoot == bytes32(0)) {
             revert SynclineEmptyCommitment();
         }
+        _markIfLate(taskId, t, rr, round, fragment, trainer);
 
         uint16 weight = ShardAssignment.count(r.shardMask);
         uint256 committed = rr.committedMask | bit;
@@ -96,11 +99,14 @@ abstract contract RoundLedger is TrainerStaking {
         }
         if (t.status != TaskStatus.Running) revert SynclineWrongTaskStatus(taskId, t.status, TaskStatus.Running);
         if (round != t.currentRound) revert SynclineWrongRound(taskId, round, t.currentRound);
-        uint64 deadline = t.roundOpenedAt + _specs[taskId].roundDuration;
+        uint64 deadline = _commitDeadline(t, _specs[taskId].roundDuration, rr);
         // Early close: once every active trainer committed, nothing more can be committed.
         if (block.timestamp <= deadline && !_workComplete(taskId, rr.committedMask)) {
             revert SynclineRoundStillOpen(taskId, round, deadline);
         }
+        // Nobody committed by the extended deadline: nothing to vote on (no vote, no fee);
+        // `carryForward` closes the round empty.
+        if (rr.committedMask == 0) revert SynclineNothingToVote();
         uint256 stray = acceptedMask & ~rr.committedMask;
         if (stray != 0) revert SynclineAcceptedNotCommitted(taskId, round, stray);
         bytes32 prevStateRoot = t.stateRoot;
@@ -146,16 +152,22 @@ abstract contract RoundLedger is TrainerStaking {
         TaskState storage t = _requireStatus(taskId, TaskStatus.Running);
         if (round != t.currentRound) revert SynclineWrongRound(taskId, round, t.currentRound);
         TaskSpec storage spec = _specs[taskId];
-        uint64 earliest = t.roundOpenedAt + spec.roundDuration + spec.graceWindow;
+        RoundRecord storage rr = _rounds[taskId][round];
+        // A round with commitments waits a grace window past its deadline for the quorum; an
+        // empty one (nobody committed by its extended deadline) has nothing to wait for.
+        uint64 earliest = _commitDeadline(t, spec.roundDuration, rr);
+        if (rr.committedMask != 0) earliest += spec.graceWindow;
         if (block.timestamp <= earliest) revert SynclineGraceWindowOpen(taskId, round, earliest);
 
-        RoundRecord storage rr = _rounds[taskId][round];
+        bytes32 root = t.stateRoot;
         rr.status = RoundStatus.CarriedForward;
         rr.openedAt = t.roundOpenedAt;
         rr.closedAt = uint64(block.timestamp);
-        rr.stateRoot = t.stateRoot;
+        rr.stateRoot = root;
         t.roundsCarried += 1;
-        emit RoundCarriedForward(taskId, round, t.stateRoot, msg.sender);
+        emit RoundCarriedForward(taskId, round, root, msg.sender);
+        // Empty: no vote, no fee and no miss for anyone (`_closeRound`).
+        if (rr.committedMask == 0) emit SynclineRoundEmpty(taskId, round, root);
         _closeRound(taskId, t, spec, rr, round);
     }
 
@@ -183,6 +195,24 @@ abstract contract RoundLedger is TrainerStaking {
         emit VotesDiscarded(taskId, round, rr.prevStateRoot, prevStateRoot);
         rr.voteCount = 0;
         rr.firstVote = bytes32(0);
+    }
+
+    /// @dev A commitment after the round's first deadline, within its extension (nobody had
+    /// committed by then): recorded like any other, counted late (`lateMask`, the receipt's `late`).
+    function _markIfLate(
+        uint256 taskId,
+        TaskState storage t,
+        RoundRecord storage rr,
+        uint32 round,
+        uint16 fragment,
+        address trainer
+    ) private {
+        // unchecked: as in `_commitDeadline`.
+        unchecked {
+            if (block.timestamp <= t.roundOpenedAt + _specs[taskId].roundDuration) return;
+        }
+        rr.lateMask |= uint256(1) << fragment;
+        emit SubmissionLate(taskId, round, trainer);
     }
 
     function _finalize(

@@ -427,6 +427,12 @@ contract SynclineCourt is ISynclineCourt, SynclineCourtCore {
     }
 
     /// @inheritdoc ISynclineCourt
+    function commitDeadline(uint256 taskId) external view returns (uint64) {
+        TaskState storage t = _requireStatus(taskId, TaskStatus.Running);
+        return _commitDeadline(t, _specs[taskId].roundDuration, _rounds[taskId][t.currentRound]);
+    }
+
+    /// @inheritdoc ISynclineCourt
     function activeMask(uint256 taskId) external view returns (uint256) {
         _requireTask(taskId);
         return _activeMask[taskId];
@@ -468,9 +474,11 @@ contract SynclineCourt is ISynclineCourt, SynclineCourtCore {
                 acceptedWeight: r.acceptedWeight,
                 reward: r.reward,
                 stakeRefund: settled ? uint256(spec.trainerStake) - r.slashed : 0,
-                slashed: r.slashed
+                slashed: r.slashed,
+                late: 0
             });
         }
+        _countLate(taskId, t, spec, receipt.trainers);
         address[] storage witnesses = spec.witnesses;
         receipt.witnesses = new WitnessReceipt[](witnesses.length);
         for (uint256 i = 0; i < witnesses.length; ++i) {
@@ -484,6 +492,20 @@ contract SynclineCourt is ISynclineCourt, SynclineCourtCore {
                 bond: w.bonded ? spec.witnessBond : 0,
                 slashed: w.slashed
             });
+        }
+    }
+
+    /// @dev Each trainer's late commitments, from the rounds' `lateMask` (a view: one read a round).
+    function _countLate(uint256 taskId, TaskState storage t, TaskSpec storage spec, TrainerReceipt[] memory rows)
+        private
+        view
+    {
+        uint32 rounds = t.currentRound < spec.rounds ? t.currentRound + 1 : spec.rounds;
+        for (uint32 round = 0; round < rounds; ++round) {
+            uint256 mask = _rounds[taskId][round].lateMask;
+            for (uint256 i = 0; mask != 0 && i < rows.length; ++i) {
+                if (mask >> rows[i].fragment & 1 == 1) rows[i].late += 1;
+            }
         }
     }
 

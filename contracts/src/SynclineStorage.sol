@@ -33,6 +33,9 @@ abstract contract SynclineStorage is ISynclineEvents, ReentrancyGuard, EIP712 {
     uint16 public constant MAX_TRAINERS = 64;
     /// @notice Most witnesses a task may have.
     uint256 public constant MAX_WITNESSES = 32;
+    /// @dev Round durations a round's commit deadline extends by, once, when nobody committed
+    /// (internal: no getter, the market is at its size limit; `commitDeadline` answers).
+    uint64 internal constant ROUND_EXTENSION = 3;
     /// @notice Longest round duration, grace window, challenge window or enrollment period.
     uint64 public constant MAX_WINDOW = 365 days;
     /// @notice Share of a proven fault's slash paid to the challenger, in basis points; the rest
@@ -277,6 +280,24 @@ abstract contract SynclineStorage is ISynclineEvents, ReentrancyGuard, EIP712 {
     function _workComplete(uint256 taskId, uint256 committedMask) internal view returns (bool) {
         uint256 active = _activeMask[taskId];
         return active != 0 && active & ~committedMask == 0;
+    }
+
+    /// @dev The open round's commit deadline: `roundOpenedAt + roundDuration`, extended once, to
+    /// `ROUND_EXTENSION` more round durations, when nobody committed by then (a machine too slow
+    /// for the round, not one lazy trainer). Once extended it stays so: every commit after the
+    /// first deadline is late (`lateMask`), so none is on time.
+    function _commitDeadline(TaskState storage t, uint64 roundDuration, RoundRecord storage rr)
+        internal
+        view
+        returns (uint64 deadline)
+    {
+        // unchecked: a timestamp plus at most (1 + ROUND_EXTENSION) * MAX_WINDOW fits in 64 bits.
+        unchecked {
+            deadline = t.roundOpenedAt + roundDuration;
+            if (block.timestamp > deadline && rr.committedMask & ~rr.lateMask == 0) {
+                deadline += ROUND_EXTENSION * roundDuration;
+            }
+        }
     }
 
     /// @dev Evicts a trainer for missed rounds: slashes `evictionSlashBps` of its stake into the

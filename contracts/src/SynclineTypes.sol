@@ -264,6 +264,8 @@ struct RoundRecord {
     bytes32 prevStateRoot;
     /// Accepted submissions whose reward was revoked by a proven trainer fault.
     uint256 revokedMask;
+    /// Commitments made after the round's first deadline, within its one extension.
+    uint256 lateMask;
 }
 
 /// @notice Per-trainer line of a `TrainingReceipt`.
@@ -278,6 +280,8 @@ struct TrainerReceipt {
     uint256 reward;
     uint256 stakeRefund;
     uint256 slashed;
+    /// Commitments made late (after a round's first deadline, within its extension).
+    uint32 late;
 }
 
 /// @notice Per-witness line of a `TrainingReceipt`.

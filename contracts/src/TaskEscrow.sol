@@ -115,7 +115,10 @@ abstract contract TaskEscrow is ISynclineMarket, SynclineStorage {
     /// @inheritdoc ISynclineMarket
     function escrowOf(uint256 taskId) public view returns (uint256) {
         TaskState storage t = _requireTask(taskId);
-        return t.rewardPool + t.feeBudget + t.feesEarned + t.stakeHeld + t.bondsHeld;
+        // unchecked: each term is ether the market holds; their sum is at most its balance.
+        unchecked {
+            return t.rewardPool + t.feeBudget + t.feesEarned + t.stakeHeld + t.bondsHeld;
+        }
     }
 
     /// @inheritdoc ISynclineMarket

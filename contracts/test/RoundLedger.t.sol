@@ -131,6 +131,7 @@ contract RoundLedgerTest is SynclineTest {
     }
 
     function test_commitSubmission_afterDeadline_reverts() public {
+        _commit(id, 0, trainers[1]); // on time: the round does not extend (RoundDeadline.t.sol)
         uint64 deadline = uint64(_deadline(id));
         vm.warp(uint256(deadline) + 1);
         vm.expectRevert(
@@ -140,6 +141,7 @@ contract RoundLedgerTest is SynclineTest {
     }
 
     function testFuzz_commitSubmission_timing(uint256 offset) public {
+        _commit(id, 0, trainers[0]); // on time: the round does not extend (RoundDeadline.t.sol)
         uint256 opened = market.getTaskState(id).roundOpenedAt;
         offset = bound(offset, 0, 2 * uint256(ROUND_DURATION));
         vm.warp(opened + offset);
@@ -531,6 +533,7 @@ contract RoundLedgerTest is SynclineTest {
     }
 
     function test_finalizeRound_badSignatures_reverts() public {
+        _commit(id, 0, trainers[0]); // a round with something to vote on
         _warpPastDeadline(id);
         Vote memory v = _voteMsg(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), 0);
         bytes memory good = _signV(witnesses[0], v);
@@ -608,6 +611,7 @@ contract RoundLedgerTest is SynclineTest {
         uint256 twin = _postAndStart();
         market = first;
         vm.assertEq(twin, id, "same task id in both markets");
+        _commit(id, 0, trainers[0]); // in `first`: a round with something to vote on
         vm.warp(_deadline(id) + 1);
 
         Vote memory v = _voteMsg(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), 0);
@@ -1019,6 +1023,7 @@ contract RoundLedgerTest is SynclineTest {
     }
 
     function test_carryForward_atGraceEnd_reverts() public {
+        _commit(id, 0, trainers[0]); // a round with a commitment waits for the grace window
         uint64 earliest = uint64(_deadline(id) + GRACE);
         vm.warp(earliest);
         vm.expectRevert(
@@ -1028,6 +1033,7 @@ contract RoundLedgerTest is SynclineTest {
     }
 
     function testFuzz_carryForward_timing(uint256 offset) public {
+        _commit(id, 0, trainers[0]); // a round with a commitment (an empty one: RoundDeadline.t.sol)
         uint64 opened = market.getTaskState(id).roundOpenedAt;
         uint64 earliest = opened + ROUND_DURATION + GRACE;
         offset = bound(offset, 0, 2 * (earliest - opened));

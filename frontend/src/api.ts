@@ -298,6 +298,8 @@ export interface ReceiptTrainerLine {
   reward_wei: Wei;
   stake_refund_wei: Wei;
   slashed_wei: Wei;
+  /** Commitments made late: after a round's first deadline, within its one extension. */
+  late?: number;
 }
 
 export interface ReceiptWitnessLine {
@@ -323,6 +325,11 @@ export interface TrainingReceipt {
   sponsor_refund_wei: Wei;
   trainers: ReceiptTrainerLine[];
   witnesses: ReceiptWitnessLine[];
+  /** No round accepted any work: the final state is the initial one. */
+  trained_nothing?: boolean;
+  late_commits?: number;
+  /** One plain line: what the run trained. */
+  verdict?: string;
   [extra: string]: unknown;
 }
 

@@ -51,11 +51,12 @@ def test_wrong_stake(
 
 def test_late_submission(market: MarketClient, w3: Web3, trainers: list[Signer], running_task: int) -> None:
     deadline = market.round_deadline(running_task)
+    commit(market, trainers[1], running_task, 0, 1)  # on time: the round does not extend
     set_next_timestamp(w3, deadline + 1)
     assert chain_time(w3) > deadline
     with reverts(w3, trainers[0], "SynclineSubmissionLate", {"taskId": running_task, "round": 0, "deadline": deadline}):
         commit(market, trainers[0], running_task, 0, 0)
-    assert market.round(running_task, 0).committed_mask == 0
+    assert market.round(running_task, 0).committed_mask == 0b10
 
 
 def test_submission_exactly_at_the_deadline_is_on_time(
@@ -354,10 +355,12 @@ def test_finalize_boundary(
 
 
 def test_carry_forward_is_possible_strictly_after_the_reported_earliest_time(
-    market: MarketClient, w3: Web3, outsider: Signer, running_task: int
+    market: MarketClient, w3: Web3, outsider: Signer, trainers: list[Signer], running_task: int
 ) -> None:
-    """NatSpec: carry-forward is possible strictly after ``earliest`` (deadline + grace window),
-    mirroring finalize, which is possible strictly after the deadline."""
+    """NatSpec: carry-forward of a round with commitments is possible strictly after ``earliest``
+    (deadline + grace window), mirroring finalize, which is possible strictly after the deadline
+    (an empty round: after its extended deadline, tests/chain/test_round_deadline.py)."""
+    commit(market, trainers[0], running_task, 0, 0)
     d = market.round_deadline(running_task)
     fn = market.contract.functions.carryForward(running_task, 0)
     refused = _simulate_at(market, w3, d + 1, outsider, fn)
@@ -424,6 +427,7 @@ def test_commit_that_lands_after_the_deadline_names_the_error(
     market: MarketClient, w3: Web3, trainers: list[Signer], running_task: int
 ) -> None:
     d = market.round_deadline(running_task)
+    commit(market, trainers[1], running_task, 0, 1)  # on time: the round does not extend
     _let_time_pass_without_mining(w3, d - chain_time(w3) + 5)
     with pytest.raises(ChainError) as info:
         commit(market, trainers[0], running_task, 0, 0)

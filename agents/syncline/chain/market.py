@@ -94,6 +94,7 @@ class RoundView:
     committed_mask: int
     prev_state_root: str
     revoked_mask: int
+    late_mask: int = 0
 
 
 @dataclass(frozen=True)
@@ -627,6 +628,7 @@ class MarketClient:
             committed_mask=int(r[9]),
             prev_state_root=_hex(r[10]),
             revoked_mask=int(r[11]),
+            late_mask=int(r[12]) if len(r) > 12 else 0,
         )
 
     def round_work_complete(self, task_id: int, round_: int) -> bool:
@@ -638,8 +640,23 @@ class MarketClient:
         """Fragments of the task's active (enrolled, non-evicted) trainers (bit i = fragment i)."""
         return int(self._call("activeMask", task_id))
 
+    def commit_deadline(self, task_id: int) -> int:
+        """The open round's commit deadline as the chain rules it for the next block: the round
+        duration after it opened, or, once that passed with nobody committed, the one extension
+        (``commitDeadline``, read at the pending block: on an idle devnet the latest block's time
+        is stale). Agents follow this, not their own sum."""
+        fn = self.contract.functions.commitDeadline(task_id)
+        try:
+            return int(fn.call(block_identifier="pending"))
+        except Exception as exc:  # decoded like every other call
+            data = getattr(exc, "data", None)
+            err = self.decoder.message(data if isinstance(data, str | bytes) else None)
+            if err is not None:
+                raise ChainError(f"commitDeadline: {err}", error_name=err.error_name, args=err.error_args) from None
+            raise
+
     def round_deadline(self, task_id: int) -> int:
-        """Commit deadline of the task's open round."""
+        """First commit deadline of the task's open round (before any extension)."""
         t = self.task(task_id)
         return t.round_opened_at + int(self.spec_tuple(task_id)[SPEC_ROUND_DURATION])
 

@@ -18,11 +18,15 @@ from syncline.protocol import enums as protocol_enums
 # What to do about the errors a user meets most, keyed by custom error name.
 HINTS: dict[str, str] = {
     "SynclineWrongStake": "send exactly the task's trainerStake",
-    "SynclineSubmissionLate": "commit before the round deadline; late work is rejected, not slashed",
+    "SynclineSubmissionLate": (
+        "commit before the round's commit deadline (`commitDeadline`: extended once when nobody committed);"
+        " work after it is rejected, not slashed"
+    ),
+    "SynclineNothingToVote": "nobody committed to this round: carry it forward (no vote, no fee)",
     "SynclineRoundStillOpen": (
         "wait until the round deadline has passed, or every active trainer has committed, before finalizing"
     ),
-    "SynclineGraceWindowOpen": "carry forward only after deadline + grace window",
+    "SynclineGraceWindowOpen": "carry forward only after deadline + grace window (empty: its extended deadline)",
     "SynclineChallengeWindowOpen": "seal after the last round's challenge window",
     "SynclineNothingToWithdraw": "nothing is owed to this account yet",
     "SynclineUnknownTask": "check the task id (`syncline train list-runs`)",

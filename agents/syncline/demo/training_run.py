@@ -29,7 +29,7 @@ from syncline.chain.deployment import Deployment, deploy_market
 from syncline.chain.devnet import Devnet, chain_time, start_anvil
 from syncline.chain.keys import Signer, from_private_key
 from syncline.chain.market import MarketClient
-from syncline.errors import SynclineError
+from syncline.errors import SynclineError, TrainedNothing
 from syncline.modality import adapter_for
 from syncline.observability import get_logger
 from syncline.protocol.enums import Modality, RoundStatus, TaskStatus
@@ -159,6 +159,7 @@ class TrainingDemo:
                 sponsor=sponsor.account,
             )
         task_id, _ = market.post_task(sponsor, published.spec, published.spec_uri)
+        posted = time.monotonic()  # the time limit counts from here, not from the contracts' compile
         self.metric_name = adapter_for(published.spec).metric_name  # what the witnesses' votes carry
         if self.after_post is not None:
             self.after_post(market, task_id, published, sponsor)
@@ -180,7 +181,7 @@ class TrainingDemo:
 
         names = {from_private_key(k).address.lower(): f"trainer-{i + 1}" for i, k in enumerate(trainer_keys)}
         names.update({from_private_key(k).address.lower(): f"witness-{i + 1}" for i, k in enumerate(witness_keys)})
-        losses = self._watch(market, task_id, started)
+        losses = self._watch(market, task_id, posted)
         if self.after_seal is not None:
             self.after_seal(market, task_id, names)
         self._wait_agents_exit(timeout_s=120)
@@ -218,7 +219,10 @@ class TrainingDemo:
             "wall_seconds": round(time.monotonic() - started, 1),
             "market": market.address,
         }
-        return TrainingReceipt(**{**receipt.__dict__, "extras": extras})
+        full = TrainingReceipt(**{**receipt.__dict__, "extras": extras})
+        if full.trained_nothing:  # sealed is not success: say so in one line (exit 2)
+            raise TrainedNothing(f"the demo's run {full.verdict()} (task {task_id}, market {market.address})")
+        return full
 
     def _serve_ui(self, blob_url: str) -> None:
         """Start the sponsor web UI + API (indexing this devnet) and print its URL."""
@@ -337,7 +341,7 @@ class TrainingDemo:
         try:
             while True:
                 if time.monotonic() - started > self.plan.timeout_s:
-                    raise SynclineError(f"the demo did not finish within {self.plan.timeout_s:.0f}s")
+                    raise SynclineError(f"the demo did not finish within {self.plan.timeout_s:.0f}s of posting")
                 self._check_agents()
                 if self.on_tick is not None:
                     self.on_tick(market, task_id)

@@ -21,6 +21,8 @@ class TrainerLine:
     reward_wei: int
     stake_refund_wei: int
     slashed_wei: int
+    late: int = 0
+    """Commitments made late: after a round's first deadline, within its one extension."""
 
 
 @dataclass(frozen=True)
@@ -90,15 +92,42 @@ class TrainingReceipt:
                     reward_wei=int(t[7]),
                     stake_refund_wei=int(t[8]),
                     slashed_wei=int(t[9]),
+                    late=int(t[10]) if len(t) > 10 else 0,
                 )
                 for t in trainers
             ),
             witnesses=tuple(WitnessLine(str(w[0]), *(int(x) for x in w[1:])) for w in witnesses),
         )
 
+    @property
+    def trained_nothing(self) -> bool:
+        """No round accepted any work: the final state is the initial one, whatever was sealed."""
+        return not any(t.accepted for t in self.trainers)
+
+    @property
+    def late_commits(self) -> int:
+        return sum(t.late for t in self.trainers)
+
+    def verdict(self) -> str:
+        """One line that says plainly what the run trained (CLI, API, demo)."""
+        accepted = sum(t.accepted for t in self.trainers)
+        late = f", {self.late_commits} late commit(s)" if self.late_commits else ""
+        if self.trained_nothing:
+            return (
+                f"trained nothing: no round accepted work ({self.rounds_finalized} finalized, "
+                f"{self.rounds_carried_forward} carried forward of {self.rounds_total}{late}); "
+                "the final state is the initial one"
+            )
+        return (
+            f"trained {self.rounds_finalized} of {self.rounds_total} rounds ({accepted} accepted submission(s){late})"
+        )
+
     def to_mapping(self) -> dict[str, Any]:
         data = asdict(self)
         data["status"] = self.status.name.lower()
+        data["trained_nothing"] = self.trained_nothing
+        data["late_commits"] = self.late_commits
+        data["verdict"] = self.verdict()
         extras = data.pop("extras")
         data.update(extras)
         return data

@@ -298,7 +298,7 @@ class TrainerAgent:
         if self.market.submission(task_id, round_, me.fragment).trainer != ZERO_ADDRESS:
             self._train_ahead(t, me)
             return False
-        deadline = t.round_opened_at + self.ctx.spec.round_duration_s
+        deadline = self.market.commit_deadline(task_id)  # extended once when nobody committed
         if pending_time(self.market.w3) > deadline:
             return False
         if self._train_and_commit(round_, me.fragment, me.shards, t.state_root, deadline):
@@ -555,7 +555,7 @@ class TrainerAgent:
             return None
         if self.market.submission(ctx.task_id, round_, fragment).trainer != ZERO_ADDRESS:
             return None
-        deadline = t.round_opened_at + ctx.spec.round_duration_s
+        deadline = self.market.commit_deadline(ctx.task_id)
         log.info("trainer.round_opened", round=round_, open_wait_s=round(time.perf_counter() - waited, 2))
         if self._train_and_commit(round_, fragment, me.shards, t.state_root, deadline):
             waited = time.perf_counter()

@@ -246,8 +246,12 @@ class WitnessAgent:
         task_id = self.cfg.task_id
         now = pending_time(self.market.w3)
         round_ = t.current_round
-        deadline = t.round_opened_at + spec.round_duration_s
+        deadline = self.market.commit_deadline(task_id)  # extended once when nobody committed
         if now <= deadline and not (self.cfg.vote_early and self.market.round_work_complete(task_id, round_)):
+            return
+        if now > deadline and self.market.round(task_id, round_).committed_mask == 0:
+            # Nobody committed, even in the extension: no vote, no fee; the round closes empty.
+            self._send("carry_forward", lambda: self.market.carry_forward(self.signer, task_id, round_))
             return
         if self.market.vote_of(task_id, round_, self.signer.address) == ZERO:
             self._vote(round_, t.state_root)

@@ -299,8 +299,16 @@ abstract contract SynclineTest is SynclineSigning {
         vm.warp(_deadline(taskId) + 1);
     }
 
+    /// @dev Past the open round's earliest carry-forward: its deadline plus the grace window, or,
+    /// for a round nobody committed to, its one extension (`ROUND_EXTENSION` = 3 round durations).
     function _warpPastGrace(uint256 taskId) internal {
-        vm.warp(_deadline(taskId) + market.getSpec(taskId).graceWindow + 1);
+        uint256 earliest = _deadline(taskId) + market.getSpec(taskId).graceWindow;
+        uint32 round = market.getTaskState(taskId).currentRound;
+        if (market.getRound(taskId, round).committedMask == 0) {
+            uint256 extended = _deadline(taskId) + 3 * uint256(market.getSpec(taskId).roundDuration);
+            if (extended > earliest) earliest = extended;
+        }
+        vm.warp(earliest + 1);
     }
 
     function _stateRoot(uint256 taskId, uint32 round) internal pure returns (bytes32) {

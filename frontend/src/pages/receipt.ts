@@ -148,6 +148,13 @@ export function receiptPage(id: number): Page {
     );
     replace(
       notice,
+      // A sealed run that trained nothing is not a success: said first, in plain words.
+      r.trained_nothing
+        ? h("div", { class: "notice bad", testid: "receipt-trained-nothing" }, `This run trained nothing: no round accepted any work, so the model is the initial one. ${r.verdict ?? ""}`)
+        : null,
+      r.late_commits
+        ? h("div", { class: "notice", testid: "receipt-late" }, `${r.late_commits} late commit${r.late_commits === 1 ? "" : "s"}: made after a round's deadline, within its one extension (nobody had committed in time).`)
+        : null,
       r.status === "sealed"
         ? null
         : h("div", { class: "notice" }, `The run is ${r.status.replace(/_/g, " ")}: payouts are final only once it is sealed. The figures below are the chain's current view.`),
@@ -177,7 +184,7 @@ export function receiptPage(id: number): Page {
           { testid: `receipt-row-trainer-${a}` },
           h("td", null, pill("trainer"), t.evicted ? [" ", pill("evicted")] : null),
           h("td", null, addr(a)),
-          h("td", { class: "work" }, `fragment ${t.fragment}: ${t.accepted}/${t.submitted} accepted, ${t.missed} missed`),
+          h("td", { class: "work" }, `fragment ${t.fragment}: ${t.accepted}/${t.submitted} accepted, ${t.missed} missed${t.late ? `, ${t.late} late` : ""}`),
           h("td", { class: "num", testid: `receipt-reward-${a}` }, ethCell(t.reward_wei)),
           h("td", { class: "num" }, ethCell(t.stake_refund_wei)),
           h("td", { class: "num" }, t.slashed_wei !== "0" ? h("span", { class: "bad" }, ethCell(t.slashed_wei)) : ethCell(t.slashed_wei)),
