@@ -17,7 +17,7 @@ trainer agent of such a task sends the transaction itself (and, cancelled, withd
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from syncline.chain.keys import Signer
 from syncline.chain.market import SPEC_MIN_TRAINERS, MarketClient, TaskView
@@ -61,3 +61,28 @@ def _first(send: Callable[[], object], market: MarketClient, task_id: int, after
             return False
         raise
     return True
+
+
+def act_if_closed(
+    market: MarketClient, caller: Signer, t: TaskView, now: int, role: str, log: Any
+) -> Literal["started", "cancelled", None]:
+    """What an agent (trainer or witness) does when the task's enrollment deadline has passed at
+    chain time ``now``: start the run (``"started"``: go on, the run is open), or cancel the
+    under-filled task and withdraw its own credit (``"cancelled"``: done); each in one log line
+    ``{role}.run_started`` or ``{role}.underfilled_cancelled``. None before the deadline."""
+    spec = market.spec_tuple(t.task_id)
+    if is_startable(t, spec, now):
+        started = start(market, caller, t.task_id)
+        log.info(f"{role}.run_started", task_id=t.task_id, trainers=t.enrolled, started_by_me=started)
+        return "started"
+    if not is_cancellable(t, spec, now):
+        return None
+    cancelled = cancel(market, caller, t.task_id)
+    log.info(
+        f"{role}.underfilled_cancelled",
+        task_id=t.task_id,
+        enrolled=t.enrolled,
+        cancelled_by_me=cancelled,
+        withdrawn_wei=market.claim(caller),
+    )
+    return "cancelled"

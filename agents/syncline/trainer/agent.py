@@ -310,22 +310,8 @@ class TrainerAgent:
         least ``min_trainers`` start the run (False: not done, the next tick trains round 0);
         under-filled, cancel the task, withdraw the stake and say so in one line (True: done).
         None before the deadline."""
-        spec, now = self.market.spec_tuple(t.task_id), pending_time(self.market.w3)
-        if enrollment.is_startable(t, spec, now):
-            started = enrollment.start(self.market, self.signer, t.task_id)
-            log.info("trainer.run_started", task_id=t.task_id, trainers=t.enrolled, started_by_me=started)
-            return False
-        if not enrollment.is_cancellable(t, spec, now):
-            return None
-        cancelled = enrollment.cancel(self.market, self.signer, t.task_id)
-        log.info(
-            "trainer.underfilled_cancelled",
-            task_id=t.task_id,
-            enrolled=t.enrolled,
-            cancelled_by_me=cancelled,
-            withdrawn_wei=self.market.claim(self.signer),
-        )
-        return True
+        done = enrollment.act_if_closed(self.market, self.signer, t, pending_time(self.market.w3), "trainer", log)
+        return None if done is None else done == "cancelled"
 
     def _hint_enrolling(self, t: TaskView) -> None:
         """While the run waits for trainers, say so (when the count changes, else once a minute):

@@ -217,22 +217,8 @@ class WitnessAgent:
         """Past the enrollment deadline (chain/enrollment.py; anyone may act): with at least
         ``minTrainers`` enrolled start the run (False: go on, the witness votes on it);
         under-filled, cancel the task and withdraw the bond (True: done, one line)."""
-        spec, now = self.market.spec_tuple(t.task_id), pending_time(self.market.w3)
-        if enrollment.is_startable(t, spec, now):
-            started = enrollment.start(self.market, self.signer, t.task_id)
-            log.info("witness.run_started", task_id=t.task_id, trainers=t.enrolled, started_by_me=started)
-            return False
-        if not enrollment.is_cancellable(t, spec, now):
-            return False
-        cancelled = enrollment.cancel(self.market, self.signer, t.task_id)
-        log.info(
-            "witness.underfilled_cancelled",
-            task_id=t.task_id,
-            enrolled=t.enrolled,
-            cancelled_by_me=cancelled,
-            withdrawn_wei=self.market.claim(self.signer),
-        )
-        return True
+        now = pending_time(self.market.w3)
+        return enrollment.act_if_closed(self.market, self.signer, t, now, "witness", log) == "cancelled"
 
     def _round_work(self, t: TaskView) -> None:
         """Vote on the open round once it closes, or carry it forward after its grace window.
