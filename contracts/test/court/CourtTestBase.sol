@@ -173,8 +173,14 @@ abstract contract CourtTestBase is SynclineTest {
         require(market.getRound(taskId, round).status == RoundStatus.Finalized, "not finalized");
     }
 
+    /// @dev Carries `round` forward at the earliest time the market allows: after the grace
+    /// window, or, for a round nobody committed to, after its one extension (3 round durations).
     function _carry(uint256 taskId, uint32 round) internal {
         uint256 earliest = _deadline(taskId) + market.getSpec(taskId).graceWindow + 1;
+        if (market.getRound(taskId, round).committedMask == 0) {
+            uint256 extended = _deadline(taskId) + 3 * uint256(market.getSpec(taskId).roundDuration) + 1;
+            if (extended > earliest) earliest = extended;
+        }
         if (block.timestamp < earliest) vm.warp(earliest);
         market.carryForward(taskId, round);
     }
