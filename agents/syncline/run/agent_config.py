@@ -34,6 +34,7 @@ TRAINER_MISBEHAVIOURS = (
     "other-noise",
     "withhold-opening",
     "upload-on-claim",
+    "junk-payload",
 )
 WITNESS_MISBEHAVIOURS = ("bad-aggregate", "censor", "equivocate")
 """``misbehave`` values of a trainer, TESTS AND DEMOS ONLY: ``fake-gradient`` commits noise instead
@@ -41,7 +42,9 @@ of the payload its checkpoints derive; ``lazy`` trains half the inner steps and 
 checkpoints; ``equivocate`` (equivocation proofs) signs two different commitments for one round;
 ``withhold`` trains honestly but never publishes a checkpoint it is asked for (in an eager task it
 uploads none with its commitment either); ``upload-on-claim`` (eager tasks) uploads no checkpoint
-with its commitment, keeps them, and publishes a segment only when a claim names it."""
+with its commitment, keeps them, and publishes a segment only when a claim names it;
+``junk-payload`` commits a payload whose safetensors header says ``"data_offsets": null`` (a
+staked trainer's attempt to stall every witness's payload parser, issue 26 item 3)."""
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import sys
 import time
 from collections.abc import Callable
@@ -1151,6 +1152,8 @@ class TrainerAgent:
         began = time.perf_counter()
         if not self._disk_state:
             payload, chunk_root = encode_payload(gradient, ctx.spec.gradient_bits)
+            if self.cfg.misbehave == "junk-payload":  # TESTS AND DEMOS ONLY: a header no parser should trust
+                payload = _null_data_offsets(payload)
             timings["encode_s"] = time.perf_counter() - began
             began = time.perf_counter()
             ref = self.outbox.put(payload)
@@ -1390,3 +1393,16 @@ class TrainerAgent:
             except ChainError as exc:
                 log.info("trainer.seal_skipped", reason=exc.error_name)
         return False
+
+
+def _null_data_offsets(payload: bytes) -> bytes:
+    """TESTS AND DEMOS ONLY (``--misbehave junk-payload``): ``payload`` (safetensors) with every
+    tensor's ``data_offsets`` replaced by ``null``, the header padded to 8 bytes as the format asks."""
+    (n,) = struct.unpack("<Q", payload[:8])
+    header = json.loads(payload[8 : 8 + n])
+    for name, entry in header.items():
+        if name != "__metadata__" and isinstance(entry, dict):
+            entry["data_offsets"] = None
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + payload[8 + n :]
