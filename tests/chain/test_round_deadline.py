@@ -17,6 +17,7 @@ from syncline.chain.keys import Signer
 from syncline.chain.market import SPEC_ROUNDS, MarketClient
 from syncline.errors import ChainError
 from syncline.protocol.enums import RoundStatus, TaskStatus
+from syncline.protocol.round_clock import commit_deadline
 from syncline.run.loop import pending_time
 
 pytestmark = pytest.mark.chain
@@ -61,6 +62,8 @@ def test_a_commit_after_an_on_time_one_is_still_refused(
     commit(market, trainers[0], task_id, 0, 0)  # on time: no extension
     _advance_to(w3, first + 1)
     assert market.commit_deadline(task_id) == first
+    on_time = market.submission(task_id, 0, 0).committed_at
+    assert commit_deadline(first, ROUND_S, [on_time], pending_time(w3)) == first  # the API's rule agrees
     with pytest.raises(ChainError) as err:
         commit(market, trainers[1], task_id, 0, 1)
     assert err.value.error_name == "SynclineSubmissionLate"
@@ -97,3 +100,29 @@ def test_empty_rounds_pay_no_fee_and_the_receipt_says_it_trained_nothing(
     assert all(line.missed == 0 for line in r.trainers)
     assert r.verdict().startswith("trained nothing")
     assert r.to_mapping()["trained_nothing"] is True
+
+
+def test_the_api_s_deadline_rule_is_the_contract_s(
+    market: MarketClient, w3: Web3, trainers: list[Signer], running_task: int
+) -> None:
+    """``protocol/round_clock.commit_deadline`` (the API's round deadline, from the indexed commit
+    times) equals the contract's ``commitDeadline`` before the deadline, once it passed with nobody
+    committed (extended), and after a late commit (still extended, not again); the on-time case is
+    checked in ``test_a_commit_after_an_on_time_one_is_still_refused``."""
+    task_id = running_task
+
+    def agree(round_: int) -> int:
+        now = pending_time(w3)
+        times = [market.submission(task_id, round_, f).committed_at for f in range(len(trainers))]
+        ours = commit_deadline(market.round_deadline(task_id), ROUND_S, [t for t in times if t], now)
+        assert ours == market.commit_deadline(task_id), (round_, now, times)
+        return ours
+
+    first = agree(0)
+    _advance_to(w3, first + 1)
+    assert agree(0) == first + 3 * ROUND_S
+    commit(market, trainers[0], task_id, 0, 0)
+    assert agree(0) == first + 3 * ROUND_S
+    for f, t in enumerate(trainers[1:], start=1):
+        commit(market, t, task_id, 0, f)
+    assert market.round(task_id, 0).late_mask == 0b111

@@ -139,8 +139,9 @@ def _routes(services: ApiServices) -> APIRouter:
     @api.get("/runs/{task_id}/rounds", response_model=list[RoundOut])
     def rounds(task_id: int) -> list[RoundOut]:
         _task_row(services, task_id)
+        now = services.chain_time()
         with services.db.session() as s:
-            return queries.rounds(s, task_id)
+            return queries.rounds(s, task_id, now)
 
     @api.get("/runs/{task_id}/trainers", response_model=list[TrainerOut])
     def trainers(task_id: int) -> list[TrainerOut]:

@@ -36,6 +36,7 @@ from syncline.api.schemas import (
 )
 from syncline.api.specs import run_spec
 from syncline.protocol.enums import Modality, parse_enum
+from syncline.protocol.round_clock import commit_deadline
 from syncline.protocol.spec import VALIDATION_METRICS
 
 ZERO32 = "0x" + "00" * 32
@@ -130,7 +131,11 @@ def _vote(v: VoteRow, finalized_result: str | None) -> VoteOut:
     )
 
 
-def rounds(s: Session, task_id: int) -> list[RoundOut]:
+def rounds(s: Session, task_id: int, now: int | None = None) -> list[RoundOut]:
+    """The task's rounds; with ``now`` (the chain's time) each ``deadline`` is the commit deadline
+    the contract applies then: extended once when nobody committed on time (round_clock.py)."""
+    task = s.get(TaskRow, task_id)
+    duration = int(task.onchain_spec["round_duration_s"]) if task is not None else 0
     subs: dict[int, list[SubmissionRow]] = defaultdict(list)
     for sub in s.scalars(
         select(SubmissionRow).where(SubmissionRow.task_id == task_id).order_by(SubmissionRow.fragment)
@@ -161,7 +166,11 @@ def rounds(s: Session, task_id: int) -> list[RoundOut]:
                 round=r.round,
                 status=r.status,
                 opened_at=r.opened_at,
-                deadline=r.deadline,
+                deadline=(
+                    commit_deadline(r.deadline, duration, [x.committed_at for x in subs[r.round]], now)
+                    if now is not None and r.deadline is not None
+                    else r.deadline
+                ),
                 closed_at=r.closed_at,
                 state_root=r.state_root,
                 prev_state_root=r.prev_state_root,
