@@ -680,8 +680,10 @@ def test_withheld_segments_needs_a_failure_after_the_deadline_and_no_success() -
     assert withheld_segments(early, segments=s, deadline=deadline) == ()  # our failure before: never evidence
     assert withheld_segments([FetchTry(1, 100, False)], segments=s, deadline=deadline) == ()  # at it: not past
     late = [FetchTry(1, 101, False)]
-    assert withheld_segments(late, segments=s, deadline=deadline) == (0, 1)  # c_1 ends segment 0, starts 1
-    assert withheld_segments([FetchTry(3, 101, False)], segments=s, deadline=deadline) == (2, 3)  # c_S: derivation
+    # c_1 starts segment 1; segment 0 (c_0 -> c_1) replays exactly against c_1's committed hash
+    assert withheld_segments(late, segments=s, deadline=deadline) == (1,)
+    assert withheld_segments([FetchTry(3, 101, False)], segments=s, deadline=deadline) == (3,)  # c_S: derivation
+    assert withheld_segments([FetchTry(0, 101, False)], segments=s, deadline=deadline) == (0,)
     assert withheld_segments([*late, FetchTry(1, 60, True)], segments=s, deadline=deadline) == ()  # fetched once
     assert withheld_segments([*late, FetchTry(1, 200, True)], segments=s, deadline=deadline) == ()  # published late
     assert withheld_segments([FetchTry(MANIFEST, 101, False)], segments=s, deadline=deadline) == (0, 1, 2, 3)
@@ -801,8 +803,8 @@ def test_withheld_eager_checkpoints_are_claimed_once_and_only_silence_convicts(
             block_hash = market.finalization_block_hash(task_id, 0)
             assert block_hash is not None
             expected = withheld_claim_segment(
-                task_id, 0, fragment[mode], bytes.fromhex(rr.state_root[2:]), block_hash, range(S + 1)
-            )
+                task_id, 0, fragment[mode], bytes.fromhex(rr.state_root[2:]), block_hash, range(1, S + 1)
+            )  # c_0 (the shared start) is published: segment 0 replays exactly and is not withheld
             assert c.segment == expected
 
         # The accused answer: one publishes the claimed segment's checkpoints, the other stays silent.

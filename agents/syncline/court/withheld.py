@@ -77,8 +77,11 @@ def withheld_segments(tries: Iterable[FetchTry], *, segments: int, deadline: int
     An item is withheld iff no try fetched it and a try *after* ``deadline`` failed: a failure
     before the deadline is never evidence, an item fetched once is available, an item never tried
     is not withheld. A withheld manifest withholds every segment (no checkpoint can be located or
-    checked without it); a segment is withheld iff a checkpoint it needs is
-    (:func:`~syncline.protocol.spot_checks.checkpoints_for_segment`)."""
+    checked without it); a segment is withheld iff the checkpoint it starts from is (``c_s``; the
+    derivation segment's ``c_S``). Its end checkpoint's bytes are not needed by a referee that
+    replays exactly (it compares the committed hash), so a segment whose start is published can be
+    judged innocent although its end is withheld: claiming it would cost the claimant its bond.
+    Every withheld ``c_k`` starts segment ``k``, so the set is never empty when a checkpoint is."""
     fetched: set[int] = set()
     failed_late: set[int] = set()
     for t in tries:
@@ -89,7 +92,7 @@ def withheld_segments(tries: Iterable[FetchTry], *, segments: int, deadline: int
     withheld = failed_late - fetched
     if MANIFEST in withheld:
         return tuple(range(segments + 1))
-    return tuple(s for s in range(segments + 1) if any(c in withheld for c in checkpoints_for_segment(s, segments)))
+    return tuple(s for s in range(segments + 1) if checkpoints_for_segment(s, segments)[0] in withheld)
 
 
 def withheld_claim_segment(
