@@ -14,8 +14,6 @@ witness's payload checks now reject that submission with a reason.
 
 from __future__ import annotations
 
-import json
-import struct
 from pathlib import Path
 from typing import Any
 
@@ -34,22 +32,11 @@ from syncline.protocol.quantization import quantize
 from syncline.protocol.sync_round import CommittedSubmission, validate_submissions
 from syncline.run.context import TaskContext
 from syncline.sponsor.task_builder import PublishedTask, publish_language_task
+from syncline.trainer.agent import junk_data_offsets
 
 pytestmark = pytest.mark.chain
 
 ETH = 10**18
-
-
-def junk(data: bytes, offsets: Any) -> bytes:
-    """``data`` (safetensors) with every tensor's ``data_offsets`` replaced by ``offsets``."""
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8 : 8 + n])
-    for name, entry in header.items():
-        if name != "__metadata__":
-            entry["data_offsets"] = offsets
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    return struct.pack("<Q", len(text)) + text + data[8 + n :]
 
 
 def publish(blobs: LocalBlobStore, w3: Web3, witnesses: list[Signer], sponsor: Signer | None) -> PublishedTask:
@@ -94,7 +81,7 @@ def test_a_junk_state_candidate_under_the_root_alias_is_skipped(
     root = published.initial_state.state_root_hex
     good = published.initial_state.to_bytes()
     for offsets in (None, 7, "0", [None, 3]):  # anonymous uploads after the sponsor's: listed first
-        blobs.put(junk(good, offsets), alias=root)
+        blobs.put(junk_data_offsets(good, offsets), alias=root)
     task_id, _ = market.post_task(sponsor, published.spec, published.spec_uri)
     ctx = TaskContext.load(market, blobs, task_id)
 
@@ -114,7 +101,11 @@ def test_a_staked_trainers_junk_payload_is_rejected_not_a_witness_failure(tmp_pa
     from syncline.protocol.chunking import gradient_chunk_root
 
     roots = [gradient_chunk_root(q) for q in honest]
-    bad = {2: junk(payloads[0], None), 3: junk(payloads[0], 12), 4: junk(payloads[0], [0, "8"])}
+    bad = {
+        2: junk_data_offsets(payloads[0], None),
+        3: junk_data_offsets(payloads[0], 12),
+        4: junk_data_offsets(payloads[0], [0, "8"]),
+    }
     subs = [CommittedSubmission(i, keccak(p), r, p) for i, (p, r) in enumerate(zip(payloads, roots, strict=True))]
     subs += [CommittedSubmission(i, keccak(p), roots[0], p) for i, p in bad.items()]
     valid, rejected = validate_submissions(subs, numel=numel, bits=8, max_bytes=1 << 20)

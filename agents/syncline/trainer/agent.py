@@ -1153,7 +1153,7 @@ class TrainerAgent:
         if not self._disk_state:
             payload, chunk_root = encode_payload(gradient, ctx.spec.gradient_bits)
             if self.cfg.misbehave == "junk-payload":  # TESTS AND DEMOS ONLY: a header no parser should trust
-                payload = _null_data_offsets(payload)
+                payload = junk_data_offsets(payload)
             timings["encode_s"] = time.perf_counter() - began
             began = time.perf_counter()
             ref = self.outbox.put(payload)
@@ -1395,14 +1395,15 @@ class TrainerAgent:
         return False
 
 
-def _null_data_offsets(payload: bytes) -> bytes:
-    """TESTS AND DEMOS ONLY (``--misbehave junk-payload``): ``payload`` (safetensors) with every
-    tensor's ``data_offsets`` replaced by ``null``, the header padded to 8 bytes as the format asks."""
+def junk_data_offsets(payload: bytes, offsets: object = None) -> bytes:
+    """TESTS AND DEMOS ONLY (``--misbehave junk-payload``, tests/run/test_junk_candidates.py):
+    ``payload`` (safetensors) with every tensor's ``data_offsets`` replaced by ``offsets`` (``null``
+    by default), the header padded to 8 bytes as the format asks."""
     (n,) = struct.unpack("<Q", payload[:8])
     header = json.loads(payload[8 : 8 + n])
     for name, entry in header.items():
         if name != "__metadata__" and isinstance(entry, dict):
-            entry["data_offsets"] = None
+            entry["data_offsets"] = offsets
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
     return struct.pack("<Q", len(text)) + text + payload[8 + n :]
