@@ -17,7 +17,8 @@ MAX_BODY_DEPTH = 16
 """Deepest JSON request body accepted (the deepest, a task template, nests about five levels)."""
 
 
-async def _send_error(send: Send, status: int, message: str) -> None:
+async def send_error(send: Send, status: int, message: str) -> None:
+    """Answer ``{"error", "status"}`` as JSON from ASGI middleware (the API's error shape)."""
     body = json.dumps({"error": message, "status": status}).encode()
     await send(
         {
@@ -61,7 +62,7 @@ class BodyLimit:
         headers = dict(scope.get("headers", []))
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            await _send_error(send, 413, too_large)
+            await send_error(send, 413, too_large)
             return
         chunks: list[bytes] = []
         size = 0
@@ -72,7 +73,7 @@ class BodyLimit:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                await _send_error(send, 413, too_large)
+                await send_error(send, 413, too_large)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -81,11 +82,11 @@ class BodyLimit:
         try:
             check_bounded_json(body, max_bytes=self.max_bytes, max_depth=MAX_BODY_DEPTH, what="request body")
         except WireFormatError as exc:  # refused before FastAPI parses it (deep JSON overflows the C stack)
-            await _send_error(send, 422, str(exc))
+            await send_error(send, 422, str(exc))
             return
         problem = _text_problem(body)
         if problem is not None:  # a NUL or a lone surrogate reaches paths and hashes as a 500 otherwise
-            await _send_error(send, 422, problem)
+            await send_error(send, 422, problem)
             return
         replayed = False
 

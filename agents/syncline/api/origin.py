@@ -15,12 +15,13 @@ GET stays open (the read API and the web UI); the UI's own POSTs carry its same-
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from syncline.api.middleware import send_error
 
 ALLOWED_HOSTS_ENV = "SYNCLINE_API_ALLOWED_HOSTS"
 SAFE_METHODS = frozenset({"GET", "HEAD"})
@@ -73,33 +74,21 @@ class OriginGuard:
             headers.setdefault(key.lower(), value)
         host = headers.get(b"host", b"").decode("latin-1").strip().lower()
         if host not in allowed:
-            await _refuse(send, 421, f"Host {host[:80]!r} is not this server: add it with --allowed-host")
+            await send_error(send, 421, f"Host {host[:80]!r} is not this server: add it with --allowed-host")
             return
         origin = headers.get(b"origin")
         if headers.get(b"sec-fetch-site", b"").lower() == b"cross-site":
-            await _refuse(send, 403, "a cross-site request cannot change state here")
+            await send_error(send, 403, "a cross-site request cannot change state here")
             return
         if origin is not None:
             text = origin.decode("latin-1").strip().lower()
             parts = urlsplit(text)
             if parts.scheme not in ("http", "https") or parts.netloc not in allowed or parts.path not in ("", "/"):
-                await _refuse(send, 403, f"Origin {text[:80]!r} may not change state on this server")
+                await send_error(send, 403, f"Origin {text[:80]!r} may not change state on this server")
                 return
         else:
             ctype = headers.get(b"content-type", b"").decode("latin-1").split(";")[0].strip().lower()
             if ctype in SIMPLE_TYPES:
-                await _refuse(send, 403, f"a {ctype} request without Origin may not change state (send JSON)")
+                await send_error(send, 403, f"a {ctype} request without Origin may not change state (send JSON)")
                 return
         await self.app(scope, receive, send)
-
-
-async def _refuse(send: Send, status: int, message: str) -> None:
-    body = json.dumps({"error": message, "status": status}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
