@@ -695,6 +695,9 @@ def test_withheld_segments_needs_a_failure_after_the_deadline_and_no_success() -
     assert withheld_claim_segment(1, 2, 5, r, b, (2, 3)) == withheld_claim_segment(1, 2, 5, r, b, [3, 2, 3])
     with pytest.raises(ValueError):
         withheld_claim_segment(1, 2, 5, r, b, ())
+    # docs/protocol.md §14's worked example: task 1, round 2, R = keccak("state"), B = keccak("block")
+    assert [withheld_claim_segment(1, 2, f, r, b, (0, 1, 2, 3)) for f in range(6)] == [1, 1, 0, 2, 0, 2]
+    assert [withheld_claim_segment(1, 2, f, r, b, (0, 1)) for f in range(6)] == [1, 1, 0, 0, 0, 0]
 
 
 @pytest.mark.chain

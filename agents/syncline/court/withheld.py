@@ -47,8 +47,7 @@ from syncline.errors import SynclineError
 from syncline.observability import get_logger
 from syncline.protocol.checkpoints import checkpoint_hash, manifest_alias, manifest_root_alias
 from syncline.protocol.enums import ChallengeKind
-from syncline.protocol.hashing import keccak
-from syncline.protocol.spot_checks import checkpoints_for_segment, spot_check_deadline
+from syncline.protocol.spot_checks import checkpoints_for_segment, draw_hash, spot_check_deadline
 from syncline.run.context import TaskContext
 from syncline.run.loop import pending_time
 
@@ -104,17 +103,8 @@ def withheld_claim_segment(
     ``RoundFinalized`` event (as the spot-check draw)."""
     if not withheld:
         raise ValueError("no withheld segment to claim")
-    if len(state_root) != 32 or len(block_hash) != 32:
-        raise ValueError("state_root and block_hash must be 32 bytes each")
     ordered = sorted(set(withheld))
-    h = keccak(
-        WITHHELD_DOMAIN
-        + task_id.to_bytes(32, "big")
-        + round_.to_bytes(32, "big")
-        + fragment.to_bytes(32, "big")
-        + state_root
-        + block_hash
-    )
+    h = draw_hash(WITHHELD_DOMAIN, task_id, round_, fragment, state_root, block_hash)
     return ordered[int.from_bytes(h, "big") % len(ordered)]
 
 

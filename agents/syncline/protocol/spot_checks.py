@@ -70,6 +70,22 @@ def spot_check_threshold(rate: float) -> int:
     return min(1 << 64, math.floor(rate * 2.0**64))
 
 
+def draw_hash(domain: bytes, task_id: int, round_: int, fragment: int, state_root: bytes, block_hash: bytes) -> bytes:
+    """``keccak256(domain ‖ uint256 task ‖ uint256 round ‖ uint256 fragment ‖ R ‖ B)``: the public
+    randomness of a submission's draws (the spot-check draw, the withheld-claim segment), ``R`` the
+    round's finalized state root and ``B`` the hash of the block that finalized it (32 bytes each)."""
+    if len(state_root) != 32 or len(block_hash) != 32:
+        raise ValueError("state_root and block_hash must be 32 bytes each")
+    return keccak(
+        domain
+        + task_id.to_bytes(32, "big")
+        + round_.to_bytes(32, "big")
+        + fragment.to_bytes(32, "big")
+        + state_root
+        + block_hash
+    )
+
+
 def spot_check_draw(
     task_id: int,
     round_: int,
@@ -83,16 +99,7 @@ def spot_check_draw(
     """The segment (``0..segments``) the committee checks of submission ``(round_, fragment)``, or
     None when the draw passes it over. ``state_root`` is the 32-byte root the round finalized with,
     ``block_hash`` the hash of the block whose ``RoundFinalized`` event finalized it."""
-    if len(state_root) != 32 or len(block_hash) != 32:
-        raise ValueError("state_root and block_hash must be 32 bytes each")
-    h = keccak(
-        SPOT_CHECK_DOMAIN
-        + task_id.to_bytes(32, "big")
-        + round_.to_bytes(32, "big")
-        + fragment.to_bytes(32, "big")
-        + state_root
-        + block_hash
-    )
+    h = draw_hash(SPOT_CHECK_DOMAIN, task_id, round_, fragment, state_root, block_hash)
     if int.from_bytes(h[:8], "big") >= spot_check_threshold(rate):
         return None
     return int.from_bytes(h[8:16], "big") % (segments + 1)
