@@ -616,6 +616,20 @@ def blob_openings(
     return find
 
 
+def submission_manifest(ctx: TaskContext, round_: int, fragment: int, sub: SubmissionView) -> CheckpointManifest | None:
+    """The checkpoint manifest that opens ``sub``'s committed root, found under its root alias or its
+    position alias in the trainer's signed slot (:func:`find_manifest`); None when none does."""
+    claim = Claim.of(sub)
+    return find_manifest(
+        ctx.blobs,
+        claim,
+        trainer=sub.trainer,
+        inner_steps=ctx.spec.inner_steps,
+        interval=ctx.spec.checkpoint_interval_steps,
+        aliases=(manifest_root_alias(claim.checkpoint_root), manifest_alias(ctx.task_id, round_, fragment)),
+    )
+
+
 def load_case(
     ctx: TaskContext,
     round_: int,
@@ -633,15 +647,7 @@ def load_case(
     if sub.trainer == ZERO_ADDRESS:
         raise RefereeError(f"task {ctx.task_id} round {round_} fragment {fragment}: no submission")
     claim = Claim.of(sub)
-    aliases = (manifest_root_alias(claim.checkpoint_root), manifest_alias(ctx.task_id, round_, fragment))
-    manifest = find_manifest(
-        ctx.blobs,
-        claim,
-        trainer=sub.trainer,
-        inner_steps=ctx.spec.inner_steps,
-        interval=ctx.spec.checkpoint_interval_steps,
-        aliases=aliases,
-    )
+    manifest = submission_manifest(ctx, round_, fragment, sub)
     fetch = blob_fetcher(ctx.blobs, ctx.layout)
     if start_state is None:
         start_state, first = _round_start_state(ctx, round_, manifest, fetch)

@@ -37,15 +37,14 @@ from syncline.chain.calls import ZERO_ADDRESS
 from syncline.court.audit import TrainingCheck
 from syncline.court.referee import (
     PRIVATE_UNREVEALED,
-    Claim,
     Unanswered,
     Undecided,
     blob_fetcher,
-    find_manifest,
+    submission_manifest,
 )
 from syncline.errors import SynclineError
 from syncline.observability import get_logger
-from syncline.protocol.checkpoints import checkpoint_hash, manifest_alias, manifest_root_alias
+from syncline.protocol.checkpoints import checkpoint_hash
 from syncline.protocol.enums import ChallengeKind
 from syncline.protocol.spot_checks import checkpoints_for_segment, draw_hash, spot_check_deadline
 from syncline.run.context import TaskContext
@@ -174,15 +173,7 @@ class WithheldWatch:
         if sub.trainer == ZERO_ADDRESS:
             return
         now = pending_time(ctx.market.w3)
-        claim = Claim.of(sub)
-        manifest = find_manifest(
-            ctx.blobs,
-            claim,
-            trainer=sub.trainer,
-            inner_steps=ctx.spec.inner_steps,
-            interval=ctx.spec.checkpoint_interval_steps,
-            aliases=(manifest_root_alias(claim.checkpoint_root), manifest_alias(ctx.task_id, round_, fragment)),
-        )
+        manifest = submission_manifest(ctx, round_, fragment, sub)
         tries.append(FetchTry(MANIFEST, now, manifest is not None))
         if manifest is None:
             return
