@@ -90,16 +90,30 @@ interface ISynclineCourt is ISynclineEvents {
     /// the derivation of the payload from the last checkpoint) does not reproduce the committed
     /// checkpoint. The committee re-executes the segment and votes with `refereeVote`. The accused
     /// must answer (`answerTraining`) within `challengeWindow / 2`, publishing the segment's
-    /// checkpoints off chain; unanswered, `expireChallenge` upholds the claim.
+    /// checkpoints off chain; unanswered, `expireChallenge` upholds the claim. Answered but not
+    /// published, the referees vote `refereeUnavailable` and `expireChallenge` upholds it too.
     function challengeTraining(uint256 taskId, uint32 round, uint16 fragment, uint32 segment)
         external
         payable
         returns (uint256 challengeId);
 
-    /// @notice A committee member's verdict on a training challenge. `threshold` guilty votes
-    /// slash and evict the trainer; once guilty can no longer reach `threshold`, the challenger's
-    /// bond is forfeited to the witnesses that voted innocent.
+    /// @notice A committee member's replay verdict on a training challenge, until its deadline.
+    /// `threshold` guilty votes slash and evict the trainer at once; `N - threshold + 1` innocent
+    /// votes acquit at once (status `Rejected`): each referee with a replay verdict (guilty or
+    /// innocent) is paid `bond / (2N)` and the claimant gets the rest back, so it loses at most half
+    /// the bond (0.1 ETH bond, N = 3: 0.0166 ETH per referee, 0.0667 ETH back after 2 votes). A
+    /// witness whose verdict is `Unavailable` may replace it with a replay verdict; a replay
+    /// verdict is final (`SynclineAlreadyRefereed`).
     function refereeVote(uint256 challengeId, bool guilty) external;
+
+    /// @notice A committee member's `Unavailable` verdict: the accused answered, the task's blob
+    /// store is reachable and the segment's committed data is absent from it (or its bytes do not
+    /// match the committed hash). Only a bonded committee witness with no verdict yet, after the
+    /// answer (`SynclineTrainingNotAnswered` before) and until the claim's deadline; replaceable by
+    /// a replay verdict through `refereeVote`. At the deadline `expireChallenge` upholds the claim
+    /// when guilty + `Unavailable` verdicts reach `threshold`. `availabilityDemand(challengeId)`'s
+    /// `demanders` counts the standing `Unavailable` verdicts.
+    function refereeUnavailable(uint256 challengeId) external;
 
     /// @notice The accused trainer answers a training claim: it has published the named segment's
     /// checkpoints (bound by its committed checkpoint root) for the referees. Only the accused, once,
@@ -108,12 +122,15 @@ interface ISynclineCourt is ISynclineEvents {
 
     /// @notice Close a training challenge that cannot be decided otherwise. Unanswered after the
     /// response window: upheld (the trainer withheld the segment; slashed and evicted like a
-    /// guilty verdict). Answered but undecided after the deadline: expired; each referee that voted
-    /// is paid `bond / N` for its re-execution and the challenger gets the rest back. Anyone may call.
+    /// guilty verdict, `SegmentWithheld`). Answered, after the deadline: upheld when guilty +
+    /// `Unavailable` verdicts reach `threshold` (`SegmentUnavailable`: it answered but did not
+    /// publish); otherwise expired: each referee with a replay verdict is paid `bond / (2N)` for its
+    /// re-execution and the challenger gets the rest back (at least half the bond). Anyone may call.
     function expireChallenge(uint256 challengeId) external;
 
     /// @notice A censorship claim's availability demand (`deadline` 0: none made), or a training
-    /// claim's response window (`deadline`, and `answered` once the accused answered).
+    /// claim's response window (`deadline`, and `answered` once the accused answered; `demanders`:
+    /// its referees' standing `Unavailable` verdicts).
     function availabilityDemand(uint256 challengeId)
         external
         view

@@ -320,6 +320,18 @@ interface ISynclineEvents {
     /// @notice The accused did not answer training claim `challengeId` in its response window:
     /// the claim is upheld.
     event SegmentWithheld(uint256 indexed challengeId, uint256 indexed taskId, uint32 round, uint16 fragment);
+    /// @notice A referee found the answered training claim's segment data absent from the task's
+    /// reachable blob store (`refereeUnavailable`); a later `RefereeVoted` of the same referee
+    /// replaces this verdict.
+    event RefereeUnavailable(uint256 indexed challengeId, address indexed witness);
+    /// @notice The accused answered training claim `challengeId` but, at its deadline, guilty and
+    /// `unavailableVotes` `Unavailable` verdicts reached the threshold: the claim is upheld.
+    event SegmentUnavailable(
+        uint256 indexed challengeId, uint256 indexed taskId, uint32 round, uint16 fragment, uint16 unavailableVotes
+    );
+    /// @notice The accused has not answered this training claim: nothing it published can be
+    /// missing yet (`refereeUnavailable`).
+    error SynclineTrainingNotAnswered(uint256 challengeId);
 
     // ------------------------------------------------------------------ confidential tasks (issue 15)
 

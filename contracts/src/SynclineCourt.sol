@@ -292,13 +292,12 @@ contract SynclineCourt is ISynclineCourt, SynclineCourtCore {
         Challenge storage c = _requireOpen(challengeId, ChallengeKind.TrainingFraud);
         if (block.timestamp > c.deadline) revert SynclineChallengeDeadline(challengeId, c.deadline);
         uint256 taskId = c.taskId;
-        if (!_isWitness[taskId][msg.sender]) revert SynclineNotWitness(taskId, msg.sender);
-        if (_specs[taskId].witnessBond != 0 && _witnessRecords[taskId][msg.sender].bond == 0) {
-            revert SynclineWitnessUnbonded(taskId, msg.sender);
-        }
-        if (_refereeVerdicts[challengeId][msg.sender] != RefereeVerdict.None) {
-            revert SynclineAlreadyRefereed(challengeId, msg.sender);
-        }
+        _requireReferee(taskId);
+        RefereeVerdict prev = _refereeVerdicts[challengeId][msg.sender];
+        // An `Unavailable` verdict gives way to a replay verdict once the data shows up; a replay
+        // verdict is final.
+        if (prev == RefereeVerdict.Unavailable) --_demands[challengeId].demanders;
+        else if (prev != RefereeVerdict.None) revert SynclineAlreadyRefereed(challengeId, msg.sender);
         _refereeVerdicts[challengeId][msg.sender] = guilty ? RefereeVerdict.Guilty : RefereeVerdict.Innocent;
         emit RefereeVoted(challengeId, msg.sender, guilty);
 
@@ -307,13 +306,17 @@ contract SynclineCourt is ISynclineCourt, SynclineCourtCore {
             if (++c.guiltyVotes < spec.threshold) return;
             _uphold(challengeId, _convictTrainer(taskId, c.round, c.fragment, c.accused));
         } else {
-            uint256 innocent = ++c.innocentVotes;
-            if (innocent <= spec.witnesses.length - spec.threshold) return;
-            // Guilty can no longer reach the threshold: the bond pays the referees' re-execution,
-            // split between those that voted innocent (the dust goes to the reward pool).
+            if (++c.innocentVotes <= spec.witnesses.length - spec.threshold) return;
+            // Guilty can no longer reach the threshold: acquitted. The referees that replayed are
+            // paid `bond / (2N)` each, the claimant gets the rest back (`_refundBond`).
             _reject(challengeId, c);
-            _splitBond(challengeId, c, innocent, PAY_INNOCENT);
+            _refundBond(challengeId, c);
         }
+    }
+
+    /// @inheritdoc ISynclineCourt
+    function refereeUnavailable(uint256) external onlyDelegated {
+        _forward();
     }
 
     // ------------------------------------------------------------------ rulings (SynclineRulings)

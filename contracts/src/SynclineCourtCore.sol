@@ -31,10 +31,15 @@ abstract contract SynclineCourtCore is SynclineStorage {
     /// costs ~265k gas, so a batch stays far below a 30M-gas block (see `ClosingGas.t.sol`).
     uint32 internal constant INVALIDATION_BATCH = 32;
 
-    /// @dev Which witnesses a bond is split between (`_splitBond`).
-    uint8 internal constant PAY_INNOCENT = 0;
+    /// @dev Which witnesses a bond is split between (`_payWitnesses`): the referees with a replay
+    /// verdict (guilty or innocent) on a training claim, or the voters that demanded availability.
     uint8 internal constant PAY_REFEREES = 1;
     uint8 internal constant PAY_DEMANDERS = 2;
+
+    /// @dev What a referee's replay of a training claim that is not upheld costs its claimant, as
+    /// a fraction of the bond per referee: `bond / (REFEREE_FEE_DIVISOR * N)` each, so the at most N
+    /// replaying referees together take at most half the bond (`_refundBond`).
+    uint256 internal constant REFEREE_FEE_DIVISOR = 2;
 
     bytes32 internal constant REASON_REFEREE = "referee-fee";
 
@@ -59,8 +64,8 @@ abstract contract SynclineCourtCore is SynclineStorage {
         _tasks[c.taskId].rewardPool += c.bond - paid;
     }
 
-    /// @dev Credits `share` to every witness `mode` selects (innocent referees, any referee that
-    /// voted, or the voters that demanded availability); returns the total paid.
+    /// @dev Credits `share` to every witness `mode` selects (the referees with a replay verdict,
+    /// or the voters that demanded availability); returns the total paid.
     function _payWitnesses(uint256 challengeId, Challenge storage c, uint256 share, uint8 mode)
         internal
         returns (uint256 paid)
@@ -71,14 +76,34 @@ abstract contract SynclineCourtCore is SynclineStorage {
             RefereeVerdict v = _refereeVerdicts[challengeId][w];
             bool pick = mode == PAY_DEMANDERS
                 ? _demanded[challengeId][w]
-                : (mode == PAY_INNOCENT ? v == RefereeVerdict.Innocent : v != RefereeVerdict.None);
+                : (v == RefereeVerdict.Guilty || v == RefereeVerdict.Innocent);
             if (!pick) continue;
             _credit(c.taskId, w, share, mode == PAY_REFEREES ? REASON_REFEREE : REASON_FORFEIT);
             paid += share;
         }
     }
 
+    /// @dev A training claim that ends without a conviction (acquitted by `N - k + 1` innocent
+    /// verdicts, or answered and undecided at its deadline): each referee that re-executed the
+    /// segment (a guilty or innocent verdict; not `Unavailable`, not silent) is paid
+    /// `bond / (2N)`, at most half the bond in all; the claimant gets the rest back (issue 27:
+    /// an honest claimant loses at most the referees' stated cost).
+    function _refundBond(uint256 challengeId, Challenge storage c) internal {
+        uint256 share = c.bond / (REFEREE_FEE_DIVISOR * _specs[c.taskId].witnesses.length);
+        uint256 paid = _payWitnesses(challengeId, c, share, PAY_REFEREES);
+        _credit(c.taskId, c.challenger, c.bond - paid, REASON_BOND);
+    }
+
     // ------------------------------------------------------------------ checks
+
+    /// @dev The caller may referee `taskId`'s training claims: a committee witness whose bond (if
+    /// the task asks one) is not slashed.
+    function _requireReferee(uint256 taskId) internal view {
+        if (!_isWitness[taskId][msg.sender]) revert SynclineNotWitness(taskId, msg.sender);
+        if (_specs[taskId].witnessBond != 0 && _witnessRecords[taskId][msg.sender].bond == 0) {
+            revert SynclineWitnessUnbonded(taskId, msg.sender);
+        }
+    }
 
     /// @dev A challenge is heard while the run is running or waiting to seal, and until
     /// `challengeWindow` after the challenged round closed; an open round (equivocation only,

@@ -20,7 +20,8 @@ import {ChunkMerkle} from "./libraries/ChunkMerkle.sol";
 /// @notice The court's rulings on asynchronous claims, split off `SynclineCourt` to keep each
 /// module under the EIP-170 size limit: the defence of a censorship claim (`answerCensorship`,
 /// the data-availability sub-game `demandAvailability` / `answerAvailability`), its ruling
-/// (`resolveCensorship`), the expiry of a training claim and the batched rollback
+/// (`resolveCensorship`), a referee's `Unavailable` verdict and the expiry of a training claim,
+/// and the batched rollback
 /// (`continueInvalidation`). `SynclineCourt` creates it and forwards these selectors to it by
 /// delegatecall, so it runs on the market's storage too (see `ISynclineCourt` for the rules).
 contract SynclineRulings is SynclineCourtCore {
@@ -194,6 +195,23 @@ contract SynclineRulings is SynclineCourtCore {
     }
 
     /// @notice See `ISynclineCourt` (reached through `SynclineCourt`).
+    function refereeUnavailable(uint256 challengeId) external onlyDelegated {
+        Challenge storage c = _requireOpen(challengeId, ChallengeKind.TrainingFraud);
+        if (block.timestamp > c.deadline) revert SynclineChallengeDeadline(challengeId, c.deadline);
+        AvailabilityDemand storage d = _demands[challengeId];
+        // INVARIANT: only data the accused said it published can be missing: before its answer a
+        // failed fetch says nothing (the response window is still running).
+        if (!d.answered) revert SynclineTrainingNotAnswered(challengeId);
+        _requireReferee(c.taskId);
+        if (_refereeVerdicts[challengeId][msg.sender] != RefereeVerdict.None) {
+            revert SynclineAlreadyRefereed(challengeId, msg.sender);
+        }
+        _refereeVerdicts[challengeId][msg.sender] = RefereeVerdict.Unavailable;
+        ++d.demanders;
+        emit RefereeUnavailable(challengeId, msg.sender);
+    }
+
+    /// @notice See `ISynclineCourt` (reached through `SynclineCourt`).
     function expireChallenge(uint256 challengeId) external onlyDelegated {
         Challenge storage c = _requireOpen(challengeId, ChallengeKind.TrainingFraud);
         AvailabilityDemand storage d = _demands[challengeId];
@@ -205,11 +223,18 @@ contract SynclineRulings is SynclineCourtCore {
             return;
         }
         if (block.timestamp <= c.deadline) revert SynclineChallengeDeadline(challengeId, c.deadline);
-        // INVARIANT: a referee that re-executed the segment is paid for it even when the committee
-        // did not decide: each voter earns `bond / N`; the claimant gets back only the rest.
+        if (c.guiltyVotes + d.demanders >= _specs[c.taskId].threshold) {
+            // INVARIANT: the accused answered (it said the segment is published), and at the
+            // deadline `threshold` bonded referees stand by a guilty or an `Unavailable` verdict
+            // (the task's store reachable, the committed data absent from it): upheld.
+            emit SegmentUnavailable(challengeId, c.taskId, c.round, c.fragment, d.demanders);
+            _uphold(challengeId, _convictTrainer(c.taskId, c.round, c.fragment, c.accused));
+            return;
+        }
+        // Answered and undecided: each referee that replayed the segment is paid `bond / (2N)`,
+        // the claimant gets the rest back (`_refundBond`).
         _close(c, ChallengeStatus.Expired);
-        uint256 paid = _payWitnesses(challengeId, c, c.bond / _specs[c.taskId].witnesses.length, PAY_REFEREES);
-        _credit(c.taskId, c.challenger, c.bond - paid, REASON_BOND);
+        _refundBond(challengeId, c);
         emit ChallengeResolved(challengeId, c.taskId, ChallengeStatus.Expired, 0, 0);
     }
 }

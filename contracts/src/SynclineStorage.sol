@@ -58,10 +58,14 @@ abstract contract SynclineStorage is ISynclineEvents, ReentrancyGuard, EIP712 {
     );
 
     /// @dev A committee member's verdict on a training-fraud challenge (`None`: not voted).
+    /// `Guilty` / `Innocent` are replay verdicts (final); `Unavailable` (issue 27) says the
+    /// answered segment's data is absent from the task's blob store, and is replaced by a replay
+    /// verdict if the data shows up before the deadline.
     enum RefereeVerdict {
         None,
         Guilty,
-        Innocent
+        Innocent,
+        Unavailable
     }
 
     // ------------------------------------------------------------------ storage (never reorder)
@@ -101,6 +105,8 @@ abstract contract SynclineStorage is ISynclineEvents, ReentrancyGuard, EIP712 {
 
     /// @dev A data-availability demand on a censorship claim: the accused submission's chunk
     /// `chunkIndex` must be opened by `deadline`. `demanders` voters of the round demanded it.
+    /// On a training claim: the accused's response window (`deadline`, `answered`), and
+    /// `demanders` counts the referees whose standing verdict is `Unavailable`.
     struct AvailabilityDemand {
         uint64 deadline;
         uint32 chunkIndex;

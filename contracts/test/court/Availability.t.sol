@@ -306,7 +306,7 @@ contract AvailabilityTest is CourtTestBase {
         vm.warp(court.getChallenge(id).deadline + 1);
         court.expireChallenge(id);
         _assertChallenge(id, ChallengeKind.TrainingFraud, ChallengeStatus.Expired, 0);
-        uint256 share = CHALLENGE_BOND / N_WITNESSES;
+        uint256 share = CHALLENGE_BOND / (2 * N_WITNESSES); // issue 27: bond / (2N) per replaying referee
         vm.assertEq(market.creditOf(witnesses[0]), share, "the referee that voted is paid");
         vm.assertEq(market.creditOf(witnesses[1]), 0, "no vote, no pay");
         vm.assertEq(market.creditOf(challenger), CHALLENGE_BOND - share, "only the unearned rest back");
