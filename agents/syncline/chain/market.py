@@ -509,9 +509,16 @@ class MarketClient:
         """A committee member's verdict on a training challenge."""
         return self._send(witness, "refereeVote", challenge_id, guilty, min_gas=DECIDING_VOTE_GAS)
 
+    def referee_unavailable(self, witness: Signer, challenge_id: int) -> TxReceipt:
+        """A committee member's ``Unavailable`` verdict on an answered training challenge: the task's
+        blob store is reachable and the segment's committed data is absent from it (replaced by a
+        later :meth:`referee_vote`; at the deadline guilty + Unavailable >= k convicts)."""
+        return self._send(witness, "refereeUnavailable", challenge_id)
+
     def expire_challenge(self, caller: Signer, challenge_id: int) -> TxReceipt:
         """Close a training challenge: unanswered after its response window, upheld (the trainer
-        withheld the segment); answered and undecided after its deadline, expired."""
+        withheld the segment); answered, after its deadline, upheld when guilty + Unavailable
+        verdicts reach k, expired otherwise."""
         return self._send(caller, "expireChallenge", challenge_id)
 
     def answer_training(self, trainer: Signer, challenge_id: int) -> TxReceipt:

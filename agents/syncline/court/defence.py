@@ -211,7 +211,10 @@ class AvailabilityResponder:
     """The accused trainer's side: opens every chunk demanded from one of its own submissions
     (read from its payload, proven against the chunk root it committed) in time, and answers every
     training claim against it (``answerTraining``) once the claimed segment's checkpoints are
-    published (``segment_published``); an unanswered training claim convicts."""
+    published and confirmed in the store (``segment_published``); an unanswered training claim
+    convicts. While an answered claim is open it watches the referees' standing ``Unavailable``
+    verdicts (``availabilityDemand``'s ``demanders``) and publishes the segment again on each new
+    one: enough of them convict at the deadline (issue 27)."""
 
     market: MarketClient
     signer: Signer
@@ -226,6 +229,8 @@ class AvailabilityResponder:
     #: (publishing them first when they are kept locally).
     segment_published: Callable[[int, int], bool] = lambda round_, segment: True
     done: set[int] = field(default_factory=set)
+    #: Answered training claims still open: challenge id -> the Unavailable verdicts seen standing.
+    answered: dict[int, int] = field(default_factory=dict)
 
     def step(self) -> None:
         me = self.signer.address.lower()
@@ -236,6 +241,9 @@ class AvailabilityResponder:
             if c.task_id == self.task_id and c.kind == ChallengeKind.TRAINING_FRAUD and c.accused.lower() == me:
                 if c.status != ChallengeStatus.OPEN:
                     self.done.add(challenge_id)
+                    self.answered.pop(challenge_id, None)
+                elif challenge_id in self.answered:
+                    self._republish_if_unavailable(challenge_id, c.round, c.segment)
                 else:
                     self._answer_training(challenge_id, c.round, c.segment)
                 continue
@@ -253,7 +261,10 @@ class AvailabilityResponder:
 
     def _answer_training(self, challenge_id: int, round_: int, segment: int) -> None:
         demand = self.market.availability_demand(challenge_id)
-        if demand.answered or self.now() > demand.deadline:
+        if demand.answered:  # answered before (a restart): keep watching its verdicts
+            self.answered[challenge_id] = 0
+            return
+        if self.now() > demand.deadline:
             self.done.add(challenge_id)
             return
         if not self.segment_published(round_, segment):
@@ -264,8 +275,27 @@ class AvailabilityResponder:
         except ChainError as exc:
             log.info("trainer.training_answer_skipped", challenge=challenge_id, reason=exc.error_name)
             return
-        self.done.add(challenge_id)
+        self.answered[challenge_id] = 0
         log.info("trainer.training_answered", challenge=challenge_id, round=round_, segment=segment)
+
+    def _republish_if_unavailable(self, challenge_id: int, round_: int, segment: int) -> None:
+        """A referee found the answered segment absent: publish it again (the upload may have been
+        lost by the store since), so the referee replaces its verdict with a replay."""
+        standing = self.market.availability_demand(challenge_id).demanders
+        if standing <= self.answered[challenge_id]:
+            self.answered[challenge_id] = standing
+            return
+        published = self.segment_published(round_, segment)
+        log.warning(
+            "trainer.segment_republished",
+            challenge=challenge_id,
+            round=round_,
+            segment=segment,
+            unavailable=standing,
+            confirmed=published,
+        )
+        if published:
+            self.answered[challenge_id] = standing
 
     def _answer(self, challenge_id: int, round_: int, chunk_index: int) -> None:
         payload = self.own_payload(round_)

@@ -70,4 +70,11 @@ SCENARIOS: dict[str, Scenario] = {
         "names its segment and stays silent on the claim that follows; trainer-1 and trainer-3 publish theirs",
         checkpoints="on-demand",
     ),
+    "answer-withhold": Scenario(
+        {"trainer-2": "answer-withhold"},
+        ChallengeKind.TRAINING_FRAUD,
+        "checkpoints on demand: trainer-2 trains lazily, answers every claim on chain at once and never "
+        "publishes a checkpoint; the referees find the store up and the segment absent and vote Unavailable",
+        checkpoints="on-demand",
+    ),
 }

@@ -35,6 +35,7 @@ TRAINER_MISBEHAVIOURS = (
     "withhold-opening",
     "upload-on-claim",
     "junk-payload",
+    "answer-withhold",
 )
 WITNESS_MISBEHAVIOURS = ("bad-aggregate", "censor", "equivocate")
 """``misbehave`` values of a trainer, TESTS AND DEMOS ONLY: ``fake-gradient`` commits noise instead
@@ -44,7 +45,9 @@ checkpoints; ``equivocate`` (equivocation proofs) signs two different commitment
 uploads none with its commitment either); ``upload-on-claim`` (eager tasks) uploads no checkpoint
 with its commitment, keeps them, and publishes a segment only when a claim names it;
 ``junk-payload`` commits a payload whose safetensors header says ``"data_offsets": null`` (a
-staked trainer's attempt to stall every witness's payload parser, issue 26 item 3)."""
+staked trainer's attempt to stall every witness's payload parser, issue 26 item 3);
+``answer-withhold`` trains lazily (like ``lazy``), answers every training claim on chain at once and
+never publishes any checkpoint (issue 27 item 1: convicted on the referees' Unavailable verdicts)."""
 
 
 @dataclass(frozen=True)

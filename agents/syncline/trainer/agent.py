@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from syncline.blobstore import BlobStore
-from syncline.blobstore.store import BlobRef, BlobUnavailable, put_signed
+from syncline.blobstore.store import BlobRef, BlobUnavailable, digest_of, put_signed
 from syncline.chain import enrollment
 from syncline.chain.calls import ZERO_ADDRESS
 from syncline.chain.keys import Signer
@@ -54,7 +54,7 @@ from syncline.protocol.enums import Modality, RoundStatus, TaskStatus
 from syncline.protocol.hashing import keccak
 from syncline.protocol.seeds import round_seed
 from syncline.protocol.signed_messages import Commitment
-from syncline.protocol.spot_checks import claims_over, kept_rounds
+from syncline.protocol.spot_checks import checkpoints_for_segment, claims_over, kept_rounds
 from syncline.protocol.state import TrainingState
 from syncline.protocol.streaming import ArrayRegion
 from syncline.run.agent_config import AgentConfig
@@ -647,6 +647,9 @@ class TrainerAgent:
         if self.cfg.misbehave == "withhold":  # TESTS AND DEMOS ONLY: never publishes what a claim names
             log.warning("trainer.misbehaving", mode="withhold", round=round_, segment=segment)
             return False
+        if self.cfg.misbehave == "answer-withhold":  # TESTS AND DEMOS ONLY: says so, publishes nothing
+            log.warning("trainer.misbehaving", mode="answer-withhold", round=round_, segment=segment)
+            return True
         opened = True
         if ctx.spec.privacy is not None and segment < ctx.spec.checkpoint_segments:
             if self.cfg.misbehave == "withhold-opening":  # TESTS AND DEMOS ONLY: checkpoints, no opening
@@ -661,7 +664,21 @@ class TrainerAgent:
                 return False
             self._checkpoint_bytes_sent += sent
             self._write_throughput()
-        return self.outbox.flush() == 0 and opened
+        if self.outbox.flush() != 0 or not opened:
+            return False
+        # Answer only once the store confirms it holds the segment (issue 27): a referee that finds
+        # it absent from a reachable store votes Unavailable, and enough of those convict.
+        return not self._keeps_checkpoints or self._segment_present(round_, segment)
+
+    def _segment_present(self, round_: int, segment: int) -> bool:
+        """Whether the blob store holds every kept checkpoint ``segment`` needs (a HEAD each)."""
+        assert self.ctx is not None
+        for index in checkpoints_for_segment(segment, self.ctx.spec.checkpoint_segments):
+            data = self.keeper.get(round_, index)
+            if data is None or not self.blobs.has(digest_of(data)):
+                log.warning("trainer.segment_not_in_store", round=round_, segment=segment, checkpoint=index)
+                return False
+        return True
 
     def _serve_spot_checks(self, open_round: int, fragment: int) -> None:
         """Publish the segment the committee's draw names of each of this trainer's accepted
@@ -708,7 +725,8 @@ class TrainerAgent:
         uploaded with the commitment: on-demand tasks; in an eager task, TESTS AND DEMOS ONLY, a
         trainer that withholds them (``withhold``, ``upload-on-claim``: issue 26 item 6)."""
         assert self.ctx is not None
-        return self.ctx.spec.verification_policy.on_demand or self.cfg.misbehave in ("withhold", "upload-on-claim")
+        keeping = ("withhold", "upload-on-claim", "answer-withhold")
+        return self.ctx.spec.verification_policy.on_demand or self.cfg.misbehave in keeping
 
     @property
     def keeper(self) -> CheckpointKeeper:
@@ -817,7 +835,7 @@ class TrainerAgent:
                 progress=sys.stderr.isatty(),
                 checkpoint_interval=ctx.spec.checkpoint_interval_steps,
                 # TESTS AND DEMOS ONLY: a lazy trainer trains half the steps and pads its checkpoints.
-                train_steps=ctx.spec.inner_steps // 2 if self.cfg.misbehave == "lazy" else None,
+                train_steps=ctx.spec.inner_steps // 2 if self.cfg.misbehave in ("lazy", "answer-withhold") else None,
                 between_steps=self._duties_beside_training,
                 checkpoint_sink=self._keep_checkpoint(round_) if self._keeps_checkpoints else None,
                 wait_for_checkpoints=False,  # the last one is written while the payload is encoded (_stage)
