@@ -547,15 +547,18 @@ def test_training_challenges_upheld_rejected_and_expired(
         market.challenge_training(outsider, task_id, 0, 1, 0)
     check_error(err.value, "SynclineNotAccepted", {"taskId": task_id, "round": 0, "fragment": 1})
 
-    # rejected: once guilty cannot reach k, the bond pays the innocent voters
+    # rejected: once guilty cannot reach k, each replaying referee is paid bond / (2N), the
+    # claimant gets the rest back (issue 27: it loses at most half the bond)
     innocent_id = market.challenge_training(sponsor, task_id, 0, 0, 0)
     market.referee_vote(w0, innocent_id, False)
     receipt = market.referee_vote(w2, innocent_id, False)  # 2 innocent of 3: guilty can reach at most 1 < k
     c = market.challenge(innocent_id)
     assert (c.status, c.innocent_votes, c.slashed_wei) == (ChallengeStatus.REJECTED, 2, 0)
+    share = bond // (2 * len(witnesses))
     assert credited(market, receipt) == {
-        (w0.address, b"forfeited-bond"): bond // 2,
-        (w2.address, b"forfeited-bond"): bond // 2,
+        (w0.address, b"referee-fee"): share,
+        (w2.address, b"referee-fee"): share,
+        (sponsor.address, b"bond-refund"): bond - 2 * share,
     }
     assert market.trainer(task_id, t0.address).stake_wei == stake
 
@@ -567,8 +570,14 @@ def test_training_challenges_upheld_rejected_and_expired(
     with pytest.raises(ChainError) as err:
         market.answer_training(outsider, expired_id)
     check_error(err.value, "SynclineNotAccused", {"challengeId": expired_id, "caller": outsider.address})
+    with pytest.raises(ChainError) as err:  # nothing it published can be missing before it answers
+        market.referee_unavailable(w1, expired_id)
+    check_error(err.value, "SynclineTrainingNotAnswered", {"challengeId": expired_id})
     market.answer_training(accused, expired_id)
     assert market.availability_demand(expired_id).answered
+    receipt = market.referee_unavailable(w1, expired_id)  # one Unavailable verdict: under k, it expires
+    assert [e["args"]["witness"] for e in market.events(receipt, "RefereeUnavailable")] == [w1.address]
+    assert market.availability_demand(expired_id).demanders == 1
     assert market.task(task_id).open_challenges == 1
     with pytest.raises(ChainError) as err:
         market.expire_challenge(outsider, expired_id)
