@@ -432,7 +432,8 @@ ISA_CHEATS = ("lazy-50%", "lazy-10%", "skip-1-step", "noise", "scale-x1.01", "sc
 def isa_worker(directory: Path, which: str) -> None:
     """In a process whose kernels ``ATEN_CPU_CAPABILITY`` chose: replay every sample of
     ``directory/samples.json`` in fp32 (1 thread) from its start checkpoint, write the results,
-    and derive the payload of each start checkpoint against the round's start (the derivation)."""
+    and derive the payload of each sample's common end checkpoint against the initial state (the
+    derivation segment, which must give the same bytes on every instruction set)."""
     setup = trainer_setup(which)
     index = json.loads((directory / "samples.json").read_text())
     loop = setup.loop()
@@ -445,7 +446,9 @@ def isa_worker(directory: Path, which: str) -> None:
         )
         name = f"replay-{out['kernels'].split()[0]}-{i}.bin"
         (directory / name).write_bytes(done.to_bytes())
-        payload, root = derive_payload(start_state, done, 8)
+        # the derivation of one common checkpoint (this sample's end as the parent replayed it)
+        end = Checkpoint.from_bytes((directory / f"end-{i}.bin").read_bytes())
+        payload, root = derive_payload(start_state, end, 8)
         out["payloads"].append(keccak(payload).hex() + root.hex())
     (directory / f"{out['kernels'].split()[0]}.json").write_text(json.dumps(out))
 
@@ -473,6 +476,7 @@ def run_cpu_capabilities(which: str, steps: int, samples: int, model: ToleranceM
         (directory / "start.bin").write_bytes(setup.initial.to_bytes())
         for i, sample in enumerate(segs):
             (directory / f"start-{i}.bin").write_bytes(sample.c0.to_bytes())
+            (directory / f"end-{i}.bin").write_bytes(sample.replay.to_bytes())
         index = {"samples": [{"seed": x.seed, "start": x.start, "steps": steps} for x in segs]}
         (directory / "samples.json").write_text(json.dumps(index))
         runs = [_spawn_isa_worker(c, directory, which) for c in CAPABILITIES]
