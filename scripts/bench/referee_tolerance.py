@@ -36,7 +36,7 @@ segments are when they run on other CPU kernels (``ATEN_CPU_CAPABILITY`` = ``avx
 pair (trainer, referee), next to the lazy / noise / scaled cheats' distances from the same
 referee's replay, and whether the derivation segment (checkpoint -> quantized payload) gives the
 same bytes on every instruction set. The referee compares same-class checkpoints bit for bit and
-falls back to this envelope when the hash misses (``docs/protocol.md`` §6)::
+falls back to this envelope when the hash misses (``docs/protocol.md`` §13.6)::
 
     .venv/bin/python scripts/bench/referee_tolerance.py --cpu-capabilities --model tiny --samples 10 \\
         --json .syncline/bench/cpu_capabilities.json

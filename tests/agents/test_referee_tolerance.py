@@ -177,7 +177,7 @@ def test_a_lazy_bf16_trainer_is_convicted_by_an_fp32_referee(setup: Setup) -> No
 
 def test_a_bf16_trainer_declaring_fp32_gets_the_same_envelope_as_declared_bf16(setup: Setup, bf16: Submission) -> None:
     """A same-class replay that misses the hash is judged against the envelope (the same class runs
-    other kernels on another CPU: docs/protocol.md §6), so the declaration no longer decides how
+    other kernels on another CPU: docs/protocol.md §13.6), so the declaration no longer decides how
     strictly a segment is compared: bf16 tensors labelled cpu-fp32 are judged exactly as when they
     declare cpu-bf16 -- a label buys nothing, and a cheat convicted under one is under the other."""
     relabelled = [Checkpoint.from_bytes(b) for b in bf16.blobs]
