@@ -568,7 +568,7 @@ def test_tampered_checkpoint_bytes_are_caught(world: World) -> None:
         edited = list(blobs)
         edited[2] = dataclasses.replace(c2, params=params).to_bytes()
         edited_claim, edited_manifest = _commit(edited, claim)
-        found = find_faulty(edited_claim, edited_manifest, lambda m, i: edited[i], inputs)
+        found = find_faulty(edited_claim, edited_manifest, lambda m, i, edited=edited: edited[i], inputs)
         if guilty:
             assert found is not None and found.segment == 1 and "exceeds the envelope" in found.reason, found
         else:
