@@ -450,15 +450,16 @@ def isa_worker(directory: Path, which: str) -> None:
         end = Checkpoint.from_bytes((directory / f"end-{i}.bin").read_bytes())
         payload, root = derive_payload(start_state, end, 8)
         out["payloads"].append(keccak(payload).hex() + root.hex())
-    (directory / f"{out['kernels'].split()[0]}.json").write_text(json.dumps(out))
+    requested = os.environ.get("ATEN_CPU_CAPABILITY", "native")
+    (directory / f"result-{requested}.json").write_text(json.dumps(out))
 
 
 def _spawn_isa_worker(capability: str, directory: Path, which: str) -> dict[str, Any]:
+    """Run :func:`isa_worker` on ``capability``'s kernels (a CPU without them runs its best below)."""
     env = {**os.environ, "ATEN_CPU_CAPABILITY": capability}
-    before = set(directory.glob("*.json"))
     subprocess.run([sys.executable, __file__, "--isa-worker", str(directory), "--model", which], env=env, check=True)
-    (made,) = set(directory.glob("*.json")) - before - {directory / "samples.json"}
-    return json.loads(made.read_text()) | {"file": made.stem, "requested": capability}
+    result: dict[str, Any] = json.loads((directory / f"result-{capability}.json").read_text())
+    return result | {"file": result["kernels"].split()[0], "requested": capability}
 
 
 def run_cpu_capabilities(which: str, steps: int, samples: int, model: ToleranceModel) -> dict[str, Any]:
