@@ -30,6 +30,17 @@ Usage::
     .venv/bin/python scripts/bench/referee_tolerance.py --json .syncline/bench/referee_tolerance.json
     .venv/bin/python scripts/bench/referee_tolerance.py --quick --steps 1 2 --model gpt2   # short segments
 
+``--cpu-capabilities`` measures instead how far apart honest ``cpu-fp32`` replays of the same
+segments are when they run on other CPU kernels (``ATEN_CPU_CAPABILITY`` = ``avx512``, ``avx2``,
+``default`` = scalar; each in a process of its own, as torch reads it once), for every ordered
+pair (trainer, referee), next to the lazy / noise / scaled cheats' distances from the same
+referee's replay, and whether the derivation segment (checkpoint -> quantized payload) gives the
+same bytes on every instruction set. The referee compares same-class checkpoints bit for bit and
+falls back to this envelope when the hash misses (``docs/protocol.md`` §13.6)::
+
+    .venv/bin/python scripts/bench/referee_tolerance.py --cpu-capabilities --model tiny --samples 10 \\
+        --json .syncline/bench/cpu_capabilities.json
+
 Segments of 1 or 2 steps are where the whole-vector bound's floor (``weight_floor / sqrt(n)``)
 decides: a new AdamW's first steps are about ``lr * sign(g)`` and bf16 flips the sign of
 near-zero gradients, so the round's first segment diverges most.
@@ -41,8 +52,12 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import platform
 import random
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -52,15 +67,18 @@ from typing import Any
 
 import torch
 
+from syncline.court.referee import kernel_description
 from syncline.demo.trainer_setup import TrainerSetup, build_trainer_setup
 from syncline.demo.training_run import DemoPlan
 from syncline.protocol.checkpoints import Checkpoint
+from syncline.protocol.hashing import keccak
 from syncline.protocol.layout import ParameterLayout
 from syncline.protocol.seeds import round_seed
 from syncline.protocol.spec import DEFAULT_VERIFICATION, ToleranceModel
 from syncline.protocol.state import TrainingState
 from syncline.protocol.tolerance import SegmentDistance, compare, judge, segment_distance
 from syncline.trainer.inner_loop import InnerLoop, replay_environment
+from syncline.trainer.segments import derive_payload
 
 PLAN = DemoPlan()
 TASK_ID = 1
@@ -405,6 +423,166 @@ def trainer_setup(which: str) -> TrainerSetup:
     return dataclasses.replace(demo, name=which, layout=layout, initial=initial, model_config=config)
 
 
+# ---------------------------------------------------------------------- --cpu-capabilities
+
+CAPABILITIES = ("avx512", "avx2", "default")
+ISA_CHEATS = ("lazy-50%", "lazy-10%", "skip-1-step", "noise", "scale-x1.01", "scale-x1.1")
+
+
+def isa_worker(directory: Path, which: str) -> None:
+    """In a process whose kernels ``ATEN_CPU_CAPABILITY`` chose: replay every sample of
+    ``directory/samples.json`` in fp32 (1 thread) from its start checkpoint, write the results,
+    and derive the payload of each sample's common end checkpoint against the initial state (the
+    derivation segment, which must give the same bytes on every instruction set)."""
+    setup = trainer_setup(which)
+    index = json.loads((directory / "samples.json").read_text())
+    loop = setup.loop()
+    start_state = TrainingState.from_bytes((directory / "start.bin").read_bytes())
+    out: dict[str, Any] = {"kernels": kernel_description(), "payloads": []}
+    for i, sample in enumerate(index["samples"]):
+        c0 = Checkpoint.from_bytes((directory / f"start-{i}.bin").read_bytes())
+        done = run_steps(
+            loop, c0, setup.shards, seed=sample["seed"], start=sample["start"], steps=sample["steps"], dtype="fp32"
+        )
+        name = f"replay-{out['kernels'].split()[0]}-{i}.bin"
+        (directory / name).write_bytes(done.to_bytes())
+        # the derivation of one common checkpoint (this sample's end as the parent replayed it)
+        end = Checkpoint.from_bytes((directory / f"end-{i}.bin").read_bytes())
+        payload, root = derive_payload(start_state, end, 8)
+        out["payloads"].append(keccak(payload).hex() + root.hex())
+    requested = os.environ.get("ATEN_CPU_CAPABILITY", "native")
+    (directory / f"result-{requested}.json").write_text(json.dumps(out))
+
+
+def _spawn_isa_worker(capability: str, directory: Path, which: str) -> dict[str, Any]:
+    """Run :func:`isa_worker` on ``capability``'s kernels (a CPU without them runs its best below)."""
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": capability}
+    subprocess.run([sys.executable, __file__, "--isa-worker", str(directory), "--model", which], env=env, check=True)
+    result: dict[str, Any] = json.loads((directory / f"result-{capability}.json").read_text())
+    return result | {"file": result["kernels"].split()[0], "requested": capability}
+
+
+def run_cpu_capabilities(which: str, steps: int, samples: int, model: ToleranceModel) -> dict[str, Any]:
+    """Honest cross-kernel distances of every ordered pair and the cheats' distances, per sample."""
+    setup = trainer_setup(which)
+    torch.manual_seed(0)
+    rng = random.Random(0)
+    fresh = max(1, samples // FRESH_EVERY)
+    segs = fresh_samples(setup, steps, fresh) + [
+        Sample(seed, start, c0, c1, False) for seed, start, c0, c1 in trajectory(setup, steps, samples - fresh)
+    ]
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="isa-") as tmp:
+        directory = Path(tmp)
+        (directory / "start.bin").write_bytes(setup.initial.to_bytes())
+        for i, sample in enumerate(segs):
+            (directory / f"start-{i}.bin").write_bytes(sample.c0.to_bytes())
+            (directory / f"end-{i}.bin").write_bytes(sample.replay.to_bytes())
+        index = {"samples": [{"seed": x.seed, "start": x.start, "steps": steps} for x in segs]}
+        (directory / "samples.json").write_text(json.dumps(index))
+        runs = [_spawn_isa_worker(c, directory, which) for c in CAPABILITIES]
+        kernels = {r["file"]: r for r in runs}  # one entry per distinct instruction set actually run
+        replays = {
+            k: [Checkpoint.from_bytes((directory / f"replay-{k}-{i}.bin").read_bytes()) for i in range(len(segs))]
+            for k in kernels
+        }
+    derivation_exact = len({tuple(r["payloads"]) for r in runs}) == 1
+    honest: dict[str, Tally] = {}
+    bit_exact: dict[str, int] = {}
+    for trainer in kernels:
+        for referee in kernels:
+            if trainer == referee:
+                continue
+            name = f"{trainer}->{referee}"
+            for i, sample in enumerate(segs):
+                claimed, replayed = replays[trainer][i], replays[referee][i]
+                bit_exact[name] = bit_exact.get(name, 0) + (claimed.to_bytes() == replayed.to_bytes())
+                v = compare(sample.c0, claimed, replayed, setup.layout, model)
+                honest.setdefault(name, Tally(name)).add(v.distance, v.within)
+    # the cheats, trained here, against this process's replay (the referee's)
+    cheats: dict[str, Tally] = {}
+    loop = setup.loop()
+    for sample in segs:
+        c0, replay = sample.c0, sample.replay
+
+        def go(loop: InnerLoop = loop, c0: Checkpoint = c0, sample: Sample = sample, **kw: Any) -> Checkpoint:
+            return run_steps(
+                loop, c0, setup.shards, seed=sample.seed, start=sample.start, steps=steps, dtype="fp32", **kw
+            )
+
+        def cheat(name: str, claimed: Checkpoint, c0: Checkpoint = c0, replay: Checkpoint = replay) -> None:
+            d = segment_distance(c0, claimed, replay, setup.layout, steps=steps, vector_floor=model.vector_floor)
+            cheats.setdefault(name, Tally(name)).add(d, judge(d, model).within)
+
+        for pct in (50, 10):
+            skipped = max(1, math.ceil(steps * pct / 100))
+            cheat(f"lazy-{pct}%", go(skip=frozenset(range(steps - skipped, steps))))
+        cheat("skip-1-step", go(skip=frozenset({rng.randrange(steps)})))
+        update = replay.params - c0.params
+        noise = torch.randn(update.shape, generator=torch.Generator().manual_seed(rng.randrange(2**31)))
+        cheat("noise", with_params(replay, c0.params + noise * (update.norm() / noise.norm())))
+        for f in (1.01, 1.1):
+            cheat(f"scale-x{f}", with_params(replay, c0.params + f * update))
+    return {
+        "model": setup.name + " " + json.dumps(setup.model_config, sort_keys=True),
+        "numel": setup.layout.numel,
+        "steps": steps,
+        "samples": len(segs),
+        "fresh_samples": fresh,
+        "torch": torch.__version__,
+        "machine": platform.processor() or platform.machine(),
+        "kernels": {r["requested"]: r["kernels"] for r in runs},
+        "derivation_exact": derivation_exact,
+        "envelope": {
+            "weight_rel_l2": model.weight_bound(steps),
+            "weight_rel_l2_first_step": model.weight_bound(steps, first_step=True),
+            "weight_rel_l2_tensor": model.tensor_bound(steps),
+            "weight_max_abs_lr": model.max_abs_lr,
+            "moments_rel_l2": model.moment_bound(steps),
+        },
+        "honest": {
+            n: {
+                "replays": len(t.distances),
+                "bit_exact": bit_exact[n],
+                "false_convictions": t.outside,
+                "max": t.maxima(),
+            }
+            for n, t in honest.items()
+        },
+        "cheats": {n: {"detection_rate": t.outside / len(t.distances), "min": t.minima()} for n, t in cheats.items()},
+        "seconds": round(time.perf_counter() - began, 1),
+    }
+
+
+def print_cpu_capabilities(report: dict[str, Any]) -> None:
+    env = report["envelope"]
+    print(
+        f"\nCPU kernels, {report['model'].split()[0]} model, {report['numel']} parameters, segments of "
+        f"{report['steps']} steps, {report['samples']} samples; kernels: "
+        + ", ".join(f"{k}={v}" for k, v in report["kernels"].items())
+    )
+    print(
+        f"envelope: weights {env['weight_rel_l2']:.4f} (first step {env['weight_rel_l2_first_step']:.4f}), per tensor "
+        f"{env['weight_rel_l2_tensor']:.4f}, max-abs {env['weight_max_abs_lr']:.2f}, "
+        f"moments {env['moments_rel_l2']:.4f}; "
+        f"derivation bit-exact across kernels: {report['derivation_exact']}"
+    )
+    print(
+        f"{'honest trainer->referee':<24}{'bit-exact':>10}{'convicted':>10}{'w-L2':>11}{'w-tensor':>11}"
+        f"{'max-abs':>11}{'m1-L2':>11}{'m2-L2':>11}   (maxima)"
+    )
+    for n, h in report["honest"].items():
+        m = h["max"]
+        print(
+            f"{n:<24}{h['bit_exact']:>7}/{h['replays']:<2}{h['false_convictions']:>10}{m['weight_rel_l2']:>11.3g}"
+            f"{m['weight_rel_l2_tensor']:>11.3g}{m['weight_max_abs_lr']:>11.3g}{m['exp_avg_rel_l2']:>11.3g}{m['exp_avg_sq_rel_l2']:>11.3g}"
+        )
+    print(f"{'cheat':<24}{'detected':>10}{'w-L2 min':>11}{'w-tensor min':>13}")
+    for n, c in report["cheats"].items():
+        m = c["min"]
+        print(f"{n:<24}{c['detection_rate']:>10.0%}{m['weight_rel_l2']:>11.3g}{m['weight_rel_l2_tensor']:>13.3g}")
+
+
 def main(argv: Sequence[str] | None = None, *, out: Callable[[dict[str, Any]], None] = print_table) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="segments of 10 steps only, 50 samples (< 5 min)")
@@ -417,8 +595,29 @@ def main(argv: Sequence[str] | None = None, *, out: Callable[[dict[str, Any]], N
         help="demo (default), the e2e's tiny, the demo's shape as gpt2 / qwen2, the tiny one as tiny-gpt2 / tiny-qwen2",
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the report as JSON here")
+    parser.add_argument(
+        "--cpu-capabilities",
+        action="store_true",
+        help="honest fp32 replays on AVX-512 / AVX2 / scalar kernels against each other and the cheats (one length)",
+    )
+    parser.add_argument("--isa-worker", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if args.isa_worker is not None:
+        isa_worker(args.isa_worker, args.model)
+        return 0
+    if args.cpu_capabilities:
+        steps = (args.steps or [4 if args.model.startswith("tiny") else PLAN.checkpoint_interval])[0]
+        report = run_cpu_capabilities(args.model, steps, args.samples or 20, DEFAULT_VERIFICATION.tolerance)
+        print_cpu_capabilities(report)
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(report, indent=2))
+        honest_ok = all(h["false_convictions"] == 0 for h in report["honest"].values())
+        cheats_ok = all(
+            report["cheats"][n]["detection_rate"] >= REQUIRED_DETECTION for n in ("lazy-50%", "lazy-10%", "noise")
+        )
+        return 0 if honest_ok and cheats_ok and report["derivation_exact"] else 1
     samples = args.samples or (REQUIRED_HONEST if args.quick else 100)
     default_steps = [4] if args.model.startswith("tiny") else [PLAN.checkpoint_interval] if args.quick else [4, 10, 20]
     steps = args.steps or default_steps

@@ -133,7 +133,8 @@ class FraudRecord:
     agent_exit_codes: dict[str, int | None]
     finalized_in: dict[int, bytes] = field(default_factory=dict)  # round -> hash of its RoundFinalized block
     challenger_logs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # witness name -> challenges.jsonl
-    # witness name -> its log lines of tolerant comparisons (a segment of a trainer of another device class)
+    # witness name -> its log lines of tolerant comparisons (a segment of a trainer of another device class,
+    # or one whose bit-exact replay missed)
     tolerant_comparisons: dict[str, list[str]] = field(default_factory=dict)
 
     def name(self, address: str) -> str:
@@ -474,8 +475,12 @@ def check_other_precisions_spared(record: FraudRecord, scenario: Scenario, plan:
     segments = -(-plan.inner_steps // plan.checkpoint_interval)
     honest_witnesses = [n for n in record.tolerant_comparisons if n not in scenario.misbehave]
     for witness in honest_witnesses:
-        lines = record.tolerant_comparisons[witness]
-        # the culprit trains in fp32 (compared exactly): every tolerant comparison is the bf16 trainer's
+        every = record.tolerant_comparisons[witness]
+        # the fp32 trainers' segments are replayed bit-exactly first; only a replay that misses the
+        # hash (the culprit's, one on a shard set that was not the trainer's, or other CPU kernels)
+        # is compared against the envelope: every other tolerant comparison is the bf16 trainer's
+        assert all("not_bit_exact=True" in x for x in every if "trainer_class=cpu-fp32" in x), every
+        lines = [x for x in every if "trainer_class=cpu-fp32" not in x]
         assert len(lines) >= segments * len(scenario.dtypes), (witness, lines)
         assert all("trainer_class=cpu-bf16" in x and "referee_class=cpu-fp32" in x for x in lines), lines
         # Outside the envelope only on a candidate shard set that was not the trainer's (its shards

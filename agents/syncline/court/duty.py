@@ -1,8 +1,9 @@
 """A witness's duties toward the court: referee training-fraud claims against its task.
 
 For every open training-fraud challenge on the task, the witness re-executes the named segment
-from the trainer's published checkpoint on CPU in fp32 (bit-exact against a ``cpu-fp32`` trainer,
-against the spec's honest-divergence envelope for any other declared device class) and votes
+from the trainer's published checkpoint on CPU in fp32 (a bit-exact match with a ``cpu-fp32``
+trainer acquits; anything else, another declared device class or other CPU kernels, is judged
+against the spec's honest-divergence envelope) and votes
 guilty or innocent. A witness
 whose own bond was slashed cannot referee (the contract refuses it), and a vote it already cast is
 never sent twice.

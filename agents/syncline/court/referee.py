@@ -7,10 +7,13 @@ the hashes of checkpoints ``c_0 .. c_S``, see :mod:`syncline.protocol.checkpoint
   committed root), re-run steps ``[s * interval, min((s + 1) * interval, H))`` on the trainer's
   shards with the trainer's batches on the referee's own device (:class:`RefereeDevice`), and
   compare the result with ``c_{s+1}`` (when its shards were reassigned while the round was open, a
-  replay on any set it held counts). The comparison is exact (hash against ``hash(c_{s+1})``)
-  when ``c_s`` declares the referee's device class and deterministic mode; otherwise the referee
-  fetches ``c_{s+1}`` and accepts it when its distance lies inside the spec's honest-divergence
-  envelope (:mod:`syncline.protocol.tolerance`). A ``c_s`` declaring a device class the spec's
+  replay on any set it held counts). When ``c_s`` declares the referee's device class and
+  deterministic mode the replay runs in the trainer's precision and a bit-exact match (hash
+  against ``hash(c_{s+1})``) is sufficient for innocence, never necessary: the same class runs
+  other kernels on another CPU instruction set (AVX-512, AVX2, scalar) or torch build. Every replay
+  that does not match bit for bit -- that one, or one on another device class -- fetches
+  ``c_{s+1}`` and accepts it when its distance lies inside the spec's honest-divergence envelope
+  (:mod:`syncline.protocol.tolerance`). A ``c_s`` declaring a device class the spec's
   verification policy does not allow is guilty: the declaration is in the checkpoint's header,
   bound by the committed root. Segment 0 also checks that ``c_0`` holds the round's start weights.
 * ``s == S`` (derivation): fetch ``c_S`` and check that the committed payload hash and chunk root
@@ -100,10 +103,26 @@ class RefereeDevice:
     def device_class(self) -> str:
         return f"{self.device}-{self.dtype}"
 
+    @property
+    def kernels(self) -> str:
+        """The kernels this referee's replays run: on CPU the instruction set ATen dispatches to
+        (``AVX512``, ``AVX2``, ``DEFAULT`` = scalar; ``ATEN_CPU_CAPABILITY`` lowers it) and the
+        torch version; logged with every tolerant comparison and named in its verdict."""
+        return kernel_description(self.device)
+
     def replays_exactly(self, ckpt: Checkpoint) -> bool:
-        """Whether a replay here reproduces ``ckpt``'s trainer bit for bit: same device class and
-        both deterministic (CPU always is)."""
+        """Whether a replay here may reproduce ``ckpt``'s trainer bit for bit: same device class
+        and both deterministic (CPU always is). Then a hash match is sufficient for innocence, but
+        never required: the same class runs other kernels on another instruction set or torch
+        build, so a replay that misses the hash is judged against the envelope like any other."""
         return ckpt.device_class == self.device_class and ckpt.deterministic and self.deterministic
+
+
+def kernel_description(device: str = "cpu") -> str:
+    """``cpu AVX512 kernels, torch 2.x``: what decides bit-exactness besides the device class."""
+    if device == "cpu":
+        return f"{torch.backends.cpu.get_cpu_capability()} kernels, torch {torch.__version__}"
+    return f"{device}, torch {torch.__version__}"
 
 
 CPU_FP32 = RefereeDevice()
@@ -372,13 +391,13 @@ def _check_training(
         if noise is None or noise.segment.segment != segment:
             return _undecided(segment, total, f"{PRIVATE_UNREVEALED} the noise seed of {segment} is not revealed")
         seed = noise.batch_seed
+    # Same class and deterministic: replay in the trainer's own precision, and a bit-exact match
+    # is sufficient for innocence. It is never necessary: the same class on another machine runs
+    # other kernels (ATen dispatches on the CPU's instruction set: AVX-512, AVX2 or scalar; other
+    # torch or BLAS builds), so a replay that misses the hash falls back to the envelope, exactly
+    # like a replay of another device class.
     exact = inputs.referee.replays_exactly(ckpt)
     claimed: Checkpoint | None = None
-    if not exact:
-        loaded = _load(manifest, segment + 1, fetch, inputs.layout, total)
-        if not isinstance(loaded, Checkpoint):
-            return dataclasses.replace(loaded, segment=segment)
-        claimed = loaded
     closest = ""
     shard_sets = (inputs.shards, *inputs.other_shards)
     for shard_set, shards in enumerate(shard_sets):
@@ -400,16 +419,23 @@ def _check_training(
             )
         except CheckpointError as exc:  # e.g. a generator state torch refuses
             return _guilty(segment, total, f"checkpoint {segment} cannot be replayed: {_one_line(exc)}")
-        if claimed is None:
-            if checkpoint_hash(replayed) == manifest.hashes[segment + 1]:
-                return Verdict(segment, total, False, f"steps {start}..{stop - 1} re-run bit-exactly")
-            continue
+        if exact and checkpoint_hash(replayed) == manifest.hashes[segment + 1]:
+            return Verdict(segment, total, False, f"steps {start}..{stop - 1} re-run bit-exactly")
+        if claimed is None:  # fetched only when the hash alone does not decide
+            loaded = _load(manifest, segment + 1, fetch, inputs.layout, total)
+            if not isinstance(loaded, Checkpoint):
+                return dataclasses.replace(loaded, segment=segment)
+            claimed = loaded
         verdict = compare(ckpt, claimed, Checkpoint.from_bytes(replayed), inputs.layout, inputs.policy.tolerance)
         log.info(
             "referee.tolerant_comparison",
             segment=segment,
             trainer_class=ckpt.device_class,
             referee_class=inputs.referee.device_class,
+            referee_kernels=inputs.referee.kernels,
+            # the same class whose bit-exact replay missed (another instruction set or build), or
+            # another class (no bit-exact replay is attempted)
+            not_bit_exact=exact,
             within=verdict.within,
             # with several candidate shard sets (a reassignment while the round was open) only
             # one is the trainer's: the others are expected to fall outside the envelope
@@ -418,12 +444,13 @@ def _check_training(
             **verdict.distance.to_mapping(),
         )
         if verdict.within:
+            how = "not bit-exactly, " if exact else ""
             return Verdict(
                 segment,
                 total,
                 False,
-                f"steps {start}..{stop - 1} re-run on {inputs.referee.device_class} against the trainer's "
-                f"{ckpt.device_class}: {verdict.reason}",
+                f"steps {start}..{stop - 1} re-run on {inputs.referee.device_class} ({inputs.referee.kernels}) "
+                f"against the trainer's {ckpt.device_class}: {how}{verdict.reason}",
             )
         closest = closest or f": {verdict.reason}"
     return _guilty(

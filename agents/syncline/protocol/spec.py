@@ -398,8 +398,9 @@ class VerificationPolicy:
 
     ``device_classes``: what trainers may declare in their checkpoints (a checkpoint declaring
     another class is guilty: the declaration is bound by the committed checkpoint root).
-    ``tolerance``: the envelope used when the referee's device class or deterministic mode differs
-    from the trainer's; equal ones compare bit for bit.
+    ``tolerance``: the envelope a re-executed segment is judged by unless it replays bit for bit
+    (a referee of the trainer's own device class and deterministic mode tries that first; other
+    CPU kernels or torch builds miss it, docs/protocol.md §13.6).
     ``checkpoints``: ``eager`` (every checkpoint is uploaded with the commitment) or ``on-demand``
     (only the manifest; a segment's checkpoints when the committee's draw or a claim asks, see
     :mod:`syncline.protocol.spot_checks`). ``spot_check_rate``: the draw's rate (on-demand only;

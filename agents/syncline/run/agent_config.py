@@ -95,7 +95,7 @@ class AgentConfig:
     dtype: str = "fp32"
     gradient_checkpointing: bool = False
     # CUDA deterministic mode (torch.use_deterministic_algorithms, CUBLAS_WORKSPACE_CONFIG): the
-    # checkpoints declare it, and a referee of the same device class then compares bit for bit
+    # checkpoints declare it, and a referee of the same device class then tries a bit-exact replay first
     deterministic: bool = False
     threads: int | None = None
     # Early close: once every active trainer committed, train the next round from the state its

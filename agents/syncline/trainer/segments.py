@@ -4,8 +4,9 @@ The trainer runs :meth:`InnerLoop.run` with ``checkpoint_interval`` and derives 
 :func:`encode_payload`; a referee re-runs one training segment with :func:`replay_segment` (a fresh
 loop configured from the checkpoint itself, in the checkpoint's precision or the referee's own) or
 redoes the derivation with :func:`derive_payload`. Both sides use the same functions, so a CPU
-trainer's commitments are reproduced bit for bit on CPU (same torch build, same thread count, which
-the checkpoint records); another device class is compared against the spec's tolerance.
+trainer's commitments are reproduced bit for bit on CPU with the same kernels (instruction set
+and torch build) and thread count (which the checkpoint records); the derivation on any CPU. A
+replay that misses, or of another device class, is compared against the spec's tolerance.
 """
 
 from __future__ import annotations
