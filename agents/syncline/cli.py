@@ -27,7 +27,7 @@ import yaml
 
 from syncline.chain import enrollment, keys
 from syncline.chain.deployment import Deployment, deploy_market
-from syncline.chain.devnet import ANVIL, DevnetHome, local_devnet, start_anvil
+from syncline.chain.devnet import ANVIL, DEFAULT_DEVNET_CLOCK_SPEED, DevnetHome, local_devnet, start_anvil
 from syncline.chain.market import SPEC_MAX_TRAINERS, SPEC_MIN_TRAINERS, SPEC_ROUNDS, MarketClient, TaskView
 from syncline.chain.probe import check_market
 from syncline.chain.rpc import http_web3
@@ -108,7 +108,7 @@ def market_from_args(args: argparse.Namespace) -> MarketClient:
 
 def cmd_devnet_up(args: argparse.Namespace) -> int:
     """Start the devnet, or restart whichever of its services died (same port, same state)."""
-    deployment, blob_url, started = DevnetHome(devnet_dir()).up(port=args.port)
+    deployment, blob_url, started = DevnetHome(devnet_dir()).up(port=args.port, clock_speed=args.clock_speed)
     if started:
         log.info(
             "devnet.up",
@@ -1125,6 +1125,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     up.add_argument(
         "--port", type=int, default=None, help="anvil's JSON-RPC port (default: 8545, or the port it ran on before)"
+    )
+    up.add_argument(
+        "--clock-speed",
+        type=float,
+        default=DEFAULT_DEVNET_CLOCK_SPEED,
+        help="the devnet's chain time runs this many times the wall's, so production windows (a "
+        f"15-minute challenge window) pass in seconds (default {DEFAULT_DEVNET_CLOCK_SPEED:g}; 1: the wall's pace)",
     )
     up.set_defaults(func=cmd_devnet_up)
     dsub.add_parser("down", help="stop the devnet and discard its chain").set_defaults(func=cmd_devnet_down)

@@ -27,6 +27,9 @@ interface ISynclineEvents {
     /// @notice A duration (or the enrollment deadline's distance from now) exceeds `max` seconds;
     /// bounded so that deadline arithmetic can never overflow and lock the escrow.
     error SynclineWindowTooLong(string field, uint256 value, uint256 max);
+    /// @notice A window is shorter than `min` seconds: an honest party could not meet it (the
+    /// challenge window: `MIN_CHALLENGE_WINDOW`).
+    error SynclineWindowTooShort(string field, uint256 value, uint256 min);
     /// @notice Slash fraction above 100%.
     error SynclineSlashBpsTooHigh(uint16 bps);
     /// @notice Only 8- or 16-bit gradient quantization is defined.

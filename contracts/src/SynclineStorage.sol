@@ -38,6 +38,14 @@ abstract contract SynclineStorage is ISynclineEvents, ReentrancyGuard, EIP712 {
     uint64 internal constant ROUND_EXTENSION = 3;
     /// @notice Longest round duration, grace window, challenge window or enrollment period.
     uint64 public constant MAX_WINDOW = 365 days;
+    /// @notice The shortest challenge window a task may set. An accused trainer answers a claim
+    /// within half of it (5 minutes at the minimum), and the committee escalates an undelivered
+    /// spot check half of it after the round closed: long enough for an honest agent behind a GC
+    /// pause, a slow disk, a restart or a congested mempool, and for checkpoints of a large model
+    /// to be uploaded. A devnet demo passes it quickly with a fast clock (`DevnetClock`), never by
+    /// a shorter window.
+    /// (internal: the modules are at their size limit; `docs/protocol.md` states the value.)
+    uint64 internal constant MIN_CHALLENGE_WINDOW = 10 minutes;
     /// @notice Share of a proven fault's slash paid to the challenger, in basis points; the rest
     /// goes to the task's reward pool.
     uint256 public constant CHALLENGER_SHARE_BPS = 5_000;

@@ -167,6 +167,9 @@ abstract contract TaskEscrow is ISynclineMarket, SynclineStorage {
         if (spec.challengeWindow > MAX_WINDOW) {
             revert SynclineWindowTooLong("challengeWindow", spec.challengeWindow, MAX_WINDOW);
         }
+        if (spec.challengeWindow < MIN_CHALLENGE_WINDOW) {
+            revert SynclineWindowTooShort("challengeWindow", spec.challengeWindow, MIN_CHALLENGE_WINDOW);
+        }
         if (spec.evictionSlashBps > TierPolicy.BPS) revert SynclineSlashBpsTooHigh(spec.evictionSlashBps);
         if (spec.gradientBits != 8 && spec.gradientBits != 16) revert SynclineUnsupportedGradientBits(spec.gradientBits);
         if (!TierPolicy.admits(spec.tier, spec.rule)) revert SynclineRuleNotAdmitted(spec.tier, spec.rule);

@@ -1087,10 +1087,33 @@ contract TaskEscrowTest is SynclineTest {
             _expectSpecRevert(s, _windowTooLong("graceWindow", s.graceWindow));
         } else if (s.challengeWindow > max) {
             _expectSpecRevert(s, _windowTooLong("challengeWindow", s.challengeWindow));
+        } else if (s.challengeWindow < MIN_CHALLENGE_WINDOW) {
+            _expectSpecRevert(s, _windowTooShort(s.challengeWindow));
         } else {
             uint256 id = _post(s, POOL);
             vm.assertEq(uint256(market.getSpec(id).challengeWindow), s.challengeWindow, "stored");
         }
+    }
+
+    /// @dev Issue 27 item 5: a window an honest party cannot meet is refused. With 0, 1 or 5 s (all
+    /// accepted before), a paused trainer lost its stake to a claim it had no time to answer.
+    function test_postTask_challengeWindowBelowMinimum_reverts() public {
+        uint64[4] memory tooShort = [uint64(0), 1, 5, MIN_CHALLENGE_WINDOW - 1];
+        for (uint256 i = 0; i < tooShort.length; ++i) {
+            TaskSpec memory s = _defaultSpec();
+            s.challengeWindow = tooShort[i];
+            _expectSpecRevert(s, _windowTooShort(tooShort[i]));
+        }
+        TaskSpec memory ok = _defaultSpec();
+        ok.challengeWindow = MIN_CHALLENGE_WINDOW;
+        uint256 id = _post(ok, POOL);
+        vm.assertEq(uint256(market.getSpec(id).challengeWindow), MIN_CHALLENGE_WINDOW, "the minimum is accepted");
+    }
+
+    function _windowTooShort(uint256 value) internal pure returns (bytes memory) {
+        return abi.encodeWithSelector(
+            ISynclineEvents.SynclineWindowTooShort.selector, "challengeWindow", value, MIN_CHALLENGE_WINDOW
+        );
     }
 
     /// @dev The longest windows the market accepts still run to completion: no deadline overflows.

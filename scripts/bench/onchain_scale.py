@@ -44,6 +44,7 @@ from typing import Any
 
 from syncline.chain.market import MarketClient
 from syncline.demo.training_run import DemoPlan, TrainingDemo
+from syncline.protocol.spec import MIN_CHALLENGE_WINDOW_S
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS: dict[str, dict[str, int]] = {
@@ -198,7 +199,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         checkpoint_interval=0,  # one segment: c_0 and c_H
         round_duration_s=args.round_duration,
         grace_window_s=args.grace,
-        challenge_window_s=5,
+        challenge_window_s=MIN_CHALLENGE_WINDOW_S,
+        # the rounds are timed against real training (minutes at 120M parameters): real time by
+        # default, so the seal waits the whole (minimum) challenge window after the last round
+        clock_speed=args.clock_speed,
         vocab_size=shape["vocab"],
         seq_len=args.seq_len,
         batch_size=args.batch_size,
@@ -331,6 +335,9 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--round-duration", type=int, default=420, help="round_duration_s of the task")
     parser.add_argument("--grace", type=int, default=900, help="grace_window_s (witness work after the deadline)")
+    parser.add_argument(
+        "--clock-speed", type=float, default=1.0, help="devnet clock speed (1: real time; DemoPlan.clock_speed)"
+    )
     parser.add_argument("--eval-batches", type=int, default=2, help="validation batches (x16 windows) per round")
     parser.add_argument("--state-on-disk", default="auto", choices=("auto", "on", "off"))
     parser.add_argument("--timeout", type=float, default=5400.0)

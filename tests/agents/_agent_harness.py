@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import signal
 import subprocess
@@ -30,7 +31,7 @@ from eth_utils import keccak
 
 from syncline.blobstore import BlobService, BlobStore, HttpBlobStore, LocalBlobStore
 from syncline.chain.deployment import Deployment, deploy_market
-from syncline.chain.devnet import Devnet, chain_time, start_anvil
+from syncline.chain.devnet import Devnet, DevnetClock, chain_time, start_anvil
 from syncline.chain.keys import Signer, from_private_key
 from syncline.chain.market import MarketClient, RoundView, TaskView, WitnessView
 from syncline.court.referee import Claim, find_manifest
@@ -38,6 +39,7 @@ from syncline.demo.trainer_setup import TINY_MODEL
 from syncline.demo.training_run import AgentProcess, DemoPlan, TrainingDemo
 from syncline.protocol.checkpoints import CheckpointManifest, manifest_alias
 from syncline.protocol.seeds import round_seed
+from syncline.protocol.spec import MIN_CHALLENGE_WINDOW_S
 from syncline.protocol.state import TrainingState
 from syncline.protocol.sync_round import CommittedSubmission, RoundResult
 from syncline.run.agent_config import InnerOptimizerConfig
@@ -48,6 +50,8 @@ from syncline.sponsor.task_defaults import default_task
 from syncline.trainer.inner_loop import InnerLoop, replay_environment
 from syncline.trainer.segments import encode_payload
 
+CLOCK_SPEED = 60.0
+"""How much faster than the wall the agent tests' devnet clock runs (``DevnetClock``)."""
 SHARD_COUNT = 6
 VOCAB_SIZE = 512
 SEQ_LEN = 32
@@ -60,16 +64,21 @@ def tiny_plan(**overrides: Any) -> DemoPlan:
 
     Round timing: agents are separate processes that need ~5-10 s to import torch/transformers,
     but round 0 only opens when the third trainer enrolls, i.e. after the trainers have loaded.
-    A trainer then needs ~1-2 s per round (sync, 8 steps, commit), so 10 s rounds leave a wide
-    margin on a loaded 2-core box; the grace window (carry-forward) is far beyond a witness vote.
+    A trainer then needs ~1-2 s per round (sync, 8 steps, commit). The windows are production
+    ones (the contract's minimum challenge window, 600 s) on a devnet clock running 60 times
+    faster than the wall's (``clock_speed``): a round's deadline is 10 s of wall time away (a
+    wide margin on a loaded 2-core box), a claim's response window 5 s, the seal 10 s after the
+    last round; the grace window (carry-forward) is far beyond a witness vote.
     """
     values: dict[str, Any] = {
         "rounds": 3,
         "inner_steps": 8,
         "checkpoint_interval": 4,
+        "clock_speed": CLOCK_SPEED,
         "round_duration_s": 10,
         "grace_window_s": 40,
         "challenge_window_s": 2,
+        "enrollment_window_s": 300,
         "trainers": 3,
         "witnesses": 3,
         "threshold": 2,
@@ -82,6 +91,12 @@ def tiny_plan(**overrides: Any) -> DemoPlan:
         "timeout_s": 240.0,
     }
     values.update(overrides)
+    # The windows above and in ``overrides`` are in seconds of WALL time; the task gets them in
+    # chain seconds on the fast clock, the challenge window at least the contract's minimum.
+    speed = float(values["clock_speed"])
+    for name in ("round_duration_s", "grace_window_s", "challenge_window_s", "enrollment_window_s"):
+        values[name] = math.ceil(values[name] * speed)
+    values["challenge_window_s"] = max(MIN_CHALLENGE_WINDOW_S, values["challenge_window_s"])
     return DemoPlan(**values)
 
 
@@ -254,8 +269,8 @@ class RecordingDemo(TrainingDemo):
 
     record: RunRecord | None = None
 
-    def _run(self, devnet: Devnet, blob_url: str, started: float) -> Any:
-        receipt = super()._run(devnet, blob_url, started)
+    def _run(self, devnet: Devnet, blob_url: str, started: float, clock: DevnetClock) -> Any:
+        receipt = super()._run(devnet, blob_url, started, clock)
         market = MarketClient.from_deployment(Deployment.read(self.workdir / "deployment.json"), devnet.web3())
         accounts = [from_private_key(k).address for k in devnet.private_keys()]
         self.record = capture_run(market, HttpBlobStore(blob_url), receipt.task_id, accounts)
@@ -321,6 +336,7 @@ class ManualRun:
             model=self.plan.model,
         )
         self.task_id, _ = self.market.post_task(self.sponsor, published.spec, published.spec_uri)
+        self._stack.enter_context(DevnetClock(self.w3, self.plan.clock_speed))
         self.accounts = [from_private_key(k).address for k in keys]
         for role, role_keys in (("trainer", trainer_keys), ("witness", witness_keys)):
             for i, key in enumerate(role_keys):

@@ -42,7 +42,9 @@ OUTAGE_AFTER_DEADLINE_S = 16
 OLD_BREAKER_FAILURES, POLL_S = 20, 0.5
 # The witnesses wait for the round deadline (no early close), so the outage can begin after a
 # round's three commits and before anyone fetched them.
-PLAN = tiny_plan(round_duration_s=10, grace_window_s=75, timeout_s=300.0, witness_vote_early=False)
+# 20 s rounds (wall): the previous round's challenge window (the contract's minimum, 10 s of wall
+# time on the tests' clock) ends well before the outage round's deadline.
+PLAN = tiny_plan(round_duration_s=20, grace_window_s=75, timeout_s=300.0, witness_vote_early=False)
 OUTAGE_ROUND = 1
 
 
@@ -129,7 +131,7 @@ def test_blob_service_outage_mid_run_is_ridden_out(tmp_path: Path, state_env: Pa
 
         # -------------------------------------------------- the outage
         run.blob_process.kill()
-        back_at = deadline + OUTAGE_AFTER_DEADLINE_S
+        back_at = deadline + int(OUTAGE_AFTER_DEADLINE_S * PLAN.clock_speed)  # 16 s of wall time
         assert back_at - deadline >= OLD_BREAKER_FAILURES * POLL_S + 5
         wait_for(lambda: run.now() >= back_at, timeout_s=PLAN.round_duration_s + 30, what="the end of the outage")
         assert m.round(task, OUTAGE_ROUND).status == RoundStatus.PENDING, "a round closed without its payloads"

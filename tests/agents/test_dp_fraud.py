@@ -39,9 +39,6 @@ CHEAT = dataclasses.replace(
     checkpoints="on-demand",
     spot_check_rate=1.0,
     misbehave={"trainer-2": "other-noise"},
-    # the committee's audit of a round (fetch, unseal, replay three drawn segments) must end within
-    # the challenge window: the demo's 5 s was missed once on a loaded 2-core machine (load ~6)
-    challenge_window_s=15,
 )
 
 

@@ -42,7 +42,7 @@ import pytest
 from web3 import Web3
 
 from syncline.chain.deployment import Deployment
-from syncline.chain.devnet import Devnet
+from syncline.chain.devnet import Devnet, DevnetClock
 from syncline.chain.market import ChallengeView, MarketClient, RoundView, TrainerView, WitnessView
 from syncline.demo.fraud import FraudReport, check_report, collect_report
 from syncline.demo.scenarios import SCENARIOS, Scenario
@@ -221,8 +221,8 @@ class FraudDemo(TrainingDemo):
         self.report = collect_report(self.scenario_name, market, task_id, names)
         self.names = names
 
-    def _run(self, devnet: Devnet, blob_url: str, started: float) -> TrainingReceipt:
-        receipt = super()._run(devnet, blob_url, started)
+    def _run(self, devnet: Devnet, blob_url: str, started: float, clock: DevnetClock) -> TrainingReceipt:
+        receipt = super()._run(devnet, blob_url, started, clock)
         market = MarketClient.from_deployment(Deployment.read(self.workdir / "deployment.json"), devnet.web3())
         self.record = self._capture(market, receipt.task_id)
         return receipt

@@ -30,7 +30,7 @@ from tokenizers import Tokenizer
 from sponsor._pretrained_models import build_pretrained, pretrain, save_tokenizer
 from syncline.blobstore import BlobService, HttpBlobStore, LocalBlobStore
 from syncline.chain.deployment import compile_contracts, deploy_market
-from syncline.chain.devnet import chain_time, start_anvil
+from syncline.chain.devnet import DevnetClock, chain_time, start_anvil
 from syncline.chain.keys import from_private_key
 from syncline.chain.market import MarketClient
 from syncline.court.referee import Verdict, referee_segment
@@ -95,6 +95,7 @@ def _run_market(
         service = BlobService(LocalBlobStore(workdir / "blobs"), host="127.0.0.1", port=0)
         service.start()
         demo = TrainingDemo(workdir, plan)
+        clock = DevnetClock(devnet.web3(), plan.clock_speed)
         try:
             keys = devnet.private_keys()
             w3 = devnet.web3()
@@ -102,7 +103,7 @@ def _run_market(
             market = MarketClient.from_deployment(deployment, w3)
             witness_keys = keys[4:7]
             spec = {**default_task(plan, [from_private_key(k).address for k in witness_keys], chain_time(w3)), **task}
-            spec["enrollment_deadline"] = "+600"
+            spec["enrollment_deadline"] = f"+{plan.enrollment_window_s}"
             (sponsor / "task.yaml").write_text(yaml.safe_dump(spec))
             command = [
                 *("train", "post-task", "--spec", str(sponsor / "task.yaml")),
@@ -119,6 +120,7 @@ def _run_market(
             assert posted.returncode == 0, posted.stderr[-3000:]
             task_id = json.loads(posted.stdout)["task_id"]
             ctx = TaskContext.load(market, HttpBlobStore(service.url), task_id)
+            clock.start()  # tiny_plan's windows pass on the devnet's fast clock
             started = time.monotonic()
             for i, key in enumerate(keys[1:4]):
                 demo._spawn("trainer", i, key, task_id, deployment, service.url)
@@ -133,6 +135,7 @@ def _run_market(
             during(market, ctx)
             return market, ctx, losses
         finally:
+            clock.stop()
             demo._stop_agents()
             service.stop()
 

@@ -47,8 +47,9 @@ def short_task(tmp: Path) -> Path:
         rounds=2,
         inner_steps=8,
         checkpoint_interval=4,
-        round_duration_s=15,
-        challenge_window_s=2,
+        # chain seconds; `devnet up`'s clock runs 30 times the wall's: 15 s rounds, a 20 s window
+        round_duration_s=450,
+        challenge_window_s=600,
         dataset_source={
             "corpus": "shakespeare",
             "shard_count": SHARD_COUNT,

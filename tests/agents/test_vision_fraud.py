@@ -27,9 +27,10 @@ def test_a_lazy_vision_trainer_is_slashed_and_an_honest_bf16_one_is_not(state_en
         rounds=2,
         inner_steps=8,
         checkpoint_interval=4,
-        round_duration_s=10,
-        grace_window_s=40,
-        challenge_window_s=10,
+        # on the demo's clock (30 times the wall's): 10 s rounds, a 40 s grace, a 20 s challenge window
+        round_duration_s=300,
+        grace_window_s=1200,
+        challenge_window_s=600,
         training_checks="all",
         checkpoints=scenario.checkpoints,  # eager: every segment's checkpoints come with the commitment
         spot_check_rate=scenario.spot_check_rate,

@@ -28,6 +28,7 @@ from syncline.chain.devnet import (
     DEVNET_CHAIN_ID,
     STATE_DUMP_INTERVAL_S,
     Devnet,
+    DevnetClock,
     chain_time,
     increase_time,
     is_running,
@@ -297,7 +298,7 @@ def _kill(pid: int) -> None:
 def test_devnet_status_reports_a_dead_blob_service_and_up_restarts_it(devnet_env: dict[str, str]) -> None:
     assert _devnet_cli("status", devnet_env)[0] == 3  # nothing running yet: down
     code, first = _devnet_cli("up", devnet_env)
-    assert code == 0 and first["started"] == ["anvil", "blob_service"]
+    assert code == 0 and first["started"] == ["anvil", "blob_service", "clock"]
     code, status = _devnet_cli("status", devnet_env)
     assert code == 0 and status["state"] == "up" and status["running"] is True
     services = status["services"]
@@ -381,7 +382,7 @@ def test_devnet_up_restarts_a_dead_anvil_from_its_last_state(devnet_env: dict[st
     assert status["services"]["anvil"]["alive"] is False and status["services"]["blob_service"]["answers"] is True
 
     code, again = _devnet_cli("up", devnet_env)
-    assert code == 0 and again["started"] == ["anvil"]
+    assert code == 0 and again["started"] == ["anvil", "clock"]
     assert (again["rpc_url"], again["market"], again["blob_store"]) == (
         first["rpc_url"],
         first["market"],
@@ -397,6 +398,24 @@ def test_devnet_up_restarts_a_dead_anvil_from_its_last_state(devnet_env: dict[st
     code, status = _devnet_cli("status", devnet_env)
     assert code == 3 and status["state"] == "down" and status["running"] is False
     code, fresh = _devnet_cli("up", devnet_env)
-    assert code == 0 and fresh["started"] == ["anvil", "blob_service"]
+    assert code == 0 and fresh["started"] == ["anvil", "blob_service", "clock"]
     w3 = Web3(Web3.HTTPProvider(fresh["rpc_url"]))
     assert w3.eth.get_balance(receiver.address) == balance0
+
+
+@pytest.mark.chain
+def test_devnet_clock_runs_chain_time_faster_than_the_wall(tmp_path: Path) -> None:
+    """Issue 27 item 5: production windows (minutes) pass in seconds of wall time on a devnet
+    because its clock runs faster, never because the windows are short."""
+    with start_anvil(tmp_path / "anvil") as net:
+        w3 = net.web3()
+        t0, wall0 = chain_time(w3), time.monotonic()
+        with DevnetClock(w3, 40.0, tick_s=0.1) as clock:
+            time.sleep(1.5)
+        wall = time.monotonic() - wall0
+        advanced = chain_time(w3) - t0
+        assert clock.advanced_s > 0 and not clock.running
+        # 39 chain seconds a wall second on top of the wall's own (ticks lost to the 0.1 s rounding aside)
+        assert 0.6 * 39 * 1.5 <= advanced <= 40 * wall + 2, (advanced, wall)
+    with pytest.raises(ValueError, match="speed"):
+        DevnetClock(w3, 0.5)

@@ -22,23 +22,28 @@ import pytest
 from _standard_rpc import StandardRpcProxy
 
 from syncline.chain.deployment import Deployment
-from syncline.chain.devnet import Devnet, start_anvil
+from syncline.chain.devnet import Devnet, dev_rpc, start_anvil
 from syncline.chain.keys import from_private_key
 from syncline.chain.market import MarketClient
 from syncline.chain.rpc import http_web3
 from syncline.demo.lifecycle import derived_cast, wait_for_chain_time
 from syncline.errors import ChainError
 from syncline.paths import repo_root
+from syncline.protocol.spec import MIN_CHALLENGE_WINDOW_S
 
 pytestmark = [pytest.mark.chain, pytest.mark.slow]
 
-ROUND_S = 6
+ROUND_S = 60
+BLOCK_S = 10
+"""Chain seconds between the second node's blocks (one a wall second): its clock runs 10 times the
+wall's, so the contract's minimum challenge window (600 s) passes in a minute of waiting on it."""
 KEY_ENV = "SYNCLINE_TEST_OTHER_CHAIN_KEY"
 
 
 @pytest.fixture
 def second_node(tmp_path: Path) -> Iterator[Devnet]:
     with start_anvil(tmp_path / "second-anvil", block_time=1) as net:
+        dev_rpc(net.web3(), "anvil_setBlockTimestampInterval", [BLOCK_S])  # set here, not through the proxy
         yield net
 
 
@@ -91,7 +96,7 @@ def test_lifecycle_walkthrough_on_a_node_without_dev_rpcs(second_node: Devnet, t
     assert refused == []  # not one development RPC was even tried
     assert "time.travel" not in demo.stderr and "time.wait" in demo.stderr
     # four round deadlines, a grace window and a challenge window waited on the chain's own clock
-    assert elapsed >= 6 * ROUND_S, elapsed
+    assert elapsed >= (5 * ROUND_S + MIN_CHALLENGE_WINDOW_S) / BLOCK_S, elapsed
 
     extras = json.loads(demo.stdout)  # the receipt, its extras at the top level
     assert extras["status"] == "sealed", extras["status"]

@@ -557,6 +557,7 @@ aggregation: {{rule: trimmed-mean, trim_fraction: 0.25}}
 inner_steps: 10
 rounds: 3
 round_duration_s: 60
+challenge_window_s: 600
 trainer_stake_wei: "1000000000000000000"
 min_trainers: 4
 max_trainers: 4
@@ -577,6 +578,10 @@ witness_bond_wei: 7
     assert (spec.param_count, spec.checkpoint_interval_steps) == (26688, 10)
     assert (spec.witness_bond_wei, spec.challenge_bond_wei) == (7, 0)
     spec.validate(now=OFFLINE_DEADLINE - 600)
+    # the challenge window has no usable default: without it (0) the spec is refused in one line
+    unset = TrainingTaskSpec.from_mapping({**yaml.safe_load(text), "challenge_window_s": 0})
+    with pytest.raises(SpecError, match=r"challenge_window_s=0 is below the contract's minimum of 600 s"):
+        unset.validate(now=OFFLINE_DEADLINE - 600)
 
 
 @pytest.mark.parametrize(

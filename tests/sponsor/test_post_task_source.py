@@ -52,7 +52,7 @@ def _spec_yaml(witnesses: list[Signer], source: dict[str, Any]) -> dict[str, Any
         "rounds": 2,
         "round_duration_s": 300,
         "grace_window_s": 120,
-        "challenge_window_s": 60,
+        "challenge_window_s": 600,
         "trainer_stake_wei": ETH,
         "min_trainers": 3,
         "max_trainers": 3,

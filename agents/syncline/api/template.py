@@ -34,6 +34,7 @@ from syncline.protocol.spec import (
     MAX_TRAINERS,
     MAX_WINDOW_S,
     MAX_WITNESSES,
+    MIN_CHALLENGE_WINDOW_S,
     ONCHAIN_BITS,
     PPM,
 )
@@ -104,6 +105,7 @@ def limits(now: int) -> dict[str, Any]:
         "bps": tier_policy.BPS,
         "max_slash_bps": tier_policy.BPS,
         "max_window_s": MAX_WINDOW_S,
+        "min_challenge_window_s": MIN_CHALLENGE_WINDOW_S,
         "max_trainers": MAX_TRAINERS,
         "max_witnesses": MAX_WITNESSES,
         "max_shards": MAX_SHARDS,
@@ -121,7 +123,6 @@ def limits(now: int) -> dict[str, Any]:
         ],
         "non_negative": [
             "grace_window_s",
-            "challenge_window_s",
             "witness_fee_wei",
             "max_missed_rounds",
             "challenge_bond_wei",

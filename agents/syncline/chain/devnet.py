@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -226,6 +227,74 @@ def increase_time(w3: Web3, seconds: int) -> None:
     dev_rpc(w3, "evm_mine", [])
 
 
+class DevnetClock:
+    """A local devnet's fast clock: the chain's time runs ``speed`` times faster than the wall's.
+
+    Production windows (minutes: ``MIN_CHALLENGE_WINDOW_S`` and up) are what a demo or a test must
+    run with; this is how they pass in seconds of wall time. Every ``tick_s`` of wall time a
+    background thread moves the chain clock forward by ``(speed - 1) * tick_s`` seconds and mines
+    a block (``evm_increaseTime`` + ``evm_mine``), so deadlines arrive ``speed`` times sooner while
+    every agent keeps reading time from the chain (``pending_time``), as it does on a real chain.
+    An agent then has ``window / speed`` seconds of wall time for a window: choose ``speed`` so
+    that stays well above what it needs (the demo: a 15-minute challenge window in 30 s).
+
+    Only for a development node the demo or a test started itself: any error from the node stops
+    the clock (logged once), never the run.
+    """
+
+    def __init__(self, w3: Web3, speed: float, *, tick_s: float = 0.25):
+        if not (speed >= 1.0 and tick_s > 0):
+            raise ValueError(f"clock speed must be >= 1 and tick > 0, got speed={speed!r} tick={tick_s!r}")
+        self.w3 = w3
+        self.speed = float(speed)
+        self.tick_s = float(tick_s)
+        self.advanced_s = 0
+        self._owed = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> DevnetClock:
+        if self.speed > 1.0 and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="devnet-clock", daemon=True)
+            self._thread.start()
+            log.info("devnet.clock", speed=self.speed, tick_s=self.tick_s)
+        return self
+
+    @property
+    def running(self) -> bool:
+        """Whether the clock's thread is moving the chain's time (False once the node went away)."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> DevnetClock:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        last = time.monotonic()
+        while not self._stop.wait(self.tick_s):
+            now = time.monotonic()
+            self._owed += (now - last) * (self.speed - 1.0)
+            last = now
+            step = int(self._owed)
+            if step <= 0:
+                continue
+            try:
+                increase_time(self.w3, step)
+            except Exception as exc:  # the node went away (the run is ending): stop quietly
+                log.info("devnet.clock_stopped", reason=_one_line(str(exc) or type(exc).__name__))
+                return
+            self._owed -= step
+            self.advanced_s += step
+
+
 def set_next_timestamp(w3: Web3, timestamp: int) -> None:
     """Mine a block whose timestamp is exactly ``timestamp``."""
     dev_rpc(w3, "evm_mine", [int(timestamp)])
@@ -330,14 +399,17 @@ class DevnetStatus:
         }
 
 
-ANVIL, BLOB_SERVICE = "anvil", "blob_service"
+ANVIL, BLOB_SERVICE, CLOCK = "anvil", "blob_service", "clock"
+DEFAULT_DEVNET_CLOCK_SPEED = 30.0
+"""``syncline devnet up``'s clock: chain time runs 30 times the wall's, so a task's production
+windows (a 15-minute challenge window) pass in seconds (``--clock-speed 1``: the wall's pace)."""
 
 
 class DevnetHome:
     """The devnet ``syncline devnet`` manages, as files in ``directory``: ``anvil.pid``,
     ``anvil.json`` (URL and pid), ``anvil-state.json`` (chain dump), ``anvil-config.json`` (dev
-    keys), ``deployment.json``, ``blobstore.pid``, ``blobstore.json`` (URL and pid) and ``blobs/``
-    (the store)."""
+    keys), ``deployment.json``, ``blobstore.pid``, ``blobstore.json`` (URL and pid), ``blobs/``
+    (the store) and, with a fast clock, ``clock.pid`` (``python -m syncline.chain.clock_service``)."""
 
     def __init__(self, directory: Path):
         self.directory = directory
@@ -389,6 +461,11 @@ class DevnetHome:
             )
         )
 
+    def clock_alive(self) -> bool:
+        """Whether the fast clock's process runs (``syncline devnet up --clock-speed``)."""
+        pid = self._pid("clock.pid")
+        return pid is not None and is_running(pid)
+
     @staticmethod
     def _service(name: str, pid: int | None, url: str | None, probe: Any) -> ServiceStatus:
         alive = pid is not None and is_running(pid)
@@ -400,7 +477,9 @@ class DevnetHome:
 
     # ------------------------------------------------------------------ up / down
 
-    def up(self, port: int | None = None) -> tuple[Deployment, str, list[str]]:
+    def up(
+        self, port: int | None = None, clock_speed: float = DEFAULT_DEVNET_CLOCK_SPEED
+    ) -> tuple[Deployment, str, list[str]]:
         """Start every service that is not healthy; returns the deployment, the blob service URL
         and the names of what was (re)started (empty: everything was already up).
 
@@ -438,6 +517,15 @@ class DevnetHome:
                 "devnet.restarted" if blob.pid else "devnet.started", service=BLOB_SERVICE, pid=blob_pid, url=blob_url
             )
             started.append(BLOB_SERVICE)
+        if ANVIL in started or not self.clock_alive():
+            old = self._pid("clock.pid")
+            if old is not None:
+                stop_process(old)
+            (self.directory / "clock.pid").unlink(missing_ok=True)
+            if clock_speed > 1.0:
+                pid = start_clock_service(self.directory, rpc_url, clock_speed)
+                log.info("devnet.started", service=CLOCK, pid=pid, speed=clock_speed)
+                started.append(CLOCK)
         return deployment, blob_url, started
 
     def _ensure_deployment(self, rpc_url: str) -> Deployment:
@@ -464,7 +552,7 @@ class DevnetHome:
         """Stop every service and forget the chain (its state dump) and the ports; returns what was
         running. The blob store's directory is kept."""
         stopped: list[str] = []
-        for name, pid_file in ((ANVIL, "anvil.pid"), (BLOB_SERVICE, "blobstore.pid")):
+        for name, pid_file in ((CLOCK, "clock.pid"), (ANVIL, "anvil.pid"), (BLOB_SERVICE, "blobstore.pid")):
             pid = self._pid(pid_file)
             if pid is not None:
                 if is_running(pid):
@@ -479,6 +567,16 @@ class DevnetHome:
 def local_devnet() -> DevnetHome:
     """The devnet ``syncline devnet up`` manages: ``<state dir>/devnet`` (``.syncline/devnet``)."""
     return DevnetHome(state_dir() / "devnet")
+
+
+def start_clock_service(directory: Path, rpc_url: str, speed: float) -> int:
+    """Start ``python -m syncline.chain.clock_service`` detached (the devnet's fast clock); returns
+    its pid, also written to ``clock.pid``."""
+    cmd = [sys.executable, "-m", "syncline.chain.clock_service", "--rpc-url", rpc_url, "--speed", str(speed)]
+    with (directory / "clock.log").open("ab") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True)
+    (directory / "clock.pid").write_text(str(proc.pid))
+    return proc.pid
 
 
 def start_blob_service(directory: Path, *, port: int = 0, timeout_s: float = 30.0) -> tuple[str, int]:

@@ -29,7 +29,8 @@ log = get_logger("syncline.demo")
 
 def fraud_plan(scenario: Scenario) -> DemoPlan:
     """A short run on a smaller Llama (about 0.2 M parameters): 3 rounds of 12 inner steps with a
-    checkpoint every 4, and a 40 s challenge window. The witnesses' challengers re-execute every
+    checkpoint every 4, and a 20-minute challenge window (40 s of wall time on the demo's clock,
+    30 times the wall's). The witnesses' challengers re-execute every
     training segment in the training-fraud scenarios and skip re-execution in the others (the
     2-core demo machine cannot afford both at once)."""
     training = scenario.expect == ChallengeKind.TRAINING_FRAUD
@@ -38,9 +39,9 @@ def fraud_plan(scenario: Scenario) -> DemoPlan:
         rounds=3,
         inner_steps=12,
         checkpoint_interval=4,
-        round_duration_s=40 if training else 30,
-        grace_window_s=20,
-        challenge_window_s=40,
+        round_duration_s=1200 if training else 900,
+        grace_window_s=600,
+        challenge_window_s=1200,
         timeout_s=480.0,
         training_checks="all" if training else "off",
         misbehave=dict(scenario.misbehave),

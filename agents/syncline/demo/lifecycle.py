@@ -34,6 +34,7 @@ from syncline.protocol import merkle
 from syncline.protocol.enums import AggregationRule, Modality, Tier
 from syncline.protocol.receipt import TrainingReceipt
 from syncline.protocol.spec import (
+    MIN_CHALLENGE_WINDOW_S,
     AggregationSpec,
     DatasetManifest,
     ModelArchitecture,
@@ -69,7 +70,7 @@ class Timing:
 
     round_duration_s: int = 120
     grace_window_s: int = 60
-    challenge_window_s: int = 300
+    challenge_window_s: int = MIN_CHALLENGE_WINDOW_S
     enrollment_window_s: int = 600
 
 
@@ -79,14 +80,15 @@ TIME_TRAVEL_TIMING = Timing()
 
 def real_clock_timing(round_duration_s: int) -> Timing:
     """Windows for a chain whose clock cannot be moved: every round ``round_duration_s`` (long
-    enough for three commits to be mined), the grace and challenge windows as long as a round
-    (long enough for the "too early" refusals to land inside them), enrollment ten rounds."""
+    enough for three commits to be mined), the grace window as long as a round and the challenge
+    window as long too but at least the contract's minimum (``MIN_CHALLENGE_WINDOW_S``, 600 s: the
+    seal waits that long after the last round), enrollment ten rounds."""
     if round_duration_s < 2:
         raise ValueError(f"round duration {round_duration_s} s: at least 2 s")
     return Timing(
         round_duration_s=round_duration_s,
         grace_window_s=round_duration_s,
-        challenge_window_s=round_duration_s,
+        challenge_window_s=max(MIN_CHALLENGE_WINDOW_S, round_duration_s),
         enrollment_window_s=10 * round_duration_s,
     )
 

@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from syncline.blobstore import BlobService, BlobStore, HttpBlobStore, LocalBlobStore
 from syncline.chain.deployment import Deployment, deploy_market
-from syncline.chain.devnet import Devnet, chain_time, start_anvil
+from syncline.chain.devnet import Devnet, DevnetClock, chain_time, start_anvil
 from syncline.chain.keys import Signer, from_private_key
 from syncline.chain.market import MarketClient
 from syncline.errors import SynclineError, TrainedNothing
@@ -49,6 +49,10 @@ class DemoPlan(TaskDefaults):
     batch_size: int = 8
     inner_lr: float = 1e-3
     timeout_s: float = 540.0
+    # The local devnet's clock runs this many times faster than the wall's (DevnetClock): the
+    # task keeps production windows (a 15-minute challenge window, 10-minute rounds) and the demo
+    # still finishes in about a minute. 1: the chain's own clock.
+    clock_speed: float = 30.0
     misbehave: dict[str, str] = field(default_factory=dict)
     # Trainers that train in another precision than fp32, e.g. {"trainer-1": "bf16"} (CPU autocast).
     trainer_dtypes: dict[str, str] = field(default_factory=dict)
@@ -114,11 +118,13 @@ class TrainingDemo:
         with start_anvil(self.workdir / "anvil", accounts=12) as devnet:
             service = BlobService(LocalBlobStore(self.workdir / "blobs"), host="127.0.0.1", port=0)
             service.start()
+            clock = DevnetClock(devnet.web3(), self.plan.clock_speed)
             try:
-                receipt = self._run(devnet, service.url, started)
+                receipt = self._run(devnet, service.url, started, clock)
                 self._linger()
                 return receipt
             finally:
+                clock.stop()
                 self._stop_agents()
                 if self._ui is not None:
                     self._ui.stop()
@@ -126,7 +132,7 @@ class TrainingDemo:
 
     # ------------------------------------------------------------------ phases
 
-    def _run(self, devnet: Devnet, blob_url: str, started: float) -> TrainingReceipt:
+    def _run(self, devnet: Devnet, blob_url: str, started: float, clock: DevnetClock) -> TrainingReceipt:
         keys = devnet.private_keys()
         signers = [from_private_key(k) for k in keys]
         sponsor = signers[0]
@@ -174,6 +180,7 @@ class TrainingDemo:
         )
         del published  # the initial state (16 B/param) is in the blob store: not held for the whole run
 
+        clock.start()  # production windows pass in seconds of wall time (DemoPlan.clock_speed)
         for i, key in enumerate(trainer_keys):
             self._spawn("trainer", i, key, task_id, deployment, blob_url)
         for i, key in enumerate(witness_keys):

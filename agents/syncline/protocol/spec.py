@@ -79,6 +79,7 @@ ONCHAIN_FIELDS: tuple[str, ...] = (
     "witnesses",
 )
 MAX_WINDOW_S = 365 * 24 * 3600  # TaskEscrow.MAX_WINDOW
+MIN_CHALLENGE_WINDOW_S = 600  # SynclineStorage.MIN_CHALLENGE_WINDOW: an accused answers within half of it
 MAX_TRAINERS = 64
 MAX_WITNESSES = 32
 MAX_SHARDS = 256
@@ -790,6 +791,11 @@ class TrainingTaskSpec:
                 raise SpecError(
                     f"{name}={getattr(self, name)} exceeds the contract's limit of {MAX_WINDOW_S} s (365 days)"
                 )
+        if self.challenge_window_s < MIN_CHALLENGE_WINDOW_S:
+            raise SpecError(
+                f"challenge_window_s={self.challenge_window_s} is below the contract's minimum of "
+                f"{MIN_CHALLENGE_WINDOW_S} s (an accused trainer answers a claim within half of it)"
+            )
         if now is not None and self.enrollment_deadline <= now:
             raise SpecError(f"enrollment_deadline {self.enrollment_deadline} is not after now ({now})")
         if now is not None and self.enrollment_deadline - now > MAX_WINDOW_S:

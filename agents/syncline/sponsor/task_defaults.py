@@ -17,7 +17,7 @@ from typing import Any
 ETH = 10**18
 
 DEFAULT_TASK_NAME = "shakespeare-llama-diloco"
-DEFAULT_ENROLLMENT_S = 600
+DEFAULT_ENROLLMENT_S = 3600
 """The default enrollment deadline is this many seconds after the chain's current time."""
 
 DEFAULT_LORA: dict[str, Any] = {"r": 8, "alpha": 16, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
@@ -49,9 +49,15 @@ class TaskDefaults:
     rounds: int = 8
     inner_steps: int = 30
     checkpoint_interval: int = 10  # inner steps between committed checkpoints (0: one segment)
-    round_duration_s: int = 20
-    grace_window_s: int = 20
-    challenge_window_s: int = 5
+    # Production windows: a round's commit deadline (rounds close early once every trainer has
+    # committed), the carry-forward grace, and the challenge window (at least the contract's
+    # MIN_CHALLENGE_WINDOW, 600 s; an accused answers a claim within half of it). The demo passes
+    # them in seconds of wall time with the devnet's fast clock (DemoPlan.clock_speed), never
+    # with shorter windows.
+    round_duration_s: int = 600
+    grace_window_s: int = 300
+    challenge_window_s: int = 900
+    enrollment_window_s: int = DEFAULT_ENROLLMENT_S
     trainers: int = 3
     witnesses: int = 3
     threshold: int = 2
@@ -86,7 +92,7 @@ def default_task(defaults: TaskDefaults, witnesses: Sequence[str], now: int) -> 
     witnesses
         The committee's addresses, in the order given.
     now
-        The chain's current time: the enrollment deadline is ``now + DEFAULT_ENROLLMENT_S``.
+        The chain's current time: the enrollment deadline is ``now + enrollment_window_s``.
 
     Returns
     -------
@@ -108,7 +114,7 @@ def default_task(defaults: TaskDefaults, witnesses: Sequence[str], now: int) -> 
         "trainer_stake_wei": defaults.trainer_stake_wei,
         "min_trainers": defaults.trainers,
         "max_trainers": defaults.trainers,
-        "enrollment_deadline": now + DEFAULT_ENROLLMENT_S,
+        "enrollment_deadline": now + defaults.enrollment_window_s,
         "witnesses": list(witnesses),
         "threshold": defaults.threshold,
         "witness_fee_wei": ETH // 100,

@@ -43,6 +43,8 @@ abstract contract SynclineTest is SynclineSigning {
     uint64 internal constant ROUND_DURATION = 1 hours;
     uint64 internal constant GRACE = 30 minutes;
     uint64 internal constant CHALLENGE_WINDOW = 1 days;
+    /// @dev `SynclineStorage.MIN_CHALLENGE_WINDOW` (internal there: no getter).
+    uint64 internal constant MIN_CHALLENGE_WINDOW = 10 minutes;
     uint64 internal constant ENROLL_PERIOD = 1 days;
     uint16 internal constant MIN_TRAINERS = 2;
     uint16 internal constant MAX_TRAINERS = 4;

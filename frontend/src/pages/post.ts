@@ -56,7 +56,7 @@ const KNOWN: FieldDef[] = [
   { name: "checkpoint_interval", label: "Checkpoint interval", kind: "int", group: "rounds", help: "Inner steps between committed checkpoints (0 = one segment of H steps)." },
   { name: "round_duration_s", label: "Round duration (s)", kind: "int", group: "rounds", help: "Commit deadline after a round opens." },
   { name: "grace_window_s", label: "Grace window (s)", kind: "int", group: "rounds", help: "No quorum by deadline + grace: anyone may carry the round forward." },
-  { name: "challenge_window_s", label: "Challenge window (s)", kind: "int", group: "rounds", help: "Time to prove a fault after a round closes, before sealing." },
+  { name: "challenge_window_s", label: "Challenge window (s)", kind: "int", group: "rounds", help: "Time to prove a fault after a round closes, before sealing; at least 600 s (an accused trainer answers a claim within half of it)." },
   { name: "enrollment_deadline", label: "Enrollment deadline", kind: "deadline", group: "rounds", help: "Date and time (your time zone) by which min trainers must enroll; compared with the chain's clock." },
   { name: "min_trainers", label: "Min trainers", kind: "int", group: "trainers" },
   { name: "max_trainers", label: "Max trainers", kind: "int", group: "trainers", help: "At most the number of shards." },
@@ -413,7 +413,8 @@ export function postPage(): Page {
     if (checkpoint !== null && inner !== null && checkpoint > inner) e.set("checkpoint_interval", `must be within 0..inner_steps (${inner})`);
     needInt("round_duration_s", 1n, maxWindow, `must be within 1..${maxWindow} s`);
     needInt("grace_window_s", 0n, maxWindow, `must be within 0..${maxWindow} s`);
-    needInt("challenge_window_s", 0n, maxWindow, `must be within 0..${maxWindow} s`);
+    const minChallenge = BigInt(limitNum("min_challenge_window_s", 600));
+    needInt("challenge_window_s", minChallenge, maxWindow, `must be within ${minChallenge}..${maxWindow} s: an accused trainer answers a claim within half of it`);
     if (has("enrollment_deadline")) {
       const ts = fromLocalInput(raw("enrollment_deadline"));
       const deadline = ts === null ? null : BigInt(ts);
