@@ -35,6 +35,8 @@ TRAINER_MISBEHAVIOURS = (
     "withhold-opening",
     "upload-on-claim",
     "junk-payload",
+    "copy-payload",
+    "reveal-late",
 )
 WITNESS_MISBEHAVIOURS = ("bad-aggregate", "censor", "equivocate")
 """``misbehave`` values of a trainer, TESTS AND DEMOS ONLY: ``fake-gradient`` commits noise instead
@@ -44,7 +46,12 @@ checkpoints; ``equivocate`` (equivocation proofs) signs two different commitment
 uploads none with its commitment either); ``upload-on-claim`` (eager tasks) uploads no checkpoint
 with its commitment, keeps them, and publishes a segment only when a claim names it;
 ``junk-payload`` commits a payload whose safetensors header says ``"data_offsets": null`` (a
-staked trainer's attempt to stall every witness's payload parser, issue 26 item 3)."""
+staked trainer's attempt to stall every witness's payload parser, issue 26 item 3);
+``copy-payload`` (a free-rider, issue 27 item 2) polls for another trainer's payload of the open
+round before committing: with one it commits a copy plus 5 % noise, with none shortly before the
+deadline it commits noise only (its checkpoints are honest, so a training check convicts it);
+``reveal-late`` (issue 27 item 6) commits on time but reveals its payload only once the round is
+closed on chain (after the vote), as a withholder, or an outbox flushing after an outage, would."""
 
 
 @dataclass(frozen=True)
