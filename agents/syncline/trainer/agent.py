@@ -879,7 +879,7 @@ class TrainerAgent:
         ctx = self.ctx
         assert ctx is not None
         scale = float(own.float().std()) or 1e-3
-        give_up = self.market.commit_deadline(ctx.task_id) - max(2, ctx.spec.round_duration_s // 4)
+        give_up = self.market.commit_deadline(ctx.task_id) - max(3, ctx.spec.round_duration_s // 3)
         tries = 0
         while pending_time(self.market.w3) < give_up:
             tries += 1
