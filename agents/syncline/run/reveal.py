@@ -4,7 +4,7 @@ A commitment binds a payload's digest and chunk root, so publishing the payload 
 commit. While the round is still open a payload on the blob store is a gift to any trainer that
 has not committed yet: it copies it, perturbs it, and commits that (free-riding). So an honest
 trainer keeps its payload sealed (in its outbox, never uploaded) until the round's commit phase
-closes on chain, and only then reveals it (docs/protocol.md §7.1):
+closes on chain, and only then reveals it (docs/protocol.md §10.6):
 
 * the commit phase of round ``r`` is closed once every active trainer has committed (early close:
   ``roundWorkComplete``, ``RoundWorkComplete``), once chain time is past ``commitDeadline``, or

@@ -745,7 +745,7 @@ class TrainerAgent:
         return self._outbox
 
     def _reveal(self) -> None:
-        """Commit, then reveal (docs/protocol.md §7.1): upload the sealed payloads of every round
+        """Commit, then reveal (docs/protocol.md §10.6): upload the sealed payloads of every round
         whose commit phase has closed on chain. Best effort: the next look tries again."""
         ctx = self.ctx
         if ctx is None:

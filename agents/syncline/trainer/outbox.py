@@ -9,7 +9,7 @@ the submission out, which costs the trainer that round's reward and nobody anyth
 The outbox also keeps the trainer's own payloads for the rounds a censorship claim can still name,
 so it answers an availability demand from disk even while the blob store is down.
 
-Commit, then reveal (docs/protocol.md §7.1, :mod:`syncline.run.reveal`): a payload is *sealed*
+Commit, then reveal (docs/protocol.md §10.6, :mod:`syncline.run.reveal`): a payload is *sealed*
 when staged (kept, never uploaded) and *revealed* (uploaded, through the spool on an outage) only
 once its round's commit phase has closed on chain, so no trainer of the open round can copy it.
 """

@@ -250,7 +250,7 @@ class WitnessAgent:
             self._send("carry_forward", lambda: self.market.carry_forward(self.signer, task_id, round_))
 
     def _awaiting_reveals(self, round_: int, now: int, deadline: int) -> bool:
-        """Commit, then reveal (docs/protocol.md §7.1): trainers publish their payloads only once
+        """Commit, then reveal (docs/protocol.md §10.6): trainers publish their payloads only once
         the commit phase closed. Within the reveal window after the close, True (wait) while a
         committed payload is not on the blob store yet; after it, False: vote without it."""
         assert self.ctx is not None
