@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from syncline.blobstore import BlobStore
+from syncline.blobstore.store import BlobUnavailable
 from syncline.chain import enrollment
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient, TaskView
@@ -84,8 +85,9 @@ class WitnessAgent:
     # and claimed segments are sealed to it), and whether the chain has it.
     _dispute_key: EnclaveKey | None = field(default=None, repr=False)
     _dispute_key_settled: bool = False
-    # Chain time at which this witness first saw each round's commit phase closed (reveal window).
-    _closed_seen: dict[int, int] = field(default_factory=dict)
+    # Per round, the chain time its reveal window started: the close (the deadline, or when this
+    # witness first saw the work complete), or the end of a blob-store outage seen since.
+    _reveal_from: dict[int, int] = field(default_factory=dict)
 
     def _load_dispute_key(self) -> None:
         """A DP task that is not Confidential: this witness's dispute key, generated once in its
@@ -254,8 +256,8 @@ class WitnessAgent:
         the commit phase closed. Within the reveal window after the close, True (wait) while a
         committed payload is not on the blob store yet; after it, False: vote without it."""
         assert self.ctx is not None
-        closed_at = min(deadline, self._closed_seen.setdefault(round_, now))
-        if now > closed_at + reveal_window_s(self.ctx.spec.grace_window_s):
+        began = self._reveal_from.setdefault(round_, min(deadline, now))
+        if now > began + reveal_window_s(self.ctx.spec.grace_window_s):
             return False
         committed = self.market.round(self.cfg.task_id, round_).committed_mask
         for fragment in range(256):
@@ -264,6 +266,11 @@ class WitnessAgent:
                 try:
                     if self.blobs.has(s.payload_hash):
                         continue
+                except BlobUnavailable:
+                    # Our store is down: nobody can reveal to it now. The window starts again once
+                    # it is back, so an honest trainer's outbox has a whole window to flush.
+                    self._reveal_from[round_] = now
+                    return True
                 except SynclineError:
                     pass
                 log.debug("witness.awaiting_reveal", round=round_, fragment=fragment)
