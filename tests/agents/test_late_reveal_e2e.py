@@ -95,5 +95,10 @@ def test_payload_revealed_after_the_vote_costs_no_voter(state_env: Path, tmp_pat
         assert not challenger.startswith("witness-"), record.challenges
         assert status != ChallengeStatus.UPHELD, record.challenges
         assert kind == ChallengeKind.CENSORSHIP, record.challenges
+    declined = sum(
+        (tmp_path / "logs" / f"witness-{i}.log").read_text(errors="replace").count("own_result_not_claimed")
+        for i in (1, 2, 3)
+    )
+    print(f"[late-reveal] censorship findings a witness's challenger declined (own result): {declined}")
     log = (tmp_path / "logs" / "trainer-2.log").read_text(errors="replace")
     assert log.count("trainer.payload_revealed") >= 1, "the late trainer revealed its payloads (after the vote)"
