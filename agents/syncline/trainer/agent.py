@@ -882,6 +882,8 @@ class TrainerAgent:
         give_up = self.market.commit_deadline(ctx.task_id) - max(3, ctx.spec.round_duration_s // 3)
         tries = 0
         while pending_time(self.market.w3) < give_up:
+            if commit_phase_closed(self.market, ctx.task_id, round_):
+                break  # e.g. evicted meanwhile: nothing left to commit a copy to
             tries += 1
             mask = self.market.round(ctx.task_id, round_).committed_mask
             for other in range(256):
