@@ -894,6 +894,11 @@ class TrainerAgent:
                     data = fetch_by_digest(self.blobs, s.payload_hash, (s.uri,), max_bytes=ctx.max_payload_bytes)
                 except SynclineError:
                     continue  # sealed until the commit phase closes
+                if commit_phase_closed(self.market, ctx.task_id, round_):
+                    # Revealed because the commit phase closed meanwhile (e.g. this trainer was
+                    # evicted): public by design now, and too late to commit a copy of.
+                    log.warning("trainer.misbehaving", mode="copy-payload", round=round_, obtained=False, closed=True)
+                    return torch.randn_like(own) * 0.05 * scale
                 qg = QuantizedGradient.from_safetensors_bytes(data, expected_numel=own.numel())
                 copied = from_fixed(dequantize(qg)).to(own.dtype).reshape(own.shape)
                 log.warning("trainer.misbehaving", mode="copy-payload", round=round_, obtained=True, source=other)
@@ -1202,7 +1207,9 @@ class TrainerAgent:
             uris: tuple[str, ...] = ("",) * len(digests)
             size = 0
         else:
-            refs = [self.outbox.put(c) for c in work.checkpoints]
+            # Sealed like the payload (its last checkpoint gives the payload away): revealed once
+            # the round's commit phase closed (docs/protocol.md §10.6).
+            refs = [self.outbox.seal_blob(round_, c) for c in work.checkpoints]
             digests = tuple(r.digest for r in refs)
             uris = tuple(r.uri for r in refs)
             size = sum(r.size for r in refs)

@@ -115,6 +115,15 @@ class Outbox:
         _link_or_copy(self.directory / "own" / f"{round_}-{digest}.bin", self._sealed(round_, digest))
         return BlobRef(digest=digest, size=len(data), uri=self._uri_for(digest))
 
+    def seal_blob(self, round_: int, data: bytes) -> BlobRef:
+        """Seal another blob of ``round_`` the payload can be derived from (an eager task's
+        checkpoints: the last one minus the start state is the payload) until :meth:`reveal`."""
+        digest = digest_of(data)
+        sealed = self._sealed(round_, digest)
+        if not sealed.exists():
+            write_atomic(sealed, data)
+        return BlobRef(digest=digest, size=len(data), uri=self._uri_for(digest))
+
     def seal_file(self, round_: int, path: Path) -> BlobRef:
         """:meth:`seal` for a payload in the file ``path`` (hashed streaming, never read whole)."""
         digest, size = digest_of_file(path)
