@@ -1364,6 +1364,7 @@ class TrainerAgent:
                 self._state = None
         if isinstance(ahead.staged.payload, Path):
             ahead.staged.payload.unlink(missing_ok=True)
+        self.outbox.drop_sealed(ahead.round)  # never committed: nothing to reveal
 
     def _derive_from_payloads(
         self, round_: int, rr: RoundView, fragment: int, state_root: str

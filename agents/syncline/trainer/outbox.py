@@ -150,6 +150,11 @@ class Outbox:
             log.info("trainer.payload_revealed", round=int(match.group(1)), digest=ref.digest[:18], bytes=ref.size)
         return revealed
 
+    def drop_sealed(self, round_: int) -> None:
+        """Forget what is sealed for ``round_`` (work that was never committed)."""
+        for path in (self.directory / "sealed").glob(f"{round_}-*.bin"):
+            path.unlink(missing_ok=True)
+
     def _sealed(self, round_: int, digest: str) -> Path:
         return self.directory / "sealed" / f"{round_}-{digest.lower()}.bin"
 
