@@ -68,8 +68,9 @@ interface ISynclineCourt is ISynclineEvents {
     /// chunk root by `answerAvailability` within `challengeWindow / 2` of the first demand (later
     /// demands join the first one's chunk and window, until the claim's deadline). Unanswered,
     /// the claim fails: its bond pays the demanders and the submission is unavailable for good.
-    /// Answered (data shown only after the vote): the demanders keep their bonds but give up the
-    /// round's fee, the trainer is credited the round, the voters that did not demand are slashed.
+    /// Answered (data shown only after the vote, which the chain cannot tell from a voter that
+    /// failed to fetch it): the round stands, no voter is slashed or gives up its fee, the trainer
+    /// is not credited the round, and the claim expires (bond back; `AvailabilityShownLate`).
     function demandAvailability(uint256 challengeId, uint32 chunkIndex) external;
 
     /// @notice Open the demanded chunk of the excluded submission (anyone; normally its trainer).
@@ -78,7 +79,7 @@ interface ISynclineCourt is ISynclineEvents {
 
     /// @notice After the defence period (and any response window): unanswered demand -> rejected
     /// (bond to the demanders); no demand -> upheld (slash the voters, roll the round back);
-    /// demand answered -> the late-availability settlement of `demandAvailability`. Anyone may call.
+    /// demand answered -> expired, nothing else moves (see `demandAvailability`). Anyone may call.
     function resolveCensorship(uint256 challengeId) external;
 
     /// @notice Void the next batch of a pending rollback (a proven round fault voids the round and

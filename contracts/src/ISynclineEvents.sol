@@ -310,10 +310,10 @@ interface ISynclineEvents {
     event AvailabilityAnswered(uint256 indexed challengeId, address indexed by, uint32 chunkIndex);
     /// @notice The demanded chunk was not opened in time: the submission is unavailable for good.
     event SubmissionUnavailable(uint256 indexed taskId, uint32 indexed round, uint16 fragment, uint256 challengeId);
-    /// @notice An excluded submission shown available after the vote was credited as accepted work.
-    event LateWorkCredited(uint256 indexed taskId, uint32 indexed round, address indexed trainer, uint16 weight);
-    /// @notice A voter that demanded availability of data later shown available gave up its round fee.
-    event FeeForfeited(uint256 indexed taskId, uint32 indexed round, address indexed witness, uint256 fee);
+    /// @notice The demanded chunk of an excluded submission was opened only after the vote: the
+    /// round stands, nobody is slashed, no fee is given up, the trainer is not credited the round,
+    /// and the censorship claim `challengeId` expires (its bond back to the claimant).
+    event AvailabilityShownLate(uint256 indexed challengeId, uint256 indexed taskId, uint32 indexed round, uint16 fragment);
     /// @notice A rollback voided rounds up to `nextRound` (exclusive) of `[.., endRound)`; it is
     /// complete when `nextRound == endRound`.
     event InvalidationProgressed(uint256 indexed taskId, uint32 nextRound, uint32 endRound);

@@ -250,8 +250,7 @@ abstract contract SynclineCourtCore is SynclineStorage {
     function _revokeReward(uint256 taskId, uint32 round, uint16 fragment) internal {
         RoundRecord storage rr = _rounds[taskId][round];
         uint256 bit = uint256(1) << fragment;
-        uint256 credited = rr.acceptedMask | _compensatedMask[taskId][round];
-        if (rr.status != RoundStatus.Finalized || credited & bit == 0 || rr.revokedMask & bit != 0) return;
+        if (rr.status != RoundStatus.Finalized || rr.acceptedMask & bit == 0 || rr.revokedMask & bit != 0) return;
         rr.revokedMask |= bit;
         Submission storage s = _submissions[taskId][round][fragment];
         TrainerRecord storage r = _trainerRecords[taskId][s.trainer];
@@ -330,7 +329,7 @@ abstract contract SynclineCourtCore is SynclineStorage {
         rr.status = RoundStatus.Invalidated;
         t.roundsFinalized -= 1;
         t.roundsInvalidated += 1;
-        uint256 mask = (rr.acceptedMask | _compensatedMask[taskId][r]) & ~rr.revokedMask;
+        uint256 mask = rr.acceptedMask & ~rr.revokedMask;
         uint256 total = 0;
         while (mask != 0) {
             uint16 fragment = _lowestBit(mask);
@@ -346,7 +345,7 @@ abstract contract SynclineCourtCore is SynclineStorage {
         address[] storage witnesses = spec.witnesses;
         uint256 fee = spec.witnessFee;
         for (uint256 i = 0; i < witnesses.length; ++i) {
-            if (_votes[taskId][r][witnesses[i]] != rr.result || _feeForfeited[taskId][r][witnesses[i]]) continue;
+            if (_votes[taskId][r][witnesses[i]] != rr.result) continue;
             WitnessRecord storage w = _witnessRecords[taskId][witnesses[i]];
             w.matched -= 1;
             w.fees -= fee;

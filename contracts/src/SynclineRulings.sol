@@ -99,51 +99,20 @@ contract SynclineRulings is SynclineCourtCore {
         } else if (d.deadline == 0) {
             _uphold(challengeId, _convictRound(taskId, c.round, rr.result));
         } else {
-            _settleLateAvailability(challengeId, c, rr);
+            _settleLateAvailability(challengeId, c);
         }
     }
 
-    /// @dev The submission's data was shown available only after the vote, which the chain cannot
-    /// tell from a voter that did not fetch it: the trainer is credited its round's work (the round
-    /// stands), the voters that demanded give up their round fee into the reward pool, and the
-    /// voters that neither demanded nor defended are slashed (no rollback). Upheld if anyone was
-    /// slashed, else the claim expires (bond back).
-    function _settleLateAvailability(uint256 challengeId, Challenge storage c, RoundRecord storage rr) internal {
-        uint256 taskId = c.taskId;
-        uint32 round = c.round;
-        TaskState storage t = _tasks[taskId];
-        Submission storage s = _submissions[taskId][round][c.fragment];
-        TrainerRecord storage tr = _trainerRecords[taskId][s.trainer];
-        if (!tr.evicted) {
-            _compensatedMask[taskId][round] |= uint256(1) << c.fragment;
-            tr.accepted += 1;
-            tr.acceptedWeight += s.weight;
-            t.totalWeight += s.weight;
-            emit LateWorkCredited(taskId, round, s.trainer, s.weight);
-        }
-        address[] storage witnesses = _specs[taskId].witnesses;
-        uint256 fee = _specs[taskId].witnessFee;
-        uint256 slashed = 0;
-        for (uint256 i = 0; i < witnesses.length; ++i) {
-            address w = witnesses[i];
-            if (_votes[taskId][round][w] != rr.result) continue;
-            if (!_demanded[challengeId][w]) {
-                slashed += _slashWitness(taskId, w);
-                continue;
-            }
-            // INVARIANT: a voter gives up one round's fee at most once (several claims may
-            // settle late on one round).
-            if (_feeForfeited[taskId][round][w]) continue;
-            _feeForfeited[taskId][round][w] = true;
-            WitnessRecord storage wr = _witnessRecords[taskId][w];
-            wr.matched -= 1;
-            wr.fees -= fee;
-            t.feesEarned -= fee;
-            t.rewardPool += fee;
-            emit FeeForfeited(taskId, round, w, fee);
-        }
-        if (slashed == 0) _expire(challengeId, c);
-        else _uphold(challengeId, slashed);
+    /// @dev The demanded chunk was opened, so the submission's data exists, but it was shown only
+    /// after the vote, and the chain cannot tell data withheld until then from data a voter failed
+    /// to fetch (or a claimant that is the trainer's own second address). Neither side is at fault
+    /// on what the chain can see, so nothing moves: the round stands as voted, no voter is slashed
+    /// or gives up its fee, the trainer is not credited the round (showing data late earns nothing
+    /// that showing it in time would not have), and the claim expires (its bond back).
+    function _settleLateAvailability(uint256 challengeId, Challenge storage c) internal {
+        // INVARIANT: late data never turns a voter into a culprit, nor a withholder into a payee.
+        emit AvailabilityShownLate(challengeId, c.taskId, c.round, c.fragment);
+        _expire(challengeId, c);
     }
 
     /// @dev The claim fails for the submission's own fault (malformed or unavailable): the bond

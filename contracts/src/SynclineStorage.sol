@@ -128,12 +128,6 @@ abstract contract SynclineStorage is ISynclineEvents, ReentrancyGuard, EIP712 {
     mapping(uint256 challengeId => AvailabilityDemand) internal _demands;
     /// @dev Voters that demanded availability on a censorship claim.
     mapping(uint256 challengeId => mapping(address witness => bool)) internal _demanded;
-    /// @dev Excluded submissions shown available after the vote and credited as accepted work
-    /// (not part of the round's result): a later rollback reverses them like accepted ones.
-    mapping(uint256 taskId => mapping(uint32 round => uint256 mask)) internal _compensatedMask;
-    /// @dev Voters that gave up a round's fee (demanded data shown only after the vote): the fee
-    /// is given up once, and a later rollback of the round does not reverse it again.
-    mapping(uint256 taskId => mapping(uint32 round => mapping(address witness => bool))) internal _feeForfeited;
 
     // ------------------------------------------------------------------ appended (issue 12)
 

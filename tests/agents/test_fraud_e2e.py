@@ -541,3 +541,21 @@ def test_fraud_scenario_caught_and_punished(scenario_name: str, state_env: Path,
     check_ledger(record, plan)
     check_other_precisions_spared(record, scenario, plan)
     check_everyone_withdrew(record)
+    check_free_rider_saw_nothing(demo.workdir, scenario)
+
+
+def check_free_rider_saw_nothing(workdir: Path, scenario: Scenario) -> None:
+    """Commit, then reveal (issue 27 item 2): a ``copy-payload`` trainer polls for another
+    trainer's payload of the open round until shortly before the deadline and never obtains one
+    (every payload is sealed until the commit phase closes), so each of its commitments is its
+    noise-only fallback (which the training check then convicts)."""
+    for name, mode in scenario.misbehave.items():
+        if mode != "copy-payload":
+            continue
+        lines = [
+            line
+            for line in (workdir / "logs" / f"{name}.log").read_text(errors="replace").splitlines()
+            if "copy-payload" in line and "obtained" in line
+        ]
+        assert lines, f"{name} never tried to copy"
+        assert all("obtained=False" in line for line in lines), lines

@@ -63,3 +63,31 @@ def test_a_reachable_store_is_used_directly_and_own_payloads_are_kept_and_pruned
     outbox.prune_own(3)
     assert outbox.own(digest_of(b"round 2")) is None
     assert outbox.own(digest_of(b"round 4")) == b"round 4"
+
+
+def test_a_sealed_payload_is_uploaded_only_when_revealed_and_survives_an_outage(tmp_path: Path) -> None:
+    """Commit, then reveal (issue 27 item 2): a sealed payload answers the reference to commit but
+    is not on the store until its round is revealed; a reveal during an outage spools it, and the
+    next flush uploads it. Later rounds stay sealed."""
+    port = _free_port()
+    backing = LocalBlobStore(tmp_path / "service")
+    client = HttpBlobStore(f"http://127.0.0.1:{port}", timeout_s=2.0)
+    outbox = Outbox(client, tmp_path / "outbox")
+    r0, r1 = b"round 0 payload" * 50, b"round 1 payload" * 50
+    with BlobService(backing, port=port):
+        ref0 = outbox.seal(0, r0)
+        assert (ref0.digest, ref0.size, ref0.uri) == (digest_of(r0), len(r0), client.uri_for(digest_of(r0)))
+        ref1 = outbox.seal(1, r1)
+        assert not client.has(ref0.digest) and not client.has(ref1.digest)  # sealed: nothing to copy
+        assert outbox.own(ref0.digest) == r0  # kept for availability demands
+        assert outbox.sealed_rounds() == [0, 1]
+        assert outbox.reveal(0) == 1
+        assert client.get(ref0.digest) == r0 and not client.has(ref1.digest)
+        assert outbox.sealed_rounds() == [1]
+    # The store is down when round 1 closes: the reveal spools it; the flush after the outage sends it.
+    assert outbox.reveal(1) == 1
+    assert outbox.sealed_rounds() == []
+    assert outbox.flush() == 1
+    with BlobService(backing, port=port):
+        assert outbox.flush() == 0
+        assert client.get(ref1.digest) == r1

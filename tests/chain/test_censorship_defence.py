@@ -3,15 +3,17 @@
 * a claim about a payload the trainer withheld: each honest voter's ``CensorshipDefence`` demands
   availability, nobody opens the demanded chunk in time, the claim is rejected when due: the voters
   keep their bonds and split the claimant's bond, the claimant loses it;
-* the trainer opens the demanded chunk in time (data shown after the vote): nobody is slashed,
-  the trainer is credited its round, the demanders give up their round fee, the claimant's bond
-  goes back;
+* the trainer opens the demanded chunk in time (data shown after the vote): the claim expires
+  and nothing else moves (issue 27 item 6): nobody is slashed, no voter gives up its fee, the
+  trainer is not credited the round, the claimant's bond goes back; and no challenger of an
+  account that voted the result (on chain, or in a vote it signed) brings such a claim;
 * ``decide`` (pure): answer with a malformed chunk when that was the reason, else demand; resolve
   only once the claim's deadline and any response window have passed.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -39,6 +41,7 @@ from syncline.errors import ChainError
 from syncline.protocol import merkle
 from syncline.protocol.enums import ChallengeStatus, RoundStatus
 from syncline.protocol.spec import TrainingTaskSpec
+from syncline.run.local_store import SIGNED_VOTES_FILE, append_record
 from syncline.trainer.segments import encode_payload
 
 pytestmark = pytest.mark.chain
@@ -119,7 +122,7 @@ def test_withheld_payload_claim_fails_and_honest_voters_keep_their_bonds(
     assert market.task(task_id).open_challenges == 0
 
 
-def test_data_shown_after_the_vote_credits_the_trainer_and_slashes_nobody(
+def test_data_shown_after_the_vote_expires_the_claim_and_moves_nothing(
     market: MarketClient,
     w3: Web3,
     sponsor: Signer,
@@ -178,10 +181,22 @@ def test_data_shown_after_the_vote_credits_the_trainer_and_slashes_nobody(
     c = market.challenge(claim)
     assert (c.status, c.slashed_wei) == (ChallengeStatus.EXPIRED, 0)
     assert market.credit_of(outsider.address) == spec.challenge_bond_wei
-    assert market.trainer(task_id, trainers[2].address).accepted == 1
+    assert market.trainer(task_id, trainers[2].address).accepted == 0  # showing data late earns nothing
     for w in witnesses[:2]:
         view = market.witness(task_id, w.address)
-        assert (view.bond_wei, view.slashed_wei, view.fees_wei) == (spec.witness_bond_wei, 0, 0)
+        assert (view.bond_wei, view.slashed_wei, view.fees_wei) == (spec.witness_bond_wei, 0, spec.witness_fee_wei)
+
+    # Who may bring such a claim: never an account that voted the result (issue 27 item 6).
+    def voted_for(who: Signer, state_dir: Path | None = None) -> bool:
+        return Challenger(task_id, who, market, blobs, state_dir=state_dir)._voted_for(0)
+
+    assert voted_for(witnesses[0]) and voted_for(witnesses[1])  # their votes on chain
+    assert not voted_for(outsider) and not voted_for(witnesses[2])
+    rr = market.round(task_id, 0)
+    signed = {"stateRoot": rr.state_root, "aggregateRoot": rr.aggregate_root, "acceptedMask": rr.accepted_mask}
+    late_voter = tmp_path / "witness-3"  # its vote came after the finalize: none on chain, one signed
+    append_record(late_voter, SIGNED_VOTES_FILE, {"task": task_id, "round": 0, "vote": json.dumps(signed)})
+    assert voted_for(witnesses[2], late_voter)
 
 
 def test_a_long_rollback_is_carried_to_the_end_by_the_witnesses(

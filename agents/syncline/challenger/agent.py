@@ -9,6 +9,7 @@ theirs, and the credit earned (bonds back plus the challenger's share of each sl
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,14 +21,14 @@ from syncline.blobstore import BlobStore
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient, TaskView
 from syncline.court.audit import RoundAuditor, TrainingChecker
-from syncline.court.findings import Finding
+from syncline.court.findings import AggregationFraud, Censorship, Finding
 from syncline.court.sampling import make_training_checker
 from syncline.errors import ChainError
 from syncline.observability import get_logger
 from syncline.protocol.enums import ChallengeKind, ChallengeStatus, TaskStatus
 from syncline.run.agent_config import AgentConfig
 from syncline.run.context import TaskContext
-from syncline.run.local_store import append_record, claim_state_dir
+from syncline.run.local_store import SIGNED_VOTES_FILE, append_record, claim_state_dir, read_records
 from syncline.run.loop import TaskNotPosted, pending_time, run_forever
 from syncline.run.metrics import default_loop_metrics, serve_metrics
 
@@ -92,6 +93,12 @@ class Challenger:
                     if key in self.brought:
                         continue  # a re-audit of a round that could not be judged whole before
                     FINDINGS.labels(kind=finding.kind_name).inc()
+                    if isinstance(finding, Censorship | AggregationFraud) and self._voted_for(round_):
+                        # INVARIANT: never a claim against a result this account voted for (it
+                        # could not defend it, and it would accuse itself: issue 27 item 6).
+                        log.info("challenger.own_result_not_claimed", kind=finding.kind_name, round=round_)
+                        self.brought.add(key)
+                        continue
                     self._prove(finding, rr.closed_at)
                     self.brought.add(key)
                 AUDITED.set(round_)
@@ -100,6 +107,31 @@ class Challenger:
             self._follow_up(now)
         if self.withdraw:
             self._withdraw()
+
+    def _voted_for(self, round_: int) -> bool:
+        """Whether this account voted the finalized result of ``round_``: its vote on chain, or a
+        vote it signed (``signed-votes.jsonl`` of a witness's state dir) for that same result (a
+        vote sent after the round finalized leaves none on chain)."""
+        rr = self.market.round(self.task_id, round_)
+        if self.market.vote_of(self.task_id, round_, self.signer.address).lower() == rr.result.lower():
+            return True
+        if self.state_dir is None:
+            return False
+        for record in read_records(self.state_dir, SIGNED_VOTES_FILE):
+            if record.get("task") != self.task_id or record.get("round") != round_:
+                continue
+            try:
+                vote = json.loads(str(record["vote"]))
+                same = (
+                    str(vote["stateRoot"]).lower() == rr.state_root.lower()
+                    and str(vote["aggregateRoot"]).lower() == rr.aggregate_root.lower()
+                    and int(vote["acceptedMask"]) == rr.accepted_mask
+                )
+            except (KeyError, TypeError, ValueError):
+                continue
+            if same:
+                return True
+        return False
 
     # ------------------------------------------------------------------ proving
 

@@ -9,7 +9,8 @@ voted that round's result defends it on chain:
 * otherwise (payload withheld, bytes that do not open the commitment, published after the vote):
   ``demandAvailability`` — the accused trainer must open a chunk against its chunk root within the
   response window. Unanswered, the claim fails and its bond pays the demanders; answered, the
-  data came late and the demanders keep their bonds (they give up the round's fee);
+  data came only after the vote: the claim expires and nothing else moves (no slash, no fee
+  given up, no credit to the trainer: docs/protocol.md §10.6);
 * once the claim's deadline (and any response window) has passed: ``resolveCensorship``;
 * a rollback longer than one batch is carried on with ``continueInvalidation`` (the seal waits).
 

@@ -63,6 +63,13 @@ SCENARIOS: dict[str, Scenario] = {
         "trainer-1 trains honestly in bf16 (CPU autocast) and the fp32 referees must let it be",
         dtypes={"trainer-1": "bf16"},
     ),
+    "free-rider": Scenario(
+        {"trainer-2": "copy-payload"},
+        ChallengeKind.TRAINING_FRAUD,
+        "trainer-2 waits for another trainer's payload of the open round to copy it plus 5 % noise; "
+        "payloads are revealed only after the commit phase closes, so it gets none and commits noise, "
+        "which its own honest checkpoints convict",
+    ),
     "withheld-checkpoints": Scenario(
         {"trainer-2": "withhold"},
         ChallengeKind.TRAINING_FRAUD,

@@ -36,6 +36,8 @@ TRAINER_MISBEHAVIOURS = (
     "upload-on-claim",
     "junk-payload",
     "answer-withhold",
+    "copy-payload",
+    "reveal-late",
 )
 WITNESS_MISBEHAVIOURS = ("bad-aggregate", "censor", "equivocate")
 """``misbehave`` values of a trainer, TESTS AND DEMOS ONLY: ``fake-gradient`` commits noise instead
@@ -47,7 +49,12 @@ with its commitment, keeps them, and publishes a segment only when a claim names
 ``junk-payload`` commits a payload whose safetensors header says ``"data_offsets": null`` (a
 staked trainer's attempt to stall every witness's payload parser, issue 26 item 3);
 ``answer-withhold`` trains lazily (like ``lazy``), answers every training claim on chain at once and
-never publishes any checkpoint (issue 27 item 1: convicted on the referees' Unavailable verdicts)."""
+never publishes any checkpoint (issue 27 item 1: convicted on the referees' Unavailable verdicts);
+``copy-payload`` (a free-rider, issue 27 item 2) polls for another trainer's payload of the open
+round before committing: with one it commits a copy plus 5 % noise, with none shortly before the
+deadline it commits noise only (its checkpoints are honest, so a training check convicts it);
+``reveal-late`` (issue 27 item 6) commits on time but reveals its payload only once the round is
+closed on chain (after the vote), as a withholder, or an outbox flushing after an outage, would."""
 
 
 @dataclass(frozen=True)

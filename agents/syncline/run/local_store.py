@@ -12,6 +12,8 @@ from pathlib import Path
 from syncline.run.agent_config import ConfigError
 
 LOCK_FILE = "agent.lock"
+SIGNED_VOTES_FILE = "signed-votes.jsonl"
+"""Every vote a witness signed, written before it is published (read by its own challenger too)."""
 
 
 @contextlib.contextmanager

@@ -51,18 +51,21 @@ from syncline.privacy.sealed import Binding, seal_opening
 from syncline.protocol.checkpoints import CheckpointManifest, manifest_alias, manifest_root_alias
 from syncline.protocol.disk_round import PayloadFile, encode_payload_file
 from syncline.protocol.enums import Modality, RoundStatus, TaskStatus
+from syncline.protocol.fixed_point import from_fixed
 from syncline.protocol.hashing import keccak
+from syncline.protocol.quantization import QuantizedGradient, dequantize
 from syncline.protocol.seeds import round_seed
 from syncline.protocol.signed_messages import Commitment
 from syncline.protocol.spot_checks import checkpoints_for_segment, claims_over, kept_rounds
 from syncline.protocol.state import TrainingState
 from syncline.protocol.streaming import ArrayRegion
 from syncline.run.agent_config import AgentConfig
-from syncline.run.context import StateUnavailable, TaskContext, payload_file_path
+from syncline.run.context import StateUnavailable, TaskContext, fetch_by_digest, payload_file_path
 from syncline.run.gossip import TrainerReport, announce_commitment, announce_report
 from syncline.run.local_store import append_record, claim_state_dir
 from syncline.run.loop import NewBlock, TaskNotPosted, pending_time, run_forever
 from syncline.run.metrics import AgentMetrics
+from syncline.run.reveal import commit_phase_closed
 from syncline.run.state_file import StateFile, use_disk_state
 from syncline.trainer.checkpoint_keeper import CheckpointKeeper
 from syncline.trainer.inner_loop import CheckpointWriter, InnerLoop, RoundWork
@@ -264,6 +267,7 @@ class TrainerAgent:
             if answer_window < ANSWER_WINDOW_MIN_S:  # a claim could convict this trainer however it answers
                 log.warning("trainer.answer_window_short", answer_window_s=answer_window, needs_s=ANSWER_WINDOW_MIN_S)
         self._flush_outbox()
+        self._reveal()
         me = self.market.trainer(task_id, self.signer.address)
         if t.status == TaskStatus.ENROLLING:
             if not me.enrolled and self.ctx.spec.confidential is not None:
@@ -416,11 +420,21 @@ class TrainerAgent:
             if block != seen:  # a commitment arrives in a new block: look only then
                 seen = block
                 if self.market.round_work_complete(ctx.task_id, round_):
+                    # The commit phase closed: reveal ours, then fetch the others' as they come.
+                    self._reveal()
+                    self._await_reveals(round_, time.perf_counter() + FAST_WAIT_S)
                     return True
-                self._prefetch_payloads(round_)
             self._duties_now()
             if time.perf_counter() >= until:
                 return False
+            time.sleep(poll_pause(time.perf_counter() - began))
+
+    def _await_reveals(self, round_: int, until: float) -> None:
+        """Fetch the complete ``round_``'s payloads as their trainers reveal them (each reveals its
+        own once the commit phase closed), until all are held or ``until`` (perf_counter) passes."""
+        began = time.perf_counter()
+        while not self._prefetch_payloads(round_) and time.perf_counter() < until:
+            self._duties_now()
             time.sleep(poll_pause(time.perf_counter() - began))
 
     def _derive_ahead(
@@ -487,21 +501,26 @@ class TrainerAgent:
                 path.unlink(missing_ok=True)
             self._payloads, self._payload_files, self._payloads_round = {}, {}, round_
 
-    def _prefetch_payloads(self, round_: int) -> None:
-        """Fetch (hash-checked) the payloads committed to ``round_`` so far that are not yet held.
-        Best effort: whatever fails here is fetched again when the round's work is complete.
-        Nothing is fetched for the task's last round: no state is derived from it."""
+    def _prefetch_payloads(self, round_: int) -> bool:
+        """Fetch (hash-checked) the payloads committed to ``round_`` that are not yet held; True
+        once every one is held. Best effort: one not revealed yet is fetched on a later look.
+        Nothing is fetched for the task's last round: no state is derived from it (True)."""
         ctx = self.ctx
         assert ctx is not None
         if round_ + 1 >= ctx.spec.rounds:
-            return
+            return True
         held, files = self._held_payloads(round_), self._held_payload_files(round_)
         on_disk = self._disk_state
+        complete = True
         try:
             mask = self.market.round(ctx.task_id, round_).committed_mask
-            for fragment in range(256):
-                if not mask >> fragment & 1:
-                    continue
+        except ChainError as exc:
+            log.info("trainer.prefetch_deferred", round=round_, reason=str(exc).splitlines()[0][:160])
+            return False
+        for fragment in range(256):
+            if not mask >> fragment & 1:
+                continue
+            try:
                 s = self.market.submission(ctx.task_id, round_, fragment)
                 digest = s.payload_hash.lower()
                 if digest in held or (digest in files and files[digest].exists()):
@@ -510,8 +529,9 @@ class TrainerAgent:
                     files[digest] = ctx.fetch_payload_file(round_, s, self._payloads_dir)
                 else:
                     held[digest] = self.blobs.fetch(s.uri, expected_digest=digest, max_bytes=ctx.max_payload_bytes)
-        except (ChainError, SynclineError) as exc:
-            log.info("trainer.prefetch_deferred", round=round_, reason=str(exc).splitlines()[0][:160])
+            except (ChainError, SynclineError):
+                complete = False  # not revealed yet (or the store is down): a later look fetches it
+        return complete
 
     def _commit_ahead_when_open(self, round_: int, fragment: int) -> tuple[TaskView, TrainerView] | None:
         """The round trained ahead is done: wait (a bounded while, serving duties) for the chain to
@@ -742,6 +762,28 @@ class TrainerAgent:
             self._outbox = Outbox(self.blobs, self.cfg.state_dir / "outbox")
         return self._outbox
 
+    def _reveal(self) -> None:
+        """Commit, then reveal (docs/protocol.md §10.6): upload the sealed payloads of every round
+        whose commit phase has closed on chain. Best effort: the next look tries again."""
+        ctx = self.ctx
+        if ctx is None:
+            return
+        try:
+            rounds = self.outbox.sealed_rounds()
+            if not rounds:
+                return
+            last = max(rounds)
+            closed = last if commit_phase_closed(self.market, ctx.task_id, last) else last - 1
+            if self.cfg.misbehave == "reveal-late":  # TESTS AND DEMOS ONLY: reveal only after the vote
+                t = self.market.task(ctx.task_id)
+                closed = last if t.status != TaskStatus.RUNNING else t.current_round - 1
+            if closed >= rounds[0]:
+                self.outbox.reveal(closed)
+        except (OSError, ChainError, SynclineError) as exc:
+            log.info(
+                "trainer.reveal_deferred", reason=str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+            )
+
     def _flush_outbox(self) -> None:
         """Upload what an outage held back (best effort: the next tick tries again)."""
         try:
@@ -844,7 +886,44 @@ class TrainerAgent:
             self._join_duties()
         if self.cfg.misbehave == "fake-gradient":  # honest checkpoints, a payload not derived from them
             work = replace(work, pseudo_gradient=torch.randn_like(work.pseudo_gradient) * 0.05)
+        if self.cfg.misbehave == "copy-payload":  # TESTS AND DEMOS ONLY: a free-rider's payload
+            work = replace(work, pseudo_gradient=self._copy_or_fallback(round_, fragment, work.pseudo_gradient))
         return work
+
+    def _copy_or_fallback(self, round_: int, fragment: int, own: torch.Tensor) -> torch.Tensor:
+        """TESTS AND DEMOS ONLY (``--misbehave copy-payload``): before committing, poll for another
+        trainer's payload of the open ``round_``; with one, commit a copy plus 5 % noise; with none
+        by shortly before the commit deadline, commit noise only (what a free-rider has)."""
+        ctx = self.ctx
+        assert ctx is not None
+        scale = float(own.float().std()) or 1e-3
+        give_up = self.market.commit_deadline(ctx.task_id) - max(3, ctx.spec.round_duration_s // 3)
+        tries = 0
+        while pending_time(self.market.w3) < give_up:
+            if commit_phase_closed(self.market, ctx.task_id, round_):
+                break  # e.g. evicted meanwhile: nothing left to commit a copy to
+            tries += 1
+            mask = self.market.round(ctx.task_id, round_).committed_mask
+            for other in range(256):
+                if other == fragment or not mask >> other & 1:
+                    continue
+                s = self.market.submission(ctx.task_id, round_, other)
+                try:
+                    data = fetch_by_digest(self.blobs, s.payload_hash, (s.uri,), max_bytes=ctx.max_payload_bytes)
+                except SynclineError:
+                    continue  # sealed until the commit phase closes
+                if commit_phase_closed(self.market, ctx.task_id, round_):
+                    # Revealed because the commit phase closed meanwhile (e.g. this trainer was
+                    # evicted): public by design now, and too late to commit a copy of.
+                    log.warning("trainer.misbehaving", mode="copy-payload", round=round_, obtained=False, closed=True)
+                    return torch.randn_like(own) * 0.05 * scale
+                qg = QuantizedGradient.from_safetensors_bytes(data, expected_numel=own.numel())
+                copied = from_fixed(dequantize(qg)).to(own.dtype).reshape(own.shape)
+                log.warning("trainer.misbehaving", mode="copy-payload", round=round_, obtained=True, source=other)
+                return copied + torch.randn_like(copied) * 0.05 * float(copied.std())
+            time.sleep(0.25)
+        log.warning("trainer.misbehaving", mode="copy-payload", round=round_, obtained=False, tries=tries)
+        return torch.randn_like(own) * 0.05 * scale
 
     def _check_sample_rate(self, inner: InnerLoop, shards: list[int]) -> None:
         """Warn when this trainer samples its windows at a higher rate than the spec's
@@ -1146,7 +1225,9 @@ class TrainerAgent:
             uris: tuple[str, ...] = ("",) * len(digests)
             size = 0
         else:
-            refs = [self.outbox.put(c) for c in work.checkpoints]
+            # Sealed like the payload (its last checkpoint gives the payload away): revealed once
+            # the round's commit phase closed (docs/protocol.md §10.6).
+            refs = [self.outbox.seal_blob(round_, c) for c in work.checkpoints]
             digests = tuple(r.digest for r in refs)
             uris = tuple(r.uri for r in refs)
             size = sum(r.size for r in refs)
@@ -1160,11 +1241,10 @@ class TrainerAgent:
     def _encode_and_upload(
         self, round_: int, gradient: torch.Tensor, timings: dict[str, float]
     ) -> tuple[bytes | Path, bytes, BlobRef]:
-        """Quantize the outer gradient into the payload (refuses NaN/Inf), upload it through the
-        outbox (a blob-store outage delays the upload, never the commitment) and keep a copy for
-        availability demands; returns ``(payload, chunk root, reference)``. With the state on disk
-        the payload is encoded range by range into a file, uploaded from it (``put_file``) and
-        returned as that file."""
+        """Quantize the outer gradient into the payload (refuses NaN/Inf) and seal it in the outbox
+        (kept for availability demands, uploaded only once the round's commit phase has closed:
+        :meth:`_reveal`); returns ``(payload, chunk root, reference)``. With the state on disk
+        the payload is encoded range by range into a file, sealed from it and returned as that file."""
         ctx = self.ctx
         assert ctx is not None
         began = time.perf_counter()
@@ -1174,16 +1254,14 @@ class TrainerAgent:
                 payload = junk_data_offsets(payload)
             timings["encode_s"] = time.perf_counter() - began
             began = time.perf_counter()
-            ref = self.outbox.put(payload)
-            self.outbox.keep_own(round_, payload)
+            ref = self.outbox.seal(round_, payload)  # revealed once the round's commit phase closed
             timings["upload_s"] = time.perf_counter() - began
             return payload, chunk_root, ref
         path = self._payloads_dir / f"own-{round_}.bin"
         encoded = encode_payload_file(ArrayRegion(gradient.numpy()), ctx.spec.gradient_bits, str(path))
         timings["encode_s"] = time.perf_counter() - began
         began = time.perf_counter()
-        ref = self.outbox.put_file(path)
-        self.outbox.keep_own_file(round_, path, ref.digest)
+        ref = self.outbox.seal_file(round_, path)  # revealed once the round's commit phase closed
         held = payload_file_path(self._payloads_dir, round_, ref.digest)
         os.replace(path, held)
         timings["upload_s"] = time.perf_counter() - began
@@ -1304,6 +1382,7 @@ class TrainerAgent:
                 self._state = None
         if isinstance(ahead.staged.payload, Path):
             ahead.staged.payload.unlink(missing_ok=True)
+        self.outbox.drop_sealed(ahead.round)  # never committed: nothing to reveal
 
     def _derive_from_payloads(
         self, round_: int, rr: RoundView, fragment: int, state_root: str

@@ -8,6 +8,10 @@ the submission out, which costs the trainer that round's reward and nobody anyth
 
 The outbox also keeps the trainer's own payloads for the rounds a censorship claim can still name,
 so it answers an availability demand from disk even while the blob store is down.
+
+Commit, then reveal (docs/protocol.md §10.6, :mod:`syncline.run.reveal`): a payload is *sealed*
+when staged (kept, never uploaded) and *revealed* (uploaded, through the spool on an outage) only
+once its round's commit phase has closed on chain, so no trainer of the open round can copy it.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ class Outbox:
     def __post_init__(self) -> None:
         (self.directory / "pending").mkdir(parents=True, exist_ok=True)
         (self.directory / "own").mkdir(parents=True, exist_ok=True)
+        (self.directory / "sealed").mkdir(parents=True, exist_ok=True)
 
     # ------------------------------------------------------------------ uploading
 
@@ -99,6 +104,59 @@ class Outbox:
                 log.info("trainer.upload_completed", digest=meta.stem[:18], bytes=len(data))
             self._drop(meta)
         return sum(1 for _ in self._pending())
+
+    # ------------------------------------------------------------------ commit, then reveal
+
+    def seal(self, round_: int, data: bytes) -> BlobRef:
+        """Keep this trainer's payload of ``round_`` (:meth:`keep_own`) sealed until
+        :meth:`reveal`: nothing is uploaded; returns the reference it will have, to commit now."""
+        self.keep_own(round_, data)
+        digest = digest_of(data)
+        _link_or_copy(self.directory / "own" / f"{round_}-{digest}.bin", self._sealed(round_, digest))
+        return BlobRef(digest=digest, size=len(data), uri=self._uri_for(digest))
+
+    def seal_blob(self, round_: int, data: bytes) -> BlobRef:
+        """Seal another blob of ``round_`` the payload can be derived from (an eager task's
+        checkpoints: the last one minus the start state is the payload) until :meth:`reveal`."""
+        digest = digest_of(data)
+        sealed = self._sealed(round_, digest)
+        if not sealed.exists():
+            write_atomic(sealed, data)
+        return BlobRef(digest=digest, size=len(data), uri=self._uri_for(digest))
+
+    def seal_file(self, round_: int, path: Path) -> BlobRef:
+        """:meth:`seal` for a payload in the file ``path`` (hashed streaming, never read whole)."""
+        digest, size = digest_of_file(path)
+        self.keep_own_file(round_, path, digest)
+        _link_or_copy(path, self._sealed(round_, digest))
+        return BlobRef(digest=digest, size=size, uri=self._uri_for(digest))
+
+    def sealed_rounds(self) -> list[int]:
+        """The rounds with a payload still sealed, ascending."""
+        return sorted({int(p.name.split("-", 1)[0]) for p in (self.directory / "sealed").glob("*.bin")})
+
+    def reveal(self, through_round: int) -> int:
+        """Upload the sealed payloads of rounds up to ``through_round`` (their commit phase closed);
+        an outage spools them like any upload (:meth:`flush` sends them later). Returns how many
+        were revealed (handed to the store or to the spool)."""
+        revealed = 0
+        for path in sorted((self.directory / "sealed").glob("*.bin")):
+            match = _OWN.match(path.name)
+            if match is None or int(match.group(1)) > through_round:
+                continue
+            ref = self.put_file(path)
+            path.unlink(missing_ok=True)
+            revealed += 1
+            log.info("trainer.payload_revealed", round=int(match.group(1)), digest=ref.digest[:18], bytes=ref.size)
+        return revealed
+
+    def drop_sealed(self, round_: int) -> None:
+        """Forget what is sealed for ``round_`` (work that was never committed)."""
+        for path in (self.directory / "sealed").glob(f"{round_}-*.bin"):
+            path.unlink(missing_ok=True)
+
+    def _sealed(self, round_: int, digest: str) -> Path:
+        return self.directory / "sealed" / f"{round_}-{digest.lower()}.bin"
 
     # ------------------------------------------------------------------ own payloads
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from syncline.blobstore import BlobStore
+from syncline.blobstore.store import BlobUnavailable
 from syncline.chain import enrollment
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient, TaskView
@@ -47,15 +48,16 @@ from syncline.protocol.sync_round import RoundResult
 from syncline.run.agent_config import AgentConfig
 from syncline.run.context import StateUnavailable, TaskContext, load_weights
 from syncline.run.gossip import GossipError, announce_vote, decode_vote, encode_vote
-from syncline.run.local_store import append_durable, append_record, claim_state_dir, read_records
+from syncline.run.local_store import SIGNED_VOTES_FILE, append_durable, append_record, claim_state_dir, read_records
 from syncline.run.loop import NewBlock, TaskNotPosted, pending_time, run_forever
 from syncline.run.metrics import AgentMetrics
+from syncline.run.reveal import reveal_window_s
 from syncline.run.state_file import StateFile, use_disk_state
 
 log = get_logger("syncline.witness")
 ZERO = "0x" + "00" * 32
 CHEAT_FROM_ROUND = 1  # misbehaviour (tests and demos only) starts after one honest round
-VOTES_FILE = "signed-votes.jsonl"  # every vote this witness signed, written before it is published
+VOTES_FILE = SIGNED_VOTES_FILE  # every vote this witness signed, written before it is published
 
 
 @dataclass
@@ -83,6 +85,9 @@ class WitnessAgent:
     # and claimed segments are sealed to it), and whether the chain has it.
     _dispute_key: EnclaveKey | None = field(default=None, repr=False)
     _dispute_key_settled: bool = False
+    # Per round, the chain time its reveal window started: the close (the deadline, or when this
+    # witness first saw the work complete), or the end of a blob-store outage seen since.
+    _reveal_from: dict[int, int] = field(default_factory=dict)
 
     def _load_dispute_key(self) -> None:
         """A DP task that is not Confidential: this witness's dispute key, generated once in its
@@ -240,9 +245,37 @@ class WitnessAgent:
             self._send("carry_forward", lambda: self.market.carry_forward(self.signer, task_id, round_))
             return
         if self.market.vote_of(task_id, round_, self.signer.address) == ZERO:
+            if self._awaiting_reveals(round_, now, deadline):
+                return
             self._vote(round_, t.state_root)
         elif now > deadline + spec.grace_window_s:
             self._send("carry_forward", lambda: self.market.carry_forward(self.signer, task_id, round_))
+
+    def _awaiting_reveals(self, round_: int, now: int, deadline: int) -> bool:
+        """Commit, then reveal (docs/protocol.md §10.6): trainers publish their payloads only once
+        the commit phase closed. Within the reveal window after the close, True (wait) while a
+        committed payload is not on the blob store yet; after it, False: vote without it."""
+        assert self.ctx is not None
+        began = self._reveal_from.setdefault(round_, min(deadline, now))
+        if now > began + reveal_window_s(self.ctx.spec.grace_window_s):
+            return False
+        committed = self.market.round(self.cfg.task_id, round_).committed_mask
+        for fragment in range(256):
+            if committed >> fragment & 1:
+                s = self.market.submission(self.cfg.task_id, round_, fragment)
+                try:
+                    if self.blobs.has(s.payload_hash):
+                        continue
+                except BlobUnavailable:
+                    # Our store is down: nobody can reveal to it now. The window starts again once
+                    # it is back, so an honest trainer's outbox has a whole window to flush.
+                    self._reveal_from[round_] = now
+                    return True
+                except SynclineError:
+                    pass
+                log.debug("witness.awaiting_reveal", round=round_, fragment=fragment)
+                return True
+        return False
 
     # ------------------------------------------------------------------ round work
 
