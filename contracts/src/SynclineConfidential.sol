@@ -2,7 +2,7 @@
 pragma solidity ^0.8.24;
 
 import {ISynclineConfidential} from "./ISynclineConfidential.sol";
-import {TaskPosting} from "./TaskPosting.sol";
+import {SynclineCourtCore} from "./SynclineCourtCore.sol";
 import {TaskSpec, TaskState, TaskStatus, Tier} from "./SynclineTypes.sol";
 import {IAttestationVerifier} from "./attestation/IAttestationVerifier.sol";
 
@@ -12,9 +12,9 @@ import {IAttestationVerifier} from "./attestation/IAttestationVerifier.sol";
 /// and, for every other tier, the witnesses' unattested dispute keys (DP noise openings).
 /// `SynclineCourt` creates it and forwards the selectors it does not implement to it by
 /// delegatecall, so it runs on the market's storage (its own module: the court has no room left
-/// under EIP-170). It also serves `postTask` (`TaskPosting`), for the same reason: the market is full.
+/// under EIP-170).
 /// @dev The only external call is the verifier's `verify`, a static call made before any effect.
-contract SynclineConfidential is ISynclineConfidential, TaskPosting {
+contract SynclineConfidential is ISynclineConfidential, SynclineCourtCore {
     /// @notice Most measurements a task's allow-list may hold.
     uint256 public constant MAX_MEASUREMENTS = 16;
     /// @notice Largest attestation report accepted (a TDX quote with its PCK chain is ~5-8 KiB).

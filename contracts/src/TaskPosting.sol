@@ -10,10 +10,11 @@ import {ShardAssignment} from "./libraries/ShardAssignment.sol";
 /// @title TaskPosting
 /// @notice `postTask`: the spec rules the contract enforces, the deterrence rule tying the stake,
 /// the reward per submission and the committee's spot-check rate together, and the escrow of the
-/// reward pool and the witness fee budget. Part of `SynclineConfidential` (the court's module,
-/// reached from the market's fallback through the court's): the market has no room left under
-/// EIP-170. It runs by delegatecall on the market's storage, so `msg.value`, `msg.sender` and
-/// the `TaskPosted` event are the market's, and the money invariant holds as before.
+/// reward pool and the witness fee budget. Deployed as `SynclinePosting`, a module the market
+/// creates and forwards `postTask` and the two constants' getters to by delegatecall (the market
+/// has no room left under EIP-170, the court none under EIP-3860's initcode limit), so
+/// `msg.value`, `msg.sender`, the storage and the `TaskPosted` event are the market's and the
+/// money invariant holds as before.
 abstract contract TaskPosting is ISynclineTaskPosting, SynclineCourtCore {
     /// @inheritdoc ISynclineTaskPosting
     uint256 public constant DETERRENCE_MARGIN = 2;
@@ -106,3 +107,7 @@ abstract contract TaskPosting is ISynclineTaskPosting, SynclineCourtCore {
         feeBudget = uint256(spec.witnessFee) * spec.threshold * spec.rounds;
     }
 }
+
+/// @title SynclinePosting
+/// @notice The deployable `TaskPosting` module (`SynclineMarket.POSTING`); it refuses direct calls.
+contract SynclinePosting is TaskPosting {}
