@@ -75,7 +75,7 @@ contract DeterrenceTest is SynclineTest {
         uint256 pool = 10 ether + 1; // R = ceil(pool / 6) = 1.6666... ETH + 1 wei
         s.spotCheckPpm = 400_000;
         uint256 r = _reward(s, pool);
-        vm.assertEq(r, (10 ether + 1 + 5) / 6, "R rounds up");
+        vm.assertEq(r, 1_666_666_666_666_666_667, "R rounds up");
         // stake * 400_000 == 2 * R * 1e6  <=>  stake == 5 R
         s.trainerStake = uint128(5 * r);
         _tryPost(s, pool, "");
