@@ -445,13 +445,10 @@ class VerificationPolicy:
         if self.checkpoints not in CHECKPOINT_MODES:
             raise SpecError(f"verification.checkpoints {self.checkpoints!r}: use one of {', '.join(CHECKPOINT_MODES)}")
         rate = self.spot_check_rate
-        if rate is not None:
-            if (
-                isinstance(rate, bool)
-                or not isinstance(rate, int | float)
-                or not (math.isfinite(rate) and 0 < rate <= 1)
-            ):
-                raise SpecError(f"verification.spot_check_rate must be a number within (0, 1], got {rate!r}")
+        if rate is not None and (
+            isinstance(rate, bool) or not isinstance(rate, int | float) or not (math.isfinite(rate) and 0 < rate <= 1)
+        ):
+            raise SpecError(f"verification.spot_check_rate must be a number within (0, 1], got {rate!r}")
 
     def to_mapping(self) -> dict[str, Any]:
         tolerance = asdict(self.tolerance)

@@ -129,7 +129,9 @@ def verification_policy(defaults: TaskDefaults) -> dict[str, Any]:
     """The spec's ``verification`` key: absent for eager checkpoints at the derived rate (the
     default policy)."""
     if defaults.checkpoints == "eager":
-        return {} if defaults.spot_check_rate is None else {"verification": {"spot_check_rate": defaults.spot_check_rate}}
+        return (
+            {} if defaults.spot_check_rate is None else {"verification": {"spot_check_rate": defaults.spot_check_rate}}
+        )
     policy: dict[str, Any] = {"checkpoints": defaults.checkpoints}
     if defaults.spot_check_rate is not None:
         policy["spot_check_rate"] = defaults.spot_check_rate
