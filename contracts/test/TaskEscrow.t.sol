@@ -213,6 +213,7 @@ contract TaskEscrowTest is SynclineTest {
         s.threshold = k;
         s.rounds = rounds;
         s.witnessFee = fee;
+        pool = _deterredPool(s, pool);
         uint256 budget = uint256(fee) * k * rounds;
         vm.deal(sponsor, pool + budget);
 
@@ -1008,10 +1009,11 @@ contract TaskEscrowTest is SynclineTest {
     }
 
     function testFuzz_withdraw_cancelledStakes(uint128 stake, uint256 pool) public {
-        stake = uint128(bound(stake, 1, 10_000 ether));
+        stake = uint128(bound(stake, 2, 10_000 ether));
         pool = bound(pool, 1, 100_000 ether);
         TaskSpec memory s = _defaultSpec();
         s.trainerStake = stake;
+        pool = _deterredPool(s, pool);
         uint256 id = _post(s, pool);
         _enroll(id, trainers[0]);
         vm.warp(s.enrollmentDeadline + 1);

@@ -179,6 +179,14 @@ abstract contract SynclineTest is SynclineSigning {
         s.witnessBond = WITNESS_BOND;
     }
 
+    /// @dev `pool` capped (at least 1 wei) so that the spec deters at its ppm (postTask's rule:
+    /// `stake * ppm >= 2 * ceil(pool / (rounds * minTrainers)) * 1e6`); fuzzed pools use it.
+    function _deterredPool(TaskSpec memory s, uint256 pool) internal pure returns (uint256) {
+        uint256 maxPool = uint256(s.rounds) * s.minTrainers * ((uint256(s.trainerStake) * s.spotCheckPpm) / 2_000_000);
+        if (maxPool == 0) return 1;
+        return pool < maxPool ? pool : maxPool;
+    }
+
     function _feeBudget(TaskSpec memory s) internal pure returns (uint256) {
         return uint256(s.witnessFee) * s.threshold * s.rounds;
     }
