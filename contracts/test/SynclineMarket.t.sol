@@ -614,8 +614,8 @@ contract SynclineMarketTest is SynclineTest {
         _warpAndSeal(a);
         _assertMoneyInvariant(ids, _allActors());
 
-        // trainer0 in a: weight 2+2 of 20 -> 2 ether + 1 ether stake; credits add up across tasks.
-        vm.assertEq(market.creditOf(trainers[0]), 3.5 ether + 3 ether, "credits accumulate");
+        // trainer0 in a: weight 2+2 of 20 -> 2 ether + STAKE; credits add up across tasks.
+        vm.assertEq(market.creditOf(trainers[0]), 3.5 ether + 3 ether + STAKE, "credits accumulate");
         _withdrawAll(_allActors());
         vm.assertEq(address(market).balance, 0, "market empty");
     }
