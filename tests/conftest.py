@@ -183,7 +183,12 @@ def build_spec(
         witness_bond_wei=ETH // 2,
         challenge_bond_wei=ETH // 10,
     )
-    return spec.with_updates(**overrides) if overrides else spec
+    spec = spec.with_updates(**overrides) if overrides else spec
+    if "trainer_stake_wei" not in overrides:
+        # postTask's deterrence rule: at least 2R (R = reward_pool / (rounds x min_trainers)), so
+        # every shape a test asks for posts at its derived rate (1 ETH at the default shape)
+        spec = spec.with_updates(trainer_stake_wei=max(spec.trainer_stake_wei, 2 * spec.reward_per_submission_wei))
+    return spec
 
 
 OFFLINE_WITNESSES = tuple(to_checksum_address("0x" + keccak(text=f"offline-witness-{i}").hex()[-40:]) for i in range(3))

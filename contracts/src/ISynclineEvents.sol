@@ -207,8 +207,11 @@ interface ISynclineEvents {
     error SynclineWitnessAlreadyBonded(uint256 taskId, address witness);
     /// @notice A bond was not the exact amount the spec requires.
     error SynclineWrongBond(uint256 sent, uint256 required);
-    /// @notice Spec field out of range (paramCount, checkpointInterval).
+    /// @notice Spec field out of range (paramCount, checkpointInterval, spotCheckPpm).
     error SynclineSpecFieldInvalid(string field);
+    /// @notice The stake does not deter a cheat at the spot-check rate: `stake * ppm` is below
+    /// `DETERRENCE_MARGIN * rewardPerSubmission * 1e6` (`rewardPerSubmission` rounded up).
+    error SynclineStakeDoesNotDeter(uint256 stake, uint256 spotCheckPpm, uint256 rewardPerSubmission);
     /// @notice The market takes no plain ether transfers (use postTask, enroll, bondWitness).
     error SynclineDirectPayment();
     /// @notice The court module only runs by delegatecall from the market.

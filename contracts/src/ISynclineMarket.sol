@@ -18,11 +18,8 @@ import {ISynclineEvents} from "./ISynclineEvents.sol";
 /// the run seals and everyone withdraws what it is owed (pull payments).
 interface ISynclineMarket is ISynclineEvents {
     // ------------------------------------------------------------------ sponsor
-    /// @notice Post a task and escrow its reward pool plus the witness fee budget
-    /// (`witnessFee * threshold * rounds`); everything above the budget is the reward pool.
-    /// @param spec The on-chain fields of the task spec.
-    /// @return taskId The new task's id (ids start at 1).
-    function postTask(TaskSpec calldata spec) external payable returns (uint256 taskId);
+    // `postTask` is served at this address by the court's confidential module (`TaskPosting`,
+    // `ISynclineTaskPosting`): the market has no room left under EIP-170.
 
     /// @notice Cancel a task whose enrollment deadline passed with fewer than `minTrainers`
     /// trainers; the sponsor and every enrolled trainer are refunded in full. Anyone may call.

@@ -4,6 +4,8 @@ pragma solidity ^0.8.24;
 import {ISynclineMarket} from "./ISynclineMarket.sol";
 import {RoundLedger} from "./RoundLedger.sol";
 import {TaskSpec, TaskState, TaskStatus, TrainerRecord} from "./SynclineTypes.sol";
+import {ISynclineTaskPosting} from "./ISynclineTaskPosting.sol";
+import {SynclinePosting} from "./TaskPosting.sol";
 
 /// @title SynclineMarket
 /// @notice The deployable Syncline training market: task escrow, trainer staking, sync rounds with a
@@ -12,6 +14,9 @@ contract SynclineMarket is RoundLedger {
     /// @notice The `SynclineCourt` module: every call the market does not implement itself (the
     /// `ISynclineCourt` challenge functions) runs there by delegatecall, on the market's storage.
     address public immutable COURT;
+    /// @notice The `SynclinePosting` module this market created: `postTask` and the deterrence
+    /// constants (`ISynclineTaskPosting`) run there, by delegatecall on the market's storage.
+    address public immutable POSTING = address(new SynclinePosting());
 
     /// @param court Address of a deployed `SynclineCourt`.
     constructor(address court) {
@@ -24,9 +29,13 @@ contract SynclineMarket is RoundLedger {
         revert SynclineDirectPayment();
     }
 
-    /// @notice Delegates the challenge functions to the court module.
+    /// @notice Delegates `ISynclineTaskPosting` to the posting module, every other call (the
+    /// challenge functions, and through the court the confidential ones) to the court module.
     fallback() external payable {
-        address court = COURT;
+        bytes4 sig = msg.sig;
+        address court = (sig == ISynclineTaskPosting.postTask.selector
+                || sig == ISynclineTaskPosting.DETERRENCE_MARGIN.selector
+                || sig == ISynclineTaskPosting.SPOT_CHECK_PPM_SCALE.selector) ? POSTING : COURT;
         // assembly: forward calldata, value and the return/revert data unchanged. Not
         // memory-safe (it writes from offset 0), which is fine: it never returns to Solidity.
         assembly {

@@ -106,6 +106,10 @@ struct TaskSpec {
     uint128 witnessBond;
     /// Bond a challenger posts with each challenge; returned when the fault is proven.
     uint128 challengeBond;
+    /// Rate of the committee's public spot-check draw, parts per million (1..1_000_000): a
+    /// submission is drawn iff its 64-bit draw is below floor(spotCheckPpm * 2^64 / 1e6).
+    /// `postTask` requires `trainerStake * spotCheckPpm >= 2 * rewardPerSubmission * 1e6`.
+    uint32 spotCheckPpm;
     address[] witnesses;
 }
 

@@ -4,32 +4,12 @@ pragma solidity ^0.8.24;
 import {ISynclineMarket} from "./ISynclineMarket.sol";
 import {SynclineStorage} from "./SynclineStorage.sol";
 import {TaskSpec, TaskState, TaskStatus, TrainerRecord, WitnessRecord} from "./SynclineTypes.sol";
-import {TierPolicy} from "./libraries/TierPolicy.sol";
-import {ShardAssignment} from "./libraries/ShardAssignment.sol";
 
 /// @title TaskEscrow
-/// @notice Task registry, spec validation, the escrow and the pull-payment credit ledger.
+/// @notice Task registry, the escrow and the pull-payment credit ledger (`postTask` and its spec
+/// validation run in `TaskPosting`, part of the court's confidential module).
 /// @dev Money invariant: address(this).balance == sum over tasks of escrowOf(task) + sum of credits.
 abstract contract TaskEscrow is ISynclineMarket, SynclineStorage {
-    /// @inheritdoc ISynclineMarket
-    function postTask(TaskSpec calldata spec) external payable returns (uint256 taskId) {
-        uint256 feeBudget = _validateSpec(spec);
-        if (msg.value <= feeBudget) revert SynclineInsufficientEscrow(msg.value, feeBudget);
-
-        taskId = ++_taskCount;
-        _specs[taskId] = spec;
-        for (uint256 i = 0; i < spec.witnesses.length; ++i) {
-            _isWitness[taskId][spec.witnesses[i]] = true;
-        }
-        TaskState storage t = _tasks[taskId];
-        t.sponsor = msg.sender;
-        t.status = TaskStatus.Enrolling;
-        t.stateRoot = spec.initialStateRoot;
-        t.rewardPool = msg.value - feeBudget;
-        t.feeBudget = feeBudget;
-        emit TaskPosted(taskId, msg.sender, spec.specHash, spec.specURI, msg.value - feeBudget, feeBudget);
-    }
-
     /// @inheritdoc ISynclineMarket
     function cancelUnderfilled(uint256 taskId) external {
         TaskState storage t = _requireStatus(taskId, TaskStatus.Enrolling);
@@ -127,61 +107,6 @@ abstract contract TaskEscrow is ISynclineMarket, SynclineStorage {
     }
 
     // ------------------------------------------------------------------ internal
-
-    /// @dev Checks every spec rule the contract enforces (the caller is the sponsor); returns the
-    /// witness fee budget.
-    function _validateSpec(TaskSpec calldata spec) internal view returns (uint256 feeBudget) {
-        uint256 n = spec.witnesses.length;
-        if (spec.threshold == 0 || spec.threshold > n || n > MAX_WITNESSES) {
-            revert SynclineInvalidThreshold(spec.threshold, n);
-        }
-        for (uint256 i = 0; i < n; ++i) {
-            address w = spec.witnesses[i];
-            if (w == address(0)) revert SynclineZeroWitness(i);
-            if (w == msg.sender) revert SynclineSponsorIsWitness(w, i);
-            for (uint256 j = 0; j < i; ++j) {
-                if (spec.witnesses[j] == w) revert SynclineDuplicateWitness(w);
-            }
-        }
-        if (spec.rounds == 0) revert SynclineZeroSpecField("rounds");
-        if (spec.innerSteps == 0) revert SynclineZeroSpecField("innerSteps");
-        if (spec.roundDuration == 0) revert SynclineZeroSpecField("roundDuration");
-        if (spec.trainerStake == 0) revert SynclineZeroSpecField("trainerStake");
-        // Every vote puts a bond at stake: a free vote could finalize a wrong round at no cost.
-        if (spec.witnessBond == 0) revert SynclineZeroSpecField("witnessBond");
-        if (spec.specHash == bytes32(0)) revert SynclineZeroSpecField("specHash");
-        if (spec.initialStateRoot == bytes32(0)) revert SynclineZeroSpecField("initialStateRoot");
-        if (spec.outerLrPpm == 0) revert SynclineZeroSpecField("outerLrPpm");
-        if (
-            spec.minTrainers == 0 || spec.maxTrainers < spec.minTrainers || spec.maxTrainers > MAX_TRAINERS
-                || spec.shardCount < spec.maxTrainers || spec.shardCount > ShardAssignment.MAX_SHARDS
-        ) revert SynclineTrainerBoundsInvalid(spec.minTrainers, spec.maxTrainers, spec.shardCount);
-        if (spec.enrollmentDeadline <= block.timestamp) {
-            revert SynclineDeadlineInPast(spec.enrollmentDeadline, block.timestamp);
-        }
-        if (spec.enrollmentDeadline - block.timestamp > MAX_WINDOW) {
-            revert SynclineWindowTooLong("enrollmentDeadline", spec.enrollmentDeadline - block.timestamp, MAX_WINDOW);
-        }
-        if (spec.roundDuration > MAX_WINDOW) revert SynclineWindowTooLong("roundDuration", spec.roundDuration, MAX_WINDOW);
-        if (spec.graceWindow > MAX_WINDOW) revert SynclineWindowTooLong("graceWindow", spec.graceWindow, MAX_WINDOW);
-        if (spec.challengeWindow > MAX_WINDOW) {
-            revert SynclineWindowTooLong("challengeWindow", spec.challengeWindow, MAX_WINDOW);
-        }
-        if (spec.challengeWindow < MIN_CHALLENGE_WINDOW) {
-            revert SynclineWindowTooShort("challengeWindow", spec.challengeWindow, MIN_CHALLENGE_WINDOW);
-        }
-        if (spec.evictionSlashBps > TierPolicy.BPS) revert SynclineSlashBpsTooHigh(spec.evictionSlashBps);
-        if (spec.gradientBits != 8 && spec.gradientBits != 16) revert SynclineUnsupportedGradientBits(spec.gradientBits);
-        if (!TierPolicy.admits(spec.tier, spec.rule)) revert SynclineRuleNotAdmitted(spec.tier, spec.rule);
-        if (!TierPolicy.paramConsistent(spec.rule, spec.ruleParam, spec.minTrainers)) {
-            revert SynclineRuleParamInconsistent(spec.rule, spec.ruleParam, spec.minTrainers);
-        }
-        if (spec.paramCount == 0) revert SynclineSpecFieldInvalid("paramCount");
-        if (spec.checkpointInterval == 0 || spec.checkpointInterval > spec.innerSteps) {
-            revert SynclineSpecFieldInvalid("checkpointInterval");
-        }
-        feeBudget = uint256(spec.witnessFee) * spec.threshold * spec.rounds;
-    }
 
     /// @dev Credits every witness its remaining bond (seal and cancel).
     function _refundWitnessBonds(uint256 taskId, TaskState storage t) internal {

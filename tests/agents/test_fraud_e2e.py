@@ -349,7 +349,7 @@ def check_claim_names_the_drawn_segment(
         fragment,
         bytes.fromhex(rr.state_root[2:]),
         record.finalized_in[first.view.round],
-        rate=1.0,
+        ppm=1_000_000,
         segments=segments,
     )
     assert first.view.segment == drawn, (first.view.segment, drawn)

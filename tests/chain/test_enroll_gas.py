@@ -92,6 +92,7 @@ def test_the_gas_floor_covers_the_run_starting_enrollment_up_to_64_trainers(tmp_
                 max_trainers=n,
                 shards=max(n, 6),
                 trainer_stake_wei=ETH // 100,
+                reward_pool_wei=ETH // 1000,  # postTask's deterrence rule: stake >= 2 x pool / 4 rounds
             )
             task_id, _ = market.post_task(keys[0], spec, "ipfs://enroll-gas")
             used = [int(market.enroll(t, task_id)[1]["gasUsed"]) for t in keys[4 : 4 + n]]

@@ -19,7 +19,7 @@ from web3 import Web3
 
 from conftest import build_spec
 from syncline.chain import devnet as devnet_mod
-from syncline.chain.deployment import check_cancun, deploy_contract, deploy_market, merged_abi
+from syncline.chain.deployment import check_cancun, client_abi, deploy_contract, deploy_market
 from syncline.chain.devnet import Devnet, chain_time, start_anvil
 from syncline.chain.keys import from_private_key
 from syncline.chain.market import MarketClient
@@ -129,7 +129,7 @@ def test_undecodable_errors_from_a_pre_cancun_chain_are_one_line(shanghai: Devne
     market_art, court_art = artifacts["SynclineMarket"], artifacts["SynclineCourt"]
     court, _ = deploy_contract(w3, signers[0], court_art)
     address, _ = deploy_contract(w3, signers[0], market_art, court)
-    market = MarketClient(w3, address, merged_abi(market_art.abi, court_art.abi))
+    market = MarketClient(w3, address, client_abi(artifacts))
     spec = build_spec(enrollment_deadline=chain_time(w3) + 600, witnesses=tuple(s.address for s in signers[4:7]))
     task_id, _ = market.post_task(signers[0], spec, "ipfs://pre-cancun")
     with pytest.raises(ChainError) as info:

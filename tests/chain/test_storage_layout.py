@@ -21,6 +21,7 @@ def _layouts() -> dict[str, list[tuple[str, str, int, str]]]:
                 "SynclineCourt",
                 "SynclineRulings",
                 "SynclineConfidential",
+                "SynclinePosting",
                 "SynclineStorage",
             ):
                 out[name] = [(s["label"], s["slot"], s["offset"], s["type"]) for s in data["storageLayout"]["storage"]]
@@ -34,6 +35,7 @@ def test_market_and_court_share_one_storage_layout() -> None:
     assert layouts["SynclineCourt"] == market
     assert layouts["SynclineRulings"] == market
     assert layouts["SynclineConfidential"] == market
+    assert layouts["SynclinePosting"] == market
 
 
 def test_court_declares_no_storage_of_its_own() -> None:
@@ -44,4 +46,5 @@ def test_court_declares_no_storage_of_its_own() -> None:
         == layouts["SynclineCourt"]
         == layouts["SynclineRulings"]
         == layouts["SynclineConfidential"]
+        == layouts["SynclinePosting"]
     )

@@ -39,7 +39,12 @@ from syncline.protocol.quantization import QuantizedGradient, dequantize, quanti
 from syncline.protocol.seeds import round_seed
 from syncline.protocol.signed_messages import Commitment, Domain, Vote, digest
 from syncline.protocol.spec import TrainingTaskSpec
-from syncline.protocol.spot_checks import default_spot_check_rate, spot_check_draw
+from syncline.protocol.spot_checks import (
+    deterrence_ppm,
+    reward_per_submission,
+    spot_check_draw,
+    spot_check_threshold,
+)
 from syncline.protocol.state import TrainingState
 from syncline.protocol.sync_round import CommittedSubmission, aggregate_root, compute_round
 from syncline.run.gossip import commitment_alias, report_alias, vote_alias
@@ -426,13 +431,21 @@ def doc_round_seed(task: int, round_: int, fragment: int) -> int:
     return int.from_bytes(keccak(u256(task) + u256(round_) + u256(fragment))[:8], "big") % 2**63
 
 
-def doc_default_rate(bits: int, segments: int) -> float:
-    return min(1.0, 0.08 * (bits / 8) / (12 * ((2 * segments + 1) / (segments + 1))))
+def doc_reward_per_submission(pool: int, rounds: int, min_trainers: int) -> int:
+    return -(-pool // (rounds * min_trainers))
 
 
-def doc_spot_check(task: int, round_: int, fragment: int, root: bytes, block: bytes, rate: float, s: int) -> int | None:
+def doc_deters(stake: int, ppm: int, pool: int, rounds: int, min_trainers: int) -> bool:
+    return 1 <= ppm <= 10**6 and stake * ppm >= 2 * doc_reward_per_submission(pool, rounds, min_trainers) * 10**6
+
+
+def doc_default_ppm(stake: int, pool: int, rounds: int, min_trainers: int) -> int:
+    return min(10**6, -(-2 * doc_reward_per_submission(pool, rounds, min_trainers) * 10**6 // stake))
+
+
+def doc_spot_check(task: int, round_: int, fragment: int, root: bytes, block: bytes, ppm: int, s: int) -> int | None:
     h = keccak(b"syncline-spot-check-v1" + u256(task) + u256(round_) + u256(fragment) + root + block)
-    threshold = min(2**64, math.floor(rate * 2.0**64))
+    threshold = ppm * 2**64 // 10**6
     if int.from_bytes(h[:8], "big") >= threshold:
         return None
     return int.from_bytes(h[8:16], "big") % (s + 1)
@@ -961,17 +974,33 @@ def test_round_seed() -> None:
 
 def test_spot_check_draw() -> None:
     rng = random.Random(10)
-    for segments in (1, 3, 7):
-        for bits in (8, 16):
-            assert default_spot_check_rate(bits, segments) == doc_default_rate(bits, segments)
     for _ in range(300):
-        rate = rng.choice([1.0, 0.5, 0.0038095238095238095, rng.random() or 0.5, 2.0**-60])
+        ppm = rng.choice([1_000_000, 500_000, 250_000, 3810, 1, rng.randint(1, 1_000_000)])
         s = rng.randint(1, 9)
         args = (rng.getrandbits(64), rng.getrandbits(32), rng.getrandbits(16), rand_hash(rng), rand_hash(rng))
-        assert spot_check_draw(*args, rate=rate, segments=s) == doc_spot_check(*args, rate, s)
+        assert spot_check_draw(*args, ppm=ppm, segments=s) == doc_spot_check(*args, ppm, s)
     root, block = keccak(b"state"), keccak(b"block")
-    assert [doc_spot_check(1, 2, f, root, block, 0.5, 3) for f in range(6)] == [0, None, None, None, 3, 0]
-    assert doc_default_rate(8, 3) == 0.0038095238095238095
+    assert [doc_spot_check(1, 2, f, root, block, 500_000, 3) for f in range(6)] == [0, None, None, None, 3, 0]
+    assert spot_check_threshold(500_000) == 2**63 and spot_check_threshold(1_000_000) == 2**64
+
+
+def test_deterrence_rule() -> None:
+    """§14's deterrence rule and default rate, against the library (and the sponsor defaults' example)."""
+    rng = random.Random(12)
+    eth = 10**18
+    for _ in range(500):
+        stake, pool = rng.randint(1, 10 * eth), rng.randint(1, 100 * eth)
+        rounds, min_t = rng.randint(1, 50), rng.randint(1, 64)
+        assert reward_per_submission(pool, rounds, min_t) == doc_reward_per_submission(pool, rounds, min_t)
+        least = deterrence_ppm(stake, pool, rounds, min_t)
+        assert min(least, 10**6) == doc_default_ppm(stake, pool, rounds, min_t)
+        assert doc_deters(stake, least, pool, rounds, min_t) == (least <= 10**6)
+        if 1 < least <= 10**6:
+            assert not doc_deters(stake, least - 1, pool, rounds, min_t)
+    # the sponsor defaults: 3 ETH over 8 rounds x 3 trainers, stake 1 ETH
+    assert doc_reward_per_submission(3 * eth, 8, 3) == eth // 8
+    assert doc_default_ppm(eth, 3 * eth, 8, 3) == 250_000
+    assert not doc_deters(eth, 3810, 3 * eth, 8, 3) and not doc_deters(1, 10**6, 3 * eth, 8, 3)
 
 
 def test_alias_names_and_alias_message() -> None:

@@ -38,6 +38,7 @@ from syncline.protocol import tier_policy
 from syncline.protocol.enums import AggregationRule, Tier
 from syncline.protocol.spec import (
     DEFAULT_VERIFICATION,
+    ONCHAIN_FIELDS,
     AggregationSpec,
     DatasetManifest,
     OuterOptimizerSpec,
@@ -45,7 +46,7 @@ from syncline.protocol.spec import (
     VerificationPolicy,
     canonical_json,
 )
-from syncline.protocol.spot_checks import default_spot_check_rate
+from syncline.protocol.spot_checks import deterrence_ppm
 
 ZERO_ADDRESS = "0x" + "00" * 20
 
@@ -363,7 +364,7 @@ def test_valid_spec_is_stored_field_for_field(
     assert posted["args"]["specURI"] == SPEC_URI
     stored = market.spec_tuple(task_id)
     expected = spec.onchain(SPEC_URI)
-    assert len(stored) == len(expected) == 31
+    assert len(stored) == len(expected) == 32
     assert [list(x) if isinstance(x, list | tuple) else x for x in stored] == [
         list(x) if isinstance(x, list | tuple) else x for x in expected
     ]
@@ -482,6 +483,7 @@ def test_param_consistent_agrees_with_solidity(
         min_trainers=min_trainers,
         max_trainers=min_trainers,
         dataset=_dataset(8),
+        trainer_stake_wei=2 * ETH,  # deters at one trainer too: 2 x (3 ETH / 4 rounds) <= 2 ETH
     )
     onchain = list(spec.onchain(SPEC_URI))
     onchain[8] = rule_param  # ruleParam, set directly
@@ -722,7 +724,9 @@ def test_model_hash_and_dataset_root_go_on_chain() -> None:
     assert (t[23], t[24], t[25]) == (700_000, 900_000, 8)
     # paramCount, checkpointInterval, witnessBond, challengeBond
     assert (t[26], t[27], t[28], t[29]) == (1024, 10, ETH // 2, ETH // 10)
-    assert t[30] == [Web3.to_checksum_address(w) for w in OFFLINE_WITNESSES]
+    # spotCheckPpm: the least deterring rate, 2 x (3 ETH / (4 rounds x 2 trainers)) / 1 ETH
+    assert t[30] == spec.spot_check_ppm == 750_000
+    assert t[31] == [Web3.to_checksum_address(w) for w in OFFLINE_WITNESSES]
 
 
 def test_validate_refuses_the_sponsor_as_witness(offline_spec_factory: Callable[..., TrainingTaskSpec]) -> None:
@@ -783,10 +787,6 @@ BAD_POLICIES: dict[str, tuple[Any, str]] = {
     "unknown-bound": ({"tolerance": {"slack": 1}}, r"^verification\.tolerance: unknown field\(s\) slack$"),
     "unknown-mode": ({"checkpoints": "lazy"}, r"^verification\.checkpoints 'lazy': use one of eager, on-demand$"),
     "mode-not-a-string": ({"checkpoints": 1}, r"^verification\.checkpoints must be a string"),
-    "rate-when-eager": (
-        {"spot_check_rate": 0.1},
-        r"^verification\.spot_check_rate applies only to checkpoints: on-demand",
-    ),
     "zero-rate": (
         {"checkpoints": "on-demand", "spot_check_rate": 0},
         r"^verification\.spot_check_rate must be a number within \(0, 1\]",
@@ -818,7 +818,9 @@ def test_validate_checks_a_policy_built_in_code(offline_spec_factory: Callable[.
 
 def test_checkpoints_on_demand_round_trip_with_the_default_or_a_declared_rate() -> None:
     eager = TrainingTaskSpec.from_mapping(_mapping(verification={}))
-    assert not eager.verification_policy.on_demand and eager.spot_check_rate == 0.0
+    least = deterrence_ppm(eager.trainer_stake_wei, eager.reward_pool_wei, eager.rounds, eager.min_trainers)
+    # the committee's draw applies to eager tasks too, at the least rate that deters by default
+    assert not eager.verification_policy.on_demand and eager.spot_check_ppm == min(least, 1_000_000)
     # eager written out is the default: the canonical JSON (and so the hash) is the same
     written = TrainingTaskSpec.from_mapping(_mapping(verification={"checkpoints": "eager"}))
     assert written.spec_hash == eager.spec_hash
@@ -826,11 +828,11 @@ def test_checkpoints_on_demand_round_trip_with_the_default_or_a_declared_rate() 
     policy = json.loads(on_demand.canonical_bytes())["verification"]
     assert policy["checkpoints"] == "on-demand" and "spot_check_rate" not in policy
     assert on_demand.spec_hash != eager.spec_hash
-    assert on_demand.spot_check_rate == default_spot_check_rate(on_demand.gradient_bits, on_demand.checkpoint_segments)
+    assert on_demand.spot_check_ppm == eager.spot_check_ppm
     declared = TrainingTaskSpec.from_mapping(
         _mapping(verification={"checkpoints": "on-demand", "spot_check_rate": 0.25})
     )
-    assert declared.spot_check_rate == 0.25
+    assert declared.spot_check_rate == 0.25 and declared.spot_check_ppm == 250_000
     again = TrainingTaskSpec.from_mapping(json.loads(declared.canonical_bytes()))
     assert again == declared and again.spec_hash == declared.spec_hash != on_demand.spec_hash
 
@@ -850,3 +852,37 @@ def test_a_momentum_that_rounds_to_one_million_ppm_is_refused(
         assert "\n" not in str(info.value)
     ok = spec.with_updates(outer_optimizer=OuterOptimizerSpec(lr=0.7, momentum=0.9999994))
     assert ok.outer_momentum_ppm == 999_999 and ok.validate() is ok
+
+
+def test_a_stake_that_does_not_deter_is_refused_in_one_line(
+    offline_spec_factory: Callable[..., TrainingTaskSpec],
+) -> None:
+    """postTask's deterrence rule, checked before anything is sent (issue 27, item 3)."""
+    with pytest.raises(SpecError) as info:
+        offline_spec_factory(trainer_stake_wei=1).validate()  # 1 wei against a 3 ETH pool
+    text = str(info.value)
+    assert text.startswith("trainer_stake_wei 1 does not deter") and "\n" not in text, text
+    assert "no rate deters: raise trainer_stake_wei to at least 750000000000000000" in text
+    low = offline_spec_factory(verification=VerificationPolicy(spot_check_rate=0.5))
+    with pytest.raises(SpecError, match=r"raise verification\.spot_check_rate to at least 0\.750000"):
+        low.validate()
+    # the derived default deters exactly; a declared rate at or above it (eager too) is accepted
+    spec = offline_spec_factory()
+    assert spec.validate() is spec and spec.spot_check_ppm == 750_000
+    eager = offline_spec_factory(verification=VerificationPolicy(spot_check_rate=0.8))
+    assert eager.validate() is eager and eager.spot_check_ppm == 800_000
+
+
+@pytest.mark.chain
+def test_the_chain_refuses_what_validate_refuses(
+    session_market: MarketClient, w3: Web3, sponsor: Signer, spec_factory: Callable[..., TrainingTaskSpec]
+) -> None:
+    spec = spec_factory(dataset=_dataset(8))
+    for ppm, error in ((spec.spot_check_ppm - 1, "SynclineStakeDoesNotDeter"), (0, "SynclineSpecFieldInvalid")):
+        onchain = list(spec.onchain(SPEC_URI))
+        onchain[ONCHAIN_FIELDS.index("spot_check_ppm")] = ppm
+        with chain_snapshot_ctx(w3), pytest.raises(ChainError) as info:
+            post_raw(session_market, sponsor, tuple(onchain), spec.escrow_wei)
+        assert info.value.error_name == error, str(info.value)
+    with chain_snapshot_ctx(w3):
+        post_raw(session_market, sponsor, spec.onchain(SPEC_URI), spec.escrow_wei)  # exactly at the rule

@@ -1,5 +1,5 @@
-"""The committee's spot-check draw of an on-demand task: recomputable from the documented formula,
-at its rate, uniform over the segments, and cheap enough at the default rate."""
+"""The committee's spot-check draw: recomputable from the documented formula at the on-chain
+``spotCheckPpm``, at its rate, uniform over the segments; the deterrence rule and its default rate."""
 
 from __future__ import annotations
 
@@ -11,11 +11,15 @@ from eth_utils import keccak
 from syncline.protocol.spot_checks import (
     CHECKPOINT_BYTES_PER_PARAM,
     DEFAULT_SPOT_CHECK_BUDGET,
+    checkpoint_bytes_per_payload_byte,
     checkpoints_for_segment,
     claims_over,
     default_spot_check_rate,
+    deterrence_ppm,
     kept_rounds,
     mean_checkpoints_per_check,
+    rate_ppm,
+    reward_per_submission,
     spot_check_deadline,
     spot_check_draw,
     spot_check_threshold,
@@ -26,7 +30,7 @@ BLOCK = keccak(b"the block that finalized it")
 
 
 def _by_hand(
-    task_id: int, round_: int, fragment: int, root: bytes, block: bytes, rate: float, segments: int
+    task_id: int, round_: int, fragment: int, root: bytes, block: bytes, ppm: int, segments: int
 ) -> int | None:
     """The draw as ``docs/architecture.md`` states it, written out independently."""
     h = keccak(
@@ -37,20 +41,20 @@ def _by_hand(
         + root
         + block
     )
-    if int.from_bytes(h[:8], "big") >= math.floor(rate * 2**64):
+    if int.from_bytes(h[:8], "big") >= ppm * 2**64 // 10**6:
         return None
     return int.from_bytes(h[8:16], "big") % (segments + 1)
 
 
 def test_the_draw_is_the_documented_formula() -> None:
-    for rate in (1.0, 0.5, 0.01):
+    for ppm in (1_000_000, 500_000, 10_000, 1):
         for fragment in range(40):
-            got = spot_check_draw(7, 3, fragment, ROOT, BLOCK, rate=rate, segments=3)
-            assert got == _by_hand(7, 3, fragment, ROOT, BLOCK, rate, 3)
+            got = spot_check_draw(7, 3, fragment, ROOT, BLOCK, ppm=ppm, segments=3)
+            assert got == _by_hand(7, 3, fragment, ROOT, BLOCK, ppm, 3)
 
 
 def test_rate_one_draws_every_submission_and_segments_cover_zero_to_s() -> None:
-    drawn = [spot_check_draw(1, r, f, ROOT, BLOCK, rate=1.0, segments=3) for r in range(50) for f in range(20)]
+    drawn = [spot_check_draw(1, r, f, ROOT, BLOCK, ppm=1_000_000, segments=3) for r in range(50) for f in range(20)]
     assert None not in drawn
     counts = [drawn.count(s) for s in range(4)]
     assert all(200 <= c <= 300 for c in counts), counts  # 1000 draws, ~250 each
@@ -58,13 +62,13 @@ def test_rate_one_draws_every_submission_and_segments_cover_zero_to_s() -> None:
 
 def test_the_draw_hits_its_rate_and_depends_on_the_root_and_the_block() -> None:
     rate, n = 0.05, 20_000
-    hits = sum(spot_check_draw(2, i // 100, i % 100, ROOT, BLOCK, rate=rate, segments=3) is not None for i in range(n))
+    hits = sum(spot_check_draw(2, i // 100, i % 100, ROOT, BLOCK, ppm=50_000, segments=3) is not None for i in range(n))
     sigma = math.sqrt(n * rate * (1 - rate))
     assert abs(hits - n * rate) < 5 * sigma, hits
     other = keccak(b"another root")
-    a = [spot_check_draw(2, 0, f, ROOT, BLOCK, rate=0.5, segments=3) for f in range(64)]
-    b = [spot_check_draw(2, 0, f, other, BLOCK, rate=0.5, segments=3) for f in range(64)]
-    c = [spot_check_draw(2, 0, f, ROOT, other, rate=0.5, segments=3) for f in range(64)]
+    a = [spot_check_draw(2, 0, f, ROOT, BLOCK, ppm=500_000, segments=3) for f in range(64)]
+    b = [spot_check_draw(2, 0, f, other, BLOCK, ppm=500_000, segments=3) for f in range(64)]
+    c = [spot_check_draw(2, 0, f, ROOT, other, ppm=500_000, segments=3) for f in range(64)]
     assert a != b and a != c
 
 
@@ -88,14 +92,18 @@ def test_a_check_publishes_what_its_segment_needs() -> None:
 
 
 def test_rates_outside_zero_to_one_are_refused() -> None:
-    assert spot_check_threshold(1.0) == 2**64
-    for bad in (0.0, -0.1, 1.01, math.nan, math.inf):
+    assert spot_check_threshold(1_000_000) == 2**64
+    assert spot_check_threshold(1) == 2**64 // 10**6
+    for bad in (0, -1, 1_000_001, 1.0, True):
         with pytest.raises(ValueError):
-            spot_check_threshold(bad)
+            spot_check_threshold(bad)  # type: ignore[arg-type]
+    for bad_rate in (0.0, -0.1, 1.01, math.nan, math.inf):
+        with pytest.raises(ValueError):
+            rate_ppm(bad_rate)
     with pytest.raises(ValueError):
-        spot_check_draw(1, 0, 0, b"short", BLOCK, rate=0.5, segments=3)
+        spot_check_draw(1, 0, 0, b"short", BLOCK, ppm=500_000, segments=3)
     with pytest.raises(ValueError):
-        spot_check_draw(1, 0, 0, ROOT, b"short", rate=0.5, segments=3)
+        spot_check_draw(1, 0, 0, ROOT, b"short", ppm=500_000, segments=3)
 
 
 def test_deadlines_leave_half_the_window_to_escalate_and_keep_enough_rounds() -> None:
@@ -114,3 +122,31 @@ def test_a_round_is_kept_until_no_claim_can_name_it_on_the_chains_clock() -> Non
     assert claims_over(1000, 1000 + 60, 40)
     closes = [1000 + 2 * r for r in range(6)]  # six rounds closing 2 s apart
     assert not any(claims_over(c, closes[-1], 40) for c in closes)
+
+
+def test_rate_ppm_rounds_the_written_decimal_up() -> None:
+    assert rate_ppm(0.34) == 340_000  # not 340_001 from 0.34's binary float
+    assert rate_ppm(1.0) == 1_000_000
+    assert rate_ppm(0.0038095238095238095) == 3810
+    assert rate_ppm(1e-9) == 1
+
+
+def test_deterrence_ppm_is_the_least_rate_that_deters() -> None:
+    eth = 10**18
+    # the sponsor defaults: 3 ETH over 8 rounds x 3 trainers is 0.125 ETH a submission; 1 ETH stake
+    assert reward_per_submission(3 * eth, 8, 3) == eth // 8
+    assert deterrence_ppm(eth, 3 * eth, 8, 3) == 250_000
+    # 1 wei against 3 ETH: no rate deters (far above 1e6)
+    assert deterrence_ppm(1, 3 * eth, 8, 3) > 10**6
+    # R rounds up; the least ppm is exact at the boundary
+    for stake, pool, rounds, min_t in ((7, 10, 3, 1), (10**18 + 1, 10**19 + 7, 5, 4), (3, 1, 1, 1)):
+        least = deterrence_ppm(stake, pool, rounds, min_t)
+        need = 2 * reward_per_submission(pool, rounds, min_t) * 10**6
+        assert stake * least >= need and (least == 1 or stake * (least - 1) < need)
+
+
+def test_checkpoint_bytes_per_payload_byte_at_the_defaults() -> None:
+    # 25 % of submissions, 7/4 checkpoints a check, 12 bytes against 1 byte per parameter
+    assert checkpoint_bytes_per_payload_byte(0.25, 8, 3) == 0.25 * 12 * 7 / 4
+    rate = default_spot_check_rate(8, 3)
+    assert checkpoint_bytes_per_payload_byte(rate, 8, 3) == pytest.approx(DEFAULT_SPOT_CHECK_BUDGET)

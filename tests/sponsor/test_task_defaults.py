@@ -13,9 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import build_spec
 from syncline.chain.keys import from_private_key
 from syncline.demo.training_run import DemoPlan
-from syncline.sponsor.task_defaults import TaskDefaults, default_task
+from syncline.errors import SpecError
+from syncline.protocol.spec import ONCHAIN_FIELDS, TrainingTaskSpec
+from syncline.protocol.spot_checks import checkpoint_bytes_per_payload_byte
+from syncline.sponsor.task_defaults import ETH, TaskDefaults, default_task
 
 AGENTS = Path(__file__).resolve().parents[2] / "agents"
 NOW = 1_700_000_000
@@ -105,3 +109,34 @@ def test_importing_the_api_and_the_sponsor_package_loads_no_demo_module() -> Non
         check=True,
     )
     assert out.stdout.strip() == "[]", out.stderr[-2000:]
+
+
+def _default_spec(defaults: TaskDefaults) -> TrainingTaskSpec:
+    """The default task completed with the suite's artifacts (model, dataset, roots)."""
+    base = build_spec(witnesses=tuple(WITNESSES), enrollment_deadline=NOW + 600).to_mapping()
+    base.pop("verification", None)
+    base.update(default_task(defaults, WITNESSES, NOW))
+    return TrainingTaskSpec.from_mapping(base)
+
+
+def test_the_default_task_derives_the_least_rate_that_deters() -> None:
+    """Issue 27 item 3: 3 ETH over 8 rounds x 3 trainers is R = 0.125 ETH a submission; against the
+    1 ETH stake the committee draws 2R / stake = 25 % of the submissions (it drew 0.38 %)."""
+    spec = _default_spec(TaskDefaults())
+    assert spec.reward_per_submission_wei == ETH // 8
+    assert spec.spot_check_ppm == 250_000 and spec.spot_check_rate == 0.25
+    assert spec.validate(now=NOW) is spec
+    assert spec.onchain("ipfs://x")[ONCHAIN_FIELDS.index("spot_check_ppm")] == 250_000
+    # bytes of checkpoints per payload byte at that rate: 0.25 x 12 x 7/4 / 1 = 5.25
+    assert checkpoint_bytes_per_payload_byte(spec.spot_check_rate, spec.gradient_bits, spec.checkpoint_segments) == 5.25
+    # eager checkpoints: the same draw, at the same derived rate
+    assert _default_spec(TaskDefaults(checkpoints="eager")).spot_check_ppm == 250_000
+
+
+def test_a_default_task_that_cannot_deter_is_refused_before_sending() -> None:
+    low_stake = _default_spec(TaskDefaults(trainer_stake_wei=ETH // 5))  # 2R = 0.25 ETH > 0.2 ETH
+    with pytest.raises(SpecError, match=r"^trainer_stake_wei 200000000000000000 does not deter .*no rate deters"):
+        low_stake.validate(now=NOW)
+    low_rate = _default_spec(TaskDefaults(spot_check_rate=0.1))
+    with pytest.raises(SpecError, match=r"raise verification\.spot_check_rate to at least 0\.250000"):
+        low_rate.validate(now=NOW)

@@ -443,7 +443,7 @@ def _rounds_opened(s: Session, task_id: int, artifact: dict[str, Any]) -> dict[s
             fragment,
             bytes.fromhex(roots[round_][2:]),
             bytes.fromhex(finalized_in[round_][2:]),
-            rate=spec.spot_check_rate,
+            ppm=spec.spot_check_ppm,
             segments=segments,
         )
 

@@ -142,6 +142,11 @@ def limits(now: int) -> dict[str, Any]:
         },
         "uint_max": {name: str(2**bits - 1) for name, bits in ONCHAIN_BITS.items()},
         "escrow": "escrow_wei = reward_pool_wei + witness_fee_wei * threshold * rounds (reward_pool_wei > 0)",
+        "deterrence": (
+            "trainer_stake_wei * spot_check_ppm >= 2 * ceil(reward_pool_wei / (rounds * min_trainers)) * 1e6; "
+            "spot_check_ppm (verification.spot_check_rate * 1e6, rounded up) defaults to the least value that "
+            "satisfies it, at most 1e6: trainer_stake_wei >= 2 * ceil(reward_pool_wei / (rounds * min_trainers))"
+        ),
         "corpus": {name: {"min": lo, "max": hi} for name, (lo, hi) in CORPUS_BOUNDS.items()},
         "model": {
             **{name: {"min": lo, "max": hi} for name, (lo, hi) in MODEL_BOUNDS.items()},

@@ -86,6 +86,17 @@ def merged_abi(market_abi: list[dict[str, Any]], court_abi: list[dict[str, Any]]
     return out
 
 
+def client_abi(artifacts: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ABI a client uses at the market's address: the market's, the modules it forwards to
+    (``SynclinePosting``: ``postTask``; the court, and through it ``SynclineConfidential``, whose
+    verifier call bubbles the verifier's errors up) merged by :func:`merged_abi`."""
+    verifier_errors = [e for e in artifacts["DevnetAttestationVerifier"].abi if e["type"] == "error"]
+    modules = ("SynclinePosting", "SynclineCourt", "SynclineConfidential")
+    return merged_abi(
+        artifacts["SynclineMarket"].abi, [e for name in modules for e in artifacts[name].abi] + verifier_errors
+    )
+
+
 # Creation code that needs the Cancun opcodes the contracts are compiled for (evm_version cancun):
 #   TLOAD(0) POP; BLOBBASEFEE POP; MSTORE(0, 1); MCOPY(dst 0x20, src 0, len 0x20); RETURN mem[0x20:0x40]
 # A Cancun EVM returns the word 1; an older one fails on the first unknown opcode (TLOAD).
@@ -114,10 +125,7 @@ def deploy_market(w3: Web3, deployer: Signer, rpc_url: str, out_dir: Path) -> De
     check_cancun(w3)
     artifacts = compile_contracts()
     market, court = artifacts["SynclineMarket"], artifacts["SynclineCourt"]
-    # The court forwards the confidential functions to its SynclineConfidential module, whose
-    # verifier call bubbles the verifier's errors up: both belong to the market's client ABI.
-    confidential, verifier = artifacts["SynclineConfidential"], artifacts["DevnetAttestationVerifier"]
-    abi = merged_abi(market.abi, court.abi + confidential.abi + [e for e in verifier.abi if e["type"] == "error"])
+    abi = client_abi(artifacts)
     court_address, _ = deploy_contract(w3, deployer, court)
     address, block = deploy_contract(w3, deployer, market, court_address)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,10 @@ In a task whose checkpoints are uploaded eagerly (the default):
   checkpoint and a quantization) plus, with probability ``rate``, one training segment drawn at
   random. Witnesses draw independently (seeded by their address), so a trainer that fakes any
   segment of any round is caught with high probability over a run at a fraction of the cost.
+  Besides, the committee's public draw at the task's on-chain ``spotCheckPpm`` applies here too
+  (:func:`syncline.protocol.spot_checks.spot_check_draw`): the drawn segment of each drawn
+  submission is always replayed, so the on-chain rate, which ``postTask`` ties to the stake and
+  the reward, is a floor on the detection probability in both modes.
 - ``off``: no training checks.
 
 In an on-demand task (``verification.checkpoints: on-demand``) only what the committee's public
@@ -103,8 +107,13 @@ def make_training_checker(mode: str, *, seed: int = 0, rate: float = 0.5) -> Tra
         case = load_case(ctx, round_, fragment)
         total = case.inputs.segments
         segments = [total]
+        drawn = ctx.drawn_segment(round_, fragment, ctx.market.round(ctx.task_id, round_))
+        if drawn is not None and drawn != total:
+            segments.append(drawn)  # the committee's public draw (the on-chain rate)
         if rng.random() < rate:
-            segments.append(rng.randrange(total))
+            extra = rng.randrange(total)
+            if extra not in segments:
+                segments.append(extra)
         undecided: Undecided | None = None
         for segment in segments:
             outcome = check_segment(segment, case.claim, case.manifest, case.fetch, case.inputs)

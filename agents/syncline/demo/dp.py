@@ -43,6 +43,7 @@ from syncline.privacy.exposure import rounds_opened
 from syncline.protocol.receipt import TrainingReceipt
 from syncline.protocol.spec import TrainingTaskSpec
 from syncline.sponsor.task_builder import PublishedTask, cached_corpus, publish_language_task
+from syncline.sponsor.task_defaults import ETH
 
 TASK_NAME = "shakespeare-llama-dp"
 TARGET_EPSILON = 8.0
@@ -56,11 +57,13 @@ PLAN = dataclasses.replace(
     timeout_s=600.0,
     checkpoints="on-demand",
     spot_check_rate=0.34,
+    # postTask's deterrence rule at 0.34: 2 x (3 ETH / 12 submissions) / 0.34 = 1.47 ETH at least
+    trainer_stake_wei=2 * ETH,
     challenge_window_s=1200,
 )
 """The main demo's committee, windows, model and corpus; 4 rounds of 20 DP-SGD steps (batches of
 8 windows of 64 tokens, AdamW lr 1e-3). Checkpoints on demand, the committee drawing about a third
-of the submissions (the default rate, 0.4 % here, would almost never draw one of the 12): a
+of the submissions (against a 2 ETH stake: postTask's deterrence rule needs 1.47 ETH at this rate): a
 drawn training segment is replayed with its noise opening, sealed to the witnesses
 (docs/privacy.md), and its round appears in the receipt's ``rounds_opened``. A 20-minute challenge
 window (40 s of wall time on the demo's fast clock; the main demo's 15 minutes) leaves the

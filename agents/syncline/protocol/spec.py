@@ -20,7 +20,14 @@ from syncline.errors import SpecError
 from syncline.protocol import merkle, tier_policy
 from syncline.protocol.enums import AggregationRule, Modality, Tier, parse_enum
 from syncline.protocol.hashing import keccak
-from syncline.protocol.spot_checks import CHECKPOINT_MODES, default_spot_check_rate
+from syncline.protocol.spot_checks import (
+    CHECKPOINT_MODES,
+    DETERRENCE_MARGIN,
+    PPM_SCALE,
+    deterrence_ppm,
+    rate_ppm,
+    reward_per_submission,
+)
 from syncline.protocol.wire import WireFormatError, load_bounded_json
 
 # Solidity integer width of each numeric field of the on-chain TaskSpec (SynclineTypes.sol).
@@ -76,6 +83,7 @@ ONCHAIN_FIELDS: tuple[str, ...] = (
     "checkpoint_interval",
     "witness_bond_wei",
     "challenge_bond_wei",
+    "spot_check_ppm",
     "witnesses",
 )
 MAX_WINDOW_S = 365 * 24 * 3600  # TaskEscrow.MAX_WINDOW
@@ -404,9 +412,10 @@ class VerificationPolicy:
     CPU kernels or torch builds miss it, docs/protocol.md §13.6).
     ``checkpoints``: ``eager`` (every checkpoint is uploaded with the commitment) or ``on-demand``
     (only the manifest; a segment's checkpoints when the committee's draw or a claim asks, see
-    :mod:`syncline.protocol.spot_checks`). ``spot_check_rate``: the draw's rate (on-demand only;
-    None: :func:`~syncline.protocol.spot_checks.default_spot_check_rate`). Both are left out of the
-    canonical JSON at their defaults, so policies written before them keep their hash.
+    :mod:`syncline.protocol.spot_checks`). ``spot_check_rate``: the committee draw's rate, in both
+    modes (None: the least rate that deters, ``TrainingTaskSpec.spot_check_ppm``); the chain holds
+    it as ``spotCheckPpm``. Both are left out of the canonical JSON at their defaults, so policies
+    written before them keep their hash.
     """
 
     device_classes: tuple[str, ...] = DEVICE_CLASSES
@@ -438,15 +447,10 @@ class VerificationPolicy:
         if self.checkpoints not in CHECKPOINT_MODES:
             raise SpecError(f"verification.checkpoints {self.checkpoints!r}: use one of {', '.join(CHECKPOINT_MODES)}")
         rate = self.spot_check_rate
-        if rate is not None:
-            if not self.on_demand:
-                raise SpecError("verification.spot_check_rate applies only to checkpoints: on-demand")
-            if (
-                isinstance(rate, bool)
-                or not isinstance(rate, int | float)
-                or not (math.isfinite(rate) and 0 < rate <= 1)
-            ):
-                raise SpecError(f"verification.spot_check_rate must be a number within (0, 1], got {rate!r}")
+        if rate is not None and (
+            isinstance(rate, bool) or not isinstance(rate, int | float) or not (math.isfinite(rate) and 0 < rate <= 1)
+        ):
+            raise SpecError(f"verification.spot_check_rate must be a number within (0, 1], got {rate!r}")
 
     def to_mapping(self) -> dict[str, Any]:
         tolerance = asdict(self.tolerance)
@@ -653,15 +657,27 @@ class TrainingTaskSpec:
         return self.verification if self.verification is not None else DEFAULT_VERIFICATION
 
     @property
+    def reward_per_submission_wei(self) -> int:
+        """``R = ceil(reward_pool / (rounds · min_trainers))``, as ``postTask`` computes it."""
+        return reward_per_submission(self.reward_pool_wei, self.rounds, self.min_trainers)
+
+    @property
+    def spot_check_ppm(self) -> int:
+        """The committee's spot-check rate in parts per million, as the chain stores it
+        (``spotCheckPpm``): the declared ``verification.spot_check_rate`` rounded up, else the least
+        rate that deters (``2R · 10^6 / stake`` rounded up, at most 10^6). The draw applies in
+        eager and on-demand tasks alike (:mod:`syncline.protocol.spot_checks`)."""
+        declared = self.verification_policy.spot_check_rate
+        if declared is not None:
+            return rate_ppm(declared)
+        return min(
+            PPM_SCALE, deterrence_ppm(self.trainer_stake_wei, self.reward_pool_wei, self.rounds, self.min_trainers)
+        )
+
+    @property
     def spot_check_rate(self) -> float:
-        """The committee's spot-check rate in an on-demand task (declared, or the default for the
-        task's payload width and segment count); 0 when checkpoints are uploaded eagerly."""
-        policy = self.verification_policy
-        if not policy.on_demand:
-            return 0.0
-        if policy.spot_check_rate is not None:
-            return policy.spot_check_rate
-        return default_spot_check_rate(self.gradient_bits, max(1, self.checkpoint_segments))
+        """``spot_check_ppm / 10^6``: the probability that the committee's draw names a submission."""
+        return self.spot_check_ppm / PPM_SCALE
 
     @property
     def escrow_wei(self) -> int:
@@ -800,7 +816,27 @@ class TrainingTaskSpec:
             raise SpecError(f"enrollment_deadline {self.enrollment_deadline} is not after now ({now})")
         if now is not None and self.enrollment_deadline - now > MAX_WINDOW_S:
             raise SpecError(f"enrollment_deadline is more than 365 days after now ({now})")
+        self._check_deterrence()
         return self
+
+    def _check_deterrence(self) -> None:
+        """``postTask``'s deterrence rule: ``trainer_stake · spot_check_ppm >= 2 · R · 10^6``."""
+        if self.rounds <= 0 or self.min_trainers <= 0 or self.trainer_stake_wei <= 0:
+            return  # refused above with its own message
+        reward, ppm = self.reward_per_submission_wei, self.spot_check_ppm
+        if self.trainer_stake_wei * ppm >= DETERRENCE_MARGIN * reward * PPM_SCALE:
+            return
+        least = deterrence_ppm(self.trainer_stake_wei, self.reward_pool_wei, self.rounds, self.min_trainers)
+        fix = (
+            f"raise verification.spot_check_rate to at least {least / PPM_SCALE:.6f}"
+            if least <= PPM_SCALE
+            else f"no rate deters: raise trainer_stake_wei to at least {DETERRENCE_MARGIN * reward}"
+        )
+        raise SpecError(
+            f"trainer_stake_wei {self.trainer_stake_wei} does not deter at spot-check rate {ppm / PPM_SCALE:.6f}: "
+            f"a submission earns {reward} wei (reward_pool / (rounds x min_trainers)) and postTask requires "
+            f"stake x rate >= {DETERRENCE_MARGIN} x that; {fix} (or lower reward_pool_wei)"
+        )
 
     # ------------------------------------------------------------------ chain encoding
 
@@ -837,6 +873,7 @@ class TrainingTaskSpec:
             self.checkpoint_interval_steps,
             self.witness_bond_wei,
             self.challenge_bond_wei,
+            self.spot_check_ppm,
             [to_checksum_address(w) for w in self.witnesses],
         )
 

@@ -21,18 +21,27 @@ never a fault by itself: only silence past the on-chain response window convicts
 The draw (normative, ``docs/architecture.md``)::
 
     h = keccak256(b"syncline-spot-check-v1" ‖ uint256(task_id) ‖ uint256(round) ‖ uint256(fragment) ‖ R ‖ B)
-    drawn   iff  uint64(h[0:8]) < floor(rate · 2^64)         (big-endian; rate 1 draws every submission)
+    drawn   iff  uint64(h[0:8]) < floor(ppm · 2^64 / 10^6)   (big-endian; ppm 10^6 draws every submission)
     segment  =   uint64(h[8:16]) mod (S + 1)                 (S is the derivation segment)
 
-The default rate spends a budget of :data:`DEFAULT_SPOT_CHECK_BUDGET` of the payload bytes on
-checkpoints in expectation: a check publishes on average ``(2S + 1) / (S + 1)`` checkpoints of
-12 bytes per parameter (two for a training segment, one for the derivation segment) against a
-payload of ``gradient_bits / 8`` bytes per parameter.
+``ppm`` is the task's on-chain ``TaskSpec.spotCheckPpm`` (1..10^6); the spec artifact's rate must
+be the same (``TrainingTaskSpec.spot_check_ppm``, checked against the chain by every agent). The
+draw applies to eager tasks too (their checkpoints are already public: the committee replays the
+drawn segment of each drawn submission besides its own checks), so the rate is a floor on the
+detection probability in both modes. ``postTask`` refuses a rate that does not deter
+(:func:`deterrence_ppm`); the default rate is the least that deters.
+
+:func:`default_spot_check_rate` is the rate at which the expected checkpoint bytes are a budget of
+:data:`DEFAULT_SPOT_CHECK_BUDGET` of the payload bytes: a check publishes on average
+``(2S + 1) / (S + 1)`` checkpoints of 12 bytes per parameter (two for a training segment, one for
+the derivation segment) against a payload of ``gradient_bits / 8`` bytes per parameter
+(:func:`checkpoint_bytes_per_payload_byte`).
 """
 
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 
 from syncline.protocol.hashing import keccak
 
@@ -42,6 +51,10 @@ CHECKPOINT_BYTES_PER_PARAM = 12
 DEFAULT_SPOT_CHECK_BUDGET = 0.08
 """Expected checkpoint bytes per payload byte at the default rate (the manifests take well under 1 %)."""
 CHECKPOINT_MODES = ("eager", "on-demand")
+PPM_SCALE = 1_000_000
+"""``TaskSpec.spotCheckPpm`` is in parts per million (``TaskPosting.SPOT_CHECK_PPM_SCALE``)."""
+DETERRENCE_MARGIN = 2
+"""``TaskPosting.DETERRENCE_MARGIN``: ``stake · ppm >= 2 · R · 10^6`` (docs/protocol.md §14)."""
 
 
 def checkpoints_for_segment(segment: int, segments: int) -> tuple[int, ...]:
@@ -63,11 +76,39 @@ def default_spot_check_rate(gradient_bits: int, segments: int, *, budget: float 
     return min(1.0, budget * (gradient_bits / 8) / per_check)
 
 
-def spot_check_threshold(rate: float) -> int:
-    """``floor(rate · 2^64)``: a submission is drawn when its 64-bit draw is below it."""
-    if not (math.isfinite(rate) and 0 < rate <= 1):
+def checkpoint_bytes_per_payload_byte(rate: float, gradient_bits: int, segments: int) -> float:
+    """Expected checkpoint bytes a trainer publishes per payload byte at spot-check ``rate``."""
+    return rate * CHECKPOINT_BYTES_PER_PARAM * mean_checkpoints_per_check(segments) / (gradient_bits / 8)
+
+
+def rate_ppm(rate: float) -> int:
+    """``rate`` in parts per million, rounded up (the decimal value written, not its binary float:
+    0.34 is 340000)."""
+    if isinstance(rate, bool) or not (math.isfinite(rate) and 0 < rate <= 1):
         raise ValueError(f"spot-check rate must be within (0, 1], got {rate!r}")
-    return min(1 << 64, math.floor(rate * 2.0**64))
+    return math.ceil(Decimal(repr(float(rate))) * PPM_SCALE)
+
+
+def reward_per_submission(reward_pool_wei: int, rounds: int, min_trainers: int) -> int:
+    """``R = ceil(rewardPool / (rounds · minTrainers))``: a submission's share of the pool when the
+    fewest trainers the run may have are paid for every round (``TaskPosting._requireDeterrence``)."""
+    submissions = max(1, rounds * min_trainers)
+    return -(-reward_pool_wei // submissions)
+
+
+def deterrence_ppm(trainer_stake_wei: int, reward_pool_wei: int, rounds: int, min_trainers: int) -> int:
+    """The least ``spotCheckPpm`` with ``stake · ppm >= DETERRENCE_MARGIN · R · 10^6`` (above
+    :data:`PPM_SCALE` when no rate deters: the stake is below ``2R``)."""
+    reward = reward_per_submission(reward_pool_wei, rounds, min_trainers)
+    need = DETERRENCE_MARGIN * reward * PPM_SCALE
+    return max(1, -(-need // max(1, trainer_stake_wei)))
+
+
+def spot_check_threshold(ppm: int) -> int:
+    """``floor(ppm · 2^64 / 10^6)``: a submission is drawn when its 64-bit draw is below it."""
+    if isinstance(ppm, bool) or not isinstance(ppm, int) or not 0 < ppm <= PPM_SCALE:
+        raise ValueError(f"spot-check ppm must be within 1..{PPM_SCALE}, got {ppm!r}")
+    return (ppm << 64) // PPM_SCALE
 
 
 def draw_hash(domain: bytes, task_id: int, round_: int, fragment: int, state_root: bytes, block_hash: bytes) -> bytes:
@@ -93,14 +134,15 @@ def spot_check_draw(
     state_root: bytes,
     block_hash: bytes,
     *,
-    rate: float,
+    ppm: int,
     segments: int,
 ) -> int | None:
     """The segment (``0..segments``) the committee checks of submission ``(round_, fragment)``, or
     None when the draw passes it over. ``state_root`` is the 32-byte root the round finalized with,
-    ``block_hash`` the hash of the block whose ``RoundFinalized`` event finalized it."""
+    ``block_hash`` the hash of the block whose ``RoundFinalized`` event finalized it, ``ppm`` the
+    task's on-chain ``spotCheckPpm``."""
     h = draw_hash(SPOT_CHECK_DOMAIN, task_id, round_, fragment, state_root, block_hash)
-    if int.from_bytes(h[:8], "big") >= spot_check_threshold(rate):
+    if int.from_bytes(h[:8], "big") >= spot_check_threshold(ppm):
         return None
     return int.from_bytes(h[8:16], "big") % (segments + 1)
 

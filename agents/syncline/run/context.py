@@ -134,7 +134,9 @@ class TaskContext:
 
     def drawn_segment(self, round_: int, fragment: int, rr: RoundView) -> int | None:
         """The segment the committee's spot-check draw names of submission ``(round_, fragment)``
-        in an on-demand task (``rr``: the round as just read); None when the round is not
+        at the task's on-chain ``spotCheckPpm`` (the spec's ``spot_check_ppm``: ``check_onchain_terms``
+        refused the task unless they are equal), in an eager or on-demand task (``rr``: the round
+        as just read); None when the round is not
         finalized or the draw passes the submission over (:mod:`syncline.protocol.spot_checks`)."""
         if rr.status != RoundStatus.FINALIZED:
             return None
@@ -150,7 +152,7 @@ class TaskContext:
             fragment,
             bytes.fromhex(rr.state_root[2:]),
             self._finalized_in[key],
-            rate=self.spec.spot_check_rate,
+            ppm=self.spec.spot_check_ppm,
             segments=self.spec.checkpoint_segments,
         )
 

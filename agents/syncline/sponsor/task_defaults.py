@@ -73,7 +73,9 @@ class TaskDefaults:
     # eager: trainers upload every checkpoint with each commitment; on-demand: only the manifest,
     # and a segment's checkpoints when the committee's spot-check draw or a claim names it.
     checkpoints: str = "on-demand"
-    # The committee's draw rate in an on-demand task (None: the spec's default, ~8 % of the payload bytes).
+    # The committee's draw rate (None: the least that deters, 2R / stake with R = reward_pool /
+    # (rounds x trainers): 0.25 at these defaults, R = 0.125 ETH against a 1 ETH stake; postTask
+    # refuses a lower one).
     spot_check_rate: float | None = None
 
     @property
@@ -130,9 +132,12 @@ def default_task(defaults: TaskDefaults, witnesses: Sequence[str], now: int) -> 
 
 
 def verification_policy(defaults: TaskDefaults) -> dict[str, Any]:
-    """The spec's ``verification`` key: absent for eager checkpoints (the default policy)."""
+    """The spec's ``verification`` key: absent for eager checkpoints at the derived rate (the
+    default policy)."""
     if defaults.checkpoints == "eager":
-        return {}
+        return (
+            {} if defaults.spot_check_rate is None else {"verification": {"spot_check_rate": defaults.spot_check_rate}}
+        )
     policy: dict[str, Any] = {"checkpoints": defaults.checkpoints}
     if defaults.spot_check_rate is not None:
         policy["spot_check_rate"] = defaults.spot_check_rate

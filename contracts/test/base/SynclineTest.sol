@@ -4,6 +4,7 @@ pragma solidity ^0.8.24;
 import {Vm} from "./Vm.sol";
 import {SynclineSigning} from "./SynclineSigning.sol";
 import {SynclineMarket} from "../../src/SynclineMarket.sol";
+import {ISynclineTaskPosting} from "../../src/ISynclineTaskPosting.sol";
 import {ISynclineEvents} from "../../src/ISynclineEvents.sol";
 import {ISynclineCourt} from "../../src/ISynclineCourt.sol";
 import {
@@ -33,7 +34,11 @@ abstract contract SynclineTest is SynclineSigning {
 
     // Default spec values.
     uint256 internal constant POOL = 10 ether;
-    uint128 internal constant STAKE = 1 ether;
+    /// @dev Deters at the default pool, any shape and every ppm the tests use: `STAKE * PPM >= 2 * R * 1e6`
+    /// with `R <= POOL` (postTask's deterrence rule).
+    uint128 internal constant STAKE = 20 ether;
+    /// @dev The committee's spot-check rate: every submission (ppm 1e6).
+    uint32 internal constant SPOT_CHECK_PPM = 1_000_000;
     uint128 internal constant FEE = 0.01 ether;
     uint16 internal constant SHARDS = 10;
     uint32 internal constant ROUNDS = 3;
@@ -166,6 +171,7 @@ abstract contract SynclineTest is SynclineSigning {
         s.checkpointInterval = CHECKPOINT_INTERVAL;
         s.witnessBond = WITNESS_BOND;
         s.challengeBond = CHALLENGE_BOND;
+        s.spotCheckPpm = SPOT_CHECK_PPM;
         s.witnesses = _witnessArray();
     }
 
@@ -173,6 +179,14 @@ abstract contract SynclineTest is SynclineSigning {
     function _bondedSpec() internal view returns (TaskSpec memory s) {
         s = _defaultSpec();
         s.witnessBond = WITNESS_BOND;
+    }
+
+    /// @dev `pool` capped (at least 1 wei) so that the spec deters at its ppm (postTask's rule:
+    /// `stake * ppm >= 2 * ceil(pool / (rounds * minTrainers)) * 1e6`); fuzzed pools use it.
+    function _deterredPool(TaskSpec memory s, uint256 pool) internal pure returns (uint256) {
+        uint256 maxPool = uint256(s.rounds) * s.minTrainers * ((uint256(s.trainerStake) * s.spotCheckPpm) / 2_000_000);
+        if (maxPool == 0) return 1;
+        return pool < maxPool ? pool : maxPool;
     }
 
     function _feeBudget(TaskSpec memory s) internal pure returns (uint256) {
@@ -183,7 +197,7 @@ abstract contract SynclineTest is SynclineSigning {
 
     function _post(TaskSpec memory s, uint256 pool) internal returns (uint256 taskId) {
         vm.prank(sponsor);
-        taskId = market.postTask{value: pool + _feeBudget(s)}(s);
+        taskId = ISynclineTaskPosting(address(market)).postTask{value: pool + _feeBudget(s)}(s);
     }
 
     function _postDefault() internal returns (uint256) {

@@ -4,6 +4,7 @@ pragma solidity ^0.8.24;
 import {Vm} from "../base/Vm.sol";
 import {SynclineSigning} from "../base/SynclineSigning.sol";
 import {SynclineMarket} from "../../src/SynclineMarket.sol";
+import {ISynclineTaskPosting} from "../../src/ISynclineTaskPosting.sol";
 import {ISynclineEvents} from "../../src/ISynclineEvents.sol";
 import {
     TaskSpec,
@@ -240,7 +241,7 @@ contract MarketHandler is SynclineSigning {
         s.challengeWindow = CHALLENGE;
         // forge-lint: disable-next-line(unsafe-typecast) -- small test values, cannot truncate
         s.enrollmentDeadline = uint64(currentTime + 2 hours);
-        s.trainerStake = uint128(bound(stake, 1, 5 ether));
+        s.trainerStake = uint128(bound(stake, 2, 5 ether));
         s.witnessFee = uint128(bound(fee, 0, 0.1 ether));
         s.outerLrPpm = 700_000;
         s.outerMomentumPpm = 900_000;
@@ -250,12 +251,14 @@ contract MarketHandler is SynclineSigning {
         // Every task asks a witness bond (1 wei to 2 ether): a spec without one is refused.
         s.witnessBond = uint128(bound(bond, 1, 2 ether));
         s.challengeBond = 0.1 ether;
+        s.spotCheckPpm = 1_000_000;
         s.witnesses = _witnesses;
         uint256 budget = uint256(s.witnessFee) * s.threshold * s.rounds;
-        pool = bound(pool, 1, 50 ether);
+        // the deterrence rule at ppm 1e6: 2 * ceil(pool / (rounds * minTrainers)) <= stake
+        pool = bound(pool, 1, uint256(s.rounds) * s.minTrainers * (s.trainerStake / 2));
 
         vm.prank(_sponsors[sponsorSeed % _sponsors.length]);
-        uint256 id = market.postTask{value: pool + budget}(s);
+        uint256 id = ISynclineTaskPosting(address(market)).postTask{value: pool + budget}(s);
         _tasks.push(id);
     }
 

@@ -407,7 +407,7 @@ export function postPage(): Page {
       else if (def.kind === "text" && def.name === "name" && !text) e.set(def.name, "give the run a name");
     }
 
-    needInt("rounds", 1n, U(32), "at least 1 round");
+    const rounds = needInt("rounds", 1n, U(32), "at least 1 round");
     const inner = needInt("inner_steps", 1n, U(32), "at least 1 inner step");
     const checkpoint = needInt("checkpoint_interval", 0n, U(32));
     if (checkpoint !== null && inner !== null && checkpoint > inner) e.set("checkpoint_interval", `must be within 0..inner_steps (${inner})`);
@@ -509,6 +509,12 @@ export function postPage(): Page {
     }
     const pool = has("reward_pool_wei") ? weiOf("reward_pool_wei") : null;
     if (pool === 0n) e.set("reward_pool_wei", "must be positive");
+    // postTask's deterrence rule: stake × spot-check rate ≥ 2 × R, R = ceil(pool / (rounds × min trainers));
+    // the spec's rate defaults to the least that satisfies it, at most 1 (every submission checked).
+    if (pool && stake && rounds && minT && !e.has("trainer_stake_wei")) {
+      const reward = (pool + rounds * minT - 1n) / (rounds * minT);
+      if (stake < 2n * reward) e.set("trainer_stake_wei", `does not deter: a submission earns ${eth(reward)} and even checking every one needs a stake of at least ${eth(2n * reward)} (or a smaller pool)`);
+    }
 
     // Vision and time series: their own source, model and window fields (sources.modalities).
     const src = sources();
