@@ -27,11 +27,19 @@ WITNESSES = [from_private_key(f"0x{i:064x}").address for i in (11, 12, 13)]
 
 # sha256 of the canonical JSON (sorted keys, no spaces) of the demo's template, computed with
 # ``syncline.demo.training_run._template`` before it moved here: the demo's spec, hence its spec
-# hash and state roots, must not change.
+# hash and state roots, must not change, except for what issue 27 item 5 changed on purpose (the
+# production windows and enrollment period, ISSUE_27_WINDOWS): with the old ones put back, the
+# template hashes as before the move.
 BEFORE_THE_MOVE = {
     "default": "045100b54d9ae88c5b5206c8ef644ebcb679f544e9d0c2b5aaf54935ead30040",
     "eager": "ae911860f50bc5b66b5bffed3753c449dc39494b253c8bf29e3d57017ec8e0cc",
     "spot-rate": "d7f56ef7457be27601dd07cfd9af88ad983f17aff4caab2c634b46afe5ba63b7",
+}
+ISSUE_27_WINDOWS = {  # field: (before, now); the enrollment deadline counts from NOW
+    "round_duration_s": (20, 600),
+    "grace_window_s": (20, 300),
+    "challenge_window_s": (5, 900),
+    "enrollment_deadline": (600, 3600),
 }
 PLANS = {
     "default": DemoPlan(),
@@ -46,7 +54,12 @@ def _canonical_sha256(template: dict[str, object]) -> str:
 
 @pytest.mark.parametrize("name", sorted(PLANS))
 def test_the_demo_task_is_the_one_built_before_the_move(name: str) -> None:
-    assert _canonical_sha256(default_task(PLANS[name], WITNESSES, NOW)) == BEFORE_THE_MOVE[name]
+    template = default_task(PLANS[name], WITNESSES, NOW)
+    assert {k: template[k] for k in ISSUE_27_WINDOWS} == {
+        k: (NOW + new if k == "enrollment_deadline" else new) for k, (_, new) in ISSUE_27_WINDOWS.items()
+    }
+    before = {k: (NOW + old if k == "enrollment_deadline" else old) for k, (old, _) in ISSUE_27_WINDOWS.items()}
+    assert _canonical_sha256({**template, **before}) == BEFORE_THE_MOVE[name]
 
 
 def test_the_demo_plan_defaults_are_the_sponsor_defaults() -> None:
