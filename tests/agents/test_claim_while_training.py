@@ -151,6 +151,7 @@ def test_a_trainer_in_its_inner_loop_answers_a_claim_within_the_window(
         agent.step()  # enroll: the run starts
         assert market.task(task_id).status == TaskStatus.RUNNING
         agent.step()  # train round 0 and commit (and, training ahead, train round 1 too)
+        agent._reveal()  # its commit closed round 0's commit phase (one trainer): reveal (§10.6)
         ctx = TaskContext.load(market, store, task_id)
         result = ctx.compute_round(start, ctx.committed_submissions(0))
         assert result.accepted_mask == 0b1

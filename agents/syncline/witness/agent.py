@@ -268,9 +268,11 @@ class WitnessAgent:
                         continue
                 except BlobUnavailable:
                     # Our store is down: nobody can reveal to it now. The window starts again once
-                    # it is back, so an honest trainer's outbox has a whole window to flush.
+                    # it is back, so an honest trainer's outbox has a whole window to flush; the
+                    # failure goes on to the agent loop, which backs off and reports the witness
+                    # degraded (once) until the store answers again.
                     self._reveal_from[round_] = now
-                    return True
+                    raise
                 except SynclineError:
                     pass
                 log.debug("witness.awaiting_reveal", round=round_, fragment=fragment)
