@@ -28,6 +28,9 @@ SMALL = dataclasses.replace(
     # must be left alone (no claim, no retry, nobody slashed)
     checkpoints="eager",
     training_checks="all",
+    # 2 rounds: a submission earns 3 ETH / 6 = 0.5 ETH, and postTask's deterrence rule at the
+    # demo's 0.34 rate asks for a stake of at least 2 x 0.5 / 0.34 = 2.94 ETH
+    trainer_stake_wei=3 * 10**18,
 )
 
 
