@@ -42,7 +42,9 @@ pytestmark = pytest.mark.chain
 def test_an_onchain_spec_that_differs_from_its_artifact_is_refused(
     tmp_path: Path, market: MarketClient, sponsor: Signer, witnesses: list[Signer], field: str, tamper: object
 ) -> None:
-    plan = tiny_plan()
+    # a rate above the least deterring one: a tampered threshold (a smaller fee budget, so a larger
+    # reward per submission) must still pass postTask's deterrence rule and reach the agents' check
+    plan = tiny_plan(spot_check_rate=1.0)
     blobs = LocalBlobStore(tmp_path / "blobs")
     published = publish_language_task(
         blobs,

@@ -185,6 +185,8 @@ def world(
         torch.manual_seed(1234)  # the fake gradient's noise
         for agent in agents.values():
             agent.step()  # train round 0 and commit
+        for agent in agents.values():
+            agent._reveal()  # the third commit closed round 0's commit phase: reveal (§10.6)
         # Two witnesses compute round 0, publish the new state and finalize: round 1 opens from it.
         ctx = TaskContext.load(market, store, task_id)
         result = ctx.compute_round(start, ctx.committed_submissions(0))
@@ -199,6 +201,8 @@ def world(
         for agent in agents.values():
             agent.step()  # re-derive round 1's start state from the payloads, train round 1 and commit
         assert market.round(task_id, 1).committed_mask == 0b111
+        for agent in agents.values():
+            agent._reveal()  # round 1's commit phase closed too
         yield World(ctx, market, store, (start, result.state), agents)
 
 
@@ -761,6 +765,8 @@ def test_withheld_eager_checkpoints_are_claimed_once_and_only_silence_convicts(
             agent.step()  # enroll
         for agent in agents.values():
             agent.step()  # train round 0 and commit
+        for agent in agents.values():
+            agent._reveal()  # the last commit closed round 0's commit phase: reveal (§10.6)
         ctx = TaskContext.load(market, store, task_id)
         result = ctx.compute_round(start, ctx.committed_submissions(0))
         assert result.accepted_mask == 0b111

@@ -149,7 +149,9 @@ def test_a_front_run_commitment_records_the_trainers_own(
     fragment = market.trainer(task_id, trainers[0].address).fragment
     sub = market.submission(task_id, 0, fragment)
     assert sub.trainer == trainers[0].address
-    assert sub.uri != DEAD_URI and blobs.get(sub.payload_hash)  # its own locator, serving its payload
+    assert sub.uri != DEAD_URI  # its own locator
+    # its payload stays sealed until the round's commit phase closes (commit, then reveal: §10.6)
+    assert not blobs.has(sub.payload_hash)
     (recorded,) = market.get_logs("SubmissionCommitted", taskId=task_id, round=0, fragment=fragment)
     assert market.w3.eth.get_transaction(recorded["transactionHash"])["from"] == outsider.address  # relayed first
     sent = victim.metrics.submissions.labels(outcome="committed")._value.get()
@@ -179,6 +181,8 @@ def test_a_restarted_witness_resends_its_published_vote(
     for agent in agents:
         agent.step()  # each trains and commits round 0
     assert bin(market.round(task_id, 0).committed_mask).count("1") == 3
+    for agent in agents:
+        agent._reveal()  # the commit phase closed: each reveals its payload (§10.6)
     travel_past(w3, market.round_deadline(task_id))
     witness = witnesses[0]
     market.ensure_witness_bonded(witness, task_id)
