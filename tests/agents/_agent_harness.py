@@ -137,6 +137,8 @@ class RunRecord:
     manifests: dict[tuple[int, int], CheckpointManifest] = field(default_factory=dict)
     draws: dict[tuple[int, int], int | None] = field(default_factory=dict)
     published: dict[str, bool] = field(default_factory=dict)
+    # ... and the size of each published one (read while the blob service is up)
+    published_bytes: dict[str, int] = field(default_factory=dict)
 
 
 def capture_run(market: MarketClient, blobs: BlobStore, task_id: int, accounts: list[str]) -> RunRecord:
@@ -183,6 +185,7 @@ def capture_run(market: MarketClient, blobs: BlobStore, task_id: int, accounts: 
             manifests[(r, fragment)] = manifest
         draws[(r, fragment)] = ctx.drawn_segment(r, fragment, rounds[r])
     published = {m.digest(i): blobs.has(m.digest(i)) for m in manifests.values() for i in range(len(m.hashes))}
+    published_bytes = {digest: len(blobs.get(digest)) for digest, there in published.items() if there}
     withdrawn: dict[str, list[int]] = {}
     for e in market.get_logs("Withdrawn", from_block=0):
         withdrawn.setdefault(str(e["args"]["account"]), []).append(int(e["args"]["amount"]))
@@ -206,6 +209,7 @@ def capture_run(market: MarketClient, blobs: BlobStore, task_id: int, accounts: 
         manifests=manifests,
         draws=draws,
         published=published,
+        published_bytes=published_bytes,
     )
 
 

@@ -148,7 +148,7 @@ def test_checkpoints_stay_with_the_trainer_unless_the_committee_draws_them(
             segment = record.draws[key]
             if segment is not None:
                 published += sum(
-                    len(record.ctx.blobs.get(manifest.digest(i))) for i in checkpoints_for_segment(segment, segments)
+                    record.published_bytes[manifest.digest(i)] for i in checkpoints_for_segment(segment, segments)
                 )
         manifests = sum(2 * len(m.to_json()) for m in own.values())
         assert sent["checkpoints"] == "on-demand"
