@@ -25,7 +25,8 @@ def dp_mapping(
         "inner_steps": inner_steps,
         "rounds": rounds,
         "round_duration_s": 60,
-        "trainer_stake_wei": 1,
+        "challenge_window_s": 600,
+        "trainer_stake_wei": 2,  # postTask: at least 2 x the reward per submission (1 wei)
         "min_trainers": 1,
         "max_trainers": 3,
         "enrollment_deadline": 10**9,

@@ -140,7 +140,7 @@ def test_the_privacy_route_reports_the_rounds_whose_opening_the_committee_could_
     for r in range(3):
         for f, who in enumerate((A, B)):
             d = spot_check_draw(
-                1, r, f, bytes.fromhex(roots[r][2:]), bytes.fromhex(blocks[r][2:]), rate=1.0, segments=segments
+                1, r, f, bytes.fromhex(roots[r][2:]), bytes.fromhex(blocks[r][2:]), ppm=1_000_000, segments=segments
             )
             assert d is not None
             if d < segments:
