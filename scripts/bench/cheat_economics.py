@@ -25,7 +25,6 @@ import dataclasses
 import json
 import sys
 import tempfile
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -154,7 +153,7 @@ def run(answer_s: float) -> dict[str, Any]:
                     segments=terms.segments,
                     challenge_window_s=terms.challenge_window_s,
                     deterrence=f"{terms.trainer_stake_wei} * {terms.spot_check_ppm} >= "
-                    f"{margin} * {int(Fraction(terms.reward_per_submission).__ceil__())} * {scale}",
+                    f"{margin} * {int(terms.reward_per_submission)} * {scale}",
                     strategies=[o.to_json() for o in outcomes],
                     max_expected_profit_eth=max(float(o.expected_profit_wei) for o in outcomes) / ETH,
                 )

@@ -643,6 +643,11 @@ def blob_openings(
     return find
 
 
+def manifest_aliases(task_id: int, round_: int, fragment: int, checkpoint_root: bytes) -> tuple[str, str]:
+    """Where a submission's checkpoint manifest is looked up: its root alias, then its position alias."""
+    return (manifest_root_alias(checkpoint_root), manifest_alias(task_id, round_, fragment))
+
+
 def submission_manifest(ctx: TaskContext, round_: int, fragment: int, sub: SubmissionView) -> CheckpointManifest | None:
     """The checkpoint manifest that opens ``sub``'s committed root, found under its root alias or its
     position alias in the trainer's signed slot (:func:`find_manifest`); None when none does."""
@@ -653,7 +658,7 @@ def submission_manifest(ctx: TaskContext, round_: int, fragment: int, sub: Submi
         trainer=sub.trainer,
         inner_steps=ctx.spec.inner_steps,
         interval=ctx.spec.checkpoint_interval_steps,
-        aliases=(manifest_root_alias(claim.checkpoint_root), manifest_alias(ctx.task_id, round_, fragment)),
+        aliases=manifest_aliases(ctx.task_id, round_, fragment, claim.checkpoint_root),
     )
 
 

@@ -24,15 +24,10 @@ from __future__ import annotations
 from syncline.blobstore import BlobStore
 from syncline.blobstore.store import BlobNotFound
 from syncline.chain.market import SubmissionView
-from syncline.court.referee import Claim, opened_manifest
+from syncline.court.referee import Claim, manifest_aliases, opened_manifest
 from syncline.errors import SynclineError
 from syncline.observability import get_logger
-from syncline.protocol.checkpoints import (
-    MAX_MANIFEST_BYTES,
-    CheckpointManifest,
-    manifest_alias,
-    manifest_root_alias,
-)
+from syncline.protocol.checkpoints import MAX_MANIFEST_BYTES, CheckpointManifest
 from syncline.protocol.spot_checks import checkpoints_for_segment
 from syncline.run.context import TaskContext
 
@@ -72,7 +67,7 @@ def segment_unavailable(ctx: TaskContext, round_: int, fragment: int, segment: i
         if not store_reachable(ctx.blobs):
             return None
         root = Claim.of(sub).checkpoint_root
-        aliases = (manifest_root_alias(root), manifest_alias(ctx.task_id, round_, fragment))
+        aliases = manifest_aliases(ctx.task_id, round_, fragment, root)
         manifest = _published_manifest(
             ctx.blobs,
             sub,

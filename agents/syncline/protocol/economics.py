@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-PPM = 1_000_000
+from syncline.protocol.spot_checks import PPM_SCALE, reward_per_submission
 
 
 @dataclass(frozen=True)
@@ -50,11 +50,12 @@ class Terms:
 
     @property
     def reward_per_submission(self) -> Fraction:
-        return Fraction(self.reward_pool_wei, self.rounds * self.min_trainers)
+        """``R`` exactly as ``postTask``'s deterrence rule computes it (rounded up)."""
+        return Fraction(reward_per_submission(self.reward_pool_wei, self.rounds, self.min_trainers))
 
     @property
     def draw(self) -> Fraction:
-        return Fraction(self.spot_check_ppm, PPM)
+        return Fraction(self.spot_check_ppm, PPM_SCALE)
 
 
 @dataclass(frozen=True)
