@@ -30,7 +30,7 @@ $(VENV_STAMP): pyproject.toml constraints.txt
 
 $(NPM_STAMP): package.json package-lock.json
 	@echo "==> npm: installing pinned anvil, forge, solc and OpenZeppelin (package-lock.json)"
-	@npm install --no-audit --no-fund --loglevel=error
+	@npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
 $(FRONTEND_DIST): $(FRONTEND_SRC)
