@@ -135,7 +135,7 @@ interface ISynclineCourt is ISynclineEvents {
     function availabilityDemand(uint256 challengeId)
         external
         view
-        returns (uint64 deadline, uint32 chunkIndex, uint16 demanders, bool answered);
+        returns (uint64 deadline, uint32 chunkIndex, uint16 demanders, bool answered, uint64 deadlineBlock);
 
     /// @notice Whether `witness` demanded availability on censorship claim `challengeId`.
     function demandedBy(uint256 challengeId, address witness) external view returns (bool);

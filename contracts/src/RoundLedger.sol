@@ -163,6 +163,7 @@ abstract contract RoundLedger is TrainerStaking {
         rr.status = RoundStatus.CarriedForward;
         rr.openedAt = t.roundOpenedAt;
         rr.closedAt = uint64(block.timestamp);
+        rr.closedBlock = uint64(block.number);
         rr.stateRoot = root;
         t.roundsCarried += 1;
         emit RoundCarriedForward(taskId, round, root, msg.sender);
@@ -229,6 +230,7 @@ abstract contract RoundLedger is TrainerStaking {
         rr.status = RoundStatus.Finalized;
         rr.openedAt = t.roundOpenedAt;
         rr.closedAt = uint64(block.timestamp);
+        rr.closedBlock = uint64(block.number);
         rr.result = result;
         rr.stateRoot = stateRoot;
         rr.aggregateRoot = aggregateRoot;
@@ -318,6 +320,7 @@ abstract contract RoundLedger is TrainerStaking {
         if (evicted && t.active > 0) _assignShards(taskId, spec.shardCount);
 
         t.lastClosedAt = uint64(block.timestamp);
+        t.lastClosedBlock = uint64(block.number);
         if (round + 1 >= spec.rounds) {
             t.status = TaskStatus.AwaitingSeal;
             emit RunCompleted(taskId, t.stateRoot, uint64(block.timestamp) + spec.challengeWindow);

@@ -284,7 +284,7 @@ contract SynclineCourt is ISynclineCourt, SynclineCourtCore {
         );
         // The accused must show it still has the segment (publishing its checkpoints off chain)
         // by `answerTraining` within half the claim's window; only not answering convicts.
-        _demands[challengeId].deadline = uint64(block.timestamp) + spec.challengeWindow / 2;
+        _openResponse(_demands[challengeId], taskId);
     }
 
     /// @inheritdoc ISynclineCourt
@@ -393,10 +393,10 @@ contract SynclineCourt is ISynclineCourt, SynclineCourtCore {
     function availabilityDemand(uint256 challengeId)
         external
         view
-        returns (uint64 deadline, uint32 chunkIndex, uint16 demanders, bool answered)
+        returns (uint64 deadline, uint32 chunkIndex, uint16 demanders, bool answered, uint64 deadlineBlock)
     {
         AvailabilityDemand storage d = _demands[challengeId];
-        return (d.deadline, d.chunkIndex, d.demanders, d.answered);
+        return (d.deadline, d.chunkIndex, d.demanders, d.answered, d.deadlineBlock);
     }
 
     /// @inheritdoc ISynclineCourt

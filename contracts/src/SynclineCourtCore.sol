@@ -125,7 +125,9 @@ abstract contract SynclineCourtCore is SynclineStorage {
             return (t, rr);
         }
         uint64 until = rr.closedAt + _specs[taskId].challengeWindow;
-        if (block.timestamp > until) revert SynclineChallengeWindowClosed(taskId, round, until);
+        if (block.timestamp > until && block.number > rr.closedBlock + MIN_CHALLENGE_BLOCKS) {
+            revert SynclineChallengeWindowClosed(taskId, round, until);
+        }
     }
 
     function _requireOpen(uint256 challengeId, ChallengeKind kind) internal view returns (Challenge storage c) {

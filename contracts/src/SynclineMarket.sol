@@ -52,7 +52,10 @@ contract SynclineMarket is RoundLedger {
         TaskState storage t = _requireStatus(taskId, TaskStatus.AwaitingSeal);
         TaskSpec storage spec = _specs[taskId];
         uint64 until = t.lastClosedAt + spec.challengeWindow;
-        if (block.timestamp < until) revert SynclineChallengeWindowOpen(taskId, until);
+        // The filing window has passed in time and in blocks (`_requireFileable`).
+        if (block.timestamp < until || block.number < t.lastClosedBlock + MIN_CHALLENGE_BLOCKS) {
+            revert SynclineChallengeWindowOpen(taskId, until);
+        }
         if (t.openChallenges != 0) revert SynclineChallengesOpen(taskId, t.openChallenges);
 
         uint256 pool = t.rewardPool;

@@ -50,7 +50,7 @@ contract SynclineRulings is SynclineCourtCore {
             TaskSpec storage spec = _specs[c.taskId];
             (, uint256 count) = _chunkShape(spec.paramCount, chunkIndex);
             if (count == 0) revert SynclineBadOpening(c.taskId, c.round, chunkIndex);
-            d.deadline = uint64(block.timestamp) + spec.challengeWindow / 2;
+            _openResponse(d, c.taskId);
             d.chunkIndex = chunkIndex;
         }
         // A later voter joins the first demand (its chunk and window) until the claim's deadline,
@@ -67,7 +67,7 @@ contract SynclineRulings is SynclineCourtCore {
     {
         Challenge storage c = _requireOpen(challengeId, ChallengeKind.Censorship);
         AvailabilityDemand storage d = _demands[challengeId];
-        if (d.deadline == 0 || d.answered || block.timestamp > d.deadline) {
+        if (d.deadline == 0 || d.answered || !_responseOpen(d)) {
             revert SynclineAvailabilityClosed(challengeId, d.deadline);
         }
         if (!_openedChunkWellFormed(c, d.chunkIndex, chunk, proof)) {
@@ -84,7 +84,7 @@ contract SynclineRulings is SynclineCourtCore {
         Challenge storage c = _requireOpen(challengeId, ChallengeKind.Censorship);
         if (block.timestamp <= c.deadline) revert SynclineChallengeDeadline(challengeId, c.deadline);
         AvailabilityDemand storage d = _demands[challengeId];
-        if (d.deadline != 0 && !d.answered && block.timestamp <= d.deadline) {
+        if (d.deadline != 0 && !d.answered && _responseOpen(d)) {
             revert SynclineChallengeDeadline(challengeId, d.deadline);
         }
         uint256 taskId = c.taskId;
@@ -158,7 +158,7 @@ contract SynclineRulings is SynclineCourtCore {
         Challenge storage c = _requireOpen(challengeId, ChallengeKind.TrainingFraud);
         if (msg.sender != c.accused) revert SynclineNotAccused(challengeId, msg.sender);
         AvailabilityDemand storage d = _demands[challengeId];
-        if (d.answered || block.timestamp > d.deadline) revert SynclineAvailabilityClosed(challengeId, d.deadline);
+        if (d.answered || !_responseOpen(d)) revert SynclineAvailabilityClosed(challengeId, d.deadline);
         d.answered = true;
         emit TrainingAnswered(challengeId, msg.sender);
     }
@@ -184,9 +184,11 @@ contract SynclineRulings is SynclineCourtCore {
     function expireChallenge(uint256 challengeId) external onlyDelegated {
         Challenge storage c = _requireOpen(challengeId, ChallengeKind.TrainingFraud);
         AvailabilityDemand storage d = _demands[challengeId];
-        if (!d.answered && block.timestamp > d.deadline) {
-            // INVARIANT: the accused was told on chain (the claim) and had the response window to
-            // answer; only its silence convicts, never a referee's failure to fetch.
+        if (!d.answered) {
+            // INVARIANT: the accused was told on chain (the claim) and had the response window (in
+            // time and in blocks) to answer; only its silence convicts, never a referee's failure
+            // to fetch.
+            if (_responseOpen(d)) revert SynclineChallengeDeadline(challengeId, d.deadline);
             emit SegmentWithheld(challengeId, c.taskId, c.round, c.fragment);
             _uphold(challengeId, _convictTrainer(c.taskId, c.round, c.fragment, c.accused));
             return;

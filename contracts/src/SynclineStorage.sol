@@ -46,6 +46,12 @@ abstract contract SynclineStorage is ISynclineEvents, ReentrancyGuard, EIP712 {
     /// a shorter window.
     /// (internal: the modules are at their size limit; `docs/protocol.md` states the value.)
     uint64 internal constant MIN_CHALLENGE_WINDOW = 10 minutes;
+    /// @notice The same minimum in blocks (10 minutes of 12-second slots). Every window an honest
+    /// party must meet stays open until its time AND its blocks have passed: the filing window
+    /// (`MIN_CHALLENGE_BLOCKS` blocks past the round's close), a response window (an accused's
+    /// answer, an availability demand: half of it). A block producer who skews timestamps forward
+    /// cannot close a window on an agent faster than the chain makes blocks.
+    uint64 internal constant MIN_CHALLENGE_BLOCKS = 50;
     /// @notice Share of a proven fault's slash paid to the challenger, in basis points; the rest
     /// goes to the task's reward pool.
     uint256 public constant CHALLENGER_SHARE_BPS = 5_000;
@@ -120,6 +126,8 @@ abstract contract SynclineStorage is ISynclineEvents, ReentrancyGuard, EIP712 {
         uint32 chunkIndex;
         uint16 demanders;
         bool answered;
+        /// The window also lasts until this block (`MIN_CHALLENGE_BLOCKS / 2` past its opening).
+        uint64 deadlineBlock;
     }
 
     /// @dev Pending (or last) rollback per task.
@@ -373,5 +381,17 @@ abstract contract SynclineStorage is ISynclineEvents, ReentrancyGuard, EIP712 {
                 ++index;
             }
         }
+    }
+
+    /// @dev Opens a response window of half the task's challenge window (and half the minimum
+    /// in blocks) from now.
+    function _openResponse(AvailabilityDemand storage d, uint256 taskId) internal {
+        d.deadline = uint64(block.timestamp) + _specs[taskId].challengeWindow / 2;
+        d.deadlineBlock = uint64(block.number) + MIN_CHALLENGE_BLOCKS / 2;
+    }
+
+    /// @dev Whether a response window still runs: until its time AND its blocks have passed.
+    function _responseOpen(AvailabilityDemand storage d) internal view returns (bool) {
+        return block.timestamp <= d.deadline || block.number <= d.deadlineBlock;
     }
 }

@@ -144,6 +144,8 @@ struct TaskState {
     /// Challenges still waiting for a defence or the referees; the task cannot seal meanwhile.
     uint32 openChallenges;
     uint32 roundsInvalidated;
+    /// The block of `lastClosedAt`: the task seals only after `MIN_CHALLENGE_BLOCKS` more blocks.
+    uint64 lastClosedBlock;
 }
 
 /// @notice One trainer's standing in one task.
@@ -258,6 +260,9 @@ struct RoundRecord {
     uint16 voteCount;
     uint64 openedAt;
     uint64 closedAt;
+    /// The block the round closed in: claims against it may be filed until both
+    /// `closedAt + challengeWindow` and `closedBlock + MIN_CHALLENGE_BLOCKS` have passed.
+    uint64 closedBlock;
     bytes32 firstVote;
     bytes32 result;
     bytes32 stateRoot;

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
+import {warpTo} from "./base/Vm.sol";
+
 import {SynclineTest} from "./base/SynclineTest.sol";
 import {Vm} from "./base/Vm.sol";
 import {ISynclineEvents} from "../src/ISynclineEvents.sol";
@@ -58,9 +60,9 @@ contract EarlyCloseTest is SynclineTest {
 
     function test_earlyClose_allCommitted_finalizesBeforeDeadline_succeeds() public {
         uint64 opened = market.getTaskState(id).roundOpenedAt;
-        vm.warp(opened + 10 minutes);
+        warpTo(opened + 10 minutes);
         uint256 mask = _commitAll(id, 0);
-        vm.warp(opened + 12 minutes);
+        warpTo(opened + 12 minutes);
         uint64 now_ = uint64(block.timestamp);
         vm.assertLt(now_, _deadline(id), "before the deadline");
 
@@ -88,7 +90,7 @@ contract EarlyCloseTest is SynclineTest {
 
     function test_earlyClose_oneMissing_reverts() public {
         _commitMask(id, 0, 0x7);
-        vm.warp(_deadline(id));
+        warpTo(_deadline(id));
         _expectStillOpen(id, 0);
         _vote(id, 0, witnesses[0], _stateRoot(id, 0), _aggRoot(id, 0), 0x7);
         vm.assertEq(court.voteOf(id, 0, witnesses[0]), bytes32(0), "no vote recorded");
@@ -237,7 +239,7 @@ contract EarlyCloseTest is SynclineTest {
             vm.assertEq(uint256(market.getRound(id, r).closedAt), T0, "closed early");
         }
         _runAllRounds(late); // each round at its deadline
-        vm.warp(_sealTime(late));
+        _warpToSeal(late);
         market.seal(id);
         market.seal(late);
         TrainingReceipt memory a = _receipt(id);
@@ -264,7 +266,7 @@ contract EarlyCloseTest is SynclineTest {
         uint64 opened = market.getTaskState(id).roundOpenedAt;
         offset = bound(offset, 0, 2 * uint256(ROUND_DURATION));
         _commitMask(id, 0, committed);
-        vm.warp(opened + offset);
+        warpTo(opened + offset);
         // Nobody committed: the round extends once (RoundDeadline.t.sol), and there is nothing to vote on.
         if (committed == 0) return;
         bool allowed = committed == ALL || offset > ROUND_DURATION;
@@ -291,7 +293,7 @@ contract EarlyCloseTest is SynclineTest {
         vm.assertEq(court.activeMask(id), active, "activeMask");
         _commitMask(id, 0, committed);
         uint64 opened = market.getTaskState(id).roundOpenedAt;
-        vm.warp(opened + bound(offset, 0, ROUND_DURATION));
+        warpTo(opened + bound(offset, 0, ROUND_DURATION));
         bool complete = committed == active;
         vm.assertEq(court.roundWorkComplete(id, 0), complete, "roundWorkComplete");
         if (!complete) {

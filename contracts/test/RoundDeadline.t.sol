@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
+import {warpTo} from "./base/Vm.sol";
+
 import {SynclineTest} from "./base/SynclineTest.sol";
 import {Vm} from "./base/Vm.sol";
 import {ISynclineEvents} from "../src/ISynclineEvents.sol";
@@ -49,7 +51,7 @@ contract RoundDeadlineTest is SynclineTest {
     function test_noCommitByDeadline_extendsOnce_lateCommitRecorded() public {
         uint64 first = _first(id);
         uint64 extended = _extended(id);
-        vm.warp(first + 1);
+        warpTo(first + 1);
         vm.assertEq(court.commitDeadline(id), extended, "extended once nobody committed");
 
         // Votes wait for the extended deadline (the round is still open).
@@ -74,9 +76,9 @@ contract RoundDeadlineTest is SynclineTest {
         vm.assertEq(court.commitDeadline(id), extended, "still the one extension");
 
         // Others may still commit late until the extended deadline, not after.
-        vm.warp(extended);
+        warpTo(extended);
         _commit(id, 0, trainers[2]);
-        vm.warp(extended + 1);
+        warpTo(extended + 1);
         uint16 f3 = market.getTrainer(id, trainers[3]).fragment;
         bytes memory sig = _signC(trainers[3], _commitment(id, 0, f3));
         vm.expectRevert(_lateError(id, 0, extended));
@@ -86,9 +88,9 @@ contract RoundDeadlineTest is SynclineTest {
 
     function test_onTimeCommit_noExtension_laterCommitReverts() public {
         uint64 first = _first(id);
-        vm.warp(first);
+        warpTo(first);
         _commit(id, 0, trainers[0]);
-        vm.warp(first + 1);
+        warpTo(first + 1);
         vm.assertEq(court.commitDeadline(id), first, "no extension: someone was on time");
         uint16 f = market.getTrainer(id, trainers[1]).fragment;
         bytes memory sig = _signC(trainers[1], _commitment(id, 0, f));
@@ -103,7 +105,7 @@ contract RoundDeadlineTest is SynclineTest {
     function test_emptyRound_noVote_carryForwardCloses_noFee_noMiss() public {
         uint64 extended = _extended(id);
         TaskState memory before = market.getTaskState(id);
-        vm.warp(extended + 1);
+        warpTo(extended + 1);
         // Witnesses do not vote on an empty round: there is nothing to vote on, and no fee.
         vm.expectRevert(ISynclineEvents.SynclineNothingToVote.selector);
         _vote(id, 0, witnesses[0], _stateRoot(id, 0), _aggRoot(id, 0), 0);
@@ -134,12 +136,12 @@ contract RoundDeadlineTest is SynclineTest {
 
     function test_emptyRound_carryForward_waitsForExtendedDeadline() public {
         uint64 extended = _extended(id);
-        vm.warp(_first(id) + GRACE + 1); // the old earliest carry-forward
+        warpTo(_first(id) + GRACE + 1); // the old earliest carry-forward
         vm.expectRevert(
             abi.encodeWithSelector(ISynclineEvents.SynclineGraceWindowOpen.selector, id, uint32(0), extended)
         );
         market.carryForward(id, 0);
-        vm.warp(extended + 1);
+        warpTo(extended + 1);
         vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.SynclineRoundEmpty(id, 0, market.getTaskState(id).stateRoot);
         vm.prank(stranger);
@@ -148,7 +150,7 @@ contract RoundDeadlineTest is SynclineTest {
     }
 
     function test_lateRound_finalizes_paidLikeAnyOther_receiptCountsLate() public {
-        vm.warp(_first(id) + 10);
+        warpTo(_first(id) + 10);
         uint256 mask = _commitAll(id, 0); // all late: early close once complete
         _finalize(id, 0, mask);
         _assertRoundStatus(id, 0, RoundStatus.Finalized, "finalized");
@@ -179,12 +181,12 @@ contract RoundDeadlineTest is SynclineTest {
         for (uint32 r = 0; r < ROUNDS; ++r) {
             uint64 first = _first(id);
             if (modes[r] == 2) {
-                vm.warp(_extended(id) + 1);
+                warpTo(_extended(id) + 1);
                 market.carryForward(id, r);
                 _assertRoundStatus(id, r, RoundStatus.CarriedForward, "empty");
                 continue;
             }
-            vm.warp(modes[r] == 0 ? first : first + lateBy);
+            warpTo(modes[r] == 0 ? first : first + lateBy);
             uint256 mask = _commitAll(id, r);
             _finalize(id, r, mask);
             _assertRoundStatus(id, r, RoundStatus.Finalized, "finalized");

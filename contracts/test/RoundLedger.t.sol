@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
+import {warpTo} from "./base/Vm.sol";
+
 import {SynclineTest} from "./base/SynclineTest.sol";
 import {Vm} from "./base/Vm.sol";
 import {ISynclineEvents} from "../src/ISynclineEvents.sol";
@@ -43,7 +45,7 @@ contract RoundLedgerTest is SynclineTest {
     function test_commitSubmission_valid_succeeds() public {
         Commitment memory c = _commitment(id, 0, 2);
         bytes memory sig = _signC(trainers[2], c);
-        vm.warp(block.timestamp + 10 minutes);
+        warpTo(block.timestamp + 10 minutes);
 
         vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.SubmissionCommitted(
@@ -125,7 +127,7 @@ contract RoundLedgerTest is SynclineTest {
     }
 
     function test_commitSubmission_atDeadline_succeeds() public {
-        vm.warp(_deadline(id));
+        warpTo(_deadline(id));
         _commit(id, 0, trainers[0]);
         vm.assertEq(market.getRound(id, 0).committedMask, 1, "committed at the deadline");
     }
@@ -133,7 +135,7 @@ contract RoundLedgerTest is SynclineTest {
     function test_commitSubmission_afterDeadline_reverts() public {
         _commit(id, 0, trainers[1]); // on time: the round does not extend (RoundDeadline.t.sol)
         uint64 deadline = uint64(_deadline(id));
-        vm.warp(uint256(deadline) + 1);
+        warpTo(uint256(deadline) + 1);
         vm.expectRevert(
             abi.encodeWithSelector(ISynclineEvents.SynclineSubmissionLate.selector, id, uint32(0), deadline)
         );
@@ -144,7 +146,7 @@ contract RoundLedgerTest is SynclineTest {
         _commit(id, 0, trainers[0]); // on time: the round does not extend (RoundDeadline.t.sol)
         uint256 opened = market.getTaskState(id).roundOpenedAt;
         offset = bound(offset, 0, 2 * uint256(ROUND_DURATION));
-        vm.warp(opened + offset);
+        warpTo(opened + offset);
         // forge-lint: disable-next-line(unsafe-typecast) -- small test values, cannot truncate
         uint64 deadline = uint64(opened + ROUND_DURATION);
         if (offset <= ROUND_DURATION) {
@@ -420,7 +422,7 @@ contract RoundLedgerTest is SynclineTest {
 
     function test_finalizeRound_atDeadline_reverts() public {
         uint64 deadline = uint64(_deadline(id));
-        vm.warp(deadline);
+        warpTo(deadline);
         vm.expectRevert(
             abi.encodeWithSelector(ISynclineEvents.SynclineRoundStillOpen.selector, id, uint32(0), deadline)
         );
@@ -432,7 +434,7 @@ contract RoundLedgerTest is SynclineTest {
         uint256 mask = _commitSome(0, MAX_TRAINERS - 1);
         uint64 opened = market.getTaskState(id).roundOpenedAt;
         offset = bound(offset, 0, 2 * uint256(ROUND_DURATION + GRACE));
-        vm.warp(opened + offset);
+        warpTo(opened + offset);
         if (offset <= ROUND_DURATION) {
             vm.expectRevert(
                 abi.encodeWithSelector(
@@ -612,7 +614,7 @@ contract RoundLedgerTest is SynclineTest {
         market = first;
         vm.assertEq(twin, id, "same task id in both markets");
         _commit(id, 0, trainers[0]); // in `first`: a round with something to vote on
-        vm.warp(_deadline(id) + 1);
+        warpTo(_deadline(id) + 1);
 
         Vote memory v = _voteMsg(id, 0, _stateRoot(id, 0), _aggRoot(id, 0), 0);
         bytes memory sig = _signV(witnesses[0], v); // for `first`
@@ -1017,7 +1019,7 @@ contract RoundLedgerTest is SynclineTest {
 
     function test_carryForward_finalizedRound_reverts() public {
         _runRound(id, 0);
-        vm.warp(block.timestamp + ROUND_DURATION + GRACE + 1);
+        warpTo(block.timestamp + ROUND_DURATION + GRACE + 1);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongRound.selector, id, uint32(0), uint32(1)));
         market.carryForward(id, 0);
     }
@@ -1025,7 +1027,7 @@ contract RoundLedgerTest is SynclineTest {
     function test_carryForward_atGraceEnd_reverts() public {
         _commit(id, 0, trainers[0]); // a round with a commitment waits for the grace window
         uint64 earliest = uint64(_deadline(id) + GRACE);
-        vm.warp(earliest);
+        warpTo(earliest);
         vm.expectRevert(
             abi.encodeWithSelector(ISynclineEvents.SynclineGraceWindowOpen.selector, id, uint32(0), earliest)
         );
@@ -1037,7 +1039,7 @@ contract RoundLedgerTest is SynclineTest {
         uint64 opened = market.getTaskState(id).roundOpenedAt;
         uint64 earliest = opened + ROUND_DURATION + GRACE;
         offset = bound(offset, 0, 2 * (earliest - opened));
-        vm.warp(opened + offset);
+        warpTo(opened + offset);
         if (opened + offset <= earliest) {
             vm.expectRevert(
                 abi.encodeWithSelector(ISynclineEvents.SynclineGraceWindowOpen.selector, id, uint32(0), earliest)
@@ -1131,7 +1133,7 @@ contract RoundLedgerTest is SynclineTest {
     function test_finalizeRound_afterGraceBeforeCarry_succeeds() public {
         uint256 mask = _commitAll(id, 0);
         _warpPastGrace(id);
-        vm.warp(block.timestamp + 1 days);
+        warpTo(block.timestamp + 1 days);
         _finalize(id, 0, mask);
         _assertRoundStatus(id, 0, RoundStatus.Finalized, "late quorum still finalizes");
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineWrongRound.selector, id, uint32(0), uint32(1)));

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
+import {warpTo} from "./base/Vm.sol";
+
 import {SynclineTest} from "./base/SynclineTest.sol";
 import {Vm} from "./base/Vm.sol";
 import {ISynclineEvents} from "../src/ISynclineEvents.sol";
@@ -75,7 +77,7 @@ contract SynclineMarketTest is SynclineTest {
         _runAllRounds(id);
         uint64 until = uint64(_sealTime(id));
         vm.assertEq(uint256(until), block.timestamp + CHALLENGE_WINDOW, "window starts when the last round closes");
-        vm.warp(uint256(until) - 1);
+        warpTo(uint256(until) - 1);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineChallengeWindowOpen.selector, id, until));
         market.seal(id);
     }
@@ -85,7 +87,7 @@ contract SynclineMarketTest is SynclineTest {
         _runAllRounds(id);
         uint64 closed = market.getTaskState(id).lastClosedAt;
         offset = bound(offset, 0, 2 * uint256(CHALLENGE_WINDOW));
-        vm.warp(closed + offset);
+        warpTo(closed + offset);
         if (offset < CHALLENGE_WINDOW) {
             vm.expectRevert(
                 abi.encodeWithSelector(
@@ -153,7 +155,7 @@ contract SynclineMarketTest is SynclineTest {
         vm.assertEq(
             escrow, POOL + 6 * uint256(FEE) + 4 * uint256(STAKE) + 3 * uint256(WITNESS_BOND), "escrow before seal"
         );
-        vm.warp(_sealTime(id));
+        _warpToSeal(id);
 
         vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.Credited(id, trainers[0], reward[0], "reward");
@@ -405,7 +407,7 @@ contract SynclineMarketTest is SynclineTest {
         vm.assertEq(market.escrowOf(id), escrow, "escrow with bonds");
         _runAllRounds(id); // witnesses 0 and 1 vote in every round; weights 2,3,2,3 of 10: no dust
         vm.assertEq(market.escrowOf(id), escrow, "bonds stay held through the run");
-        vm.warp(_sealTime(id));
+        _warpToSeal(id);
 
         vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.Credited(id, witnesses[1], 3 * uint256(FEE), "witness-fee");
@@ -587,7 +589,7 @@ contract SynclineMarketTest is SynclineTest {
         _bondAll(b);
         _enroll(b, trainers[0]);
         _enroll(b, trainers[4]);
-        vm.warp(s.enrollmentDeadline + 1);
+        warpTo(s.enrollmentDeadline + 1);
         market.startRun(b);
 
         uint256[] memory ids = new uint256[](2);

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
+import {warpTo} from "./base/Vm.sol";
+
 import {SynclineTest} from "./base/SynclineTest.sol";
 import {ISynclineEvents} from "../src/ISynclineEvents.sol";
 import {SynclineMarket} from "../src/SynclineMarket.sol";
@@ -660,7 +662,7 @@ contract TaskEscrowTest is SynclineTest {
     function test_cancelUnderfilled_atDeadline_reverts() public {
         uint256 id = _postDefault();
         uint64 deadline = market.getSpec(id).enrollmentDeadline;
-        vm.warp(deadline);
+        warpTo(deadline);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineEnrollmentStillOpen.selector, id, deadline));
         market.cancelUnderfilled(id);
     }
@@ -668,7 +670,7 @@ contract TaskEscrowTest is SynclineTest {
     function test_cancelUnderfilled_enoughTrainers_reverts() public {
         uint256 id = _postDefault();
         _enrollMany(id, MIN_TRAINERS);
-        vm.warp(market.getSpec(id).enrollmentDeadline + 1);
+        warpTo(market.getSpec(id).enrollmentDeadline + 1);
         vm.expectRevert(
             abi.encodeWithSelector(ISynclineEvents.SynclineNotUnderfilled.selector, id, MIN_TRAINERS, MIN_TRAINERS)
         );
@@ -682,7 +684,7 @@ contract TaskEscrowTest is SynclineTest {
 
     function test_cancelUnderfilled_running_reverts() public {
         uint256 id = _postAndStart();
-        vm.warp(market.getSpec(id).enrollmentDeadline + 1);
+        warpTo(market.getSpec(id).enrollmentDeadline + 1);
         vm.expectRevert(
             abi.encodeWithSelector(
                 ISynclineEvents.SynclineWrongTaskStatus.selector, id, TaskStatus.Running, TaskStatus.Enrolling
@@ -696,7 +698,7 @@ contract TaskEscrowTest is SynclineTest {
         uint256 budget = _feeBudget(_defaultSpec());
         _enroll(id, trainers[0]);
         vm.assertEq(market.escrowOf(id), POOL + budget + STAKE, "escrow before");
-        vm.warp(market.getSpec(id).enrollmentDeadline + 1);
+        warpTo(market.getSpec(id).enrollmentDeadline + 1);
 
         vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.Credited(id, trainers[0], STAKE, "stake-refund");
@@ -737,7 +739,7 @@ contract TaskEscrowTest is SynclineTest {
 
     function test_cancelUnderfilled_noTrainers_succeeds() public {
         uint256 id = _postDefault();
-        vm.warp(market.getSpec(id).enrollmentDeadline + 1);
+        warpTo(market.getSpec(id).enrollmentDeadline + 1);
         market.cancelUnderfilled(id);
         vm.assertEq(market.creditOf(sponsor), POOL + _feeBudget(_defaultSpec()), "sponsor credit");
         vm.assertEq(market.escrowOf(id), 0, "escrow");
@@ -745,7 +747,7 @@ contract TaskEscrowTest is SynclineTest {
 
     function test_cancelUnderfilled_twice_reverts() public {
         uint256 id = _postDefault();
-        vm.warp(market.getSpec(id).enrollmentDeadline + 1);
+        warpTo(market.getSpec(id).enrollmentDeadline + 1);
         market.cancelUnderfilled(id);
         vm.expectRevert(
             abi.encodeWithSelector(
@@ -758,7 +760,7 @@ contract TaskEscrowTest is SynclineTest {
 
     function test_cancelUnderfilled_thenEnrollAndStart_reverts() public {
         uint256 id = _postDefault();
-        vm.warp(market.getSpec(id).enrollmentDeadline + 1);
+        warpTo(market.getSpec(id).enrollmentDeadline + 1);
         market.cancelUnderfilled(id);
         bytes memory err = abi.encodeWithSelector(
             ISynclineEvents.SynclineWrongTaskStatus.selector, id, TaskStatus.Cancelled, TaskStatus.Enrolling
@@ -879,7 +881,7 @@ contract TaskEscrowTest is SynclineTest {
         _expectBondStatusRevert(id, TaskStatus.Sealed);
         // Cancelled.
         uint256 cancelled = _post(_bondedSpec(), POOL);
-        vm.warp(market.getSpec(cancelled).enrollmentDeadline + 1);
+        warpTo(market.getSpec(cancelled).enrollmentDeadline + 1);
         market.cancelUnderfilled(cancelled);
         _expectBondStatusRevert(cancelled, TaskStatus.Cancelled);
         vm.assertFalse(market.getWitness(id, witnesses[2]).bonded, "never bonded");
@@ -893,7 +895,7 @@ contract TaskEscrowTest is SynclineTest {
         _bond(id, witnesses[2]);
         _enroll(id, trainers[0]);
         vm.assertEq(market.escrowOf(id), POOL + budget + STAKE + 2 * uint256(WITNESS_BOND), "escrow before");
-        vm.warp(market.getSpec(id).enrollmentDeadline + 1);
+        warpTo(market.getSpec(id).enrollmentDeadline + 1);
 
         vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.Credited(id, trainers[0], STAKE, "stake-refund");
@@ -934,7 +936,7 @@ contract TaskEscrowTest is SynclineTest {
     function _cancelledWith(address trainerAccount) internal returns (uint256 id) {
         id = _postDefault();
         if (trainerAccount != address(0)) _enroll(id, trainerAccount);
-        vm.warp(market.getSpec(id).enrollmentDeadline + 1);
+        warpTo(market.getSpec(id).enrollmentDeadline + 1);
         market.cancelUnderfilled(id);
     }
 
@@ -968,7 +970,7 @@ contract TaskEscrowTest is SynclineTest {
         RevertingReceiver recv = new RevertingReceiver(market);
         uint256 id = _postDefault();
         recv.enroll{value: STAKE}(id);
-        vm.warp(market.getSpec(id).enrollmentDeadline + 1);
+        warpTo(market.getSpec(id).enrollmentDeadline + 1);
         market.cancelUnderfilled(id);
         vm.assertEq(market.creditOf(address(recv)), STAKE, "credited");
         uint256 marketBefore = address(market).balance;
@@ -992,7 +994,7 @@ contract TaskEscrowTest is SynclineTest {
         ReentrantReceiver recv = new ReentrantReceiver(market);
         uint256 id = _postDefault();
         recv.enroll{value: STAKE}(id);
-        vm.warp(market.getSpec(id).enrollmentDeadline + 1);
+        warpTo(market.getSpec(id).enrollmentDeadline + 1);
         market.cancelUnderfilled(id);
         uint256 marketBefore = address(market).balance;
 
@@ -1016,7 +1018,7 @@ contract TaskEscrowTest is SynclineTest {
         pool = _deterredPool(s, pool);
         uint256 id = _post(s, pool);
         _enroll(id, trainers[0]);
-        vm.warp(s.enrollmentDeadline + 1);
+        warpTo(s.enrollmentDeadline + 1);
         market.cancelUnderfilled(id);
         _assertMoneyInvariant(_one(id), _allActors());
 
@@ -1130,7 +1132,7 @@ contract TaskEscrowTest is SynclineTest {
         uint256 id = _post(s, POOL);
         _bondAll(id);
         _enrollMany(id, MIN_TRAINERS);
-        vm.warp(s.enrollmentDeadline + 1);
+        warpTo(s.enrollmentDeadline + 1);
         market.startRun(id);
         _runRound(id, 0);
         _commitAll(id, 1);

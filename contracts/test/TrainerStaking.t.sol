@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
+import {warpTo} from "./base/Vm.sol";
+
 import {SynclineTest} from "./base/SynclineTest.sol";
 import {Vm} from "./base/Vm.sol";
 import {ISynclineEvents} from "../src/ISynclineEvents.sol";
@@ -101,14 +103,14 @@ contract TrainerStakingTest is SynclineTest {
 
     function test_enroll_atDeadline_succeeds() public {
         uint256 id = _postDefault();
-        vm.warp(market.getSpec(id).enrollmentDeadline);
+        warpTo(market.getSpec(id).enrollmentDeadline);
         vm.assertEq(uint256(_enroll(id, trainers[0])), 0, "enrolled at the deadline");
     }
 
     function test_enroll_afterDeadline_reverts() public {
         uint256 id = _postDefault();
         uint64 deadline = market.getSpec(id).enrollmentDeadline;
-        vm.warp(deadline + 1);
+        warpTo(deadline + 1);
         vm.prank(trainers[0]);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineEnrollmentClosed.selector, id, deadline));
         market.enroll{value: STAKE}(id);
@@ -186,7 +188,7 @@ contract TrainerStakingTest is SynclineTest {
         uint256 id = _postDefault();
         _enrollMany(id, MIN_TRAINERS);
         uint64 deadline = market.getSpec(id).enrollmentDeadline;
-        vm.warp(deadline);
+        warpTo(deadline);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineEnrollmentStillOpen.selector, id, deadline));
         market.startRun(id);
     }
@@ -194,7 +196,7 @@ contract TrainerStakingTest is SynclineTest {
     function test_startRun_underfilled_reverts() public {
         uint256 id = _postDefault();
         _enroll(id, trainers[0]);
-        vm.warp(market.getSpec(id).enrollmentDeadline + 1);
+        warpTo(market.getSpec(id).enrollmentDeadline + 1);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineUnderfilled.selector, id, 1, MIN_TRAINERS));
         market.startRun(id);
     }
@@ -206,7 +208,7 @@ contract TrainerStakingTest is SynclineTest {
 
     function test_startRun_alreadyRunning_reverts() public {
         uint256 id = _postAndStart();
-        vm.warp(market.getSpec(id).enrollmentDeadline + 1);
+        warpTo(market.getSpec(id).enrollmentDeadline + 1);
         vm.expectRevert(
             abi.encodeWithSelector(
                 ISynclineEvents.SynclineWrongTaskStatus.selector, id, TaskStatus.Running, TaskStatus.Enrolling
@@ -218,7 +220,7 @@ contract TrainerStakingTest is SynclineTest {
     function test_startRun_atMinTrainers_succeeds() public {
         uint256 id = _postDefault();
         _enrollMany(id, MIN_TRAINERS);
-        vm.warp(market.getSpec(id).enrollmentDeadline + 1);
+        warpTo(market.getSpec(id).enrollmentDeadline + 1);
         uint64 now_ = uint64(block.timestamp);
 
         vm.expectEmit(true, true, true, true, address(market));
@@ -249,7 +251,7 @@ contract TrainerStakingTest is SynclineTest {
         _enrollMany(id, n);
         if (n < maxT) {
             _assertStatus(id, TaskStatus.Enrolling, "waits for the deadline");
-            vm.warp(s.enrollmentDeadline + 1);
+            warpTo(s.enrollmentDeadline + 1);
             market.startRun(id);
         }
         _assertStatus(id, TaskStatus.Running, "running");

@@ -21,7 +21,7 @@ from conftest import wait_for
 from syncline.protocol.checkpoints import checkpoint_steps
 from syncline.protocol.enums import RoundStatus, TaskStatus
 from syncline.protocol.receipt import TrainingReceipt
-from syncline.protocol.spot_checks import claims_over
+from syncline.protocol.spot_checks import MIN_CHALLENGE_BLOCKS
 from syncline.run.state_file import StateFile
 
 from ._agent_harness import (
@@ -129,7 +129,12 @@ def test_checkpoints_and_payloads_are_kept_until_no_claim_can_name_their_round(
         kept_from = 0
         for line in (x for x in log.splitlines() if "trainer.pruned" in x):
             kept_from, now = int(_field(line, "before_round")), int(_field(line, "chain_time"))
-            assert all(claims_over(record.rounds[r].closed_at, now, window) for r in range(kept_from))
+            block = int(_field(line, "block"))
+            # seen closed (both past) at (T, B), then a whole window and half the blocks more
+            least_block = MIN_CHALLENGE_BLOCKS + MIN_CHALLENGE_BLOCKS // 2
+            for r in range(kept_from):
+                rr = record.rounds[r]
+                assert now > rr.closed_at + 2 * window and block > rr.closed_block + least_block, (r, now, block)
         kept = {int(p.name.split("-")[0]) for p in (trainer / "checkpoints").glob("*.ckpt")}
         assert kept == set(range(kept_from, PLAN.rounds)), (trainer.name, kept_from, kept)
         for r in range(kept_from, PLAN.rounds):

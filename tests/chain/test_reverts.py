@@ -14,11 +14,12 @@ import pytest
 from web3 import Web3
 
 from conftest import SPEC_URI, check_error, checkpoint_root, commit, h32, start_task
-from syncline.chain.devnet import chain_time, set_next_timestamp
+from syncline.chain.devnet import chain_time, dev_rpc, revert, set_next_timestamp, snapshot
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
 from syncline.errors import ChainError
 from syncline.protocol.signed_messages import recover
+from syncline.protocol.spot_checks import MIN_CHALLENGE_BLOCKS
 
 pytestmark = pytest.mark.chain
 
@@ -393,10 +394,15 @@ def test_seal_boundary(
     until = completed["args"]["challengeWindowEnds"]
     assert until == int(w3.eth.get_block(receipt["blockNumber"])["timestamp"]) + spec.challenge_window_s
     fn = market.contract.functions.seal(task_id)
-    assert _simulate_at(market, w3, until - 1, outsider, fn) == (
-        "SynclineChallengeWindowOpen",
-        {"taskId": task_id, "until": until},
-    )
+    refused = ("SynclineChallengeWindowOpen", {"taskId": task_id, "until": until})
+    assert market.task(task_id).last_closed_block == receipt["blockNumber"]
+    # time long past but one block short of MIN_CHALLENGE_BLOCKS since the close: refused
+    snap = snapshot(w3)
+    dev_rpc(w3, "anvil_mine", [hex(MIN_CHALLENGE_BLOCKS - 2), hex(1)])  # pending: close + 49
+    assert _simulate_at(market, w3, until + 3600, outsider, fn) == refused
+    revert(w3, snap)
+    dev_rpc(w3, "anvil_mine", [hex(MIN_CHALLENGE_BLOCKS - 1), hex(1)])  # pending: close + 50
+    assert _simulate_at(market, w3, until - 1, outsider, fn) == refused
     assert _simulate_at(market, w3, until, outsider, fn) is None
 
 

@@ -11,11 +11,13 @@ from eth_utils import keccak
 from syncline.protocol.spot_checks import (
     CHECKPOINT_BYTES_PER_PARAM,
     DEFAULT_SPOT_CHECK_BUDGET,
+    MIN_CHALLENGE_BLOCKS,
     checkpoint_bytes_per_payload_byte,
     checkpoints_for_segment,
     claims_over,
     default_spot_check_rate,
     deterrence_ppm,
+    filing_open,
     kept_rounds,
     mean_checkpoints_per_check,
     rate_ppm,
@@ -113,15 +115,26 @@ def test_deadlines_leave_half_the_window_to_escalate_and_keep_enough_rounds() ->
     assert kept_rounds(5, 20) >= 3
 
 
-def test_a_round_is_kept_until_no_claim_can_name_it_on_the_chains_clock() -> None:
-    """A claim opens up to the window after the close and is answered half a window later: kept
-    until close + 1.5 windows, however many rounds closed since (early close makes rounds short:
-    5 rounds of 2 s are far fewer than the kept_rounds(40, 20) = 5 rounds' worth of 20 s)."""
-    assert not claims_over(0, 10**9, 40)  # still open
-    assert not claims_over(1000, 1000 + 59, 40)
-    assert claims_over(1000, 1000 + 60, 40)
-    closes = [1000 + 2 * r for r in range(6)]  # six rounds closing 2 s apart
-    assert not any(claims_over(c, closes[-1], 40) for c in closes)
+def test_the_filing_window_lasts_its_time_and_its_blocks() -> None:
+    """The contract's `_requireFileable`: a claim may be filed until both the window's seconds and
+    MIN_CHALLENGE_BLOCKS blocks have passed since the round closed (a producer skewing timestamps
+    forward cannot close it on an agent faster than the chain makes blocks)."""
+    assert MIN_CHALLENGE_BLOCKS == 50
+    closed_at, closed_block = 1000, 100
+    assert filing_open(closed_at, closed_block, 1040, 150, 40)  # last second and last block
+    assert filing_open(closed_at, closed_block, 10**9, 150, 40)  # time long past, blocks not
+    assert filing_open(closed_at, closed_block, 1040, 10**6, 40)  # blocks long past, time not
+    assert not filing_open(closed_at, closed_block, 1041, 151, 40)
+
+
+def test_a_round_is_kept_until_no_claim_can_name_it_on_the_chains_time_and_blocks() -> None:
+    """Seen the filing window closed at (T, B): a claim filed before is answered by T + w/2 (and
+    B + MIN/2 blocks) and refereed until T + w: kept until both have passed, however many rounds
+    closed since (early close makes rounds short) and whatever the timestamps say."""
+    seen_at, seen_block = 1041, 151
+    assert not claims_over(seen_at, seen_block, seen_at + 40, 10**6, 40)  # the last claim is refereed
+    assert not claims_over(seen_at, seen_block, 10**9, seen_block + 25, 40)  # its answer's blocks run
+    assert claims_over(seen_at, seen_block, seen_at + 41, seen_block + 26, 40)
 
 
 def test_rate_ppm_rounds_the_written_decimal_up() -> None:

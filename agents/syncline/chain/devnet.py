@@ -220,11 +220,34 @@ def _one_line(text: str, limit: int = 200) -> str:
     return " ".join(text.split())[:limit]
 
 
+SLOT_S = 12
+"""Seconds per block of the chain a devnet stands in for (Ethereum's slot): :func:`increase_time`
+and :func:`set_next_timestamp` mine a block per slot they skip (at most :data:`MAX_MINED_BLOCKS`),
+so windows with a minimum in blocks (``MIN_CHALLENGE_BLOCKS``) pass with their time, as they
+would on a real chain."""
+MAX_MINED_BLOCKS = 100
+"""At most this many blocks per jump: more than any window's minimum in blocks (the filing window's
+``MIN_CHALLENGE_BLOCKS`` and a response window's half of it), so a longer jump passes them all."""
+
+
+def _blocks_for(seconds: int) -> int:
+    return min(max(1, -(-seconds // SLOT_S)), MAX_MINED_BLOCKS)
+
+
 def increase_time(w3: Web3, seconds: int) -> None:
-    """Move the chain clock forward and mine a block (a development node's ``evm_increaseTime``
-    and ``evm_mine``; ``ChainError`` naming the method where the node refuses either)."""
-    dev_rpc(w3, "evm_increaseTime", [int(seconds)])
-    dev_rpc(w3, "evm_mine", [])
+    """Move the chain clock forward by ``seconds``, mining a block per ``SLOT_S`` seconds or part
+    of it (no block more than ``SLOT_S`` after the one before, up to :data:`MAX_MINED_BLOCKS`): a
+    development node's ``evm_increaseTime`` + ``anvil_mine`` (``evm_mine`` for one block);
+    ``ChainError`` naming the method where the node refuses one."""
+    seconds = int(seconds)
+    blocks = _blocks_for(seconds)
+    if blocks == 1:
+        dev_rpc(w3, "evm_increaseTime", [seconds])
+        dev_rpc(w3, "evm_mine", [])
+        return
+    interval = seconds // blocks
+    dev_rpc(w3, "evm_increaseTime", [seconds - blocks * interval])
+    dev_rpc(w3, "anvil_mine", [hex(blocks), hex(interval)])
 
 
 class DevnetClock:
@@ -296,8 +319,17 @@ class DevnetClock:
 
 
 def set_next_timestamp(w3: Web3, timestamp: int) -> None:
-    """Mine a block whose timestamp is exactly ``timestamp``."""
-    dev_rpc(w3, "evm_mine", [int(timestamp)])
+    """Mine blocks up to one whose timestamp is exactly ``timestamp``: a block per ``SLOT_S``
+    seconds or part of them since the latest block (evenly spaced, up to :data:`MAX_MINED_BLOCKS`),
+    the last at ``timestamp`` (``evm_mine`` with a timestamp)."""
+    timestamp = int(timestamp)
+    latest = int(w3.eth.get_block("latest")["timestamp"])
+    span = timestamp - latest
+    blocks = _blocks_for(span) if span > 0 else 1
+    step = span // blocks if blocks > 1 else 0
+    for i in range(1, blocks):
+        dev_rpc(w3, "evm_mine", [latest + i * step])
+    dev_rpc(w3, "evm_mine", [timestamp])
 
 
 def snapshot(w3: Web3) -> str:

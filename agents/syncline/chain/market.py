@@ -78,6 +78,7 @@ class TaskView:
     bonds_held_wei: int
     open_challenges: int
     rounds_invalidated: int
+    last_closed_block: int = 0
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ class RoundView:
     prev_state_root: str
     revoked_mask: int
     late_mask: int = 0
+    closed_block: int = 0
 
 
 @dataclass(frozen=True)
@@ -612,6 +614,7 @@ class MarketClient:
             bonds_held_wei=int(t[17]),
             open_challenges=int(t[18]),
             rounds_invalidated=int(t[19]),
+            last_closed_block=int(t[20]),
         )
 
     def finalization_block_hash(self, task_id: int, round_: int) -> bytes | None:
@@ -627,15 +630,16 @@ class MarketClient:
             vote_count=int(r[1]),
             opened_at=int(r[2]),
             closed_at=int(r[3]),
-            first_vote=_hex(r[4]),
-            result=_hex(r[5]),
-            state_root=_hex(r[6]),
-            aggregate_root=_hex(r[7]),
-            accepted_mask=int(r[8]),
-            committed_mask=int(r[9]),
-            prev_state_root=_hex(r[10]),
-            revoked_mask=int(r[11]),
-            late_mask=int(r[12]) if len(r) > 12 else 0,
+            closed_block=int(r[4]),
+            first_vote=_hex(r[5]),
+            result=_hex(r[6]),
+            state_root=_hex(r[7]),
+            aggregate_root=_hex(r[8]),
+            accepted_mask=int(r[9]),
+            committed_mask=int(r[10]),
+            prev_state_root=_hex(r[11]),
+            revoked_mask=int(r[12]),
+            late_mask=int(r[13]),
         )
 
     def round_work_complete(self, task_id: int, round_: int) -> bool:
@@ -716,7 +720,7 @@ class MarketClient:
 
     def availability_demand(self, challenge_id: int) -> AvailabilityDemandView:
         d = self._call("availabilityDemand", challenge_id)
-        return AvailabilityDemandView(int(d[0]), int(d[1]), int(d[2]), bool(d[3]))
+        return AvailabilityDemandView(int(d[0]), int(d[1]), int(d[2]), bool(d[3]), int(d[4]))
 
     def demanded_by(self, challenge_id: int, witness: str) -> bool:
         return bool(self._call("demandedBy", challenge_id, Web3.to_checksum_address(witness)))
@@ -825,3 +829,4 @@ class AvailabilityDemandView:
     chunk_index: int
     demanders: int
     answered: bool
+    deadline_block: int = 0

@@ -26,10 +26,11 @@ from syncline.court.sampling import make_training_checker
 from syncline.errors import ChainError
 from syncline.observability import get_logger
 from syncline.protocol.enums import ChallengeKind, ChallengeStatus, TaskStatus
+from syncline.protocol.spot_checks import filing_open
 from syncline.run.agent_config import AgentConfig
 from syncline.run.context import TaskContext
 from syncline.run.local_store import SIGNED_VOTES_FILE, append_record, claim_state_dir, read_records
-from syncline.run.loop import TaskNotPosted, pending_time, run_forever
+from syncline.run.loop import TaskNotPosted, pending_block, pending_time, run_forever
 from syncline.run.metrics import default_loop_metrics, serve_metrics
 
 log = get_logger("syncline.challenger")
@@ -78,13 +79,14 @@ class Challenger:
         t = task or self.market.task(self.task_id)
         if t.status in (TaskStatus.RUNNING, TaskStatus.AWAITING_SEAL):
             spec = self._context().spec
-            now = pending_time(self.market.w3)
+            now, block = pending_time(self.market.w3), pending_block(self.market.w3)
+            window = spec.challenge_window_s
             last = t.current_round if t.status == TaskStatus.RUNNING else spec.rounds
             for round_ in range(last):
                 if round_ in self.audited:
                     continue
                 rr = self.market.round(self.task_id, round_)
-                if rr.closed_at == 0 or now > rr.closed_at + spec.challenge_window_s:
+                if rr.closed_at == 0 or not filing_open(rr.closed_at, rr.closed_block, now, block, window):
                     self.audited.add(round_)
                     continue
                 auditor = self._auditor_for()
@@ -178,7 +180,11 @@ class Challenger:
             if c.kind == ChallengeKind.TRAINING_FRAUD:
                 demand = self.market.availability_demand(challenge_id)
                 if not demand.answered:
-                    close_at = demand.deadline  # the accused stayed silent: its claim is upheld then
+                    # the accused stayed silent: its claim is upheld once its response window
+                    # has passed in time and in blocks
+                    if pending_block(self.market.w3) <= demand.deadline_block:
+                        continue
+                    close_at = demand.deadline
             if now <= close_at:
                 continue
             try:

@@ -45,6 +45,11 @@ from decimal import Decimal
 
 from syncline.protocol.hashing import keccak
 
+MIN_CHALLENGE_BLOCKS = 50
+"""``SynclineStorage.MIN_CHALLENGE_BLOCKS``: the challenge window's minimum in blocks (10 minutes of
+12-second slots), beside ``MIN_CHALLENGE_WINDOW_S`` in seconds; a response window lasts at least
+half of it."""
+
 SPOT_CHECK_DOMAIN = b"syncline-spot-check-v1"
 CHECKPOINT_BYTES_PER_PARAM = 12
 """fp32 weights and the two AdamW moments."""
@@ -162,8 +167,20 @@ def kept_rounds(challenge_window_s: int, round_duration_s: int) -> int:
     return -(-span // max(1, round_duration_s)) + 2
 
 
-def claims_over(closed_at: int, now: int, challenge_window_s: int) -> bool:
-    """Whether no claim can need a round's payload or checkpoints any more at chain time ``now``:
-    the round closed (``closed_at`` > 0) more than a challenge window and a half ago (a claim may
-    open up to the window after the close, and its demand is answered within half a window)."""
-    return closed_at > 0 and now >= closed_at + challenge_window_s + challenge_window_s // 2
+def filing_open(closed_at: int, closed_block: int, now: int, block: int, challenge_window_s: int) -> bool:
+    """Whether a claim against a round closed at chain time ``closed_at`` in block ``closed_block``
+    can still be filed by a transaction at time ``now`` in block ``block`` (the contract's
+    ``_requireFileable``): the filing window lasts until its time AND its blocks have passed,
+    ``challenge_window_s`` seconds and ``MIN_CHALLENGE_BLOCKS`` blocks."""
+    return now <= closed_at + challenge_window_s or block <= closed_block + MIN_CHALLENGE_BLOCKS
+
+
+def claims_over(filing_closed_at: int, filing_closed_block: int, now: int, block: int, challenge_window_s: int) -> bool:
+    """Whether no claim can need a round's payload or checkpoints any more at time ``now`` in block
+    ``block``, given that its filing window was seen closed (:func:`filing_open` false) at time
+    ``filing_closed_at`` in block ``filing_closed_block``: every claim was filed before that, its
+    accused answers within half a window (and half ``MIN_CHALLENGE_BLOCKS``), and its referees
+    vote until a window after its filing. A round can close early, and a producer can skew
+    timestamps, so what a trainer keeps is decided from the chain's time and blocks, never counted
+    in rounds."""
+    return now > filing_closed_at + challenge_window_s and block > filing_closed_block + MIN_CHALLENGE_BLOCKS // 2

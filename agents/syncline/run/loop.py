@@ -192,6 +192,11 @@ def pending_time(w3: Web3) -> int:
     return max(pending, int(w3.eth.get_block("latest")["timestamp"]))
 
 
+def pending_block(w3: Web3) -> int:
+    """Number the next block will have: what ``block.number`` is for a transaction sent now."""
+    return int(w3.eth.block_number) + 1
+
+
 def _one_line(exc: Exception) -> str:
     text = " ".join(str(exc).split())[:200]
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -56,14 +56,20 @@ from syncline.protocol.hashing import keccak
 from syncline.protocol.quantization import QuantizedGradient, dequantize
 from syncline.protocol.seeds import round_seed
 from syncline.protocol.signed_messages import Commitment
-from syncline.protocol.spot_checks import checkpoints_for_segment, claims_over, kept_rounds
+from syncline.protocol.spot_checks import (
+    MIN_CHALLENGE_BLOCKS,
+    checkpoints_for_segment,
+    claims_over,
+    filing_open,
+    kept_rounds,
+)
 from syncline.protocol.state import TrainingState
 from syncline.protocol.streaming import ArrayRegion
 from syncline.run.agent_config import AgentConfig
 from syncline.run.context import StateUnavailable, TaskContext, fetch_by_digest, payload_file_path
 from syncline.run.gossip import TrainerReport, announce_commitment, announce_report
 from syncline.run.local_store import append_record, claim_state_dir
-from syncline.run.loop import NewBlock, TaskNotPosted, pending_time, run_forever
+from syncline.run.loop import NewBlock, TaskNotPosted, pending_block, pending_time, run_forever
 from syncline.run.metrics import AgentMetrics
 from syncline.run.reveal import commit_phase_closed
 from syncline.run.state_file import StateFile, use_disk_state
@@ -213,6 +219,8 @@ class TrainerAgent:
     _chores: tuple[int, int] | None = None
     # The own payloads and checkpoints of rounds before this one are pruned (no claim can need them).
     _kept_from: int = 0
+    # (chain time, block) at which this trainer first saw a kept round's filing window closed
+    _filing_closed: dict[int, tuple[int, int]] = field(default_factory=dict)
     _tick_began: float = 0.0
     _enrolling_hint: int | None = None
     _enrolling_hint_at: float = 0.0
@@ -296,7 +304,7 @@ class TrainerAgent:
         self._answer_availability(me.fragment)
         self._prune_kept(open_round)
         if t.status == TaskStatus.AWAITING_SEAL:
-            return self._try_seal(t.last_closed_at)
+            return self._try_seal(t)
         if me.evicted:
             return False  # wait for the seal to claim the rest of the stake
         round_ = t.current_round
@@ -1447,22 +1455,34 @@ class TrainerAgent:
 
     def _prune_kept(self, open_round: int) -> None:
         """Forget the own payloads and checkpoints of the rounds before ``open_round`` that no
-        claim can need any more (:func:`claims_over`, on the chain's clock: with early close a
-        round can be far shorter than ``round_duration_s``, so they are not counted in rounds)."""
+        claim can need any more (:func:`claims_over`, on the chain's time and blocks: with early
+        close a round can be far shorter than ``round_duration_s``, so they are not counted in
+        rounds). A round's filing window is first seen closed (:func:`filing_open`), then its data
+        is kept a whole claim window and half the minimum in blocks more."""
         ctx = self.ctx
         assert ctx is not None
-        first, now = self._kept_from, None
+        w3, window = self.market.w3, ctx.spec.challenge_window_s
+        first, now, block = self._kept_from, 0, 0
         while first < open_round:
-            closed_at = self.market.round(ctx.task_id, first).closed_at
-            now = pending_time(self.market.w3) if now is None and closed_at else now
-            if now is None or not claims_over(closed_at, now, ctx.spec.challenge_window_s):
+            if first not in self._filing_closed:
+                rr = self.market.round(ctx.task_id, first)
+                if rr.closed_at == 0:
+                    break
+                now, block = now or pending_time(w3), block or pending_block(w3)
+                if filing_open(rr.closed_at, rr.closed_block, now, block, window):
+                    break
+                self._filing_closed[first] = (now, block)
+            seen_at, seen_block = self._filing_closed[first]
+            now, block = now or pending_time(w3), block or pending_block(w3)
+            if not claims_over(seen_at, seen_block, now, block, window):
                 break
+            del self._filing_closed[first]
             first += 1
         if first > self._kept_from:
             self.outbox.prune_own(first)
             self.keeper.prune(first)
             self._kept_from = first
-            log.info("trainer.pruned", before_round=first, chain_time=now)
+            log.info("trainer.pruned", before_round=first, chain_time=now, block=block)
 
     def _record_outcomes(self, open_round: int, fragment: int) -> None:
         """Once a round closed, count whether this trainer's submission was accepted."""
@@ -1481,9 +1501,14 @@ class TrainerAgent:
             self.metrics.submissions.labels(outcome="accepted" if accepted else "rejected").inc()
             self._checked_rounds.add(r)
 
-    def _try_seal(self, last_closed_at: int) -> bool:
+    def _try_seal(self, t: TaskView) -> bool:
         assert self.ctx is not None
-        if pending_time(self.market.w3) >= last_closed_at + self.ctx.spec.challenge_window_s:
+        w3, window = self.market.w3, self.ctx.spec.challenge_window_s
+        # the contract's `seal`: the filing window has passed in time and in blocks
+        if (
+            pending_time(w3) >= t.last_closed_at + window
+            and pending_block(w3) >= t.last_closed_block + MIN_CHALLENGE_BLOCKS
+        ):
             try:
                 self.market.seal(self.signer, self.ctx.task_id)
                 log.info("trainer.sealed", task_id=self.ctx.task_id)

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
+import {warpTo} from "./Vm.sol";
+
 import {Vm} from "./Vm.sol";
 import {SynclineSigning} from "./SynclineSigning.sol";
 import {SynclineMarket} from "../../src/SynclineMarket.sol";
@@ -74,7 +76,7 @@ abstract contract SynclineTest is SynclineSigning {
     address[] internal trainers;
 
     function setUp() public virtual {
-        vm.warp(T0);
+        warpTo(T0);
         courtModule = _deployCourt();
         vm.label(courtModule, "SynclineCourt");
         market = _deployMarket(courtModule);
@@ -312,7 +314,7 @@ abstract contract SynclineTest is SynclineSigning {
     }
 
     function _warpPastDeadline(uint256 taskId) internal {
-        vm.warp(_deadline(taskId) + 1);
+        warpTo(_deadline(taskId) + 1);
     }
 
     /// @dev Past the open round's earliest carry-forward: its deadline plus the grace window, or,
@@ -324,7 +326,7 @@ abstract contract SynclineTest is SynclineSigning {
             uint256 extended = _deadline(taskId) + 3 * uint256(market.getSpec(taskId).roundDuration);
             if (extended > earliest) earliest = extended;
         }
-        vm.warp(earliest + 1);
+        warpTo(earliest + 1);
     }
 
     function _stateRoot(uint256 taskId, uint32 round) internal pure returns (bytes32) {
@@ -445,8 +447,17 @@ abstract contract SynclineTest is SynclineSigning {
         return uint256(market.getTaskState(taskId).lastClosedAt) + market.getSpec(taskId).challengeWindow;
     }
 
+    /// @dev To the earliest seal: the last round's filing window passed in time and in blocks
+    /// (`MIN_CHALLENGE_BLOCKS` = 50 after the block it closed in).
+    function _warpToSeal(uint256 taskId) internal {
+        uint256 until = _sealTime(taskId);
+        if (block.timestamp < until) warpTo(until);
+        uint256 sealBlock = uint256(market.getTaskState(taskId).lastClosedBlock) + 50;
+        if (block.number < sealBlock) vm.roll(sealBlock);
+    }
+
     function _warpAndSeal(uint256 taskId) internal {
-        vm.warp(_sealTime(taskId));
+        _warpToSeal(taskId);
         market.seal(taskId);
     }
 

@@ -15,6 +15,10 @@ interface Vm {
 
     // ------------------------------------------------------------------ environment
     function warp(uint256 newTimestamp) external;
+    function roll(uint256 newHeight) external;
+    /// @notice Snapshots the whole EVM state; `revertToState` goes back to it.
+    function snapshotState() external returns (uint256 snapshotId);
+    function revertToState(uint256 snapshotId) external returns (bool success);
     function deal(address account, uint256 newBalance) external;
     function load(address target, bytes32 slot) external view returns (bytes32 data);
     function label(address account, string calldata newLabel) external;
@@ -64,3 +68,13 @@ interface Vm {
     function assertGt(uint256 left, uint256 right, string calldata error) external pure;
     function assertGe(uint256 left, uint256 right, string calldata error) external pure;
 }
+
+/// @notice `vm.warp(newTimestamp)` on a chain of 12-second blocks: also rolls one block per 12 seconds
+/// (or part of them) skipped, as a real chain would make them, so windows with a minimum in blocks
+/// (`MIN_CHALLENGE_BLOCKS`) pass with their time.
+function warpTo(uint256 newTimestamp) {
+    Vm cheats = Vm(address(uint160(uint256(keccak256("hevm cheat code")))));
+    if (newTimestamp > block.timestamp) cheats.roll(block.number + (newTimestamp - block.timestamp + 11) / 12);
+    cheats.warp(newTimestamp);
+}
+

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
+import {warpTo} from "../base/Vm.sol";
+
 import {ConfidentialTestBase} from "./ConfidentialTestBase.sol";
 import {ISynclineEvents} from "../../src/ISynclineEvents.sol";
 import {SynclineConfidential} from "../../src/SynclineConfidential.sol";
@@ -67,7 +69,7 @@ contract ConfidentialEnrollmentTest is ConfidentialTestBase {
 
     function test_configure_notEnrolling_reverts() public {
         uint256 id = _post(_confidentialSpec(), POOL);
-        vm.warp(block.timestamp + ENROLL_PERIOD + 1);
+        warpTo(block.timestamp + ENROLL_PERIOD + 1);
         market.cancelUnderfilled(id);
         vm.prank(sponsor);
         vm.expectRevert(
@@ -306,7 +308,7 @@ contract ConfidentialEnrollmentTest is ConfidentialTestBase {
     function test_enrollAttested_afterDeadline_reverts() public {
         uint256 id = _postConfidential();
         uint64 deadline = market.getSpec(id).enrollmentDeadline;
-        vm.warp(deadline + 1);
+        warpTo(deadline + 1);
         address t = trainers[0];
         bytes memory report = _report(_enclaveKey(t), GOOD, t);
         vm.prank(t);
@@ -425,7 +427,7 @@ contract ConfidentialEnrollmentTest is ConfidentialTestBase {
 
     function test_registerWitness_cancelled_reverts() public {
         uint256 id = _postConfidential();
-        vm.warp(block.timestamp + ENROLL_PERIOD + 1);
+        warpTo(block.timestamp + ENROLL_PERIOD + 1);
         market.cancelUnderfilled(id);
         address w = witnesses[0];
         bytes memory report = _report(_enclaveKey(w), GOOD, w);

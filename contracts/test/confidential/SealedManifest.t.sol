@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
+import {warpTo} from "../base/Vm.sol";
+
 import {ConfidentialTestBase} from "./ConfidentialTestBase.sol";
 import {ISynclineEvents} from "../../src/ISynclineEvents.sol";
 import {TaskStatus} from "../../src/SynclineTypes.sol";
@@ -95,7 +97,7 @@ contract SealedManifestTest is ConfidentialTestBase {
 
     function test_install_cancelled_reverts() public {
         uint256 id = _postConfidential();
-        vm.warp(block.timestamp + ENROLL_PERIOD + 1);
+        warpTo(block.timestamp + ENROLL_PERIOD + 1);
         market.cancelUnderfilled(id);
         vm.prank(sponsor);
         vm.expectRevert(

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
+import {warpTo} from "../base/Vm.sol";
+
 import {ConfidentialTestBase} from "./ConfidentialTestBase.sol";
 import {ISynclineConfidential} from "../../src/ISynclineConfidential.sol";
 import {ISynclineEvents} from "../../src/ISynclineEvents.sol";
@@ -93,7 +95,7 @@ contract WitnessKeyTest is ConfidentialTestBase {
 
     function test_registerWitnessKey_cancelled_reverts() public {
         uint256 id = _openTask();
-        vm.warp(block.timestamp + ENROLL_PERIOD + 1);
+        warpTo(block.timestamp + ENROLL_PERIOD + 1);
         market.cancelUnderfilled(id);
         vm.prank(witnesses[0]);
         vm.expectRevert(

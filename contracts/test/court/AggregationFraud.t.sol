@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
+import {warpTo} from "../base/Vm.sol";
+
 import {CourtTestBase} from "./CourtTestBase.sol";
 import {MerkleRef} from "./MerkleRef.sol";
 import {ChunkAggregation} from "../../src/libraries/ChunkAggregation.sol";
@@ -613,11 +615,11 @@ contract AggregationFraudPathsTest is AggregationScenario {
     function test_windowExpired_reverts() public {
         (AggregationProof memory p,) = _tamperedRound0();
         uint64 until = market.getRound(taskId, 0).closedAt + CHALLENGE_WINDOW;
-        vm.warp(until + 1);
+        warpTo(until + 1);
         _proveExpect(
             p, abi.encodeWithSelector(ISynclineEvents.SynclineChallengeWindowClosed.selector, taskId, 0, until)
         );
-        vm.warp(until);
+        warpTo(until);
         _prove(p);
     }
 

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
+import {warpTo} from "../base/Vm.sol";
+
 import {CourtTestBase} from "./CourtTestBase.sol";
 import {MerkleRef} from "./MerkleRef.sol";
 import {ISynclineCourt} from "../../src/ISynclineCourt.sol";
@@ -294,7 +296,7 @@ contract CourtProofsGasTest is CourtTestBase {
         // Round 1 finalizes too, so the ruling voids two rounds.
         _commitAll(taskId, 1, ALL);
         _finalize(taskId, 1, keccak256("state-1"), ALL);
-        vm.warp(court.getChallenge(id3).deadline + 1);
+        warpTo(court.getChallenge(id3).deadline + 1);
         g = gasleft();
         court.resolveCensorship(id3);
         _log("resolveCensorship (upheld: 2 witnesses slashed, 2 rounds voided)", g);
@@ -324,7 +326,7 @@ contract CourtProofsGasTest is CourtTestBase {
                     id = court.challengeCensorship{value: CHALLENGE_BOND}(task, 0, 15);
                 }
             }
-            vm.warp(court.getChallenge(id).deadline + 1);
+            warpTo(court.getChallenge(id).deadline + 1);
             uint256 g = gasleft();
             court.resolveCensorship(id);
             emit log_named_uint(
@@ -365,7 +367,7 @@ contract CourtProofsGasTest is CourtTestBase {
         g = gasleft();
         court.answerTraining(id3); // answered: an undecided claim expires
         _log("answerTraining", g);
-        vm.warp(block.timestamp + CHALLENGE_WINDOW + 1);
+        warpTo(block.timestamp + CHALLENGE_WINDOW + 1);
         g = gasleft();
         court.expireChallenge(id3);
         _log("expireChallenge", g);

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
+import {warpTo} from "../base/Vm.sol";
+
 import {CourtTestBase} from "./CourtTestBase.sol";
 import {MerkleRef} from "./MerkleRef.sol";
 import {ISynclineEvents} from "../../src/ISynclineEvents.sol";
@@ -43,10 +45,10 @@ contract AvailabilityTest is CourtTestBase {
     }
 
     function _pastAll(uint256 id) internal {
-        (uint64 d,,,) = court.availabilityDemand(id);
+        (uint64 d,,,,) = court.availabilityDemand(id);
         uint256 until = court.getChallenge(id).deadline;
         if (d > until) until = d;
-        vm.warp(until + 1);
+        warpTo(until + 1);
     }
 
     // ------------------------------------------------------------------ withheld payload
@@ -61,7 +63,7 @@ contract AvailabilityTest is CourtTestBase {
         emit ISynclineEvents.AvailabilityDemanded(id, witnesses[0], 0, respondBy);
         _demand(id, 0, 0);
         _demand(id, 1, 2);
-        (uint64 deadline, uint32 ci, uint16 demanders, bool answered) = court.availabilityDemand(id);
+        (uint64 deadline, uint32 ci, uint16 demanders, bool answered,) = court.availabilityDemand(id);
         vm.assertEq(deadline, respondBy, "window of the first demand");
         vm.assertEq(ci, 0, "chunk of the first demand");
         vm.assertEq(demanders, 2, "both demanded");
@@ -75,10 +77,10 @@ contract AvailabilityTest is CourtTestBase {
         court.challengeCensorship{value: CHALLENGE_BOND}(taskId, 0, 3);
 
         uint64 claimDeadline = court.getChallenge(id).deadline;
-        vm.warp(claimDeadline);
+        warpTo(claimDeadline);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineChallengeDeadline.selector, id, claimDeadline));
         court.resolveCensorship(id);
-        vm.warp(claimDeadline + 1);
+        warpTo(claimDeadline + 1);
         vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.SubmissionUnavailable(taskId, 0, 3, id);
         vm.prank(stranger);
@@ -253,7 +255,7 @@ contract AvailabilityTest is CourtTestBase {
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineAvailabilityClosed.selector, id4, 0));
         court.answerAvailability(id4, chunks[1], proof);
         uint64 claimDeadline = court.getChallenge(id).deadline;
-        vm.warp(claimDeadline + 1);
+        warpTo(claimDeadline + 1);
         vm.prank(witnesses[1]);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineChallengeDeadline.selector, id, claimDeadline));
         court.demandAvailability(id, 0);
@@ -280,10 +282,10 @@ contract AvailabilityTest is CourtTestBase {
     function test_resolveCensorship_waitsForResponseWindow() public {
         uint256 id = _challengeCensorship(taskId, 0, 3);
         uint64 claimDeadline = court.getChallenge(id).deadline;
-        vm.warp(claimDeadline - 1);
+        warpTo(claimDeadline - 1);
         _demand(id, 0, 0);
-        (uint64 respondBy,,,) = court.availabilityDemand(id);
-        vm.warp(claimDeadline + 1);
+        (uint64 respondBy,,,,) = court.availabilityDemand(id);
+        warpTo(claimDeadline + 1);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineChallengeDeadline.selector, id, respondBy));
         court.resolveCensorship(id);
         _answerAvailability(id, trainers[3], _gradChunks(0, 3), 0);
@@ -301,7 +303,7 @@ contract AvailabilityTest is CourtTestBase {
         _commitAll(t2, 0, ALL);
         _finalize(t2, 0, keccak256("s0"), ALL & ~uint256(1 << 3));
         uint256 id = _challengeCensorship(t2, 0, 3);
-        vm.warp(court.getChallenge(id).deadline + 1);
+        warpTo(court.getChallenge(id).deadline + 1);
         court.resolveCensorship(id);
         vm.assertEq(market.getWitness(t2, witnesses[0]).bond, 0, "slashed");
         _carry(t2, 1);
@@ -328,7 +330,7 @@ contract AvailabilityTest is CourtTestBase {
         vm.prank(court.getChallenge(id).accused);
         court.answerTraining(id); // answered: undecided claims expire instead of convicting
         _referee(id, 0, true);
-        vm.warp(court.getChallenge(id).deadline + 1);
+        warpTo(court.getChallenge(id).deadline + 1);
         court.expireChallenge(id);
         _assertChallenge(id, ChallengeKind.TrainingFraud, ChallengeStatus.Expired, 0);
         uint256 share = CHALLENGE_BOND / (2 * N_WITNESSES); // issue 27: bond / (2N) per replaying referee

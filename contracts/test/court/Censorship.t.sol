@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
+import {warpTo} from "../base/Vm.sol";
+
 import {CourtTestBase} from "./CourtTestBase.sol";
 import {MerkleRef} from "./MerkleRef.sol";
 import {ISynclineEvents} from "../../src/ISynclineEvents.sol";
@@ -145,14 +147,14 @@ contract CensorshipTest is CourtTestBase {
             taskId, 1, 3, abi.encodeWithSelector(ISynclineEvents.SynclineRoundNotFinalized.selector, taskId, 1)
         );
         uint64 until = market.getRound(taskId, 0).closedAt + CHALLENGE_WINDOW;
-        vm.warp(until + 1);
+        warpTo(until + 1);
         _expectChallengeRevert(
             taskId,
             0,
             3,
             abi.encodeWithSelector(ISynclineEvents.SynclineChallengeWindowClosed.selector, taskId, 0, until)
         );
-        vm.warp(until);
+        warpTo(until);
         _challengeCensorship(3);
     }
 
@@ -216,7 +218,7 @@ contract CensorshipTest is CourtTestBase {
         );
         _commitAll(taskId, 1, ALL);
         _finalize(taskId, 1, keccak256("state-1"), ALL);
-        vm.warp(block.timestamp + CHALLENGE_WINDOW + 1);
+        warpTo(block.timestamp + CHALLENGE_WINDOW + 1);
         vm.expectRevert(
             abi.encodeWithSelector(ISynclineEvents.SynclineChallengeNotOpen.selector, id, ChallengeStatus.Rejected)
         );
@@ -305,7 +307,7 @@ contract CensorshipTest is CourtTestBase {
         uint256 id = _challengeCensorship(4);
         uint64 deadline = court.getChallenge(id).deadline;
         bytes[] memory chunks = _f4Chunks(1, 0);
-        vm.warp(deadline + 1);
+        warpTo(deadline + 1);
         _expectAnswerRevert(
             id,
             1,
@@ -313,7 +315,7 @@ contract CensorshipTest is CourtTestBase {
             MerkleRef.proof(MerkleRef.hashes(chunks), 1),
             abi.encodeWithSelector(ISynclineEvents.SynclineChallengeDeadline.selector, id, deadline)
         );
-        vm.warp(deadline);
+        warpTo(deadline);
         _answer(id, 1, chunks);
     }
 
@@ -355,7 +357,7 @@ contract CensorshipTest is CourtTestBase {
         vm.prank(witnesses[0]);
         (bool ok,) = address(market).call{value: 1}(data);
         vm.assertFalse(ok, "answer with value refused");
-        vm.warp(block.timestamp + CHALLENGE_WINDOW + 1);
+        warpTo(block.timestamp + CHALLENGE_WINDOW + 1);
         (ok,) = address(market).call{value: 1}(abi.encodeCall(ISynclineCourt.resolveCensorship, (id)));
         vm.assertFalse(ok, "resolve with value refused");
         (ok,) = address(market).call(abi.encodeCall(ISynclineCourt.resolveCensorship, (id)));
@@ -380,7 +382,7 @@ contract CensorshipTest is CourtTestBase {
         uint64 deadline = court.getChallenge(id).deadline;
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineChallengeDeadline.selector, id, deadline));
         court.resolveCensorship(id);
-        vm.warp(deadline);
+        warpTo(deadline);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineChallengeDeadline.selector, id, deadline));
         court.resolveCensorship(id);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineUnknownChallenge.selector, id + 1));
@@ -394,7 +396,7 @@ contract CensorshipTest is CourtTestBase {
         _commitAll(taskId, 1, ALL);
         _finalize(taskId, 1, keccak256("state-1"), ALL);
         // The last window has passed, but the open claim blocks the seal.
-        vm.warp(uint256(market.getTaskState(taskId).lastClosedAt) + CHALLENGE_WINDOW);
+        warpTo(uint256(market.getTaskState(taskId).lastClosedAt) + CHALLENGE_WINDOW);
         vm.assertGt(block.timestamp, court.getChallenge(id).deadline, "past the defence period");
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineChallengesOpen.selector, taskId, 1));
         market.seal(taskId);
@@ -430,9 +432,9 @@ contract CensorshipTest is CourtTestBase {
     /// A claim on a round another ruling voided can still be answered (the exclusion was justified).
     function test_answerCensorship_onVoidedRound_rejects() public {
         uint256 id3 = _challengeCensorship(3);
-        vm.warp(block.timestamp + 1 hours);
+        warpTo(block.timestamp + 1 hours);
         uint256 id4 = _challengeCensorship(4);
-        vm.warp(court.getChallenge(id3).deadline + 1);
+        warpTo(court.getChallenge(id3).deadline + 1);
         court.resolveCensorship(id3);
         vm.assertEq(uint256(market.getRound(taskId, 0).status), uint256(RoundStatus.Invalidated), "void");
         _answer(id4, 1, _f4Chunks(1, 0));
@@ -447,7 +449,7 @@ contract CensorshipTest is CourtTestBase {
         uint256 id3 = _challengeCensorship(3);
         vm.prank(stranger);
         uint256 id4 = court.challengeCensorship{value: CHALLENGE_BOND}(taskId, 0, 4);
-        vm.warp(block.timestamp + CHALLENGE_WINDOW + 1);
+        warpTo(block.timestamp + CHALLENGE_WINDOW + 1);
         court.resolveCensorship(id3);
         vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.ChallengeResolved(id4, taskId, ChallengeStatus.Expired, 0, 0);

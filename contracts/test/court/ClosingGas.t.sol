@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
+import {warpTo} from "../base/Vm.sol";
+
 import {CourtTestBase} from "./CourtTestBase.sol";
 import {TaskSpec, TaskState, TaskStatus, AggregationRule, ChallengeStatus} from "../../src/SynclineTypes.sol";
 
@@ -113,7 +115,7 @@ contract ClosingGasTest is CourtTestBase {
         while (market.getTaskState(taskId).status == TaskStatus.Running) {
             _carry(taskId, market.getTaskState(taskId).currentRound);
         }
-        vm.warp(_sealTime(taskId));
+        _warpToSeal(taskId);
         _closingCall("seal (64 trainers, 32 witnesses)", abi.encodeCall(market.seal, (taskId)));
         vm.assertEq(market.escrowOf(taskId), 0, "sealed: nothing locked");
         _assertMoney();
@@ -141,7 +143,7 @@ contract ClosingGasTest is CourtTestBase {
         for (uint256 w = 0; w + 1 < MAX_W; ++w) {
             _referee(id, w, true);
         }
-        vm.warp(court.getChallenge(id).deadline + 1);
+        warpTo(court.getChallenge(id).deadline + 1);
         _closingCall("expireChallenge (31 referees paid)", abi.encodeCall(court.expireChallenge, (id)));
         _assertMoney();
     }
@@ -150,8 +152,8 @@ contract ClosingGasTest is CourtTestBase {
     function test_expireChallenge_unanswered_fitsBlock() public {
         _longRound(0, allMask);
         uint256 id = _challengeTraining(taskId, 0, 5, 0);
-        (uint64 respondBy,,,) = court.availabilityDemand(id);
-        vm.warp(respondBy + 1);
+        (uint64 respondBy,,,,) = court.availabilityDemand(id);
+        warpTo(respondBy + 1);
         _closingCall("expireChallenge (unanswered: conviction)", abi.encodeCall(court.expireChallenge, (id)));
         vm.assertEq(uint256(court.getChallenge(id).status), uint256(ChallengeStatus.Upheld), "upheld");
         _assertMoney();
@@ -168,7 +170,7 @@ contract ClosingGasTest is CourtTestBase {
         uint256 t2 = _post(s);
         _bondAll(t2);
         _enrollMany(t2, MAX_T - 1);
-        vm.warp(s.enrollmentDeadline + 1);
+        warpTo(s.enrollmentDeadline + 1);
         _closingCall("cancelUnderfilled (63 trainers, 32 witnesses)", abi.encodeCall(market.cancelUnderfilled, (t2)));
         vm.assertEq(market.escrowOf(t2), 0, "cancelled: nothing locked");
         _assertMoney();

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
+import {warpTo} from "../base/Vm.sol";
+
 import {CourtTestBase} from "./CourtTestBase.sol";
 import {MerkleRef} from "./MerkleRef.sol";
 import {
@@ -175,7 +177,7 @@ contract CourtHandler is CourtTestBase {
         uint256 mask = committed & uint256(maskSeed);
         uint256 deadline = uint256(t.roundOpenedAt) + ROUND_DURATION;
         uint256 graceEnd = deadline + GRACE;
-        if (block.timestamp <= deadline) vm.warp(deadline + 1);
+        if (block.timestamp <= deadline) warpTo(deadline + 1);
         if (block.timestamp > graceEnd + 1 days) return; // let carryForward have it
         bytes32 root = keccak256(abi.encode("state", rootSeed % 3));
         _vote(current, round, bonded[a], root, mask);
@@ -233,7 +235,7 @@ contract CourtHandler is CourtTestBase {
     function warp(uint32 dt) external {
         ++calls;
         _honestCommit();
-        vm.warp(block.timestamp + bound(dt, 0, 6 hours));
+        warpTo(block.timestamp + bound(dt, 0, 6 hours));
     }
 
     function seal() external {
@@ -242,7 +244,7 @@ contract CourtHandler is CourtTestBase {
         TaskState memory t = _state();
         if (t.status != TaskStatus.AwaitingSeal || t.openChallenges != 0) return;
         uint256 until = uint256(t.lastClosedAt) + market.getSpec(current).challengeWindow;
-        if (block.timestamp < until) vm.warp(until);
+        if (block.timestamp < until) warpTo(until);
         address h = trainers[HONEST_TRAINER];
         uint256 before = market.creditOf(h);
         market.seal(current);
@@ -413,7 +415,7 @@ contract CourtHandler is CourtTestBase {
         _honestCommit();
         uint256 id = _openChallenge(idSeed, ChallengeKind.Censorship);
         if (id == 0) return;
-        (uint64 d, uint32 ci,, bool answered) = court.availabilityDemand(id);
+        (uint64 d, uint32 ci,, bool answered,) = court.availabilityDemand(id);
         if (d == 0 || answered || block.timestamp > d) return;
         Challenge memory c = court.getChallenge(id);
         bytes[] memory chunks = _chunks(c.round, c.fragment, malformedAt[c.taskId][c.round][c.fragment]);
@@ -444,10 +446,10 @@ contract CourtHandler is CourtTestBase {
             Challenge memory c = court.getChallenge(id);
             if (c.taskId != current || c.status != ChallengeStatus.Open) continue;
             uint256 until = c.deadline;
-            (uint64 respondBy,,, bool answered) = court.availabilityDemand(id);
+            (uint64 respondBy,,, bool answered,) = court.availabilityDemand(id);
             if (c.kind == ChallengeKind.TrainingFraud && !answered) until = respondBy; // silence convicts
             else if (respondBy > until) until = respondBy;
-            if (block.timestamp <= until) vm.warp(until + 1);
+            if (block.timestamp <= until) warpTo(until + 1);
             _mustClose(
                 c.kind == ChallengeKind.Censorship
                     ? abi.encodeCall(court.resolveCensorship, (id))
@@ -479,11 +481,11 @@ contract CourtHandler is CourtTestBase {
         uint256 id = _openChallenge(idSeed, ChallengeKind.Censorship);
         if (id == 0) return;
         uint64 deadline = court.getChallenge(id).deadline;
-        (uint64 respondBy,,, bool answered) = court.availabilityDemand(id);
+        (uint64 respondBy,,, bool answered,) = court.availabilityDemand(id);
         if (!answered && respondBy > deadline) deadline = respondBy;
         if (block.timestamp <= deadline) {
             if (idSeed % 3 != 0) return; // mostly leave time for an answer
-            vm.warp(uint256(deadline) + 1);
+            warpTo(uint256(deadline) + 1);
         }
         court.resolveCensorship(id);
         _ok(this.resolveCensorship.selector);
@@ -513,7 +515,7 @@ contract CourtHandler is CourtTestBase {
         _honestCommit();
         uint256 id = _openChallenge(idSeed, ChallengeKind.TrainingFraud);
         if (id == 0) return;
-        (uint64 respondBy,,, bool answered) = court.availabilityDemand(id);
+        (uint64 respondBy,,, bool answered,) = court.availabilityDemand(id);
         if (answered || block.timestamp > respondBy) return;
         vm.prank(court.getChallenge(id).accused);
         court.answerTraining(id);
@@ -544,11 +546,11 @@ contract CourtHandler is CourtTestBase {
         uint256 id = _openChallenge(idSeed, ChallengeKind.TrainingFraud);
         if (id == 0) return;
         uint64 deadline = court.getChallenge(id).deadline;
-        (uint64 respondBy,,, bool answered) = court.availabilityDemand(id);
+        (uint64 respondBy,,, bool answered,) = court.availabilityDemand(id);
         if (!answered) deadline = respondBy; // silence convicts once the response window is over
         if (block.timestamp <= deadline) {
             if (idSeed % 3 != 0) return; // mostly leave time for the referees
-            vm.warp(uint256(deadline) + 1);
+            warpTo(uint256(deadline) + 1);
         }
         court.expireChallenge(id);
         _ok(this.expireChallenge.selector);

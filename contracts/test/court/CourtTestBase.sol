@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
+import {warpTo} from "../base/Vm.sol";
+
 import {SynclineTest} from "../base/SynclineTest.sol";
 import {MerkleRef} from "./MerkleRef.sol";
 import {ChunkAggregationHarness} from "../harness/ChunkAggregationHarness.sol";
@@ -155,7 +157,7 @@ abstract contract CourtTestBase is SynclineTest {
 
     function _pastDeadline(uint256 taskId) internal {
         uint256 d = _deadline(taskId) + 1;
-        if (block.timestamp < d) vm.warp(d);
+        if (block.timestamp < d) warpTo(d);
     }
 
     /// @dev Witnesses 0 and 1 vote `(stateRoot, mask)` after the deadline: the round finalizes.
@@ -181,7 +183,7 @@ abstract contract CourtTestBase is SynclineTest {
             uint256 extended = _deadline(taskId) + 3 * uint256(market.getSpec(taskId).roundDuration) + 1;
             if (extended > earliest) earliest = extended;
         }
-        if (block.timestamp < earliest) vm.warp(earliest);
+        if (block.timestamp < earliest) warpTo(earliest);
         market.carryForward(taskId, round);
     }
 
@@ -415,8 +417,7 @@ abstract contract CourtTestBase is SynclineTest {
 
     /// @dev Waits out the last challenge window and seals; the task then holds nothing.
     function _seal(uint256 taskId) internal {
-        uint256 until = _sealTime(taskId);
-        if (block.timestamp < until) vm.warp(until);
+        _warpToSeal(taskId);
         market.seal(taskId);
         _assertStatus(taskId, TaskStatus.Sealed, "sealed");
         vm.assertEq(market.escrowOf(taskId), 0, "a sealed task holds nothing");

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
+import {warpTo} from "../base/Vm.sol";
+
 import {CourtTestBase} from "./CourtTestBase.sol";
 import {ISynclineEvents} from "../../src/ISynclineEvents.sol";
 import {
@@ -375,7 +377,7 @@ contract TrainerEquivocationTest is CourtTestBase {
         _finalize(taskId, 0, keccak256("s0"), ALL);
         uint64 until = market.getRound(taskId, 0).closedAt + CHALLENGE_WINDOW;
         (Commitment memory a, bytes memory sa, Commitment memory b, bytes memory sb) = _pair(taskId, 0, 3);
-        vm.warp(until + 1);
+        warpTo(until + 1);
         _expectProveRevert(
             abi.encodeWithSelector(ISynclineEvents.SynclineChallengeWindowClosed.selector, taskId, 0, until),
             a,
@@ -383,7 +385,7 @@ contract TrainerEquivocationTest is CourtTestBase {
             b,
             sb
         );
-        vm.warp(until);
+        warpTo(until);
         _prove(a, sa, b, sb);
     }
 
@@ -660,7 +662,7 @@ contract WitnessEquivocationTest is CourtTestBase {
         _finalize(taskId, 0, keccak256("s0"), ALL);
         uint64 until = market.getRound(taskId, 0).closedAt + CHALLENGE_WINDOW;
         (a, sa, b, sb) = _pair(taskId, 0, 2);
-        vm.warp(until + 1);
+        warpTo(until + 1);
         _expectProveRevert(
             abi.encodeWithSelector(ISynclineEvents.SynclineChallengeWindowClosed.selector, taskId, 0, until),
             a,
@@ -668,7 +670,7 @@ contract WitnessEquivocationTest is CourtTestBase {
             b,
             sb
         );
-        vm.warp(until);
+        warpTo(until);
         _prove(a, sa, b, sb);
     }
 

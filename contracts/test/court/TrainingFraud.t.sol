@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
+import {warpTo} from "../base/Vm.sol";
+
 import {CourtTestBase} from "./CourtTestBase.sol";
 import {ISynclineEvents} from "../../src/ISynclineEvents.sol";
 import {ISynclineCourt} from "../../src/ISynclineCourt.sol";
@@ -136,7 +138,7 @@ contract TrainingFraudTest is CourtTestBase {
             taskId, 0, 2, 3, abi.encodeWithSelector(ISynclineEvents.SynclineDuplicateChallenge.selector, key, id)
         );
         // Still a duplicate once it is resolved.
-        vm.warp(block.timestamp + CHALLENGE_WINDOW / 2);
+        warpTo(block.timestamp + CHALLENGE_WINDOW / 2);
         _referee(id, 0, false);
         _referee(id, 1, false);
         _expectChallengeRevert(
@@ -158,7 +160,7 @@ contract TrainingFraudTest is CourtTestBase {
             taskId, 1, 0, 0, abi.encodeWithSelector(ISynclineEvents.SynclineRoundNotFinalized.selector, taskId, 1)
         );
         uint64 until = market.getRound(taskId, 0).closedAt + CHALLENGE_WINDOW;
-        vm.warp(until + 1);
+        warpTo(until + 1);
         _expectChallengeRevert(
             taskId,
             0,
@@ -238,10 +240,10 @@ contract TrainingFraudTest is CourtTestBase {
         _commitAll(taskId, 1, ALL);
         _finalize(taskId, 1, keccak256("state-1"), ALL);
         uint256 id = _challengeTraining(taskId, 1, 0, 0);
-        vm.warp(uint256(market.getTaskState(taskId).lastClosedAt) + CHALLENGE_WINDOW);
+        warpTo(uint256(market.getTaskState(taskId).lastClosedAt) + CHALLENGE_WINDOW);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineChallengesOpen.selector, taskId, 1));
         market.seal(taskId);
-        vm.warp(court.getChallenge(id).deadline + 1);
+        warpTo(court.getChallenge(id).deadline + 1);
         court.expireChallenge(id);
         _seal(taskId);
     }
@@ -456,9 +458,9 @@ contract TrainingFraudTest is CourtTestBase {
     function test_refereeVote_deadline() public {
         uint256 id = _challengeTraining(0, 0);
         uint64 deadline = court.getChallenge(id).deadline;
-        vm.warp(deadline);
+        warpTo(deadline);
         _referee(id, 0, true);
-        vm.warp(deadline + 1);
+        warpTo(deadline + 1);
         _expectRefereeRevert(
             id,
             witnesses[1],
@@ -499,10 +501,10 @@ contract TrainingFraudTest is CourtTestBase {
         uint64 deadline = court.getChallenge(id).deadline;
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineChallengeDeadline.selector, id, deadline));
         court.expireChallenge(id);
-        vm.warp(deadline);
+        warpTo(deadline);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineChallengeDeadline.selector, id, deadline));
         court.expireChallenge(id);
-        vm.warp(deadline + 1);
+        warpTo(deadline + 1);
         vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.ChallengeResolved(id, taskId, ChallengeStatus.Expired, 0, 0);
         vm.prank(stranger);
@@ -543,15 +545,14 @@ contract TrainingFraudTest is CourtTestBase {
     function test_answerTraining_unanswered_upholds_answered_doesNot() public {
         uint256 id = _challengeTraining(3, 9);
         uint64 opened = court.getChallenge(id).openedAt;
-        (uint64 respondBy,,, bool answered) = court.availabilityDemand(id);
+        (uint64 respondBy,,, bool answered,) = court.availabilityDemand(id);
         vm.assertEq(respondBy, opened + CHALLENGE_WINDOW / 2, "response window");
         vm.assertFalse(answered, "not answered yet");
-        // Before the window ends nothing can be closed; after it, silence convicts.
-        vm.expectRevert(
-            abi.encodeWithSelector(ISynclineEvents.SynclineChallengeDeadline.selector, id, court.getChallenge(id).deadline)
-        );
+        // Before the response window ends nothing can be closed (the revert names it); after it,
+        // silence convicts.
+        vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineChallengeDeadline.selector, id, respondBy));
         court.expireChallenge(id);
-        vm.warp(respondBy + 1);
+        warpTo(respondBy + 1);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineAvailabilityClosed.selector, id, respondBy));
         vm.prank(trainers[3]);
         court.answerTraining(id);
@@ -573,11 +574,11 @@ contract TrainingFraudTest is CourtTestBase {
         emit ISynclineEvents.TrainingAnswered(other, trainers[2]);
         vm.prank(trainers[2]);
         court.answerTraining(other);
-        (uint64 by,,,) = court.availabilityDemand(other);
+        (uint64 by,,,,) = court.availabilityDemand(other);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineAvailabilityClosed.selector, other, by));
         vm.prank(trainers[2]);
         court.answerTraining(other);
-        vm.warp(court.getChallenge(other).deadline + 1);
+        warpTo(court.getChallenge(other).deadline + 1);
         court.expireChallenge(other);
         _assertChallenge(other, ChallengeKind.TrainingFraud, ChallengeStatus.Expired, 0);
         vm.assertEq(market.getTrainer(taskId, trainers[2]).stake, STAKE, "an answering trainer keeps its stake");
@@ -590,11 +591,11 @@ contract TrainingFraudTest is CourtTestBase {
         _finalize(taskId, 1, keccak256("s1"), 0x0f);
         vm.prank(stranger);
         uint256 cid = court.challengeCensorship{value: CHALLENGE_BOND}(taskId, 1, 4);
-        vm.warp(block.timestamp + 1 hours);
+        warpTo(block.timestamp + 1 hours);
         uint256 id = _challengeTraining(taskId, 1, 0, 0);
         vm.prank(court.getChallenge(id).accused);
         court.answerTraining(id); // answered: left undecided, the claim expires
-        vm.warp(court.getChallenge(cid).deadline + 1);
+        warpTo(court.getChallenge(cid).deadline + 1);
         court.resolveCensorship(cid);
         vm.assertEq(uint256(market.getRound(taskId, 1).status), uint256(RoundStatus.Invalidated), "void");
         // w0 and w1 were slashed by the censorship ruling; only w2 can still referee: it can
@@ -606,7 +607,7 @@ contract TrainingFraudTest is CourtTestBase {
             abi.encodeWithSelector(ISynclineEvents.SynclineWitnessUnbonded.selector, taskId, witnesses[0])
         );
         _referee(id, 2, true);
-        vm.warp(court.getChallenge(id).deadline + 1);
+        warpTo(court.getChallenge(id).deadline + 1);
         court.expireChallenge(id);
         uint256 share = CHALLENGE_BOND / (2 * N_WITNESSES); // issue 27: bond / (2N) per replaying referee
         vm.assertEq(market.creditOf(witnesses[2]), share, "w2 refereed: paid");

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
+import {warpTo} from "../base/Vm.sol";
+
 import {CourtTestBase} from "./CourtTestBase.sol";
 import {ISynclineEvents} from "../../src/ISynclineEvents.sol";
 import {AggregationRule, Vote, Challenge, ChallengeKind, ChallengeStatus} from "../../src/SynclineTypes.sol";
@@ -41,11 +43,11 @@ contract TrainingUnavailableTest is CourtTestBase {
     }
 
     function _unavailableVotes(uint256 id) internal view returns (uint16 n) {
-        (,, n,) = court.availabilityDemand(id);
+        (,, n,,) = court.availabilityDemand(id);
     }
 
     function _expire(uint256 id) internal {
-        vm.warp(court.getChallenge(id).deadline + 1);
+        warpTo(court.getChallenge(id).deadline + 1);
         vm.prank(stranger);
         court.expireChallenge(id);
     }
@@ -63,10 +65,10 @@ contract TrainingUnavailableTest is CourtTestBase {
         vm.assertEq(_unavailableVotes(id), 2, "two standing Unavailable verdicts");
         vm.assertEq(uint256(court.getChallenge(id).status), uint256(ChallengeStatus.Open), "decided only at expiry");
         uint64 deadline = court.getChallenge(id).deadline;
-        vm.warp(deadline);
+        warpTo(deadline);
         vm.expectRevert(abi.encodeWithSelector(ISynclineEvents.SynclineChallengeDeadline.selector, id, deadline));
         court.expireChallenge(id);
-        vm.warp(deadline + 1);
+        warpTo(deadline + 1);
         vm.expectEmit(true, true, true, true, address(market));
         emit ISynclineEvents.SegmentUnavailable(id, taskId, 0, 3, 2);
         vm.expectEmit(true, true, true, true, address(market));
@@ -185,12 +187,12 @@ contract TrainingUnavailableTest is CourtTestBase {
             id, witnesses[0], abi.encodeWithSelector(ISynclineEvents.SynclineAlreadyRefereed.selector, id, witnesses[0])
         );
         // An unanswered claim never takes an Unavailable verdict (its silence alone convicts).
-        vm.warp(court.getChallenge(silent).openedAt + CHALLENGE_WINDOW / 2 + 1);
+        warpTo(court.getChallenge(silent).openedAt + CHALLENGE_WINDOW / 2 + 1);
         _expectUnavailableRevert(
             silent, witnesses[0], abi.encodeWithSelector(ISynclineEvents.SynclineTrainingNotAnswered.selector, silent)
         );
         uint64 deadline = court.getChallenge(id).deadline;
-        vm.warp(deadline + 1);
+        warpTo(deadline + 1);
         _expectUnavailableRevert(
             id, witnesses[1], abi.encodeWithSelector(ISynclineEvents.SynclineChallengeDeadline.selector, id, deadline)
         );

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
+import {warpTo} from "../base/Vm.sol";
+
 import {Vm} from "../base/Vm.sol";
 import {SynclineSigning} from "../base/SynclineSigning.sol";
 import {SynclineMarket} from "../../src/SynclineMarket.sol";
@@ -127,7 +129,7 @@ contract MarketHandler is SynclineSigning {
     // ------------------------------------------------------------------ plumbing
 
     modifier step(bytes32 name) {
-        vm.warp(currentTime);
+        warpTo(currentTime);
         vm.recordLogs();
         _;
         _afterStep();
@@ -137,7 +139,7 @@ contract MarketHandler is SynclineSigning {
     function _advanceTo(uint256 t) internal {
         if (t > currentTime) {
             currentTime = t;
-            vm.warp(t);
+            warpTo(t);
         }
     }
 

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
+import {warpTo} from "../base/Vm.sol";
+
 import {InvariantChecks} from "./InvariantChecks.sol";
 import {MarketHandler} from "./MarketHandler.sol";
 import {SynclineMarket} from "../../src/SynclineMarket.sol";
@@ -12,7 +14,7 @@ contract MarketInvariantsTest is InvariantChecks {
     MarketHandler internal handler;
 
     function setUp() public {
-        vm.warp(1_700_000_000);
+        warpTo(1_700_000_000);
         address court = vm.deployCode("SynclineCourt.sol:SynclineCourt");
         market = SynclineMarket(payable(vm.deployCode("SynclineMarket.sol:SynclineMarket", abi.encode(court))));
         handler = new MarketHandler(market);
