@@ -22,7 +22,20 @@ What it reports:
 * per agent, the peak resident memory: the process's own high-water mark (``VmHWM``) and the
   peak of its process tree's PSS (forked round workers included, shared pages counted once),
   sampled every ``--sample-s`` seconds; and the machine's peak memory in use
-  (``MemTotal - MemAvailable``).
+  (``MemTotal - MemAvailable``);
+* the court: the witnesses run their challenger (``--no-challenger`` turns it off) with training
+  checks (``--training-checks``, the witnesses' default ``spot``), on disk like the rounds
+  (``syncline.court.files``): each closed round is audited (the round recomputed on a copy of the
+  previous state's file, the payloads in files) and the segment the committee's public draw
+  names of each accepted submission is refereed (the checkpoints fetched into files, the start
+  state a file; a training segment replayed into a file and hashed, the derivation segment's
+  payload derived range by range). Reported: the task's on-chain spot-check rate, the draws, each
+  witness's refereed segments with their verdicts and times (``training-checks.jsonl``), its
+  audit passes (``audits.jsonl``), the challenges brought and the stakes slashed.
+
+The spot-check rate is the least that deters by default (``postTask`` refuses less: stake x ppm >=
+2 R 10^6, R the reward per submission); with 2 rounds and 3 trainers that is every submission.
+``--spot-check-rate`` sets a higher one (a lower one is refused here, as the chain would).
 
 Usage::
 
@@ -42,9 +55,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
 from syncline.demo.training_run import DemoPlan, TrainingDemo
-from syncline.protocol.spec import MIN_CHALLENGE_WINDOW_S
+from syncline.protocol.spec import MIN_CHALLENGE_WINDOW_S, TrainingTaskSpec
+from syncline.protocol.spot_checks import deterrence_ppm, rate_ppm, spot_check_draw
+from syncline.sponsor.task_builder import PublishedTask
+from syncline.sponsor.task_defaults import default_task
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS: dict[str, dict[str, int]] = {
@@ -188,6 +205,66 @@ def breakdown(workdir: Path, chain_rounds: list[dict[str, Any]]) -> list[dict[st
     return rows
 
 
+def check_deterrence(plan: DemoPlan) -> int:
+    """The spot-check ppm the task will post: the least that deters unless ``plan`` names a rate,
+    which must deter too (``postTask`` refuses ``stake * ppm < 2 R 1e6``)."""
+    template = default_task(plan, [], 0)
+    least = deterrence_ppm(
+        template["trainer_stake_wei"], template["reward_pool_wei"], template["rounds"], template["min_trainers"]
+    )
+    if plan.spot_check_rate is None:
+        return least
+    ppm = rate_ppm(plan.spot_check_rate)
+    if ppm < least:
+        raise SystemExit(f"--spot-check-rate {plan.spot_check_rate} ({ppm} ppm) does not deter: at least {least} ppm")
+    return ppm
+
+
+def draws(market: MarketClient, task_id: int, spec: TrainingTaskSpec, rounds: int) -> list[dict[str, Any]]:
+    """The committee's public draw of every accepted submission (round, fragment, segment or None)."""
+    out = []
+    for r in range(rounds):
+        view = market.round(task_id, r)
+        block = market.finalization_block_hash(task_id, r)
+        for fragment in range(view.accepted_mask.bit_length()):
+            if not view.accepted_mask >> fragment & 1 or block is None:
+                continue
+            segment = spot_check_draw(
+                task_id,
+                r,
+                fragment,
+                bytes.fromhex(view.state_root[2:]),
+                block,
+                ppm=spec.spot_check_ppm,
+                segments=spec.checkpoint_segments,
+            )
+            out.append({"round": r, "fragment": fragment, "segment": segment})
+    return out
+
+
+def court_summary(workdir: Path) -> dict[str, Any]:
+    """Each witness's refereed segments and audit passes, from its state dir."""
+    per_witness: dict[str, Any] = {}
+    for agent in sorted((workdir / "agents").iterdir()):
+        if not agent.name.startswith("witness"):
+            continue
+        checks = _records(agent / "training-checks.jsonl")
+        audits = _records(agent / "audits.jsonl")
+        per_witness[agent.name] = {
+            "segments_refereed": len(checks),
+            "verdicts": {v: sum(1 for c in checks if c["verdict"] == v) for v in ("innocent", "guilty", "undecided")},
+            "checks": [
+                {k: c[k] for k in ("round", "fragment", "segment", "segments", "why", "verdict", "seconds", "reason")}
+                for c in checks
+            ],
+            "rounds_audited_complete": sorted({a["round"] for a in audits if a["complete"]}),
+            "audit_passes": [
+                {k: a[k] for k in ("round", "complete", "findings", "seconds", "on_disk")} for a in audits
+            ],
+        }
+    return per_witness
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     shape = dict(PRESETS[args.preset])
     for key in ("hidden", "layers", "heads", "intermediate", "vocab"):
@@ -199,7 +276,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         checkpoint_interval=0,  # one segment: c_0 and c_H
         round_duration_s=args.round_duration,
         grace_window_s=args.grace,
-        challenge_window_s=MIN_CHALLENGE_WINDOW_S,
+        challenge_window_s=args.challenge_window,
         # the rounds are timed against real training (minutes at 120M parameters): real time by
         # default, so the seal waits the whole (minimum) challenge window after the last round
         clock_speed=args.clock_speed,
@@ -217,15 +294,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "tie_word_embeddings": True,
         },
         timeout_s=args.timeout,
-        training_checks="off",
-        witness_challenges=False,  # the challenger re-audits every round in memory: not at this size
+        # the witnesses' challenger and training checks, on disk at this size (syncline.court.files)
+        training_checks=args.training_checks,
+        witness_challenges=not args.no_challenger,
+        spot_check_rate=args.spot_check_rate,
         state_on_disk={"auto": None, "on": True, "off": False}[args.state_on_disk],
         eval_batches=args.eval_batches,
     )
+    spot_check_ppm = check_deterrence(plan)
     workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     demo = TrainingDemo(workdir, plan)
     chain_rounds: list[dict[str, Any]] = []
+    posted: dict[str, TrainingTaskSpec] = {}
+    court: dict[str, Any] = {}
+
+    def after_post(market: MarketClient, task_id: int, published: PublishedTask, sponsor: Signer) -> None:
+        posted["spec"] = published.spec
+
+    demo.after_post = after_post
 
     def after_seal(market: MarketClient, task_id: int, names: dict[str, str]) -> None:
         for r in range(plan.rounds):
@@ -242,6 +329,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "state_root": v.state_root,
                 }
             )
+        court["draws"] = draws(market, task_id, posted["spec"], plan.rounds)
+        court["challenges_brought"] = market.challenge_count()
 
     demo.after_seal = after_seal
     sampler = MemorySampler(demo, args.sample_s, args.min_free_gib)
@@ -255,6 +344,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         sampler.join()
     wall = time.monotonic() - started
     extras = dict(receipt.extras)
+    court.update(
+        training_checks=plan.training_checks,
+        challenger=plan.witness_challenges,
+        spot_check_ppm=posted["spec"].spot_check_ppm,
+        spot_check_ppm_expected=spot_check_ppm,
+        checkpoint_segments=posted["spec"].checkpoint_segments,
+        slashed_wei=sum(t.slashed_wei for t in receipt.trainers) + sum(w.slashed_wei for w in receipt.witnesses),
+        witnesses=court_summary(workdir),
+    )
     gib = 1 << 20  # KiB per GiB
     return {
         "config": {
@@ -271,7 +369,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "threshold": plan.threshold,
             "eval_batches": plan.eval_batches,
             "state_on_disk": args.state_on_disk,
+            "challenge_window_s": plan.challenge_window_s,
         },
+        "court": court,
         "rounds": breakdown(workdir, chain_rounds),
         "validation_loss_per_round": extras.get("validation_loss_per_round"),
         "peak_memory_gib": {
@@ -304,13 +404,13 @@ def print_report(report: dict[str, Any]) -> None:
         f"round_duration {cfg['round_duration_s']} s; wall {report['wall_seconds']} s"
     )
     print("seconds per round: mean over agents (max)")
-    cols = [("round wall (chain)", None, None)]
+    cols: list[tuple[str, str | None, str | None]] = [("round wall (chain)", None, None)]
     cols += [(p.removesuffix("_s"), "trainer", p) for p in TRAINER_PARTS]
     cols += [("w." + p.removesuffix("_s"), "witness", p) for p in WITNESS_PARTS]
     print(" | ".join(["round"] + [c[0] for c in cols]))
     for row in report["rounds"]:
         cells = [str(row["round"]), str(row["wall_s"])]
-        cells += [_fmt(row[side][part]) for _, side, part in cols[1:]]
+        cells += [_fmt(row[str(side)][part]) for _, side, part in cols[1:]]
         print(" | ".join(cells))
     mem = report["peak_memory_gib"]
     print("peak memory, GiB: agent VmHWM / process-tree PSS")
@@ -319,6 +419,22 @@ def print_report(report: dict[str, Any]) -> None:
     print(f"  machine in use: {mem['machine_in_use_peak']:.2f} (before the run {mem['machine_in_use_before']:.2f})")
     print(f"disk used by the run at its peak: {report['disk_used_peak_gib']} GiB")
     print(f"validation loss per round: {report['validation_loss_per_round']}")
+    court = report["court"]
+    print(
+        f"court: training checks {court['training_checks']}, challenger {'on' if court['challenger'] else 'off'}, "
+        f"spot-check rate {court['spot_check_ppm']} ppm; challenges brought {court['challenges_brought']}, "
+        f"slashed {court['slashed_wei']} wei"
+    )
+    print(
+        f"  draws (round, fragment -> segment): {[(d['round'], d['fragment'], d['segment']) for d in court['draws']]}"
+    )
+    for name, w in court["witnesses"].items():
+        times = [c["seconds"] for c in w["checks"]]
+        print(
+            f"  {name}: {w['segments_refereed']} segments refereed {w['verdicts']}, "
+            f"seconds per check {_fmt(_summary(times))}; rounds audited {w['rounds_audited_complete']}, "
+            f"audit passes {[(a['round'], a['seconds']) for a in w['audit_passes']]}"
+        )
 
 
 def main() -> None:
@@ -340,6 +456,17 @@ def main() -> None:
     )
     parser.add_argument("--eval-batches", type=int, default=2, help="validation batches (x16 windows) per round")
     parser.add_argument("--state-on-disk", default="auto", choices=("auto", "on", "off"))
+    parser.add_argument("--training-checks", default="spot", choices=("all", "spot", "off"), help="the witnesses' mode")
+    parser.add_argument("--no-challenger", action="store_true", help="turn the witnesses' challenger off")
+    parser.add_argument(
+        "--spot-check-rate",
+        type=float,
+        default=None,
+        help="the task's spot-check rate (default: the least that deters; a lower one is refused)",
+    )
+    parser.add_argument(
+        "--challenge-window", type=int, default=MIN_CHALLENGE_WINDOW_S, help="challenge_window_s (the seal waits it)"
+    )
     parser.add_argument("--timeout", type=float, default=5400.0)
     parser.add_argument("--sample-s", type=float, default=0.5)
     parser.add_argument("--min-free-gib", type=float, default=4.0, help="stop the agents below this much free disk")

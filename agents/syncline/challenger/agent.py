@@ -21,8 +21,10 @@ from syncline.blobstore import BlobStore
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient, TaskView
 from syncline.court.audit import RoundAuditor, TrainingChecker
+from syncline.court.files import CourtFiles
 from syncline.court.findings import AggregationFraud, Censorship, Finding
-from syncline.court.sampling import make_training_checker
+from syncline.court.referee import Outcome, Undecided
+from syncline.court.sampling import CheckRecorder, make_training_checker
 from syncline.errors import ChainError
 from syncline.observability import get_logger
 from syncline.protocol.enums import ChallengeKind, ChallengeStatus, TaskStatus
@@ -32,6 +34,7 @@ from syncline.run.context import TaskContext
 from syncline.run.local_store import SIGNED_VOTES_FILE, append_record, claim_state_dir, read_records
 from syncline.run.loop import TaskNotPosted, pending_block, pending_time, run_forever
 from syncline.run.metrics import default_loop_metrics, serve_metrics
+from syncline.run.state_file import use_disk_state
 
 log = get_logger("syncline.challenger")
 
@@ -60,6 +63,9 @@ class Challenger:
     # Censorship and training challenges this challenger brought that are still open (they need a
     # follow-up after their deadline); proofs decided in their own transaction are not kept.
     mine: set[int] = field(default_factory=set)
+    # A large model's challenger keeps the states, payloads and checkpoints it judges in files
+    # here (``state_on_disk``; None: in memory). Its training checker must be given the same.
+    files: CourtFiles | None = None
     _auditor: RoundAuditor | None = None
 
     def _context(self) -> TaskContext:
@@ -69,7 +75,7 @@ class Challenger:
 
     def _auditor_for(self) -> RoundAuditor:
         if self._auditor is None:
-            self._auditor = RoundAuditor(self._context(), self.market.domain(), self.training_checker)
+            self._auditor = RoundAuditor(self._context(), self.market.domain(), self.training_checker, files=self.files)
         return self._auditor
 
     def step(self, task: TaskView | None = None) -> None:
@@ -90,7 +96,10 @@ class Challenger:
                     self.audited.add(round_)
                     continue
                 auditor = self._auditor_for()
+                began = time.perf_counter()
+                found = 0
                 for finding in auditor.audit(round_):
+                    found += 1
                     key = finding.key()
                     if key in self.brought:
                         continue  # a re-audit of a round that could not be judged whole before
@@ -106,9 +115,29 @@ class Challenger:
                 AUDITED.set(round_)
                 if not auditor.incomplete:
                     self.audited.add(round_)
+                self._record_audit(round_, auditor.incomplete, found, time.perf_counter() - began)
             self._follow_up(now)
         if self.withdraw:
             self._withdraw()
+
+    def _record_audit(self, round_: int, incomplete: bool, findings: int, seconds: float) -> None:
+        """One line per audit pass in ``audits.jsonl`` (a round still waiting for data is audited again)."""
+        log.info(
+            "challenger.audited", round=round_, complete=not incomplete, findings=findings, seconds=round(seconds, 1)
+        )
+        if self.state_dir is not None:
+            append_record(
+                self.state_dir,
+                "audits.jsonl",
+                {
+                    "round": round_,
+                    "complete": not incomplete,
+                    "findings": findings,
+                    "seconds": round(seconds, 3),
+                    "on_disk": self.files is not None,
+                    "wall_time": time.time(),
+                },
+            )
 
     def _voted_for(self, round_: int) -> bool:
         """Whether this account voted the finalized result of ``round_``: its vote on chain, or a
@@ -225,23 +254,19 @@ class ChallengerAgent:
     def _run(self, max_iterations: int | None) -> None:
         if self.cfg.metrics_port:
             serve_metrics(self.cfg.metrics_port)
-        challenger = Challenger(
-            task_id=self.cfg.task_id,
-            signer=self.signer,
-            market=self.market,
-            blobs=self.blobs,
-            state_dir=self.cfg.state_dir,
-            training_checker=make_training_checker(self.cfg.training_checks, seed=int(self.signer.address, 16)),
-        )
-
+        challenger: Challenger | None = None
         awaiting = TaskNotPosted(self.market.task_count, self.cfg.task_id, role="challenger")
 
         def step() -> bool:
+            nonlocal challenger
             if awaiting.waiting():
                 return False
             t = self.market.task(self.cfg.task_id)
             if t.status == TaskStatus.ENROLLING:
                 return False
+            if challenger is None:  # once the task is posted: its size decides where the court's data lives
+                ctx = TaskContext.load(self.market, self.blobs, self.cfg.task_id)
+                challenger = court_challenger(self.cfg, self.signer, self.market, self.blobs, ctx, withdraw=True)
             challenger.step(t)
             done = t.status in (TaskStatus.SEALED, TaskStatus.CANCELLED)
             return done and self.market.credit_of(self.signer.address) == 0
@@ -253,3 +278,73 @@ class ChallengerAgent:
             metrics=default_loop_metrics("challenger"),
             max_iterations=max_iterations,
         )
+
+
+def court_files(cfg: AgentConfig, ctx: TaskContext) -> CourtFiles | None:
+    """Where an agent's court keeps what it judges: files under ``<state_dir>/court`` when the
+    agent keeps the task's state on disk (``state_on_disk``), None (memory) otherwise."""
+    if not use_disk_state(ctx.layout.numel, cfg.state_on_disk):
+        return None
+    return CourtFiles(cfg.state_dir / "court")
+
+
+def check_recorder(state_dir: Path) -> CheckRecorder:
+    """Record every segment a training check judged in ``<state_dir>/training-checks.jsonl``."""
+
+    def record(round_: int, fragment: int, why: str, outcome: Outcome, seconds: float) -> None:
+        verdict = "undecided" if isinstance(outcome, Undecided) else "guilty" if outcome.guilty else "innocent"
+        log.info(
+            "challenger.segment_checked",
+            round=round_,
+            fragment=fragment,
+            segment=outcome.segment,
+            why=why,
+            verdict=verdict,
+            seconds=round(seconds, 1),
+        )
+        append_record(
+            state_dir,
+            "training-checks.jsonl",
+            {
+                "round": round_,
+                "fragment": fragment,
+                "segment": outcome.segment,
+                "segments": outcome.segments,
+                "why": why,
+                "verdict": verdict,
+                "reason": outcome.reason,
+                "seconds": round(seconds, 3),
+                "wall_time": time.time(),
+            },
+        )
+
+    return record
+
+
+def court_challenger(
+    cfg: AgentConfig,
+    signer: Signer,
+    market: MarketClient,
+    blobs: BlobStore,
+    ctx: TaskContext,
+    *,
+    withdraw: bool,
+    files: CourtFiles | None = None,
+) -> Challenger:
+    """The challenger an agent runs on ``cfg``'s task: training checks in ``cfg.training_checks``
+    (seeded by the agent's address), recorded in its state dir, on disk for a large model
+    (``files``, :func:`court_files` by default)."""
+    files = files if files is not None else court_files(cfg, ctx)
+    return Challenger(
+        task_id=cfg.task_id,
+        signer=signer,
+        market=market,
+        blobs=blobs,
+        state_dir=cfg.state_dir,
+        training_checker=make_training_checker(
+            cfg.training_checks, seed=int(signer.address, 16), files=files, record=check_recorder(cfg.state_dir)
+        ),
+        withdraw=withdraw,
+        ctx=ctx,
+        files=files,
+    )

@@ -16,6 +16,13 @@ trusts nothing a witness says. For each closed round it reports, cheapest check 
   eager task, whose committed checkpoints stayed unavailable past the same deadline
   (:mod:`syncline.court.withheld`: one claim per submission).
 
+For a large model (``state_on_disk``) the auditor is given :class:`~syncline.court.files.CourtFiles`:
+the round is recomputed on disk, as the witnesses compute it (the previous state in a file, the
+payloads in files, ``TaskContext.compute_round_file`` on a copy), the left-out payloads are
+validated from their files, and the state it computed is kept as the next round's start (and
+the start of the training checks); only building an aggregation-fraud proof, once the roots
+differ, reads the states into memory.
+
 Nothing the auditor could not fetch is ever a finding: a check whose data (a state, a payload, a
 manifest, a checkpoint) is not in hand ends :class:`~syncline.court.referee.Undecided`, marks the
 round ``incomplete`` and is run again on a later step, while the round is still in its window.
@@ -23,10 +30,11 @@ round ``incomplete`` and is run again on a later step, while the round is still 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from syncline.chain.market import MarketClient, RoundView
+from syncline.court.files import CourtFiles
 from syncline.court.findings import (
     AggregationFraud,
     Censorship,
@@ -39,12 +47,14 @@ from syncline.court.proofs import build_aggregation_proof
 from syncline.court.referee import PRIVATE_UNREVEALED, Outcome, Unanswered, Undecided
 from syncline.errors import SynclineError
 from syncline.observability import get_logger
+from syncline.protocol.disk_round import PayloadFile, open_payload
 from syncline.protocol.enums import AggregationRule, RoundStatus
 from syncline.protocol.quantization import QuantizedGradient
 from syncline.protocol.signed_messages import Commitment, Domain, Vote
 from syncline.protocol.state import TrainingState
+from syncline.protocol.streaming import FileRegion
 from syncline.protocol.sync_round import CommittedSubmission, validate_submission
-from syncline.run.context import StateUnavailable, TaskContext
+from syncline.run.context import StateUnavailable, TaskContext, remove_payload_files
 from syncline.run.gossip import SignedCommitment, SignedVote, read_commitment, read_vote
 
 log = get_logger("syncline.court")
@@ -74,6 +84,11 @@ class RoundAuditor:
     incomplete: bool = False
     # (round, fragment) whose training checks passed: a re-audit of an incomplete round skips them.
     cleared: set[tuple[int, int]] = field(default_factory=set)
+    # Rounds whose aggregation and censorship checks ran whole (every input in hand): a re-audit
+    # of a round still waiting for a training check does not recompute the round.
+    recomputed: set[int] = field(default_factory=set)
+    # A large model's auditor keeps the states and payloads in files here (None: in memory).
+    files: CourtFiles | None = None
 
     @property
     def market(self) -> MarketClient:
@@ -88,17 +103,26 @@ class RoundAuditor:
         yield from self.witness_equivocations(round_)
         if rr.status != RoundStatus.FINALIZED:
             return
-        accepted, left_out = self._inputs(round_, rr)
-        if accepted:
-            fraud = self.aggregation_fraud(round_, rr, accepted)
+        if round_ not in self.recomputed:
+            fraud: AggregationFraud | None = None
+            if self.files is None:
+                accepted, left_out = self._inputs(round_, rr)
+                fraud = self.aggregation_fraud(round_, rr, accepted) if accepted else None
+                found = [] if fraud is not None else self.censorship(round_, left_out)
+            else:
+                fraud, found = self._recompute_on_disk(round_, rr)
             if fraud is not None:
                 # The round will be voided: its exclusions and inputs no longer matter.
                 yield fraud
                 return
-        yield from self.censorship(round_, left_out)
+            yield from found
+            if not self.incomplete:
+                self.recomputed.add(round_)
         rr = self.market.round(self.ctx.task_id, round_)
         if rr.status == RoundStatus.FINALIZED:
             yield from self.training_fraud(round_, rr)
+        if not self.incomplete and self.files is not None:
+            self.files.release(rr.prev_state_root)  # no check of this round needs its start state any more
 
     def _inputs(self, round_: int, rr: RoundView) -> tuple[list[CommittedSubmission], list[CommittedSubmission]]:
         """The submissions the aggregation and censorship checks need, every payload fetched once:
@@ -117,6 +141,58 @@ class RoundAuditor:
                 log.info("challenger.payload_unavailable", round=round_, fragment=sub.fragment, reason=sub.fetch_error)
                 self.incomplete = True
         return [s for s in subs if accepted >> s.fragment & 1], [s for s in subs if left_out >> s.fragment & 1]
+
+    def _recompute_on_disk(self, round_: int, rr: RoundView) -> tuple[AggregationFraud | None, list[Censorship]]:
+        """The aggregation and censorship checks with the state and the payloads in files."""
+        assert self.files is not None
+        rule = self.ctx.spec.aggregation.rule
+        accepted_mask = rr.accepted_mask if rule in PROVABLE_RULES else 0
+        left_out_mask = 0 if rule in EXCLUDING_RULES else rr.committed_mask & ~rr.accepted_mask
+        if accepted_mask == 0 and left_out_mask == 0:
+            return None, []
+        subs = self.ctx.committed_payload_files(round_, self.files.payloads, rr.committed_mask)
+        try:
+            accepted = [s for s in subs if accepted_mask >> s.fragment & 1]
+            left_out = [s for s in subs if left_out_mask >> s.fragment & 1]
+            for sub in accepted:
+                if sub.fetch_error is not None:  # unavailable to us is not invalid: judged again later
+                    log.info(
+                        "challenger.payload_unavailable", round=round_, fragment=sub.fragment, reason=sub.fetch_error
+                    )
+                    self.incomplete = True
+            fraud = self._aggregation_fraud_on_disk(round_, rr, accepted) if accepted else None
+            return fraud, [] if fraud is not None else self.censorship(round_, left_out)
+        finally:
+            remove_payload_files(subs)
+
+    def _aggregation_fraud_on_disk(
+        self, round_: int, rr: RoundView, accepted: list[PayloadFile]
+    ) -> AggregationFraud | None:
+        """:meth:`aggregation_fraud` on disk: the round recomputed on a copy of the previous
+        state's file; the state it gives is kept for the next round when its root is the one
+        finalized. Roots that differ are proven with the states in memory (a fault: rare)."""
+        assert self.files is not None
+        try:
+            previous = self.files.state(self.ctx, rr.prev_state_root)
+        except StateUnavailable as exc:
+            log.info("challenger.state_unavailable", round=round_, reason=str(exc))
+            self.incomplete = True
+            return None
+        expected, result = self.ctx.compute_round_file(previous, list(accepted), self.files.work_path(round_))
+        if "0x" + result.state_root.hex() == rr.state_root:
+            self.files.adopt(expected)
+            return None
+        expected.remove()
+        if result.rejected:
+            # An accepted input the court cannot open: no chunk proof can be built on it.
+            for fragment, reason in result.rejected.items():
+                log.info("challenger.accepted_input_unusable", round=round_, fragment=fragment, reason=reason)
+            return None
+        log.info(
+            "challenger.roots_differ", round=round_, expected="0x" + result.state_root.hex(), finalized=rr.state_root
+        )
+        in_memory = self.ctx.committed_submissions(round_, rr.accepted_mask)
+        return self.aggregation_fraud(round_, rr, [s for s in in_memory if s.fetch_error is None])
 
     def _validate(self, sub: CommittedSubmission) -> tuple[QuantizedGradient | None, str | None]:
         ctx = self.ctx
@@ -221,14 +297,29 @@ class RoundAuditor:
 
     # ------------------------------------------------------------------ censorship
 
-    def censorship(self, round_: int, left_out: list[CommittedSubmission]) -> list[Censorship]:
-        """Left-out submissions that are valid (the rule keeps every valid input)."""
+    def censorship(
+        self, round_: int, left_out: Sequence[CommittedSubmission] | Sequence[PayloadFile]
+    ) -> list[Censorship]:
+        """Left-out submissions that are valid (the rule keeps every valid input); their payloads
+        in memory, or in files (validated range by range, as a witness on disk validates them)."""
         found: list[Censorship] = []
         for sub in left_out:
             if sub.fetch_error is not None:
                 continue  # not in hand: never a claim (the round is audited again)
-            qg, reason = self._validate(sub)
-            if qg is not None:
+            if isinstance(sub, PayloadFile):
+                gradient, reason = open_payload(
+                    sub,
+                    numel=self.ctx.layout.numel,
+                    bits=self.ctx.spec.gradient_bits,
+                    max_bytes=self.ctx.max_payload_bytes,
+                )
+                valid = gradient is not None
+                if gradient is not None and isinstance(gradient.values, FileRegion):
+                    gradient.values.close()
+            else:
+                qg, reason = self._validate(sub)
+                valid = qg is not None
+            if valid:
                 found.append(Censorship(round_, sub.fragment))
             else:
                 log.info("challenger.exclusion_justified", round=round_, fragment=sub.fragment, reason=reason)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient
+from syncline.court.files import CourtFiles
 from syncline.court.referee import Undecided, referee_segment
 from syncline.court.unavailable import segment_unavailable
 from syncline.errors import ChainError, SynclineError
@@ -41,6 +42,8 @@ class RefereeDuty:
     decided: set[int] = field(default_factory=set)
     # Claims on which our standing verdict is Unavailable (a replay verdict may still replace it).
     unavailable: set[int] = field(default_factory=set)
+    # A large model's referee replays from the state and checkpoints in files here (None: in memory).
+    files: CourtFiles | None = None
 
     @property
     def market(self) -> MarketClient:
@@ -63,7 +66,7 @@ class RefereeDuty:
 
     def _referee(self, challenge_id: int, round_: int, fragment: int, segment: int) -> None:
         try:
-            verdict = referee_segment(self.ctx, round_, fragment, segment)
+            verdict = referee_segment(self.ctx, round_, fragment, segment, files=self.files)
         except SynclineError as exc:
             # Not a verdict on the trainer: a local problem (state not yet available, etc.). Retry later.
             log.info("witness.referee_deferred", challenge=challenge_id, reason=str(exc).splitlines()[0][:160])

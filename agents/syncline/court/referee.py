@@ -30,6 +30,16 @@ abstains. (A trainer that withholds its checkpoints is therefore never convicted
 past the availability deadline the auditor claims the submission on chain instead, and only the
 trainer's silence on that claim convicts, :mod:`syncline.court.withheld`.)
 
+A large model's referee (``state_on_disk``: ``files`` given to :func:`load_case`, see
+:mod:`syncline.court.files`) holds neither the start state nor a checkpoint in memory: the start
+state is a :class:`~syncline.run.state_file.StateFile`, each checkpoint is streamed into a file
+(hash-checked on the way) and read range by range (:class:`~syncline.protocol.checkpoints.CheckpointFile`,
+the same checks and reasons as the bytes), a training segment is replayed from it parameter by
+parameter into a file that is hashed as it is written, and the derivation segment's payload is
+derived and encoded range by range (:func:`~syncline.trainer.segments.derive_payload_file`). The
+same verdicts as in memory; only a replay that misses the committed hash (another device class or
+instruction set: the tolerant comparison) reads the three checkpoints into memory.
+
 :func:`check_segment` and :func:`find_faulty` take explicit inputs (no chain, no blob store);
 :func:`referee_segment` and :func:`find_faulty_segment` read them from a :class:`TaskContext`.
 What a cheater can hide inside the tolerance is measured by ``scripts/bench/referee_tolerance.py``
@@ -41,11 +51,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
 from syncline.blobstore import BlobStore, find_verified
+from syncline.blobstore.store import HashingSink
 from syncline.chain.calls import ZERO_ADDRESS
 from syncline.chain.market import SubmissionView
 from syncline.confidential.keystore import EnclaveKey
@@ -63,6 +75,8 @@ from syncline.protocol.checkpoints import (
     MAX_RNG_BYTES,
     Checkpoint,
     CheckpointError,
+    CheckpointFile,
+    CheckpointLike,
     CheckpointManifest,
     checkpoint_hash,
     manifest_alias,
@@ -76,10 +90,15 @@ from syncline.protocol.seeds import round_seed
 from syncline.protocol.spec import DEFAULT_VERIFICATION, VerificationPolicy
 from syncline.protocol.state import TrainingState
 from syncline.protocol.tolerance import compare
-from syncline.run.context import StateUnavailable, TaskContext
-from syncline.trainer.segments import derive_payload, holds_start_state, replay_segment
+from syncline.run.context import StateUnavailable, TaskContext, fetch_file_by_digest
+from syncline.run.state_file import StateFile
+from syncline.trainer.segments import derive_payload, derive_payload_file, holds_start_state, replay_segment
+
+if TYPE_CHECKING:
+    from syncline.court.files import CourtFiles
 
 log = get_logger("syncline.referee")
+_C = TypeVar("_C", Checkpoint, CheckpointFile)
 ZERO32 = "0x" + "00" * 32
 PRIVATE_UNREVEALED = "private segment:"
 """Reason prefix of the :class:`Undecided` outcome of a DP task's training segment replayed
@@ -110,7 +129,7 @@ class RefereeDevice:
         torch version; logged with every tolerant comparison and named in its verdict."""
         return kernel_description(self.device)
 
-    def replays_exactly(self, ckpt: Checkpoint) -> bool:
+    def replays_exactly(self, ckpt: CheckpointLike) -> bool:
         """Whether a replay here may reproduce ``ckpt``'s trainer bit for bit: same device class
         and both deterministic (CPU always is). Then a hash match is sufficient for innocence, but
         never required: the same class runs other kernels on another instruction set or torch
@@ -214,7 +233,7 @@ class ReplayInputs:
     inner_steps: int
     interval: int
     gradient_bits: int
-    start_state: TrainingState
+    start_state: TrainingState | StateFile
     other_shards: Sequence[Sequence[bytes]] = ()
     policy: VerificationPolicy = DEFAULT_VERIFICATION
     referee: RefereeDevice = CPU_FP32
@@ -224,6 +243,10 @@ class ReplayInputs:
     # opens it is published (yet). Without it a private segment cannot be replayed.
     privacy: DpSgd | None = None
     openings: NoiseOpenings | None = None
+    # A large model's referee (``state_on_disk``): the checkpoints a check needs are fetched into
+    # this directory and read from there range by range (with a :class:`BlobCheckpoints` fetcher),
+    # a replay is streamed into a file there and hashed on the way; None: everything in memory.
+    scratch: Path | None = None
 
     @property
     def segments(self) -> int:
@@ -241,20 +264,36 @@ def max_checkpoint_bytes(layout: ParameterLayout) -> int:
     return 16 + MAX_HEADER_BYTES + 12 * layout.numel + MAX_RNG_BYTES
 
 
-def blob_fetcher(blobs: BlobStore, layout: ParameterLayout) -> CheckpointFetcher:
-    """Fetch checkpoints by digest from ``blobs``, falling back to the manifest's (untrusted) uri."""
-    limit = max_checkpoint_bytes(layout)
+@dataclass(frozen=True)
+class BlobCheckpoints:
+    """Fetch checkpoints by digest from ``blobs``, falling back to the manifest's (untrusted) uri:
+    as bytes (a :data:`CheckpointFetcher`) or streamed into a file (:meth:`to_file`)."""
 
-    def fetch(manifest: CheckpointManifest, index: int) -> bytes:
+    blobs: BlobStore
+    layout: ParameterLayout
+
+    def __call__(self, manifest: CheckpointManifest, index: int) -> bytes:
         digest = manifest.digest(index)
+        limit = max_checkpoint_bytes(self.layout)
         try:
-            return blobs.get(digest, max_bytes=limit)
+            return self.blobs.get(digest, max_bytes=limit)
         except SynclineError:
             if not manifest.uris[index]:
                 raise
-            return blobs.fetch(manifest.uris[index], expected_digest=digest, max_bytes=limit)
+            return self.blobs.fetch(manifest.uris[index], expected_digest=digest, max_bytes=limit)
 
-    return fetch
+    def to_file(self, manifest: CheckpointManifest, index: int, dest: Path) -> None:
+        """Checkpoint ``index`` streamed into ``dest``, checked against its committed hash on the
+        way (a SynclineError when no source has those bytes)."""
+        hints = (manifest.uris[index],) if manifest.uris[index] else ()
+        fetch_file_by_digest(
+            self.blobs, manifest.digest(index), hints, dest, max_bytes=max_checkpoint_bytes(self.layout)
+        )
+
+
+def blob_fetcher(blobs: BlobStore, layout: ParameterLayout) -> BlobCheckpoints:
+    """Fetch checkpoints by digest from ``blobs``, falling back to the manifest's (untrusted) uri."""
+    return BlobCheckpoints(blobs, layout)
 
 
 # ---------------------------------------------------------------------- the pure core
@@ -273,18 +312,47 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _load(
-    manifest: CheckpointManifest, index: int, fetch: CheckpointFetcher, layout: ParameterLayout, total: int
-) -> Checkpoint | Verdict | Undecided:
+    manifest: CheckpointManifest,
+    index: int,
+    fetch: CheckpointFetcher,
+    layout: ParameterLayout,
+    total: int,
+    scratch: Path | None = None,
+) -> CheckpointLike | Verdict | Undecided:
     """Checkpoint ``index`` verified against its committed hash; Undecided when those bytes are not
-    in hand, guilty when the committed bytes themselves are malformed."""
+    in hand, guilty when the committed bytes themselves are malformed. With a ``scratch``
+    directory and a :class:`BlobCheckpoints` fetcher it is streamed into a file there and checked
+    range by range (:class:`CheckpointFile`: the same checks and reasons), never held in memory."""
+    if scratch is not None and isinstance(fetch, BlobCheckpoints):
+        return _load_file(manifest, index, fetch, layout, total, scratch)
     try:
         data = fetch(manifest, index)
     except SynclineError as exc:
         return _undecided(index, total, f"checkpoint {index} is unavailable: {_one_line(exc)}")
     if checkpoint_hash(data) != manifest.hashes[index]:
         return _undecided(index, total, f"the bytes fetched for checkpoint {index} do not match its committed hash")
+    return _decoded(
+        lambda: Checkpoint.from_bytes(data, layout=layout, max_bytes=max_checkpoint_bytes(layout)), index, total
+    )
+
+
+def _load_file(
+    manifest: CheckpointManifest, index: int, fetch: BlobCheckpoints, layout: ParameterLayout, total: int, scratch: Path
+) -> CheckpointFile | Verdict | Undecided:
+    dest = scratch / f"{manifest.digest(index)}.ckpt"
+    if not dest.exists():  # fetched once per check (checkpoint 0 may have been, to pick the start state)
+        try:
+            fetch.to_file(manifest, index, dest)
+        except SynclineError as exc:  # a store's digest check refuses bytes that are not the committed ones
+            return _undecided(index, total, f"checkpoint {index} is unavailable: {_one_line(exc)}")
+    return _decoded(
+        lambda: CheckpointFile.open(dest, layout=layout, max_bytes=max_checkpoint_bytes(layout)), index, total
+    )
+
+
+def _decoded(decode: Callable[[], _C], index: int, total: int) -> _C | Verdict | Undecided:
     try:
-        return Checkpoint.from_bytes(data, layout=layout, max_bytes=max_checkpoint_bytes(layout))
+        return decode()
     except CheckpointError as exc:
         return _guilty(index, total, f"committed checkpoint {index} is malformed: {_one_line(exc)}")
     except Exception as exc:  # a decoder failure outside its declared error: judged undecided, never a crash
@@ -343,24 +411,66 @@ def check_segment(
     return _check_training(segment, parsed, fetch, inputs)
 
 
+def _in_memory(ckpt: CheckpointLike, layout: ParameterLayout) -> Checkpoint:
+    return ckpt if isinstance(ckpt, Checkpoint) else ckpt.to_checkpoint(layout)
+
+
 def _check_derivation(
     manifest: CheckpointManifest, claim: Claim, fetch: CheckpointFetcher, inputs: ReplayInputs
 ) -> Outcome:
     total = inputs.segments
-    last = _load(manifest, total, fetch, inputs.layout, total)
-    if not isinstance(last, Checkpoint):
+    last = _load(manifest, total, fetch, inputs.layout, total, inputs.scratch)
+    if not isinstance(last, Checkpoint | CheckpointFile):
         return last
     if last.step != inputs.inner_steps:
         return _guilty(total, total, f"checkpoint {total} claims step {last.step}, the round has {inputs.inner_steps}")
+    start = inputs.start_state
     try:
-        payload, chunk_root = derive_payload(inputs.start_state, last, inputs.gradient_bits)
+        if isinstance(last, CheckpointFile) and isinstance(start, StateFile) and inputs.scratch is not None:
+            derived = inputs.scratch / f"derived-{total}.bin"  # the payload, written range by range
+            try:
+                payload_hash, chunk_root = derive_payload_file(start, last, inputs.gradient_bits, derived)
+            finally:
+                derived.unlink(missing_ok=True)
+        else:
+            in_memory = start.to_state() if isinstance(start, StateFile) else start
+            payload, chunk_root = derive_payload(in_memory, _in_memory(last, inputs.layout), inputs.gradient_bits)
+            payload_hash = keccak(payload)
     except CheckpointError as exc:
         return _guilty(total, total, _one_line(exc))
-    if keccak(payload) != claim.payload_hash:
+    if payload_hash != claim.payload_hash:
         return _guilty(total, total, "the committed payload is not the one derived from the last checkpoint")
     if chunk_root != claim.chunk_root:
         return _guilty(total, total, "the committed chunk root is not the derived payload's")
     return Verdict(total, total, False, "the payload is derived from the last checkpoint")
+
+
+def _replay(
+    segment: int, ckpt: CheckpointLike, shards: Sequence[bytes], seed: int, noise: Revealed | None, inputs: ReplayInputs
+) -> tuple[bytes, Callable[[], Checkpoint]]:
+    """Replay ``segment`` from ``ckpt``: ``(hash of the checkpoint it ends in, that checkpoint)``,
+    the checkpoint built only when asked (a tolerant comparison). A checkpoint in a file is
+    replayed into a file (streamed and hashed on the way), else in memory."""
+    exact = inputs.referee.replays_exactly(ckpt)
+    kwargs: dict[str, Any] = {
+        "seed": seed,
+        "segment": segment,
+        "inner_steps": inputs.inner_steps,
+        "interval": inputs.interval,
+        "device": None if exact else inputs.referee.device,
+        "dtype": None if exact else inputs.referee.dtype,
+        "privacy": inputs.privacy,
+        "noise": None if noise is None else noise.segment,
+    }
+    model = inputs.build_model()
+    if isinstance(ckpt, CheckpointFile) and inputs.scratch is not None:
+        dest = inputs.scratch / f"replay-{segment + 1}.ckpt"
+        with dest.open("wb") as fh:
+            sink = HashingSink(fh)
+            replay_segment(inputs.adapter, model, inputs.layout, ckpt, shards, out=sink.write, **kwargs)
+        return bytes.fromhex(sink.digest()[2:]), lambda: CheckpointFile.open(dest).to_checkpoint()
+    replayed = replay_segment(inputs.adapter, model, inputs.layout, ckpt, shards, **kwargs)
+    return checkpoint_hash(replayed), lambda: Checkpoint.from_bytes(replayed)
 
 
 def _check_training(
@@ -368,8 +478,8 @@ def _check_training(
 ) -> Outcome:
     total = inputs.segments
     start, stop = segment_bounds(segment, inputs.inner_steps, inputs.interval)
-    ckpt = _load(manifest, segment, fetch, inputs.layout, total)
-    if not isinstance(ckpt, Checkpoint):
+    ckpt = _load(manifest, segment, fetch, inputs.layout, total, inputs.scratch)
+    if not isinstance(ckpt, Checkpoint | CheckpointFile):
         return dataclasses.replace(ckpt, segment=segment)
     if ckpt.step != start:
         return _guilty(segment, total, f"checkpoint {segment} claims step {ckpt.step}, expected {start}")
@@ -395,38 +505,24 @@ def _check_training(
     # is sufficient for innocence. It is never necessary: the same class on another machine runs
     # other kernels (ATen dispatches on the CPU's instruction set: AVX-512, AVX2 or scalar; other
     # torch or BLAS builds), so a replay that misses the hash falls back to the envelope, exactly
-    # like a replay of another device class.
+    # like a replay of another device class. (That comparison holds the checkpoints in memory.)
     exact = inputs.referee.replays_exactly(ckpt)
     claimed: Checkpoint | None = None
     closest = ""
     shard_sets = (inputs.shards, *inputs.other_shards)
     for shard_set, shards in enumerate(shard_sets):
         try:
-            replayed = replay_segment(
-                inputs.adapter,
-                inputs.build_model(),
-                inputs.layout,
-                ckpt,
-                shards,
-                seed=seed,
-                segment=segment,
-                inner_steps=inputs.inner_steps,
-                interval=inputs.interval,
-                device=None if exact else inputs.referee.device,
-                dtype=None if exact else inputs.referee.dtype,
-                privacy=inputs.privacy,
-                noise=None if noise is None else noise.segment,
-            )
+            replayed_hash, replayed = _replay(segment, ckpt, shards, seed, noise, inputs)
         except CheckpointError as exc:  # e.g. a generator state torch refuses
             return _guilty(segment, total, f"checkpoint {segment} cannot be replayed: {_one_line(exc)}")
-        if exact and checkpoint_hash(replayed) == manifest.hashes[segment + 1]:
+        if exact and replayed_hash == manifest.hashes[segment + 1]:
             return Verdict(segment, total, False, f"steps {start}..{stop - 1} re-run bit-exactly")
         if claimed is None:  # fetched only when the hash alone does not decide
-            loaded = _load(manifest, segment + 1, fetch, inputs.layout, total)
-            if not isinstance(loaded, Checkpoint):
+            loaded = _load(manifest, segment + 1, fetch, inputs.layout, total, inputs.scratch)
+            if not isinstance(loaded, Checkpoint | CheckpointFile):
                 return dataclasses.replace(loaded, segment=segment)
-            claimed = loaded
-        verdict = compare(ckpt, claimed, Checkpoint.from_bytes(replayed), inputs.layout, inputs.policy.tolerance)
+            claimed = _in_memory(loaded, inputs.layout)
+        verdict = compare(_in_memory(ckpt, inputs.layout), claimed, replayed(), inputs.layout, inputs.policy.tolerance)
         log.info(
             "referee.tolerant_comparison",
             segment=segment,
@@ -542,6 +638,30 @@ def _round_start_state(
         candidate_failure(exc)
         return states[0], None
     return next((s for s in states if holds_start_state(first, s)), states[0]), data
+
+
+def _round_start_state_file(
+    ctx: TaskContext, round_: int, manifest: CheckpointManifest | None, fetch: CheckpointFetcher, files: CourtFiles
+) -> StateFile:
+    """:func:`_round_start_state` with the states in files (``files``): checkpoint 0, when it must
+    tell several start states apart, is fetched into the checks' directory (where the check then
+    finds it)."""
+    states: list[StateFile] = []
+    missing: StateUnavailable | None = None
+    for root in _round_start_roots(ctx, round_):
+        try:
+            states.append(files.state(ctx, root))
+        except StateUnavailable as exc:  # judged on the roots whose state is available
+            missing = exc
+    if not states:
+        assert missing is not None
+        raise missing
+    if len(states) == 1 or manifest is None:
+        return states[0]
+    first = _load(manifest, 0, fetch, ctx.layout, manifest.segments, files.checkpoints)
+    if not isinstance(first, Checkpoint | CheckpointFile):  # judged from the first legitimate start state
+        return states[0]
+    return next((s for s in states if holds_start_state(first, s)), states[0])
 
 
 def _serving_first(fetch: CheckpointFetcher, first: bytes) -> CheckpointFetcher:
@@ -668,20 +788,26 @@ def load_case(
     fragment: int,
     *,
     shards: Sequence[int] | None = None,
-    start_state: TrainingState | None = None,
+    start_state: TrainingState | StateFile | None = None,
+    files: CourtFiles | None = None,
 ) -> RefereeCase:
     """Read a submission's commitments from the chain and its public inputs from the blob store.
 
     ``shards`` (the trainer's shard indices that round) and ``start_state`` override what is
-    read from the chain. Raises RefereeError / StateUnavailable when the referee cannot judge.
+    read from the chain. With ``files`` (a large model: ``state_on_disk``) the start state is a
+    file there and the checkpoints are fetched into it and read range by range; the caller
+    clears them after the check (:meth:`CourtFiles.clear_checkpoints`). Raises RefereeError /
+    StateUnavailable when the referee cannot judge.
     """
     sub = ctx.market.submission(ctx.task_id, round_, fragment)
     if sub.trainer == ZERO_ADDRESS:
         raise RefereeError(f"task {ctx.task_id} round {round_} fragment {fragment}: no submission")
     claim = Claim.of(sub)
     manifest = submission_manifest(ctx, round_, fragment, sub)
-    fetch = blob_fetcher(ctx.blobs, ctx.layout)
-    if start_state is None:
+    fetch: CheckpointFetcher = blob_fetcher(ctx.blobs, ctx.layout)
+    if start_state is None and files is not None:
+        start_state = _round_start_state_file(ctx, round_, manifest, fetch, files)
+    elif start_state is None:
         start_state, first = _round_start_state(ctx, round_, manifest, fetch)
         if first is not None:  # checkpoint 0 is already here: do not download it again
             fetch = _serving_first(fetch, first)
@@ -711,6 +837,7 @@ def load_case(
         )
         if ctx.spec.privacy is not None
         else None,
+        scratch=None if files is None else files.checkpoints,
     )
     return RefereeCase(claim, manifest, fetch, inputs)
 
@@ -722,11 +849,17 @@ def referee_segment(
     segment: int,
     *,
     shards: Sequence[int] | None = None,
-    start_state: TrainingState | None = None,
+    start_state: TrainingState | StateFile | None = None,
+    files: CourtFiles | None = None,
 ) -> Outcome:
-    """Referee one segment of the submission ``(ctx.task_id, round_, fragment)``."""
-    case = load_case(ctx, round_, fragment, shards=shards, start_state=start_state)
-    outcome = check_segment(segment, case.claim, case.manifest, case.fetch, case.inputs)
+    """Referee one segment of the submission ``(ctx.task_id, round_, fragment)`` (with ``files``:
+    the state and the checkpoints on disk, :func:`load_case`)."""
+    try:
+        case = load_case(ctx, round_, fragment, shards=shards, start_state=start_state, files=files)
+        outcome = check_segment(segment, case.claim, case.manifest, case.fetch, case.inputs)
+    finally:
+        if files is not None:
+            files.clear_checkpoints()
     log.info(
         "referee.verdict" if isinstance(outcome, Verdict) else "referee.undecided",
         task_id=ctx.task_id,
@@ -745,13 +878,18 @@ def find_faulty_segment(
     fragment: int,
     *,
     shards: Sequence[int] | None = None,
-    start_state: TrainingState | None = None,
+    start_state: TrainingState | StateFile | None = None,
+    files: CourtFiles | None = None,
 ) -> Outcome | None:
     """The first guilty segment of a submission (derivation first, then training segments in
     order); :class:`Undecided` when none is guilty but some could not be judged; None when the
     whole round re-executes bit-exactly."""
-    case = load_case(ctx, round_, fragment, shards=shards, start_state=start_state)
-    return find_faulty(case.claim, case.manifest, case.fetch, case.inputs)
+    try:
+        case = load_case(ctx, round_, fragment, shards=shards, start_state=start_state, files=files)
+        return find_faulty(case.claim, case.manifest, case.fetch, case.inputs)
+    finally:
+        if files is not None:
+            files.clear_checkpoints()
 
 
 def training_checker(ctx: TaskContext, round_: int, fragment: int) -> Outcome | None:

@@ -37,15 +37,20 @@ once on chain (:mod:`syncline.court.withheld`), as an unpublished drawn segment 
 from __future__ import annotations
 
 import random
+import time
+from collections.abc import Callable
 
 from syncline.court.audit import TrainingCheck, TrainingChecker
+from syncline.court.files import CourtFiles
 from syncline.court.referee import (
     PRIVATE_UNREVEALED,
+    Outcome,
+    RefereeCase,
     Unanswered,
     Undecided,
     check_segment,
+    find_faulty,
     load_case,
-    training_checker,
 )
 from syncline.court.withheld import WithheldWatch
 from syncline.observability import get_logger
@@ -57,11 +62,44 @@ log = get_logger("syncline.court")
 
 MODES = ("all", "spot", "off")
 
+CheckRecorder = Callable[[int, int, str, Outcome, float], None]
+"""Called with ``(round, fragment, why, outcome, seconds)`` for every segment a challenger's
+training check judged (``why``: ``drawn``, the committee's public draw; ``own``, this challenger's
+own draw; ``all``, every segment): what the witnesses record in ``training-checks.jsonl``."""
 
-def committee_spot_check(ctx: TaskContext, round_: int, fragment: int) -> TrainingCheck:
+
+def _judged(
+    case: RefereeCase,
+    segment: int,
+    round_: int,
+    fragment: int,
+    why: str,
+    record: CheckRecorder | None,
+) -> Outcome:
+    """``check_segment`` of one segment of ``case``, timed and recorded."""
+    began = time.perf_counter()
+    outcome = check_segment(segment, case.claim, case.manifest, case.fetch, case.inputs)
+    if record is not None:
+        record(round_, fragment, why, outcome, time.perf_counter() - began)
+    return outcome
+
+
+def _case(ctx: TaskContext, round_: int, fragment: int, files: CourtFiles | None) -> RefereeCase:
+    return load_case(ctx, round_, fragment, files=files)
+
+
+def committee_spot_check(
+    ctx: TaskContext,
+    round_: int,
+    fragment: int,
+    *,
+    files: CourtFiles | None = None,
+    record: CheckRecorder | None = None,
+) -> TrainingCheck:
     """The committee's check of one submission in an on-demand task: None when the draw passes it
     over or its drawn segment re-executes; the verdict, :class:`Undecided` (not published yet,
-    before the deadline), or :class:`Unanswered` (still not published after it)."""
+    before the deadline), or :class:`Unanswered` (still not published after it). With ``files``
+    the state and the checkpoints are on disk (:func:`~syncline.court.referee.load_case`)."""
     spec = ctx.spec
     rr = ctx.market.round(ctx.task_id, round_)
     segment = ctx.drawn_segment(round_, fragment, rr)
@@ -78,8 +116,11 @@ def committee_spot_check(ctx: TaskContext, round_: int, fragment: int) -> Traini
             reason="no committee key: the noise opening is sealed to the witnesses",
         )
         return None
-    case = load_case(ctx, round_, fragment)
-    outcome = check_segment(segment, case.claim, case.manifest, case.fetch, case.inputs)
+    try:
+        outcome = _judged(_case(ctx, round_, fragment, files), segment, round_, fragment, "drawn", record)
+    finally:
+        if files is not None:
+            files.clear_checkpoints()
     if not isinstance(outcome, Undecided):
         return outcome if outcome.guilty else None
     if outcome.reason.startswith(PRIVATE_UNREVEALED):
@@ -96,7 +137,17 @@ def committee_spot_check(ctx: TaskContext, round_: int, fragment: int) -> Traini
     )
 
 
-def make_training_checker(mode: str, *, seed: int = 0, rate: float = 0.5) -> TrainingChecker | None:
+def make_training_checker(
+    mode: str,
+    *,
+    seed: int = 0,
+    rate: float = 0.5,
+    files: CourtFiles | None = None,
+    record: CheckRecorder | None = None,
+) -> TrainingChecker | None:
+    """The challenger's training checks in ``mode`` (see the module docstring). ``files``: a large
+    model's checks read the state and the checkpoints from files there (``state_on_disk``);
+    ``record`` is told every segment judged."""
     if mode not in MODES:
         raise ValueError(f"training check mode {mode!r}: use one of {', '.join(MODES)}")
     if mode == "off":
@@ -104,31 +155,50 @@ def make_training_checker(mode: str, *, seed: int = 0, rate: float = 0.5) -> Tra
     rng = random.Random(seed)
 
     def eager_spot(ctx: TaskContext, round_: int, fragment: int) -> TrainingCheck:
-        case = load_case(ctx, round_, fragment)
+        case = _case(ctx, round_, fragment, files)
         total = case.inputs.segments
-        segments = [total]
+        segments = [(total, "own")]
         drawn = ctx.drawn_segment(round_, fragment, ctx.market.round(ctx.task_id, round_))
         if drawn is not None and drawn != total:
-            segments.append(drawn)  # the committee's public draw (the on-chain rate)
+            segments.append((drawn, "drawn"))  # the committee's public draw (the on-chain rate)
         if rng.random() < rate:
             extra = rng.randrange(total)
-            if extra not in segments:
-                segments.append(extra)
+            if extra not in [s for s, _ in segments]:
+                segments.append((extra, "own"))
         undecided: Undecided | None = None
-        for segment in segments:
-            outcome = check_segment(segment, case.claim, case.manifest, case.fetch, case.inputs)
+        for segment, why in segments:
+            outcome = _judged(case, segment, round_, fragment, why, record)
             if isinstance(outcome, Undecided):
                 undecided = undecided or outcome
             elif outcome.guilty:
                 return outcome
         return undecided
 
-    eager = training_checker if mode == "all" else eager_spot
+    def every_segment(ctx: TaskContext, round_: int, fragment: int) -> TrainingCheck:
+        case = _case(ctx, round_, fragment, files)
+        outcome = find_faulty(case.claim, case.manifest, case.fetch, case.inputs)
+        if record is not None and outcome is not None:
+            record(round_, fragment, "all", outcome, 0.0)
+        return outcome
+
+    eager: TrainingChecker = every_segment if mode == "all" else eager_spot
     watch = WithheldWatch()
+
+    def cleared(check: TrainingChecker) -> TrainingChecker:
+        def run(ctx: TaskContext, round_: int, fragment: int) -> TrainingCheck:
+            try:
+                return check(ctx, round_, fragment)
+            finally:
+                if files is not None:
+                    files.clear_checkpoints()
+
+        return run
+
+    eager = cleared(eager)
 
     def check(ctx: TaskContext, round_: int, fragment: int) -> TrainingCheck:
         if ctx.spec.verification_policy.on_demand:
-            return committee_spot_check(ctx, round_, fragment)
+            return committee_spot_check(ctx, round_, fragment, files=files, record=record)
         # checkpoints not in hand: audited again, and claimed once withheld past the deadline
         return watch.check(ctx, round_, fragment, eager(ctx, round_, fragment))
 

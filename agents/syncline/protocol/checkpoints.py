@@ -47,17 +47,21 @@ the trainer's signed slot first; an alias is a hint, never evidence: a reader ke
 candidate whose hashes open the committed root (:meth:`CheckpointManifest.verify_against`), and
 fetches each checkpoint by its hash (the manifest's uris are hints too).
 
-Everything here is pure (no I/O); errors are one-line :class:`CheckpointError`.
+Everything here is pure (no I/O) except :class:`CheckpointFile`, a checkpoint in a file that a
+large model's referee reads range by range (checked exactly as the bytes would be); errors are
+one-line :class:`CheckpointError`.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -208,6 +212,64 @@ def checkpoint_header(
     return MAGIC + struct.pack("<Q", len(text)) + text
 
 
+def _check_layout_fields(digest: bytes, numel: int, adam_steps: Sequence[int], layout: ParameterLayout) -> None:
+    """The layout digest, the size and one AdamW step count per entry (``check_layout``'s first checks)."""
+    if digest != layout.digest():
+        raise CheckpointError("checkpoint was taken for another parameter layout (digest differs)")
+    if numel != layout.numel or len(adam_steps) != len(layout.entries):
+        raise CheckpointError(
+            f"checkpoint has {numel} values / {len(adam_steps)} step counts, "
+            f"the layout {layout.numel} / {len(layout.entries)}"
+        )
+
+
+def decode_checkpoint_header(prefix: bytes, total_len: int) -> tuple[dict[str, Any], int]:
+    """Decode and check the header of a checkpoint of ``total_len`` bytes whose first bytes are
+    ``prefix`` (at least the magic, the length and the header): ``(header, offset of the body)``.
+    Shared by :meth:`Checkpoint.from_bytes` and :meth:`CheckpointFile.open`; CheckpointError
+    (one line) on bad magic or header, or a size that does not match the header."""
+    if total_len < 16 or prefix[:8] != MAGIC:
+        raise CheckpointError("not a syncline checkpoint: bad magic")
+    (header_len,) = struct.unpack("<Q", prefix[8:16])
+    if header_len > MAX_HEADER_BYTES or header_len % 8 or 16 + header_len > total_len:
+        raise CheckpointError(f"checkpoint header length {header_len} is invalid")
+    if not prefix[16 : 16 + header_len].isascii():
+        raise CheckpointError("checkpoint header is not ASCII JSON")
+    try:
+        header = load_bounded_json(
+            prefix[16 : 16 + header_len], max_bytes=MAX_HEADER_BYTES, max_depth=4, what="checkpoint header"
+        )
+    except WireFormatError as exc:
+        raise CheckpointError(str(exc)) from None
+    if not isinstance(header, dict) or header.get("format") not in (CHECKPOINT_FORMAT, CHECKPOINT_FORMAT_V2):
+        got = header.get("format") if isinstance(header, dict) else None
+        raise CheckpointError(
+            f"checkpoint format {got!r} is neither {CHECKPOINT_FORMAT!r} nor {CHECKPOINT_FORMAT_V2!r}"
+        )
+    keys = _HEADER_KEYS if header["format"] == CHECKPOINT_FORMAT else _HEADER_KEYS_V2
+    if sorted(header) != sorted(keys):
+        raise CheckpointError(f"{header['format']} header must have exactly the keys {', '.join(keys)}")
+    if header["format"] == CHECKPOINT_FORMAT_V2 and header["device"] == "cpu":
+        raise CheckpointError(f"a cpu checkpoint is encoded as {CHECKPOINT_FORMAT}, not {CHECKPOINT_FORMAT_V2}")
+    numel, rng_bytes = header["numel"], header["rng_bytes"]
+    for name, value in (("numel", numel), ("rng_bytes", rng_bytes)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise CheckpointError(f"checkpoint {name} must be a non-negative int, got {value!r}")
+    if numel == 0 or rng_bytes > MAX_RNG_BYTES:
+        raise CheckpointError(f"checkpoint numel {numel} / rng_bytes {rng_bytes} out of range")
+    layout_hex = header["layout"]
+    if not isinstance(layout_hex, str) or _HEX32.fullmatch(layout_hex) is None:
+        raise CheckpointError("checkpoint layout digest must be 0x + 64 lowercase hex")
+    if not isinstance(header["adam_steps"], list):
+        raise CheckpointError("checkpoint adam_steps must be a list")
+    body = 16 + header_len
+    if total_len != body + 12 * numel + rng_bytes:
+        raise CheckpointError(
+            f"checkpoint of {numel} parameters needs {body + 12 * numel + rng_bytes} bytes, got {total_len}"
+        )
+    return header, body
+
+
 @dataclass(frozen=True, eq=False)
 class Checkpoint:
     """The full inner-loop state after ``step`` inner steps of a round (see the module docstring)."""
@@ -263,6 +325,12 @@ class Checkpoint:
     def device_class(self) -> str:
         """What the trainer declares it trained on: ``device-dtype`` (e.g. ``cpu-bf16``)."""
         return f"{self.device}-{self.dtype}"
+
+    def values(self, vector: str, start: int, stop: int) -> torch.Tensor:
+        """Coordinates ``[start, stop)`` of ``vector`` (``params``, ``exp_avg`` or ``exp_avg_sq``)
+        as float32, as :meth:`CheckpointFile.values` reads them from a file."""
+        values: torch.Tensor = getattr(self, _vector_name(vector))
+        return values[start:stop]
 
     def _header(self) -> bytes:
         return checkpoint_header(
@@ -327,52 +395,15 @@ class Checkpoint:
         data = bytes(data)
         if max_bytes is not None and len(data) > max_bytes:
             raise CheckpointError(f"checkpoint is {len(data)} bytes, more than the limit {max_bytes}")
-        if len(data) < 16 or data[:8] != MAGIC:
-            raise CheckpointError("not a syncline checkpoint: bad magic")
-        (header_len,) = struct.unpack("<Q", data[8:16])
-        if header_len > MAX_HEADER_BYTES or header_len % 8 or 16 + header_len > len(data):
-            raise CheckpointError(f"checkpoint header length {header_len} is invalid")
-        if not data[16 : 16 + header_len].isascii():
-            raise CheckpointError("checkpoint header is not ASCII JSON")
-        try:
-            header = load_bounded_json(
-                data[16 : 16 + header_len], max_bytes=MAX_HEADER_BYTES, max_depth=4, what="checkpoint header"
-            )
-        except WireFormatError as exc:
-            raise CheckpointError(str(exc)) from None
-        if not isinstance(header, dict) or header.get("format") not in (CHECKPOINT_FORMAT, CHECKPOINT_FORMAT_V2):
-            got = header.get("format") if isinstance(header, dict) else None
-            raise CheckpointError(
-                f"checkpoint format {got!r} is neither {CHECKPOINT_FORMAT!r} nor {CHECKPOINT_FORMAT_V2!r}"
-            )
-        keys = _HEADER_KEYS if header["format"] == CHECKPOINT_FORMAT else _HEADER_KEYS_V2
-        if sorted(header) != sorted(keys):
-            raise CheckpointError(f"{header['format']} header must have exactly the keys {', '.join(keys)}")
-        if header["format"] == CHECKPOINT_FORMAT_V2 and header["device"] == "cpu":
-            raise CheckpointError(f"a cpu checkpoint is encoded as {CHECKPOINT_FORMAT}, not {CHECKPOINT_FORMAT_V2}")
-        numel, rng_bytes = header["numel"], header["rng_bytes"]
-        for name, value in (("numel", numel), ("rng_bytes", rng_bytes)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise CheckpointError(f"checkpoint {name} must be a non-negative int, got {value!r}")
-        if numel == 0 or rng_bytes > MAX_RNG_BYTES:
-            raise CheckpointError(f"checkpoint numel {numel} / rng_bytes {rng_bytes} out of range")
-        layout_hex = header["layout"]
-        if not isinstance(layout_hex, str) or _HEX32.fullmatch(layout_hex) is None:
-            raise CheckpointError("checkpoint layout digest must be 0x + 64 lowercase hex")
-        if not isinstance(header["adam_steps"], list):
-            raise CheckpointError("checkpoint adam_steps must be a list")
-        body = 16 + header_len
-        if len(data) != body + 12 * numel + rng_bytes:
-            raise CheckpointError(
-                f"checkpoint of {numel} parameters needs {body + 12 * numel + rng_bytes} bytes, got {len(data)}"
-            )
+        header, body = decode_checkpoint_header(data, len(data))
+        numel = header["numel"]
         values = np.frombuffer(data, dtype="<f4", count=3 * numel, offset=body).astype(np.float32)
         if not np.isfinite(values).all():
             raise CheckpointError("checkpoint holds NaN or Inf")
         tensors = torch.from_numpy(values).view(3, numel)
         ckpt = cls(
             step=header["step"],
-            layout_digest=bytes.fromhex(layout_hex[2:]),
+            layout_digest=bytes.fromhex(header["layout"][2:]),
             params=tensors[0],
             exp_avg=tensors[1],
             exp_avg_sq=tensors[2],
@@ -394,18 +425,146 @@ class Checkpoint:
 
     def check_layout(self, layout: ParameterLayout) -> None:
         """Raise CheckpointError unless the checkpoint belongs to ``layout``."""
-        if self.layout_digest != layout.digest():
-            raise CheckpointError("checkpoint was taken for another parameter layout (digest differs)")
-        if self.numel != layout.numel or len(self.adam_steps) != len(layout.entries):
-            raise CheckpointError(
-                f"checkpoint has {self.numel} values / {len(self.adam_steps)} step counts, "
-                f"the layout {layout.numel} / {len(layout.entries)}"
-            )
+        _check_layout_fields(self.layout_digest, self.numel, self.adam_steps, layout)
         fresh = [e for e, s in zip(layout.entries, self.adam_steps, strict=True) if s == 0]
         for e in fresh:
             span = slice(e.offset, e.offset + e.numel)
             if bool(self.exp_avg[span].any()) or bool(self.exp_avg_sq[span].any()):
                 raise CheckpointError(f"parameter {e.name!r} has AdamW step 0 but non-zero moments")
+
+
+_VECTORS = ("params", "exp_avg", "exp_avg_sq")
+_FILE_BLOCK = 1 << 22
+
+
+def _vector_name(vector: str) -> str:
+    if vector not in _VECTORS:
+        raise ValueError(f"a checkpoint's vectors are {', '.join(_VECTORS)}, not {vector!r}")
+    return vector
+
+
+@dataclass(frozen=True, eq=False)
+class CheckpointFile:
+    """A checkpoint in a file, checked exactly as :meth:`Checkpoint.from_bytes` checks bytes (same
+    checks, same order, same one-line reasons) while reading it range by range: what a referee
+    holds for a large model instead of three flat float32 vectors (12 bytes per parameter).
+    Open with :meth:`open`; the vectors are read with :meth:`values`."""
+
+    path: Path
+    step: int
+    layout_digest: bytes
+    numel: int
+    adam_steps: tuple[int, ...]
+    optimizer: InnerHyperparameters
+    dtype: str
+    threads: int
+    rng_state: bytes
+    device: str
+    deterministic: bool
+    body: int
+
+    @property
+    def device_class(self) -> str:
+        return f"{self.device}-{self.dtype}"
+
+    @classmethod
+    def open(cls, path: Path, *, layout: ParameterLayout | None = None, max_bytes: int | None = None) -> CheckpointFile:
+        """Check the checkpoint file ``path``; raises CheckpointError (one line) where
+        :meth:`Checkpoint.from_bytes` would on its bytes."""
+        total = os.path.getsize(path)
+        if max_bytes is not None and total > max_bytes:
+            raise CheckpointError(f"checkpoint is {total} bytes, more than the limit {max_bytes}")
+        with open(path, "rb") as fh:
+            prefix = fh.read(16 + MAX_HEADER_BYTES)
+        header, body = decode_checkpoint_header(prefix, total)
+        numel = header["numel"]
+        with open(path, "rb") as fh:
+            for start in range(0, 3 * numel, _FILE_BLOCK):
+                count = min(_FILE_BLOCK, 3 * numel - start)
+                fh.seek(body + 4 * start)
+                if not np.isfinite(np.frombuffer(fh.read(4 * count), dtype="<f4")).all():
+                    raise CheckpointError("checkpoint holds NaN or Inf")
+            fh.seek(body + 12 * numel)
+            rng_state = fh.read()
+        # the scalar fields, validated by the in-memory class itself (on a one-value stand-in)
+        one = torch.zeros(1, dtype=torch.float32)
+        fields = Checkpoint(
+            step=header["step"],
+            layout_digest=bytes.fromhex(header["layout"][2:]),
+            params=one,
+            exp_avg=one,
+            exp_avg_sq=one,
+            adam_steps=tuple(header["adam_steps"]),
+            optimizer=InnerHyperparameters.from_mapping(header["optimizer"]),
+            dtype=header["dtype"],
+            threads=header["threads"],
+            rng_state=rng_state,
+            device=header.get("device", "cpu"),
+            deterministic=header.get("deterministic", True),
+        )
+        ckpt = cls(
+            Path(path),
+            fields.step,
+            fields.layout_digest,
+            numel,
+            fields.adam_steps,
+            fields.optimizer,
+            fields.dtype,
+            fields.threads,
+            fields.rng_state,
+            fields.device,
+            fields.deterministic,
+            body,
+        )
+        for start in range(0, numel, _FILE_BLOCK):
+            if bool((ckpt.values("exp_avg_sq", start, min(start + _FILE_BLOCK, numel)) < 0).any()):
+                raise CheckpointError("checkpoint has a negative AdamW second moment")
+        if layout is not None:
+            ckpt.check_layout(layout)
+        canonical = checkpoint_header(
+            step=ckpt.step,
+            layout_digest=ckpt.layout_digest,
+            numel=numel,
+            adam_steps=ckpt.adam_steps,
+            optimizer=ckpt.optimizer,
+            dtype=ckpt.dtype,
+            threads=ckpt.threads,
+            rng_bytes=len(rng_state),
+            device=ckpt.device,
+            deterministic=ckpt.deterministic,
+        )
+        if canonical != prefix[:body]:  # the vectors are canonical once finite: only the header can differ
+            raise CheckpointError("checkpoint bytes are not canonical (header not in canonical JSON form)")
+        return ckpt
+
+    def values(self, vector: str, start: int, stop: int) -> torch.Tensor:
+        """Coordinates ``[start, stop)`` of ``vector`` (``params``, ``exp_avg`` or ``exp_avg_sq``)."""
+        offset = self.body + 4 * (_VECTORS.index(_vector_name(vector)) * self.numel + start)
+        with open(self.path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read(4 * (stop - start))
+        return torch.from_numpy(np.frombuffer(data, dtype="<f4").astype(np.float32))
+
+    def check_layout(self, layout: ParameterLayout) -> None:
+        """:meth:`Checkpoint.check_layout`, reading the moments of fresh parameters from the file."""
+        _check_layout_fields(self.layout_digest, self.numel, self.adam_steps, layout)
+        for e, steps in zip(layout.entries, self.adam_steps, strict=True):
+            if steps:
+                continue
+            for start in range(e.offset, e.offset + e.numel, _FILE_BLOCK):
+                stop = min(start + _FILE_BLOCK, e.offset + e.numel)
+                if bool(self.values("exp_avg", start, stop).any()) or bool(
+                    self.values("exp_avg_sq", start, stop).any()
+                ):
+                    raise CheckpointError(f"parameter {e.name!r} has AdamW step 0 but non-zero moments")
+
+    def to_checkpoint(self, layout: ParameterLayout | None = None) -> Checkpoint:
+        """The whole checkpoint in memory (12 bytes per parameter: a tolerant comparison)."""
+        return Checkpoint.from_bytes(self.path.read_bytes(), layout=layout)
+
+
+CheckpointLike = Checkpoint | CheckpointFile
+"""A checkpoint in memory or in a file: what a replay restores from and a referee reads."""
 
 
 def checkpoint_hash(data: bytes) -> bytes:

@@ -32,6 +32,11 @@ _DTYPES: dict[str, torch.dtype] = {
 _DTYPE_NAMES = {v: k for k, v in _DTYPES.items()}
 
 
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a layout entry's dtype name (``float32``, ``bfloat16``, ...)."""
+    return _DTYPES[name]
+
+
 @dataclass(frozen=True)
 class ParameterEntry:
     """One parameter: its name, shape, dtype name and position in the flat vector."""

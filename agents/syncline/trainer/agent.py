@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from syncline.blobstore import BlobStore
-from syncline.blobstore.store import BlobRef, BlobUnavailable, digest_of, put_signed
+from syncline.blobstore.store import BlobRef, BlobUnavailable, put_signed
 from syncline.chain import enrollment
 from syncline.chain.calls import ZERO_ADDRESS
 from syncline.chain.keys import Signer
@@ -702,8 +702,8 @@ class TrainerAgent:
         """Whether the blob store holds every kept checkpoint ``segment`` needs (a HEAD each)."""
         assert self.ctx is not None
         for index in checkpoints_for_segment(segment, self.ctx.spec.checkpoint_segments):
-            data = self.keeper.get(round_, index)
-            if data is None or not self.blobs.has(digest_of(data)):
+            kept = self.keeper.kept(round_, index)  # its digest from its name: never read whole
+            if kept is None or not self.blobs.has(kept[1]):
                 log.warning("trainer.segment_not_in_store", round=round_, segment=segment, checkpoint=index)
                 return False
         return True

@@ -16,13 +16,21 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
-from syncline.blobstore.store import HashingSink, Putter, digest_of
+from syncline.blobstore.store import BlobRef, HashingSink, Putter, digest_of
 from syncline.protocol.checkpoints import Checkpoint
 from syncline.protocol.spot_checks import checkpoints_for_segment
 from syncline.run.local_store import sync_files
 
 _KEPT = re.compile(r"^(\d+)-(\d+)-(0x[0-9a-f]{64})\.ckpt$")
+
+
+@runtime_checkable
+class FilePutter(Protocol):
+    """A store (the trainer's outbox) that uploads a file streamed."""
+
+    def put_file(self, path: Path) -> BlobRef: ...
 
 
 @dataclass
@@ -85,17 +93,38 @@ class CheckpointKeeper:
                 return data
         return None
 
-    def publish_segment(self, blobs: Putter, round_: int, segment: int, segments: int) -> int | None:
-        """Upload the checkpoints ``segment`` needs; returns the bytes uploaded, or None when one
-        is no longer kept (a store that cannot take them now raises: the caller retries)."""
-        needed = [self.get(round_, i) for i in checkpoints_for_segment(segment, segments)]
-        if any(data is None for data in needed):
+    def kept(self, round_: int, index: int) -> tuple[Path, str] | None:
+        """The file of checkpoint ``index`` of ``round_`` and its digest (named by the digest its
+        bytes hashed to as they were written), or None."""
+        for path in self.directory.glob(f"{round_}-{index}-0x*.ckpt"):
+            match = _KEPT.match(path.name)
+            if match:
+                return path, match.group(3)
+        return None
+
+    def publish_segment(self, blobs: Putter | FilePutter, round_: int, segment: int, segments: int) -> int | None:
+        """Upload the checkpoints ``segment`` needs, each streamed from its file when ``blobs``
+        takes files (``put_file``: a large model's checkpoint is never read into memory); returns
+        the bytes uploaded, or None when one is no longer kept (or its file no longer hashes to
+        its name). A store that cannot take them now raises: the caller retries."""
+        indices = checkpoints_for_segment(segment, segments)
+        needed = [self.kept(round_, i) for i in indices]
+        if any(entry is None for entry in needed):
             return None
         sent = 0
-        for data in needed:
-            assert data is not None
-            blobs.put(data)
-            sent += len(data)
+        for index, entry in zip(indices, needed, strict=True):
+            assert entry is not None
+            path, digest = entry
+            if isinstance(blobs, FilePutter):
+                ref = blobs.put_file(path)
+            else:
+                data = self.get(round_, index)
+                if data is None:
+                    return None
+                ref = blobs.put(data)
+            if ref.digest != digest:
+                return None
+            sent += ref.size
         return sent
 
     def prune(self, before_round: int) -> None:

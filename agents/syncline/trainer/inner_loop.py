@@ -31,11 +31,12 @@ from syncline.privacy.dpsgd import DpSgd, PrivateStep, StepNoise
 from syncline.protocol.checkpoints import (
     Checkpoint,
     CheckpointError,
+    CheckpointLike,
     InnerHyperparameters,
     checkpoint_header,
     checkpoint_steps,
 )
-from syncline.protocol.layout import ParameterLayout
+from syncline.protocol.layout import ParameterEntry, ParameterLayout, torch_dtype
 from syncline.protocol.state import TrainingState
 from syncline.run.agent_config import InnerOptimizerConfig
 from syncline.run.context import flat_parameters, load_weights
@@ -398,17 +399,20 @@ class InnerLoop:
                     out(t.detach().float().cpu().reshape(-1).numpy().astype("<f4", copy=False).tobytes())
         out(rng_state)
 
-    def restore(self, ckpt: Checkpoint) -> None:
+    def restore(self, ckpt: CheckpointLike) -> None:
         """Put the model, the optimizer (moments, step counts, coefficients), the batch size, the
-        autocast dtype and the CPU generator exactly in the state ``ckpt`` records."""
+        autocast dtype and the CPU generator exactly in the state ``ckpt`` records (a checkpoint
+        in a file is read one parameter at a time)."""
         ckpt.check_layout(self.layout)
         named = trained_parameters(self.model)
-        params = self.layout.unflatten(ckpt.params)
-        avgs = self.layout.unflatten(ckpt.exp_avg)
-        sqs = self.layout.unflatten(ckpt.exp_avg_sq)
+
+        def entry(vector: str, e: ParameterEntry) -> torch.Tensor:  # as ParameterLayout.unflatten gives it
+            flat = ckpt.values(vector, e.offset, e.offset + e.numel)
+            return flat.reshape(e.shape).to(torch_dtype(e.dtype)).clone()
+
         with torch.no_grad():
-            for name, tensor in params.items():
-                named[name].copy_(tensor)
+            for e in self.layout.entries:
+                named[e.name].copy_(entry("params", e))
         self.optimizer.state.clear()
         step_dtype = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
         for e, count in zip(self.layout.entries, ckpt.adam_steps, strict=True):
@@ -417,8 +421,8 @@ class InnerLoop:
             p = named[e.name]
             self.optimizer.state[p] = {
                 "step": torch.tensor(float(count), dtype=step_dtype),  # as AdamW creates it on CPU
-                "exp_avg": avgs[e.name].to(device=p.device, dtype=p.dtype),
-                "exp_avg_sq": sqs[e.name].to(device=p.device, dtype=p.dtype),
+                "exp_avg": entry("exp_avg", e).to(device=p.device, dtype=p.dtype),
+                "exp_avg_sq": entry("exp_avg_sq", e).to(device=p.device, dtype=p.dtype),
             }
         hp = ckpt.optimizer
         for group in self.optimizer.param_groups:
@@ -433,7 +437,7 @@ class InnerLoop:
 
     def run_segment(
         self,
-        ckpt: Checkpoint,
+        ckpt: CheckpointLike,
         shards: Sequence[bytes],
         *,
         seed: int,
@@ -442,6 +446,7 @@ class InnerLoop:
         dtype: str | None = None,
         threads: int | None = None,
         noise: StepNoise | None = None,
+        out: Callable[[bytes], object] | None = None,
     ) -> bytes:
         """Re-run steps ``[start, stop)`` of a round from ``ckpt`` (taken after ``start`` steps).
 
@@ -449,8 +454,10 @@ class InnerLoop:
         seeded stream are skipped. Runs with the checkpoint's thread count and autocast dtype
         unless ``threads`` / ``dtype`` say otherwise (a referee replaying in its own precision),
         restores the caller's threads and CPU generator afterwards, and returns the canonical
-        bytes of the checkpoint after step ``stop``. A private loop needs ``noise``: the seeds the
-        trainer revealed for the segment (:class:`syncline.privacy.noise.SegmentNoise`).
+        bytes of the checkpoint after step ``stop``; with ``out`` they are streamed into it one
+        parameter at a time instead (:meth:`write_checkpoint`) and ``b""`` is returned. A private
+        loop needs ``noise``: the seeds the trainer revealed for the segment
+        (:class:`syncline.privacy.noise.SegmentNoise`).
         """
         steps = self.cfg.inner_steps
         if not 0 <= start < stop <= steps:
@@ -464,6 +471,9 @@ class InnerLoop:
             batches = self.adapter.batches(shards, batch_size=self.batch_size, seed=seed, steps=steps)
             for i, batch in enumerate(islice(batches, start, stop), start=start):
                 self._step(batch, i, noise)
+            if out is not None:
+                self.write_checkpoint(stop, out)
+                return b""
             return self.checkpoint(stop).to_bytes()
 
     # ------------------------------------------------------------------ persistence (restart)

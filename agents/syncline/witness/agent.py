@@ -29,12 +29,12 @@ from syncline.blobstore.store import BlobUnavailable
 from syncline.chain import enrollment
 from syncline.chain.keys import Signer
 from syncline.chain.market import MarketClient, TaskView
-from syncline.challenger.agent import Challenger
+from syncline.challenger.agent import Challenger, court_challenger, court_files
 from syncline.confidential.enclave import AgentEnclave, agent_enclave, check_task_policy
 from syncline.confidential.keystore import EnclaveKey
 from syncline.court.defence import CensorshipDefence, MalformedChunk, find_malformed_chunk
 from syncline.court.duty import RefereeDuty
-from syncline.court.sampling import make_training_checker
+from syncline.court.files import CourtFiles
 from syncline.errors import ChainError, KeyConfigError, SynclineError
 from syncline.observability import get_logger
 from syncline.privacy.committee import load_or_create_dispute_key
@@ -72,6 +72,7 @@ class WitnessAgent:
     _bonded: bool = False
     challenger: Challenger | None = None
     referee: RefereeDuty | None = None
+    _court_files: CourtFiles | None = None
     defence: CensorshipDefence | None = None
     _awaiting: TaskNotPosted | None = None
     _held: StateFile | None = None  # the state file the next round builds on (state on disk)
@@ -477,18 +478,12 @@ class WitnessAgent:
         ctx = self.ctx
         assert ctx is not None
         if self.referee is None:
-            self.referee = RefereeDuty(ctx, self.signer)
+            # a large model's court (referee and challenger) judges from files, as the round is computed
+            self._court_files = court_files(self.cfg, ctx)
+            self.referee = RefereeDuty(ctx, self.signer, files=self._court_files)
         if self.challenger is None and self.cfg.challenge and self.cfg.misbehave is None:
-            seed = int(self.signer.address, 16)
-            self.challenger = Challenger(
-                task_id=self.cfg.task_id,
-                signer=self.signer,
-                market=self.market,
-                blobs=self.blobs,
-                state_dir=self.cfg.state_dir,
-                training_checker=make_training_checker(self.cfg.training_checks, seed=seed),
-                withdraw=False,
-                ctx=ctx,
+            self.challenger = court_challenger(
+                self.cfg, self.signer, self.market, self.blobs, ctx, withdraw=False, files=self._court_files
             )
         self._defer_on_error(self.referee.step)
         if self.defence is None and self.cfg.misbehave is None:
