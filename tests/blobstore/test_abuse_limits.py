@@ -157,7 +157,9 @@ def test_the_slowest_upload_is_cut_when_an_honest_one_waits(tmp_path: Path, stop
         status, _, body = put_from(service.port, "127.0.30.2", data)
         took = time.monotonic() - started
         assert status == 200, body
-        assert took < 3.0, took  # the grace period (1 s after the slot), not the 10 s request timeout
+        # the grace period (1 s after the slot; about 2-3 s in all), not the 10 s request timeout: a
+        # loaded 2-core machine gets 6 s (3.02 s was seen in a fresh clone's make test)
+        assert took < 6.0, took
         time.sleep(0.3)
         cut = [a for a in attackers if a.status_line.startswith(b"HTTP/1.1 503")]
         assert len(cut) == 1, [a.status_line for a in attackers]
