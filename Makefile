@@ -54,7 +54,7 @@ demo-lifecycle: install
 	@$(VENV)/bin/syncline demo --scenario lifecycle
 
 demo-fraud: install
-	@echo "==> demo: one cheater per scenario (8 runs of ~3 min), each caught by the challenger and slashed"
+	@echo "==> demo: one cheater per scenario (9 runs of 1-2 min), each caught by the challenger and slashed"
 	@$(VENV)/bin/syncline demo --scenario fraud
 
 demo-sft-lora: install
