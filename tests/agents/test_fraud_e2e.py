@@ -519,6 +519,15 @@ def report_timing(record: FraudRecord, scenario_name: str, first: Outcome, wall_
     )
 
 
+def run_fraud_demo(demo: FraudDemo) -> tuple[FraudRecord, float]:
+    """Run ``demo``; its record of the chain and the run's wall seconds."""
+    started = time.monotonic()
+    demo.run()
+    wall = time.monotonic() - started
+    assert demo.record is not None
+    return demo.record, wall
+
+
 # ---------------------------------------------------------------------- the tests
 
 
@@ -526,13 +535,7 @@ def report_timing(record: FraudRecord, scenario_name: str, first: Outcome, wall_
 def test_fraud_scenario_caught_and_punished(scenario_name: str, state_env: Path, tmp_path: Path) -> None:
     scenario = SCENARIOS[scenario_name]
     plan = fraud_test_plan(scenario)
-    demo = FraudDemo(tmp_path, scenario_name, plan)
-    started = time.monotonic()
-    demo.run()
-    wall = time.monotonic() - started
-    record = demo.record
-    assert record is not None
-
+    record, wall = run_fraud_demo(FraudDemo(tmp_path, scenario_name, plan))
     first = check_upheld_by_honest_witness(record, scenario, plan)
     report_timing(record, scenario_name, first, wall)
     check_challenger_paid(record, plan)
@@ -541,7 +544,7 @@ def test_fraud_scenario_caught_and_punished(scenario_name: str, state_env: Path,
     check_ledger(record, plan)
     check_other_precisions_spared(record, scenario, plan)
     check_everyone_withdrew(record)
-    check_free_rider_saw_nothing(demo.workdir, scenario)
+    check_free_rider_saw_nothing(tmp_path, scenario)
 
 
 def check_free_rider_saw_nothing(workdir: Path, scenario: Scenario) -> None:
