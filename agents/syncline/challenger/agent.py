@@ -116,7 +116,7 @@ class Challenger:
                 if not auditor.incomplete:
                     self.audited.add(round_)
                 self._record_audit(round_, auditor.incomplete, found, time.perf_counter() - began)
-            self._follow_up(now)
+            self._follow_up(now, block)
         if self.withdraw:
             self._withdraw()
 
@@ -199,7 +199,7 @@ class Challenger:
                 },
             )
 
-    def _follow_up(self, now: int) -> None:
+    def _follow_up(self, now: int, block: int) -> None:
         for challenge_id in sorted(self.mine):
             c = self.market.challenge(challenge_id)
             if c.status != ChallengeStatus.OPEN:
@@ -211,7 +211,7 @@ class Challenger:
                 if not demand.answered:
                     # the accused stayed silent: its claim is upheld once its response window
                     # has passed in time and in blocks
-                    if pending_block(self.market.w3) <= demand.deadline_block:
+                    if block <= demand.deadline_block:
                         continue
                     close_at = demand.deadline
             if now <= close_at:

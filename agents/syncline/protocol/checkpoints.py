@@ -478,12 +478,16 @@ class CheckpointFile:
             prefix = fh.read(16 + MAX_HEADER_BYTES)
         header, body = decode_checkpoint_header(prefix, total)
         numel = header["numel"]
+        negative = False  # a negative second moment, reported after the scalar fields' checks
         with open(path, "rb") as fh:
             for start in range(0, 3 * numel, _FILE_BLOCK):
                 count = min(_FILE_BLOCK, 3 * numel - start)
                 fh.seek(body + 4 * start)
-                if not np.isfinite(np.frombuffer(fh.read(4 * count), dtype="<f4")).all():
+                block = np.frombuffer(fh.read(4 * count), dtype="<f4")
+                if not np.isfinite(block).all():
                     raise CheckpointError("checkpoint holds NaN or Inf")
+                # one pass over the file: the exp_avg_sq part of this block is [2 * numel, 3 * numel)
+                negative = negative or bool((block[max(0, 2 * numel - start) :] < 0).any())
             fh.seek(body + 12 * numel)
             rng_state = fh.read()
         # the scalar fields, validated by the in-memory class itself (on a one-value stand-in)
@@ -516,9 +520,8 @@ class CheckpointFile:
             fields.deterministic,
             body,
         )
-        for start in range(0, numel, _FILE_BLOCK):
-            if bool((ckpt.values("exp_avg_sq", start, min(start + _FILE_BLOCK, numel)) < 0).any()):
-                raise CheckpointError("checkpoint has a negative AdamW second moment")
+        if negative:
+            raise CheckpointError("checkpoint has a negative AdamW second moment")
         if layout is not None:
             ckpt.check_layout(layout)
         canonical = checkpoint_header(
