@@ -42,6 +42,7 @@ from syncline.protocol import merkle
 from syncline.protocol.enums import ChallengeStatus, RoundStatus
 from syncline.protocol.spec import TrainingTaskSpec
 from syncline.run.local_store import SIGNED_VOTES_FILE, append_record
+from syncline.run.loop import pending_block
 from syncline.trainer.segments import encode_payload
 
 pytestmark = pytest.mark.chain
@@ -327,13 +328,13 @@ def test_a_trainer_that_answers_a_training_claim_keeps_its_stake_a_silent_one_is
     # Past the response window the challenger closes the silent trainer's claim: upheld.
     respond_by = market.availability_demand(silent_claim).deadline
     travel_past(w3, respond_by)
-    challenger._follow_up(devnet_mod.chain_time(w3))
+    challenger._follow_up(devnet_mod.chain_time(w3), pending_block(w3))
     silent = market.challenge(silent_claim)
     assert silent.status == ChallengeStatus.UPHELD and silent.slashed_wei == spec.trainer_stake_wei
     assert market.trainer(task_id, trainers[1].address).evicted
     # The answering trainer's claim waits for its referees until the deadline, then merely expires.
     assert market.challenge(answered_claim).status == ChallengeStatus.OPEN
     travel_past(w3, market.challenge(answered_claim).deadline)
-    challenger._follow_up(devnet_mod.chain_time(w3))
+    challenger._follow_up(devnet_mod.chain_time(w3), pending_block(w3))
     assert market.challenge(answered_claim).status == ChallengeStatus.EXPIRED
     assert market.trainer(task_id, trainers[0].address).stake_wei == spec.trainer_stake_wei

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from syncline.chain.market import MarketClient, RoundView
 from syncline.court.files import CourtFiles
@@ -58,6 +59,9 @@ from syncline.run.context import StateUnavailable, TaskContext, remove_payload_f
 from syncline.run.gossip import SignedCommitment, SignedVote, read_commitment, read_vote
 
 log = get_logger("syncline.court")
+
+_S = TypeVar("_S", CommittedSubmission, PayloadFile)
+"""A committed payload in memory or in a file (both have ``fragment`` and ``fetch_error``)."""
 
 # Rules whose aggregate the court recomputes chunk by chunk (``proveAggregationFraud``).
 PROVABLE_RULES = (AggregationRule.MEAN, AggregationRule.TRIMMED_MEAN, AggregationRule.COORDINATE_MEDIAN)
@@ -124,42 +128,41 @@ class RoundAuditor:
         if not self.incomplete and self.files is not None:
             self.files.release(rr.prev_state_root)  # no check of this round needs its start state any more
 
-    def _inputs(self, round_: int, rr: RoundView) -> tuple[list[CommittedSubmission], list[CommittedSubmission]]:
-        """The submissions the aggregation and censorship checks need, every payload fetched once:
-        the accepted ones (if the rule is provable) and the left-out ones (if the rule keeps every
-        valid input); ascending fragment order."""
+    def _masks(self, rr: RoundView) -> tuple[int, int]:
+        """The fragments the aggregation check needs (the accepted ones, if the rule is provable)
+        and those the censorship check needs (the left-out ones, if the rule keeps every valid
+        input)."""
         rule = self.ctx.spec.aggregation.rule
         accepted = rr.accepted_mask if rule in PROVABLE_RULES else 0
         left_out = 0 if rule in EXCLUDING_RULES else rr.committed_mask & ~rr.accepted_mask
-        if accepted == 0 and left_out == 0:
-            return [], []
-        subs = self.ctx.committed_submissions(round_, rr.committed_mask)
+        return accepted, left_out
+
+    def _split(self, round_: int, subs: Sequence[_S], accepted: int, left_out: int) -> tuple[list[_S], list[_S]]:
+        """``subs`` (fetched once, ascending fragment order) split by the masks; an accepted payload
+        we could not fetch marks the audit incomplete (unavailable to us is not invalid: the round
+        is judged again once it is in hand; a left-out one is no claim, and no reason to retry)."""
         for sub in subs:
             if sub.fetch_error is not None and accepted >> sub.fragment & 1:
-                # Unavailable to us is not invalid: judge the round again once the payload is in hand.
-                # (A left-out payload we cannot fetch either is no claim, and no reason to retry.)
                 log.info("challenger.payload_unavailable", round=round_, fragment=sub.fragment, reason=sub.fetch_error)
                 self.incomplete = True
         return [s for s in subs if accepted >> s.fragment & 1], [s for s in subs if left_out >> s.fragment & 1]
 
+    def _inputs(self, round_: int, rr: RoundView) -> tuple[list[CommittedSubmission], list[CommittedSubmission]]:
+        """The submissions the aggregation and censorship checks need, every payload fetched once."""
+        accepted, left_out = self._masks(rr)
+        if accepted == 0 and left_out == 0:
+            return [], []
+        return self._split(round_, self.ctx.committed_submissions(round_, rr.committed_mask), accepted, left_out)
+
     def _recompute_on_disk(self, round_: int, rr: RoundView) -> tuple[AggregationFraud | None, list[Censorship]]:
         """The aggregation and censorship checks with the state and the payloads in files."""
         assert self.files is not None
-        rule = self.ctx.spec.aggregation.rule
-        accepted_mask = rr.accepted_mask if rule in PROVABLE_RULES else 0
-        left_out_mask = 0 if rule in EXCLUDING_RULES else rr.committed_mask & ~rr.accepted_mask
+        accepted_mask, left_out_mask = self._masks(rr)
         if accepted_mask == 0 and left_out_mask == 0:
             return None, []
         subs = self.ctx.committed_payload_files(round_, self.files.payloads, rr.committed_mask)
         try:
-            accepted = [s for s in subs if accepted_mask >> s.fragment & 1]
-            left_out = [s for s in subs if left_out_mask >> s.fragment & 1]
-            for sub in accepted:
-                if sub.fetch_error is not None:  # unavailable to us is not invalid: judged again later
-                    log.info(
-                        "challenger.payload_unavailable", round=round_, fragment=sub.fragment, reason=sub.fetch_error
-                    )
-                    self.incomplete = True
+            accepted, left_out = self._split(round_, subs, accepted_mask, left_out_mask)
             fraud = self._aggregation_fraud_on_disk(round_, rr, accepted) if accepted else None
             return fraud, [] if fraud is not None else self.censorship(round_, left_out)
         finally:
